@@ -1,0 +1,175 @@
+#include "causeway/backend/cpu/buffer_plan.h"
+
+#include <algorithm>
+#include <iterator>
+#include <map>
+
+#include "causeway/base/check.h"
+
+namespace causeway::backend::cpu {
+namespace {
+
+using ir::Instruction;
+using ir::OpKind;
+
+constexpr int64_t kAlignment = 64;
+
+int64_t AlignUp(int64_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
+
+// Best-fit allocator over a growing arena of offsets. Not thread-safe; used
+// only while planning.
+class ArenaAllocator {
+ public:
+  int64_t Allocate(int64_t bytes) {
+    bytes = AlignUp(bytes);
+    if (bytes == 0) return 0;
+    auto best = free_.end();
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if (it->second >= bytes && (best == free_.end() || it->second < best->second)) {
+        best = it;
+      }
+    }
+    if (best != free_.end()) {
+      const int64_t offset = best->first;
+      const int64_t left = best->second - bytes;
+      free_.erase(best);
+      if (left > 0) free_[offset + bytes] = left;
+      return offset;
+    }
+    // Grow the arena, starting inside a free block that ends at the top.
+    int64_t offset = top_;
+    if (!free_.empty()) {
+      auto last = std::prev(free_.end());
+      if (last->first + last->second == top_) {
+        offset = last->first;
+        free_.erase(last);
+      }
+    }
+    top_ = offset + bytes;
+    peak_ = std::max(peak_, top_);
+    return offset;
+  }
+
+  void Free(int64_t offset, int64_t bytes) {
+    bytes = AlignUp(bytes);
+    if (bytes == 0) return;
+    auto [it, inserted] = free_.emplace(offset, bytes);
+    CW_CHECK(inserted) << "double free at offset " << offset;
+    auto next = std::next(it);
+    if (next != free_.end() && it->first + it->second == next->first) {
+      it->second += next->second;
+      free_.erase(next);
+    }
+    if (it != free_.begin()) {
+      auto prev = std::prev(it);
+      if (prev->first + prev->second == it->first) {
+        prev->second += it->second;
+        free_.erase(it);
+      }
+    }
+  }
+
+  int64_t peak() const { return peak_; }
+
+ private:
+  std::map<int64_t, int64_t> free_;  // offset -> size
+  int64_t top_ = 0;
+  int64_t peak_ = 0;
+};
+
+bool HasEffect(OpKind op) { return op == OpKind::kDelay || op == OpKind::kAllReduce; }
+
+}  // namespace
+
+ExecutionPlan PlanExecution(const ir::Function& function) {
+  const std::vector<Instruction>& insts = function.instructions();
+  const int n = static_cast<int>(insts.size());
+  const std::vector<int>& outputs = function.outputs();
+
+  // Liveness: results and effectful instructions, and everything they read.
+  std::vector<bool> live(n, false);
+  for (int o : outputs) live[o] = true;
+  for (int i = n - 1; i >= 0; --i) {
+    if (HasEffect(insts[i].op)) live[i] = true;
+    if (!live[i]) continue;
+    for (int o : insts[i].operands) live[o] = true;
+  }
+  std::vector<int> last_use(n, -1);
+  for (int i = 0; i < n; ++i) {
+    if (!live[i]) continue;
+    for (int o : insts[i].operands) last_use[o] = i;
+  }
+
+  // Where each value lives.
+  std::vector<BufferLocation> location(n);
+  std::vector<bool> placed(n, false);
+  for (int i = 0; i < n; ++i) {
+    if (insts[i].op == OpKind::kParameter) {
+      location[i] = {BufferLocation::Kind::kInput, insts[i].parameter_index};
+      placed[i] = true;
+    } else if (insts[i].op == OpKind::kConstant) {
+      location[i] = {BufferLocation::Kind::kConstant, i};
+      placed[i] = true;
+    }
+  }
+  for (int j = 0; j < static_cast<int>(outputs.size()); ++j) {
+    const int o = outputs[j];
+    if (!placed[o]) {
+      location[o] = {BufferLocation::Kind::kOutput, j};
+      placed[o] = true;
+    }
+  }
+
+  ExecutionPlan plan;
+  ArenaAllocator arena;
+  int collectives = 0;
+  for (int i = 0; i < n; ++i) {
+    const Instruction& inst = insts[i];
+    const bool is_collective = inst.op == OpKind::kAllReduce;
+    const int collective_index = is_collective ? collectives++ : -1;
+    if (!live[i] || inst.op == OpKind::kParameter || inst.op == OpKind::kConstant) {
+      continue;
+    }
+    const int64_t bytes = inst.shape.byte_size();
+    if (!placed[i]) {
+      // Allocated while the operands are still held, so never overlapping.
+      location[i] = {BufferLocation::Kind::kArena, arena.Allocate(bytes)};
+      plan.unshared_arena_bytes += AlignUp(bytes);
+      placed[i] = true;
+    }
+    Step step;
+    step.instruction = i;
+    step.result = location[i];
+    step.collective_index = collective_index;
+    for (int o : inst.operands) step.operands.push_back(location[o]);
+    plan.steps.push_back(std::move(step));
+
+    // Release operands read for the last time here (each once), and a value
+    // nobody reads.
+    for (size_t k = 0; k < inst.operands.size(); ++k) {
+      const int o = inst.operands[k];
+      if (std::find(inst.operands.begin(), inst.operands.begin() + k, o) !=
+          inst.operands.begin() + k) {
+        continue;
+      }
+      if (last_use[o] == i && location[o].kind == BufferLocation::Kind::kArena) {
+        arena.Free(location[o].index, insts[o].shape.byte_size());
+      }
+    }
+    if (last_use[i] == -1 && location[i].kind == BufferLocation::Kind::kArena) {
+      arena.Free(location[i].index, bytes);
+    }
+  }
+  plan.arena_bytes = arena.peak();
+
+  for (int j = 0; j < static_cast<int>(outputs.size()); ++j) {
+    const int o = outputs[j];
+    const BufferLocation& loc = location[o];
+    if (loc.kind == BufferLocation::Kind::kOutput && loc.index == j) continue;
+    CW_CHECK(loc.kind != BufferLocation::Kind::kArena) << "result in the arena";
+    plan.final_copies.push_back({j, loc, insts[o].shape.byte_size()});
+  }
+  return plan;
+}
+
+}  // namespace causeway::backend::cpu

@@ -1,0 +1,63 @@
+// Internal to the CPU backend: the static plan an Executable follows on every
+// run. Compile decides once which instructions run, in what order, and where
+// each value lives, so that Run only resolves pointers and calls kernels.
+//
+// Values live in one of four places: a caller's input buffer (parameters
+// alias their inputs), a caller's output buffer (a computed value that is a
+// result is written straight there), a constant's literal (read in place), or
+// a slice of one per-run arena. Arena slices are reused once the value's last
+// reader has run; a result never shares space with its own operands.
+#ifndef CAUSEWAY_BACKEND_CPU_BUFFER_PLAN_H_
+#define CAUSEWAY_BACKEND_CPU_BUFFER_PLAN_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "causeway/ir/function.h"
+
+namespace causeway::backend::cpu {
+
+struct BufferLocation {
+  enum class Kind { kInput, kOutput, kArena, kConstant };
+  Kind kind = Kind::kArena;
+  // kInput / kOutput: the parameter or result number. kArena: byte offset
+  // into the arena. kConstant: the instruction index holding the literal.
+  int64_t index = 0;
+};
+
+// One instruction to execute.
+struct Step {
+  int instruction = 0;
+  BufferLocation result;
+  std::vector<BufferLocation> operands;
+  // For kAllReduce, the number of all-reduce instructions before this one in
+  // the function; -1 otherwise.
+  int collective_index = -1;
+};
+
+// After all steps: copy `bytes` from `source` into output `output`. Used for
+// results that are parameters or constants, or that repeat an earlier result.
+struct FinalCopy {
+  int output = 0;
+  BufferLocation source;
+  int64_t bytes = 0;
+};
+
+struct ExecutionPlan {
+  std::vector<Step> steps;
+  std::vector<FinalCopy> final_copies;
+  // Bytes of arena one run needs (each slice is 64-byte aligned).
+  int64_t arena_bytes = 0;
+  // For tests and diagnostics: bytes the arena would need without reuse.
+  int64_t unshared_arena_bytes = 0;
+};
+
+// Plans `function`. Instructions that no result, delay or collective depends
+// on are skipped; delays and collectives always run (they have effects: time
+// on the device, and peers waiting for this device).
+// REQUIRES: Verify(function) is OK.
+ExecutionPlan PlanExecution(const ir::Function& function);
+
+}  // namespace causeway::backend::cpu
+
+#endif  // CAUSEWAY_BACKEND_CPU_BUFFER_PLAN_H_

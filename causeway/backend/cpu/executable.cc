@@ -1,0 +1,223 @@
+#include "causeway/backend/cpu/executable.h"
+
+#include <time.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstring>
+#include <new>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "causeway/backend/cpu/buffer_plan.h"
+#include "causeway/backend/cpu/kernels.h"
+#include "causeway/base/status_macros.h"
+#include "causeway/ir/verifier.h"
+
+namespace causeway::backend::cpu {
+namespace {
+
+using ir::Instruction;
+using ir::OpKind;
+
+constexpr std::align_val_t kArenaAlignment{64};
+
+struct ArenaDeleter {
+  void operator()(std::byte* p) const { ::operator delete[](p, kArenaAlignment); }
+};
+using ArenaPtr = std::unique_ptr<std::byte[], ArenaDeleter>;
+
+// Sleeps until `deadline` on CLOCK_MONOTONIC, resuming after signals.
+void SleepUntil(const timespec& deadline) {
+  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &deadline, nullptr) == EINTR) {
+  }
+}
+
+timespec DeadlineAfterMicros(int64_t micros) {
+  timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  const int64_t nanos = int64_t{now.tv_nsec} + (micros % 1'000'000) * 1000;
+  timespec deadline;
+  deadline.tv_sec = now.tv_sec + static_cast<time_t>(micros / 1'000'000 +
+                                                     nanos / 1'000'000'000);
+  deadline.tv_nsec = static_cast<long>(nanos % 1'000'000'000);
+  return deadline;
+}
+
+void CopyBytes(void* dst, const void* src, int64_t bytes) {
+  if (bytes > 0 && dst != src) std::memcpy(dst, src, static_cast<size_t>(bytes));
+}
+
+class CpuExecutable final : public Executable {
+ public:
+  CpuExecutable(ir::Function function, ExecutionPlan plan)
+      : Executable(std::move(function)), plan_(std::move(plan)) {}
+
+  absl::Status Run(absl::Span<const void* const> inputs, absl::Span<void* const> outputs,
+                   const RunContext& context) const override;
+
+ private:
+  // Pointers of one run.
+  struct Buffers {
+    absl::Span<const void* const> inputs;
+    absl::Span<void* const> outputs;
+    std::byte* arena;
+  };
+
+  const void* Resolve(const BufferLocation& loc, const Buffers& buffers) const;
+  void* ResolveMutable(const BufferLocation& loc, const Buffers& buffers) const;
+  absl::Status RunStep(const Step& step, const Buffers& buffers,
+                       const RunContext& context) const;
+
+  const ExecutionPlan plan_;
+};
+
+const void* CpuExecutable::Resolve(const BufferLocation& loc,
+                                   const Buffers& buffers) const {
+  switch (loc.kind) {
+    case BufferLocation::Kind::kInput:
+      return buffers.inputs[loc.index];
+    case BufferLocation::Kind::kConstant:
+      return function().instructions()[loc.index].literal.data();
+    case BufferLocation::Kind::kOutput:
+    case BufferLocation::Kind::kArena:
+      return ResolveMutable(loc, buffers);
+  }
+  return nullptr;
+}
+
+void* CpuExecutable::ResolveMutable(const BufferLocation& loc,
+                                    const Buffers& buffers) const {
+  if (loc.kind == BufferLocation::Kind::kOutput) return buffers.outputs[loc.index];
+  CW_CHECK(loc.kind == BufferLocation::Kind::kArena) << "writing a read-only buffer";
+  return buffers.arena + loc.index;
+}
+
+absl::Status CpuExecutable::RunStep(const Step& step, const Buffers& buffers,
+                                    const RunContext& context) const {
+  const Instruction& inst = function().instructions()[step.instruction];
+  void* out = ResolveMutable(step.result, buffers);
+  const void* a = step.operands.empty() ? nullptr : Resolve(step.operands[0], buffers);
+  const ir::Shape& a_shape =
+      inst.operands.empty() ? inst.shape : function().instructions()[inst.operands[0]].shape;
+  const int64_t n = inst.shape.num_elements();
+  switch (inst.op) {
+    case OpKind::kAdd:
+    case OpKind::kSub:
+    case OpKind::kMul:
+    case OpKind::kDiv:
+    case OpKind::kMax:
+      kernels::Binary(inst.op, inst.shape.dtype, a, Resolve(step.operands[1], buffers), out,
+                      n);
+      return absl::OkStatus();
+    case OpKind::kNeg:
+    case OpKind::kExp:
+      kernels::Unary(inst.op, inst.shape.dtype, a, out, n);
+      return absl::OkStatus();
+    case OpKind::kBroadcast:
+      kernels::BroadcastInDim(a_shape, inst.dims, inst.shape, a, out);
+      return absl::OkStatus();
+    case OpKind::kReshape:
+      CopyBytes(out, a, inst.shape.byte_size());
+      return absl::OkStatus();
+    case OpKind::kTranspose:
+      kernels::Transpose(a_shape, inst.dims, a, out);
+      return absl::OkStatus();
+    case OpKind::kReduceSum:
+      kernels::ReduceSum(a_shape, inst.dims, a, out);
+      return absl::OkStatus();
+    case OpKind::kMatmul:
+      kernels::Matmul(inst.shape.dtype, a_shape.dims[0], a_shape.dims[1],
+                      inst.shape.dims[1], a, Resolve(step.operands[1], buffers), out);
+      return absl::OkStatus();
+    case OpKind::kConvert:
+      kernels::Convert(a_shape.dtype, inst.shape.dtype, a, out, n);
+      return absl::OkStatus();
+    case OpKind::kDelay: {
+      // The deadline is fixed before anything else so the copy counts
+      // toward the delay rather than adding to it.
+      const timespec deadline = DeadlineAfterMicros(inst.delay_us);
+      CopyBytes(out, a, inst.shape.byte_size());
+      SleepUntil(deadline);
+      return absl::OkStatus();
+    }
+    case OpKind::kAllReduce:
+      if (context.collectives == nullptr) {
+        return absl::FailedPreconditionError(
+            "all_reduce needs RunContext::collectives, which is null");
+      }
+      CopyBytes(out, a, inst.shape.byte_size());
+      return context.collectives->AllReduce(step.collective_index, inst.axes,
+                                            inst.reduce_kind, inst.shape, out);
+    case OpKind::kParameter:
+    case OpKind::kConstant:
+      break;
+  }
+  return absl::InternalError("instruction has no kernel");
+}
+
+absl::Status CpuExecutable::Run(absl::Span<const void* const> inputs,
+                                absl::Span<void* const> outputs,
+                                const RunContext& context) const {
+  const ir::Function& f = function();
+  if (static_cast<int>(inputs.size()) != f.num_parameters()) {
+    return absl::InvalidArgumentError(absl::StrCat("function ", f.name(), " takes ",
+                                                   f.num_parameters(), " inputs, got ",
+                                                   inputs.size()));
+  }
+  if (static_cast<int>(outputs.size()) != f.num_outputs()) {
+    return absl::InvalidArgumentError(absl::StrCat("function ", f.name(), " has ",
+                                                   f.num_outputs(), " results, got ",
+                                                   outputs.size(), " output buffers"));
+  }
+  for (int i = 0; i < f.num_parameters(); ++i) {
+    if (inputs[i] == nullptr && f.parameter_shape(i).byte_size() > 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("function ", f.name(), ": input ", i, " is null"));
+    }
+  }
+  for (int i = 0; i < f.num_outputs(); ++i) {
+    if (outputs[i] == nullptr && f.output_shape(i).byte_size() > 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("function ", f.name(), ": output buffer ", i, " is null"));
+    }
+  }
+
+  ArenaPtr arena;
+  if (plan_.arena_bytes > 0) {
+    arena.reset(static_cast<std::byte*>(::operator new[](
+        static_cast<size_t>(plan_.arena_bytes), kArenaAlignment, std::nothrow)));
+    if (arena == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "function ", f.name(), ": cannot allocate ", plan_.arena_bytes,
+          " bytes of temporaries"));
+    }
+  }
+  const Buffers buffers{inputs, outputs, arena.get()};
+
+  for (const Step& step : plan_.steps) {
+    absl::Status status = RunStep(step, buffers, context);
+    if (!status.ok()) {
+      return Annotate(status, absl::StrCat("function ", f.name(), ", instruction ",
+                                           step.instruction, " (",
+                                           ir::OpName(f.instructions()[step.instruction].op),
+                                           ")"));
+    }
+  }
+  for (const FinalCopy& copy : plan_.final_copies) {
+    CopyBytes(outputs[copy.output], Resolve(copy.source, buffers), copy.bytes);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const Executable>> Executable::Compile(
+    const ir::Function& function) {
+  CW_RETURN_IF_ERROR(ir::Verify(function));
+  ExecutionPlan plan = PlanExecution(function);
+  return std::shared_ptr<const Executable>(
+      std::make_shared<CpuExecutable>(function, std::move(plan)));
+}
+
+}  // namespace causeway::backend::cpu

@@ -1,0 +1,73 @@
+// The CPU backend: compiles an ir::Function once into an Executable that a
+// device thread runs over its own shards.
+//
+// An Executable is immutable after Compile and may be run concurrently by
+// many device threads (each run gets its own temporaries). Collectives are
+// delegated to a CollectiveOps supplied per run by the runtime, so the
+// backend knows nothing of hosts or transports.
+#ifndef CAUSEWAY_BACKEND_CPU_EXECUTABLE_H_
+#define CAUSEWAY_BACKEND_CPU_EXECUTABLE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "causeway/ir/function.h"
+
+namespace causeway::backend::cpu {
+
+// How a running function reaches its peers. Implemented by the runtime for
+// each launch; `index` numbers collective instructions within the function so
+// that all participants of one collective agree on which one they are in.
+class CollectiveOps {
+ public:
+  virtual ~CollectiveOps() = default;
+
+  // All-reduces `data` (shape `shape`) in place among the devices of this
+  // device's group over mesh `axes`. Blocks until every member contributed.
+  // Errors: a peer failed, or the collective was aborted (deadlock watchdog,
+  // cancellation).
+  virtual absl::Status AllReduce(int index, absl::Span<const std::string> axes,
+                                 ir::ReduceKind kind, const ir::Shape& shape,
+                                 void* data) = 0;
+};
+
+// Per-run context given to Executable::Run.
+struct RunContext {
+  // May be null if the function has no collectives.
+  CollectiveOps* collectives = nullptr;
+};
+
+class Executable {
+ public:
+  // Verifies `function` and compiles it. INVALID_ARGUMENT if it does not
+  // verify.
+  static absl::StatusOr<std::shared_ptr<const Executable>> Compile(
+      const ir::Function& function);
+
+  virtual ~Executable() = default;
+
+  const ir::Function& function() const { return function_; }
+
+  // Runs the function. `inputs[i]` points at parameter i's bytes (row-major,
+  // shape function().parameter_shape(i)); `outputs[i]` at preallocated space
+  // for result i. Inputs are never written. Thread-safe: concurrent runs do
+  // not share temporaries.
+  virtual absl::Status Run(absl::Span<const void* const> inputs,
+                           absl::Span<void* const> outputs,
+                           const RunContext& context) const = 0;
+
+ protected:
+  explicit Executable(ir::Function function) : function_(std::move(function)) {}
+
+ private:
+  ir::Function function_;
+};
+
+}  // namespace causeway::backend::cpu
+
+#endif  // CAUSEWAY_BACKEND_CPU_EXECUTABLE_H_

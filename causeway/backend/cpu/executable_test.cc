@@ -1,0 +1,576 @@
+#include "causeway/backend/cpu/executable.h"
+
+#include <time.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "causeway/backend/cpu/buffer_plan.h"
+#include "causeway/base/mutex.h"
+#include "causeway/ir/builder.h"
+#include "causeway/ir/verifier.h"
+
+namespace causeway::backend::cpu {
+namespace {
+
+using ::testing::HasSubstr;
+using ir::DType;
+using ir::Function;
+using ir::FunctionBuilder;
+using ir::Literal;
+using ir::OpKind;
+using ir::ReduceKind;
+using ir::Shape;
+using ir::Value;
+
+Shape F32(std::vector<int64_t> dims) { return Shape(DType::kF32, std::move(dims)); }
+Shape I32(std::vector<int64_t> dims) { return Shape(DType::kI32, std::move(dims)); }
+
+Function BuildOrDie(FunctionBuilder& b, std::vector<Value> outputs) {
+  absl::StatusOr<Function> f = b.Build(std::move(outputs));
+  CW_CHECK_OK(f.status());
+  return *std::move(f);
+}
+
+std::shared_ptr<const Executable> CompileOrDie(const Function& f) {
+  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::Compile(f);
+  CW_CHECK_OK(exe.status());
+  return *std::move(exe);
+}
+
+absl::StatusOr<std::vector<Literal>> RunExe(const Executable& exe,
+                                            const std::vector<Literal>& inputs,
+                                            CollectiveOps* collectives = nullptr) {
+  std::vector<const void*> in;
+  for (const Literal& l : inputs) in.push_back(l.data());
+  std::vector<Literal> out;
+  for (int i = 0; i < exe.function().num_outputs(); ++i) {
+    out.emplace_back(exe.function().output_shape(i));
+  }
+  std::vector<void*> out_ptrs;
+  for (Literal& l : out) out_ptrs.push_back(l.data());
+  RunContext context;
+  context.collectives = collectives;
+  absl::Status s = exe.Run(in, out_ptrs, context);
+  if (!s.ok()) return s;
+  return out;
+}
+
+std::vector<Literal> RunOrDie(const Function& f, const std::vector<Literal>& inputs,
+                              CollectiveOps* collectives = nullptr) {
+  absl::StatusOr<std::vector<Literal>> out = RunExe(*CompileOrDie(f), inputs, collectives);
+  CW_CHECK_OK(out.status());
+  return *std::move(out);
+}
+
+Literal RandomF32(std::vector<int64_t> dims, uint32_t seed, float lo = -2, float hi = 2) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  Literal l(F32(std::move(dims)));
+  for (float& v : l.mutable_values<float>()) v = dist(rng);
+  return l;
+}
+
+Literal RandomI32(std::vector<int64_t> dims, uint32_t seed, int lo = -50, int hi = 50) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> dist(lo, hi);
+  Literal l(I32(std::move(dims)));
+  for (int32_t& v : l.mutable_values<int32_t>()) v = dist(rng);
+  return l;
+}
+
+void ExpectNear(const Literal& actual, const std::vector<float>& expected, float tol) {
+  ASSERT_EQ(actual.shape().dtype, DType::kF32);
+  absl::Span<const float> a = actual.values<float>();
+  ASSERT_EQ(a.size(), expected.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_NEAR(a[i], expected[i], tol * (1 + std::fabs(expected[i]))) << "element " << i;
+  }
+}
+
+// Multi-index helpers for the naive references.
+std::vector<int64_t> Unravel(int64_t flat, const std::vector<int64_t>& dims) {
+  std::vector<int64_t> idx(dims.size());
+  for (size_t d = dims.size(); d-- > 0;) {
+    idx[d] = flat % dims[d];
+    flat /= dims[d];
+  }
+  return idx;
+}
+int64_t Ravel(const std::vector<int64_t>& idx, const std::vector<int64_t>& dims) {
+  int64_t flat = 0;
+  for (size_t d = 0; d < dims.size(); ++d) flat = flat * dims[d] + idx[d];
+  return flat;
+}
+
+TEST(CpuExecutableTest, BinaryAndUnaryF32OpsMatchReference) {
+  const Literal x = RandomF32({3, 5}, 1);
+  const Literal y = RandomF32({3, 5}, 2, 0.5f, 3.0f);
+  const std::vector<OpKind> ops = {OpKind::kAdd, OpKind::kSub, OpKind::kMul, OpKind::kDiv,
+                                   OpKind::kMax, OpKind::kNeg, OpKind::kExp};
+  for (OpKind op : ops) {
+    FunctionBuilder b("f");
+    Value p = b.Parameter(x.shape());
+    Value q = b.Parameter(y.shape());
+    Value r;
+    switch (op) {
+      case OpKind::kAdd: r = b.Add(p, q); break;
+      case OpKind::kSub: r = b.Sub(p, q); break;
+      case OpKind::kMul: r = b.Mul(p, q); break;
+      case OpKind::kDiv: r = b.Div(p, q); break;
+      case OpKind::kMax: r = b.Max(p, q); break;
+      case OpKind::kNeg: r = b.Neg(p); break;
+      default: r = b.Exp(p); break;
+    }
+    std::vector<Literal> out = RunOrDie(BuildOrDie(b, {r}), {x, y});
+    std::vector<float> expected;
+    for (int i = 0; i < 15; ++i) {
+      const float a = x.values<float>()[i], c = y.values<float>()[i];
+      switch (op) {
+        case OpKind::kAdd: expected.push_back(a + c); break;
+        case OpKind::kSub: expected.push_back(a - c); break;
+        case OpKind::kMul: expected.push_back(a * c); break;
+        case OpKind::kDiv: expected.push_back(a / c); break;
+        case OpKind::kMax: expected.push_back(std::max(a, c)); break;
+        case OpKind::kNeg: expected.push_back(-a); break;
+        default: expected.push_back(std::exp(a)); break;
+      }
+    }
+    SCOPED_TRACE(ir::OpName(op));
+    ExpectNear(out[0], expected, 1e-6f);
+  }
+}
+
+TEST(CpuExecutableTest, IntegerOpsWrapAndDivisionNeverTraps) {
+  const int32_t kMin = std::numeric_limits<int32_t>::min();
+  const int32_t kMax = std::numeric_limits<int32_t>::max();
+  Literal x = Literal::I32({6}, {7, -7, kMax, kMin, 5, kMin});
+  Literal y = Literal::I32({6}, {2, 2, 1, -1, 0, 3});
+  FunctionBuilder b("f");
+  Value p = b.Parameter(x.shape());
+  Value q = b.Parameter(y.shape());
+  Function f = BuildOrDie(
+      b, {b.Add(p, q), b.Sub(p, q), b.Mul(p, q), b.Div(p, q), b.Max(p, q), b.Neg(p)});
+  std::vector<Literal> out = RunOrDie(f, {x, y});
+  EXPECT_EQ(out[0], Literal::I32({6}, {9, -5, kMin, kMax, 5, kMin + 3}));
+  EXPECT_EQ(out[1], Literal::I32({6}, {5, -9, kMax - 1, kMin + 1, 5, kMax - 2}));
+  EXPECT_EQ(out[2], Literal::I32({6}, {14, -14, kMax, kMin, 0, kMin}));
+  EXPECT_EQ(out[3], Literal::I32({6}, {3, -3, kMax, kMin, -1, kMin / 3}));
+  EXPECT_EQ(out[4], Literal::I32({6}, {7, 2, kMax, -1, 5, 3}));
+  EXPECT_EQ(out[5], Literal::I32({6}, {-7, 7, -kMax, kMin, -5, kMin}));
+}
+
+TEST(CpuExecutableTest, BroadcastMatchesReference) {
+  struct Case {
+    std::vector<int64_t> operand, result, operand_dims;
+  };
+  for (const Case& c : std::vector<Case>{{{}, {2, 3}, {}},
+                                         {{3}, {2, 3, 4}, {1}},
+                                         {{2, 1}, {2, 5}, {0, 1}},
+                                         {{1, 4}, {3, 2, 4}, {1, 2}},
+                                         {{2, 4}, {2, 3, 4}, {0, 2}},
+                                         {{5}, {5}, {0}}}) {
+    const Literal x = RandomF32(c.operand, 3);
+    FunctionBuilder b("f");
+    Function f = BuildOrDie(b, {b.Broadcast(b.Parameter(x.shape()), c.result, c.operand_dims)});
+    std::vector<Literal> out = RunOrDie(f, {x});
+    const Shape rs = F32(c.result);
+    std::vector<float> expected;
+    for (int64_t i = 0; i < rs.num_elements(); ++i) {
+      std::vector<int64_t> ridx = Unravel(i, c.result);
+      std::vector<int64_t> oidx(c.operand.size());
+      for (size_t d = 0; d < c.operand.size(); ++d) {
+        oidx[d] = c.operand[d] == 1 ? 0 : ridx[c.operand_dims[d]];
+      }
+      expected.push_back(x.values<float>()[Ravel(oidx, c.operand)]);
+    }
+    ExpectNear(out[0], expected, 0);
+  }
+}
+
+TEST(CpuExecutableTest, TransposeOfRankThreeMatchesReference) {
+  const std::vector<int64_t> dims = {3, 4, 5};
+  const Literal x = RandomF32(dims, 4);
+  for (std::vector<int64_t> perm : std::vector<std::vector<int64_t>>{
+           {0, 1, 2}, {2, 0, 1}, {1, 2, 0}, {2, 1, 0}, {0, 2, 1}, {1, 0, 2}}) {
+    FunctionBuilder b("f");
+    Function f = BuildOrDie(b, {b.Transpose(b.Parameter(x.shape()), perm)});
+    std::vector<Literal> out = RunOrDie(f, {x});
+    std::vector<int64_t> rdims = {dims[perm[0]], dims[perm[1]], dims[perm[2]]};
+    EXPECT_EQ(out[0].shape(), F32(rdims));
+    std::vector<float> expected;
+    for (int64_t i = 0; i < 60; ++i) {
+      std::vector<int64_t> ridx = Unravel(i, rdims);
+      std::vector<int64_t> oidx(3);
+      for (int d = 0; d < 3; ++d) oidx[perm[d]] = ridx[d];
+      expected.push_back(x.values<float>()[Ravel(oidx, dims)]);
+    }
+    ExpectNear(out[0], expected, 0);
+  }
+}
+
+TEST(CpuExecutableTest, TransposeOfRankFourIntegersMatchesReference) {
+  const std::vector<int64_t> dims = {2, 3, 1, 4};
+  const std::vector<int64_t> perm = {3, 1, 0, 2};
+  const Literal x = RandomI32(dims, 5);
+  FunctionBuilder b("f");
+  Function f = BuildOrDie(b, {b.Transpose(b.Parameter(x.shape()), perm)});
+  std::vector<Literal> out = RunOrDie(f, {x});
+  std::vector<int64_t> rdims = {4, 3, 2, 1};
+  for (int64_t i = 0; i < 24; ++i) {
+    std::vector<int64_t> ridx = Unravel(i, rdims);
+    std::vector<int64_t> oidx(4);
+    for (int d = 0; d < 4; ++d) oidx[perm[d]] = ridx[d];
+    EXPECT_EQ(out[0].values<int32_t>()[i], x.values<int32_t>()[Ravel(oidx, dims)]);
+  }
+}
+
+TEST(CpuExecutableTest, ReduceSumOverSeveralAxesMatchesReference) {
+  const std::vector<int64_t> dims = {3, 4, 5, 2};
+  const Literal x = RandomF32(dims, 6);
+  for (std::vector<int64_t> axes : std::vector<std::vector<int64_t>>{
+           {}, {0}, {3}, {0, 2}, {1, 3}, {2, 0, 1}, {0, 1, 2, 3}}) {
+    FunctionBuilder b("f");
+    Function f = BuildOrDie(b, {b.ReduceSum(b.Parameter(x.shape()), axes)});
+    std::vector<Literal> out = RunOrDie(f, {x});
+    std::vector<int64_t> rdims;
+    std::vector<bool> reduced(4, false);
+    for (int64_t a : axes) reduced[a] = true;
+    for (int d = 0; d < 4; ++d) {
+      if (!reduced[d]) rdims.push_back(dims[d]);
+    }
+    std::vector<double> sums(F32(rdims).num_elements(), 0.0);
+    for (int64_t i = 0; i < 120; ++i) {
+      std::vector<int64_t> idx = Unravel(i, dims), ridx;
+      for (int d = 0; d < 4; ++d) {
+        if (!reduced[d]) ridx.push_back(idx[d]);
+      }
+      sums[Ravel(ridx, rdims)] += x.values<float>()[i];
+    }
+    EXPECT_EQ(out[0].shape(), F32(rdims));
+    ExpectNear(out[0], std::vector<float>(sums.begin(), sums.end()), 1e-5f);
+  }
+}
+
+TEST(CpuExecutableTest, ReduceSumOfIntegers) {
+  Literal x = Literal::I32({2, 3}, {1, 2, 3, 4, 5, 6});
+  FunctionBuilder b("f");
+  Value p = b.Parameter(x.shape());
+  std::vector<Literal> out =
+      RunOrDie(BuildOrDie(b, {b.ReduceSum(p, {0}), b.ReduceSum(p, {1})}), {x});
+  EXPECT_EQ(out[0], Literal::I32({3}, {5, 7, 9}));
+  EXPECT_EQ(out[1], Literal::I32({2}, {6, 15}));
+}
+
+TEST(CpuExecutableTest, MatmulMatchesReference) {
+  const int64_t m = 64, k = 48, n = 32;
+  const Literal a = RandomF32({m, k}, 7);
+  const Literal c = RandomF32({k, n}, 8);
+  const Literal ai = RandomI32({m, k}, 9);
+  const Literal ci = RandomI32({k, n}, 10);
+  FunctionBuilder b("f");
+  Value pa = b.Parameter(a.shape());
+  Value pc = b.Parameter(c.shape());
+  Value pai = b.Parameter(ai.shape());
+  Value pci = b.Parameter(ci.shape());
+  std::vector<Literal> out =
+      RunOrDie(BuildOrDie(b, {b.Matmul(pa, pc), b.Matmul(pai, pci)}), {a, c, ai, ci});
+  std::vector<float> expected;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = 0;
+      int32_t isum = 0;
+      for (int64_t l = 0; l < k; ++l) {
+        sum += double{a.values<float>()[i * k + l]} * c.values<float>()[l * n + j];
+        isum += ai.values<int32_t>()[i * k + l] * ci.values<int32_t>()[l * n + j];
+      }
+      expected.push_back(static_cast<float>(sum));
+      EXPECT_EQ(out[1].values<int32_t>()[i * n + j], isum);
+    }
+  }
+  ExpectNear(out[0], expected, 1e-4f);
+}
+
+TEST(CpuExecutableTest, ConvertAmongAllDtypes) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Literal x = Literal::F32({6}, {1.9f, -1.9f, 0.0f, 3e10f, -3e10f, nan});
+  FunctionBuilder b("f");
+  Value p = b.Parameter(x.shape());
+  Value as_i32 = b.Convert(p, DType::kI32);
+  Value as_pred = b.Convert(p, DType::kPred);
+  Value back = b.Convert(as_i32, DType::kF32);
+  Value pred_to_i32 = b.Convert(as_pred, DType::kI32);
+  Value pred_to_f32 = b.Convert(as_pred, DType::kF32);
+  Value i32_to_pred = b.Convert(as_i32, DType::kPred);
+  std::vector<Literal> out = RunOrDie(
+      BuildOrDie(b, {as_i32, as_pred, back, pred_to_i32, pred_to_f32, i32_to_pred}), {x});
+  const int32_t kMin = std::numeric_limits<int32_t>::min();
+  const int32_t kMax = std::numeric_limits<int32_t>::max();
+  EXPECT_EQ(out[0], Literal::I32({6}, {1, -1, 0, kMax, kMin, 0}));
+  EXPECT_EQ(out[1].shape(), Shape(DType::kPred, {6}));
+  EXPECT_EQ(std::vector<uint8_t>(out[1].values<uint8_t>().begin(),
+                                 out[1].values<uint8_t>().end()),
+            (std::vector<uint8_t>{1, 1, 0, 1, 1, 1}));
+  ExpectNear(out[2], {1, -1, 0, static_cast<float>(kMax), static_cast<float>(kMin), 0}, 0);
+  EXPECT_EQ(out[3], Literal::I32({6}, {1, 1, 0, 1, 1, 1}));
+  ExpectNear(out[4], {1, 1, 0, 1, 1, 1}, 0);
+  EXPECT_EQ(std::vector<uint8_t>(out[5].values<uint8_t>().begin(),
+                                 out[5].values<uint8_t>().end()),
+            (std::vector<uint8_t>{1, 1, 0, 1, 1, 0}));
+}
+
+TEST(CpuExecutableTest, ReshapeConstantsAndAliasedOutputs) {
+  Literal x = Literal::F32({2, 3}, {1, 2, 3, 4, 5, 6});
+  FunctionBuilder b("f");
+  Value p = b.Parameter(x.shape());
+  Value c = b.Constant(Literal::I32({2}, {10, 20}));
+  Value r = b.Reshape(p, {3, 2});
+  // Results: a parameter, a constant, a computed value twice.
+  Function f = BuildOrDie(b, {p, c, r, r, b.Neg(r)});
+  std::vector<Literal> out = RunOrDie(f, {x});
+  EXPECT_EQ(out[0], x);
+  EXPECT_EQ(out[1], Literal::I32({2}, {10, 20}));
+  EXPECT_EQ(out[2], Literal::F32({3, 2}, {1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(out[3], out[2]);
+  EXPECT_EQ(out[4], Literal::F32({3, 2}, {-1, -2, -3, -4, -5, -6}));
+}
+
+TEST(CpuExecutableTest, ZeroSizedValuesRun) {
+  FunctionBuilder b("f");
+  Value p = b.Parameter(F32({0, 3}));
+  Value t = b.Transpose(b.Exp(p), {1, 0});
+  Value m = b.Matmul(t, b.Parameter(F32({0, 2})));  // [3,0] x [0,2] = zeros
+  std::vector<Literal> out = RunOrDie(
+      BuildOrDie(b, {t, m, b.ReduceSum(p, {0})}), {Literal(F32({0, 3})), Literal(F32({0, 2}))});
+  EXPECT_EQ(out[0].shape(), F32({3, 0}));
+  EXPECT_EQ(out[1], Literal::F32({3, 2}, {0, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(out[2], Literal::F32({3}, {0, 0, 0}));
+}
+
+int64_t ThreadCpuNanos() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+TEST(CpuExecutableTest, DelayWaitsWithoutBurningCpuAndReturnsItsOperand) {
+  const Literal x = RandomF32({4, 4}, 11);
+  FunctionBuilder b("f");
+  Value d = b.Delay(b.Parameter(x.shape()), 150'000);
+  auto exe = CompileOrDie(BuildOrDie(b, {d}));
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t cpu_start = ThreadCpuNanos();
+  absl::StatusOr<std::vector<Literal>> out = RunExe(*exe, {x});
+  const int64_t cpu_nanos = ThreadCpuNanos() - cpu_start;
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)[0], x);
+  EXPECT_GE(elapsed, std::chrono::microseconds(150'000));
+  EXPECT_LT(cpu_nanos, 50'000'000) << "the delay should sleep, not spin";
+}
+
+// Emulates a 2-member group in which the peer holds the same data: sum
+// doubles, max is the identity. Records the collective indices it sees.
+class FakeCollectives final : public CollectiveOps {
+ public:
+  absl::Status AllReduce(int index, absl::Span<const std::string> axes,
+                         ir::ReduceKind kind, const Shape& shape, void* data) override {
+    {
+      MutexLock lock(&mu_);
+      indices_.push_back(index);
+      axes_.assign(axes.begin(), axes.end());
+    }
+    if (fail_) return absl::UnavailableError("peer lost");
+    if (kind == ReduceKind::kMax) return absl::OkStatus();
+    const int64_t n = shape.num_elements();
+    if (shape.dtype == DType::kF32) {
+      float* p = static_cast<float*>(data);
+      for (int64_t i = 0; i < n; ++i) p[i] *= 2;
+    } else {
+      int32_t* p = static_cast<int32_t*>(data);
+      for (int64_t i = 0; i < n; ++i) p[i] *= 2;
+    }
+    return absl::OkStatus();
+  }
+
+  std::vector<int> indices() const {
+    MutexLock lock(&mu_);
+    return indices_;
+  }
+  std::vector<std::string> axes() const {
+    MutexLock lock(&mu_);
+    return axes_;
+  }
+  bool fail_ = false;
+
+ private:
+  mutable Mutex mu_;
+  std::vector<int> indices_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> axes_ ABSL_GUARDED_BY(mu_);
+};
+
+TEST(CpuExecutableTest, AllReduceDelegatesToCollectivesInInstructionOrder) {
+  Literal x = Literal::F32({3}, {1, 2, 3});
+  FunctionBuilder b("f");
+  Value p = b.Parameter(x.shape());
+  Value once = b.AllReduce(p, {"data"});
+  Value twice = b.AllReduce(b.Neg(once), {"data", "model"});
+  Value same = b.AllReduce(p, {"model"}, ReduceKind::kMax);
+  Value i = b.AllReduce(b.Convert(p, DType::kI32), {"data"});
+  FakeCollectives collectives;
+  std::vector<Literal> out =
+      RunOrDie(BuildOrDie(b, {twice, once, same, i, p}), {x}, &collectives);
+  EXPECT_EQ(out[0], Literal::F32({3}, {-4, -8, -12}));
+  EXPECT_EQ(out[1], Literal::F32({3}, {2, 4, 6}));
+  EXPECT_EQ(out[2], x);
+  EXPECT_EQ(out[3], Literal::I32({3}, {2, 4, 6}));
+  EXPECT_EQ(out[4], x) << "the input must not be reduced in place";
+  EXPECT_EQ(collectives.indices(), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(collectives.axes(), (std::vector<std::string>{"data"}));
+}
+
+TEST(CpuExecutableTest, AllReduceWithoutCollectivesFails) {
+  FunctionBuilder b("needs_peers");
+  Value r = b.AllReduce(b.Parameter(F32({2})), {"data"});
+  absl::StatusOr<std::vector<Literal>> out =
+      RunExe(*CompileOrDie(BuildOrDie(b, {r})), {Literal(F32({2}))});
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(out.status().message()),
+              HasSubstr("function needs_peers, instruction 1 (all_reduce)"));
+}
+
+TEST(CpuExecutableTest, CollectiveErrorsCarryInstructionContext) {
+  FunctionBuilder b("f");
+  Value r = b.AllReduce(b.Exp(b.Parameter(F32({2}))), {"data"});
+  FakeCollectives collectives;
+  collectives.fail_ = true;
+  absl::StatusOr<std::vector<Literal>> out =
+      RunExe(*CompileOrDie(BuildOrDie(b, {r})), {Literal(F32({2}))}, &collectives);
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(out.status().message()),
+              HasSubstr("instruction 2 (all_reduce): peer lost"));
+}
+
+TEST(CpuExecutableTest, CompileRejectsInvalidFunctions) {
+  Function bad("bad", {}, {}, {0});
+  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::Compile(bad);
+  EXPECT_EQ(exe.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CpuExecutableTest, RunRejectsWrongBufferCounts) {
+  FunctionBuilder b("f");
+  Value p = b.Parameter(F32({2}));
+  auto exe = CompileOrDie(BuildOrDie(b, {b.Neg(p)}));
+  Literal in(F32({2})), out(F32({2}));
+  const void* ins[] = {in.data(), in.data()};
+  void* outs[] = {out.data()};
+  EXPECT_EQ(exe->Run(absl::MakeConstSpan(ins, 2), outs, {}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(exe->Run(absl::MakeConstSpan(ins, 1), {}, {}).code(),
+            absl::StatusCode::kInvalidArgument);
+  const void* null_in[] = {nullptr};
+  EXPECT_EQ(exe->Run(null_in, outs, {}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(exe->Run(absl::MakeConstSpan(ins, 1), outs, {}).ok());
+}
+
+// x -> 50 ops mixing shapes -> result, with a naive reference.
+Function LongChain() {
+  FunctionBuilder b("chain");
+  Value x = b.Parameter(F32({8, 6}));
+  Value y = b.Parameter(F32({8, 6}));
+  Value v = x;
+  for (int i = 0; i < 10; ++i) {
+    Value t = b.Transpose(v, {1, 0});                      // [6,8]
+    Value s = b.Reshape(t, {8, 6});                        // scrambles layout
+    Value m = b.Mul(s, y);
+    Value e = b.Max(m, b.Neg(v));
+    v = b.Add(e, x);                                       // 6 ops per round
+  }
+  Value r = b.ReduceSum(v, {0});
+  return BuildOrDie(b, {r, v});
+}
+
+std::vector<float> LongChainReference(const Literal& x, const Literal& y) {
+  std::vector<float> v(x.values<float>().begin(), x.values<float>().end());
+  for (int i = 0; i < 10; ++i) {
+    std::vector<float> t(48), e(48);
+    for (int r = 0; r < 8; ++r)
+      for (int c = 0; c < 6; ++c) t[c * 8 + r] = v[r * 6 + c];
+    for (int j = 0; j < 48; ++j) {
+      e[j] = std::max(t[j] * y.values<float>()[j], -v[j]) + x.values<float>()[j];
+    }
+    v = e;
+  }
+  return v;
+}
+
+TEST(CpuExecutableTest, BufferReuseKeepsLongChainsCorrect) {
+  const Function f = LongChain();
+  ASSERT_GE(f.instructions().size(), 50u);
+  const ExecutionPlan plan = PlanExecution(f);
+  EXPECT_GT(plan.arena_bytes, 0);
+  EXPECT_LE(plan.arena_bytes * 5, plan.unshared_arena_bytes) << "arena space is reused";
+  const Literal x = RandomF32({8, 6}, 12);
+  const Literal y = RandomF32({8, 6}, 13, -1, 1);
+  std::vector<Literal> out = RunOrDie(f, {x, y});
+  const std::vector<float> v = LongChainReference(x, y);
+  ExpectNear(out[1], v, 1e-5f);
+  std::vector<float> sums(6, 0);
+  for (int r = 0; r < 8; ++r)
+    for (int c = 0; c < 6; ++c) sums[c] += v[r * 6 + c];
+  ExpectNear(out[0], sums, 1e-4f);
+}
+
+TEST(CpuExecutableTest, PlanSkipsDeadCodeButKeepsEffects) {
+  FunctionBuilder b("f");
+  Value p = b.Parameter(F32({2}));
+  b.Exp(p);                        // dead
+  b.Delay(p, 1);                   // effect: kept
+  b.AllReduce(p, {"data"});        // effect: kept
+  Value r = b.Neg(p);
+  const ExecutionPlan plan = PlanExecution(BuildOrDie(b, {r}));
+  std::vector<int> steps;
+  for (const Step& s : plan.steps) steps.push_back(s.instruction);
+  EXPECT_EQ(steps, (std::vector<int>{2, 3, 4}));
+  EXPECT_EQ(plan.steps[1].collective_index, 0);
+}
+
+TEST(CpuExecutableTest, ConcurrentRunsDoNotShareTemporaries) {
+  auto exe = CompileOrDie(LongChain());
+  std::vector<std::thread> threads;
+  std::vector<int> ok(4, 0);  // not vector<bool>: threads write neighbouring bits
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      bool all = true;
+      for (int iter = 0; iter < 25; ++iter) {
+        const Literal x = RandomF32({8, 6}, 100 + t * 1000 + iter);
+        const Literal y = RandomF32({8, 6}, 200 + t * 1000 + iter, -1, 1);
+        absl::StatusOr<std::vector<Literal>> out = RunExe(*exe, {x, y});
+        if (!out.ok()) {
+          all = false;
+          continue;
+        }
+        const std::vector<float> v = LongChainReference(x, y);
+        absl::Span<const float> got = (*out)[1].values<float>();
+        for (size_t j = 0; j < v.size(); ++j) {
+          if (std::fabs(got[j] - v[j]) > 1e-5f * (1 + std::fabs(v[j]))) all = false;
+        }
+      }
+      ok[t] = all ? 1 : 0;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int t = 0; t < 4; ++t) EXPECT_TRUE(ok[t]) << "thread " << t;
+}
+
+}  // namespace
+}  // namespace causeway::backend::cpu

@@ -1,0 +1,354 @@
+#include "causeway/backend/cpu/kernels.h"
+
+// Each device computes on one thread: keep Eigen's GEMM single-threaded even
+// if some build turns on OpenMP, and never route through a (possibly
+// multi-threaded) BLAS.
+#ifndef EIGEN_DONT_PARALLELIZE
+#define EIGEN_DONT_PARALLELIZE
+#endif
+#ifdef EIGEN_USE_BLAS
+#undef EIGEN_USE_BLAS
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "Eigen/Core"
+#include "causeway/base/check.h"
+
+namespace causeway::backend::cpu::kernels {
+namespace {
+
+using ir::DType;
+using ir::OpKind;
+
+template <typename T>
+using ConstArray = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+template <typename T>
+using MutArray = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
+template <typename T>
+using ConstMatrix =
+    Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
+template <typename T>
+using MutMatrix =
+    Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
+
+// Arithmetic on f32, or on i32 reinterpreted as uint32 so that overflow
+// wraps instead of being undefined (int32 and uint32 may alias).
+template <typename T>
+void BinaryArith(OpKind op, const void* a_ptr, const void* b_ptr, void* out_ptr,
+                 int64_t n) {
+  ConstArray<T> a(static_cast<const T*>(a_ptr), n);
+  ConstArray<T> b(static_cast<const T*>(b_ptr), n);
+  MutArray<T> out(static_cast<T*>(out_ptr), n);
+  switch (op) {
+    case OpKind::kAdd:
+      out = a + b;
+      return;
+    case OpKind::kSub:
+      out = a - b;
+      return;
+    case OpKind::kMul:
+      out = a * b;
+      return;
+    default:
+      CW_CHECK(false) << "not an arithmetic op: " << ir::OpName(op);
+  }
+}
+
+void DivI32(const int32_t* a, const int32_t* b, int32_t* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (b[i] == 0) {
+      out[i] = -1;
+    } else if (b[i] == -1 && a[i] == std::numeric_limits<int32_t>::min()) {
+      out[i] = a[i];
+    } else {
+      out[i] = a[i] / b[i];
+    }
+  }
+}
+
+template <typename T>
+void Max(const void* a_ptr, const void* b_ptr, void* out_ptr, int64_t n) {
+  ConstArray<T> a(static_cast<const T*>(a_ptr), n);
+  ConstArray<T> b(static_cast<const T*>(b_ptr), n);
+  MutArray<T> out(static_cast<T*>(out_ptr), n);
+  out = a.max(b);
+}
+
+// Copies `src`, read with per-result-dimension element strides
+// `src_strides` (0 repeats an element), into the dense row-major `dst` of
+// shape `dims`.
+template <typename T>
+void StridedGather(const T* src, absl::Span<const int64_t> src_strides,
+                   absl::Span<const int64_t> dims, T* dst) {
+  const size_t rank = dims.size();
+  if (rank == 0) {
+    dst[0] = src[0];
+    return;
+  }
+  for (int64_t d : dims) {
+    if (d == 0) return;
+  }
+  const int64_t inner = dims[rank - 1];
+  const int64_t inner_stride = src_strides[rank - 1];
+  std::vector<int64_t> index(rank - 1, 0);
+  int64_t src_offset = 0;
+  while (true) {
+    const T* s = src + src_offset;
+    if (inner_stride == 1) {
+      std::memcpy(dst, s, static_cast<size_t>(inner) * sizeof(T));
+    } else if (inner_stride == 0) {
+      std::fill(dst, dst + inner, *s);
+    } else {
+      for (int64_t j = 0; j < inner; ++j) dst[j] = s[j * inner_stride];
+    }
+    dst += inner;
+    // Advance the multi-index over the outer dimensions.
+    size_t d = rank - 1;
+    while (d > 0) {
+      --d;
+      src_offset += src_strides[d];
+      if (++index[d] < dims[d]) break;
+      src_offset -= src_strides[d] * dims[d];
+      index[d] = 0;
+      if (d == 0) return;
+    }
+    if (rank == 1) return;
+  }
+}
+
+void Gather(DType dtype, const void* src, absl::Span<const int64_t> src_strides,
+            absl::Span<const int64_t> dims, void* dst) {
+  if (ir::ByteSize(dtype) == 1) {
+    StridedGather(static_cast<const uint8_t*>(src), src_strides, dims,
+                  static_cast<uint8_t*>(dst));
+  } else {
+    StridedGather(static_cast<const uint32_t*>(src), src_strides, dims,
+                  static_cast<uint32_t*>(dst));
+  }
+}
+
+// Adds every element of `src` (shape `dims`, dense) into dst at offset
+// sum(index[d] * dst_strides[d]); dst_strides is 0 along reduced axes.
+template <typename T>
+void ScatterAdd(const T* src, absl::Span<const int64_t> dims,
+                absl::Span<const int64_t> dst_strides, T* dst) {
+  const size_t rank = dims.size();
+  if (rank == 0) {
+    dst[0] += src[0];
+    return;
+  }
+  for (int64_t d : dims) {
+    if (d == 0) return;
+  }
+  const int64_t inner = dims[rank - 1];
+  const int64_t inner_stride = dst_strides[rank - 1];
+  std::vector<int64_t> index(rank - 1, 0);
+  int64_t dst_offset = 0;
+  while (true) {
+    T* o = dst + dst_offset;
+    if (inner_stride == 0) {
+      T sum = T(0);
+      for (int64_t j = 0; j < inner; ++j) sum += src[j];
+      *o += sum;
+    } else {
+      for (int64_t j = 0; j < inner; ++j) o[j * inner_stride] += src[j];
+    }
+    src += inner;
+    size_t d = rank - 1;
+    while (d > 0) {
+      --d;
+      dst_offset += dst_strides[d];
+      if (++index[d] < dims[d]) break;
+      dst_offset -= dst_strides[d] * dims[d];
+      index[d] = 0;
+      if (d == 0) return;
+    }
+    if (rank == 1) return;
+  }
+}
+
+template <typename To>
+To FromF32(float v) {
+  if constexpr (std::is_same_v<To, int32_t>) {
+    if (std::isnan(v)) return 0;
+    if (v <= -2147483648.0f) return std::numeric_limits<int32_t>::min();
+    if (v >= 2147483648.0f) return std::numeric_limits<int32_t>::max();
+    return static_cast<int32_t>(v);
+  } else {
+    return static_cast<To>(v);
+  }
+}
+
+template <typename From, typename To>
+void ConvertLoop(const void* in_ptr, void* out_ptr, int64_t n) {
+  const From* in = static_cast<const From*>(in_ptr);
+  To* out = static_cast<To*>(out_ptr);
+  for (int64_t i = 0; i < n; ++i) {
+    if constexpr (std::is_same_v<To, uint8_t>) {
+      out[i] = in[i] != From(0) ? 1 : 0;
+    } else if constexpr (std::is_same_v<From, uint8_t>) {
+      out[i] = in[i] != 0 ? To(1) : To(0);
+    } else if constexpr (std::is_same_v<From, float>) {
+      out[i] = FromF32<To>(in[i]);
+    } else {
+      out[i] = static_cast<To>(in[i]);
+    }
+  }
+}
+
+template <typename From>
+void ConvertFrom(DType to, const void* in, void* out, int64_t n) {
+  switch (to) {
+    case DType::kF32:
+      return ConvertLoop<From, float>(in, out, n);
+    case DType::kI32:
+      return ConvertLoop<From, int32_t>(in, out, n);
+    case DType::kPred:
+      return ConvertLoop<From, uint8_t>(in, out, n);
+  }
+}
+
+}  // namespace
+
+void Binary(OpKind op, DType dtype, const void* a, const void* b, void* out, int64_t n) {
+  if (n == 0) return;
+  const bool f32 = dtype == DType::kF32;
+  CW_CHECK(f32 || dtype == DType::kI32) << "binary op on " << ir::DTypeName(dtype);
+  switch (op) {
+    case OpKind::kAdd:
+    case OpKind::kSub:
+    case OpKind::kMul:
+      if (f32) return BinaryArith<float>(op, a, b, out, n);
+      return BinaryArith<uint32_t>(op, a, b, out, n);
+    case OpKind::kDiv:
+      if (f32) {
+        MutArray<float>(static_cast<float*>(out), n) =
+            ConstArray<float>(static_cast<const float*>(a), n) /
+            ConstArray<float>(static_cast<const float*>(b), n);
+        return;
+      }
+      return DivI32(static_cast<const int32_t*>(a), static_cast<const int32_t*>(b),
+                    static_cast<int32_t*>(out), n);
+    case OpKind::kMax:
+      if (f32) return Max<float>(a, b, out, n);
+      return Max<int32_t>(a, b, out, n);
+    default:
+      CW_CHECK(false) << "not a binary op: " << ir::OpName(op);
+  }
+}
+
+void Unary(OpKind op, DType dtype, const void* a, void* out, int64_t n) {
+  if (n == 0) return;
+  if (op == OpKind::kExp) {
+    CW_CHECK(dtype == DType::kF32) << "exp on " << ir::DTypeName(dtype);
+    MutArray<float>(static_cast<float*>(out), n) =
+        ConstArray<float>(static_cast<const float*>(a), n).exp();
+    return;
+  }
+  CW_CHECK(op == OpKind::kNeg) << "not a unary op: " << ir::OpName(op);
+  if (dtype == DType::kF32) {
+    MutArray<float>(static_cast<float*>(out), n) =
+        -ConstArray<float>(static_cast<const float*>(a), n);
+  } else {
+    CW_CHECK(dtype == DType::kI32) << "neg on " << ir::DTypeName(dtype);
+    MutArray<uint32_t>(static_cast<uint32_t*>(out), n) =
+        uint32_t{0} - ConstArray<uint32_t>(static_cast<const uint32_t*>(a), n);
+  }
+}
+
+void BroadcastInDim(const ir::Shape& operand, absl::Span<const int64_t> operand_dims,
+                    const ir::Shape& result, const void* in, void* out) {
+  const std::vector<int64_t> operand_strides = ir::RowMajorStrides(operand.dims);
+  std::vector<int64_t> src_strides(result.dims.size(), 0);
+  for (size_t i = 0; i < operand_dims.size(); ++i) {
+    if (operand.dims[i] != 1) src_strides[operand_dims[i]] = operand_strides[i];
+  }
+  Gather(result.dtype, in, src_strides, result.dims, out);
+}
+
+void Transpose(const ir::Shape& operand, absl::Span<const int64_t> perm, const void* in,
+               void* out) {
+  const std::vector<int64_t> operand_strides = ir::RowMajorStrides(operand.dims);
+  std::vector<int64_t> src_strides(perm.size());
+  std::vector<int64_t> result_dims(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) {
+    src_strides[i] = operand_strides[perm[i]];
+    result_dims[i] = operand.dims[perm[i]];
+  }
+  Gather(operand.dtype, in, src_strides, result_dims, out);
+}
+
+void ReduceSum(const ir::Shape& operand, absl::Span<const int64_t> axes, const void* in,
+               void* out) {
+  std::vector<bool> reduced(operand.dims.size(), false);
+  for (int64_t a : axes) reduced[a] = true;
+  std::vector<int64_t> result_dims;
+  for (size_t i = 0; i < operand.dims.size(); ++i) {
+    if (!reduced[i]) result_dims.push_back(operand.dims[i]);
+  }
+  const std::vector<int64_t> result_strides = ir::RowMajorStrides(result_dims);
+  std::vector<int64_t> dst_strides(operand.dims.size(), 0);
+  for (size_t i = 0, r = 0; i < operand.dims.size(); ++i) {
+    if (!reduced[i]) dst_strides[i] = result_strides[r++];
+  }
+  const ir::Shape result(operand.dtype, result_dims);
+  std::memset(out, 0, static_cast<size_t>(result.byte_size()));
+  if (operand.dtype == DType::kF32) {
+    ScatterAdd(static_cast<const float*>(in), operand.dims, dst_strides,
+               static_cast<float*>(out));
+  } else {
+    CW_CHECK(operand.dtype == DType::kI32) << "reduce_sum on "
+                                           << ir::DTypeName(operand.dtype);
+    ScatterAdd(static_cast<const uint32_t*>(in), operand.dims, dst_strides,
+               static_cast<uint32_t*>(out));
+  }
+}
+
+void Matmul(DType dtype, int64_t m, int64_t k, int64_t n, const void* a, const void* b,
+            void* out) {
+  if (m == 0 || n == 0) return;
+  if (dtype == DType::kF32) {
+    MutMatrix<float> c(static_cast<float*>(out), m, n);
+    if (k == 0) {
+      c.setZero();
+      return;
+    }
+    c.noalias() = ConstMatrix<float>(static_cast<const float*>(a), m, k) *
+                  ConstMatrix<float>(static_cast<const float*>(b), k, n);
+  } else {
+    CW_CHECK(dtype == DType::kI32) << "matmul on " << ir::DTypeName(dtype);
+    // Wrapping arithmetic: the low 32 bits of the product do not depend on
+    // signedness.
+    MutMatrix<uint32_t> c(static_cast<uint32_t*>(out), m, n);
+    if (k == 0) {
+      c.setZero();
+      return;
+    }
+    c.noalias() = ConstMatrix<uint32_t>(static_cast<const uint32_t*>(a), m, k) *
+                  ConstMatrix<uint32_t>(static_cast<const uint32_t*>(b), k, n);
+  }
+}
+
+void Convert(DType from, DType to, const void* in, void* out, int64_t n) {
+  if (n == 0) return;
+  if (from == to) {
+    std::memcpy(out, in, static_cast<size_t>(n * ir::ByteSize(from)));
+    return;
+  }
+  switch (from) {
+    case DType::kF32:
+      return ConvertFrom<float>(to, in, out, n);
+    case DType::kI32:
+      return ConvertFrom<int32_t>(to, in, out, n);
+    case DType::kPred:
+      return ConvertFrom<uint8_t>(to, in, out, n);
+  }
+}
+
+}  // namespace causeway::backend::cpu::kernels

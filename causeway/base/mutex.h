@@ -1,0 +1,142 @@
+// Mutex, scoped lock and one-shot notification.
+//
+// Causeway uses these instead of absl::Mutex / absl::Notification. The
+// abseil in Debian bookworm is a prebuilt shared library without
+// ThreadSanitizer instrumentation, and absl::Mutex synchronises through raw
+// futex calls inside it, so TSan would see none of the happens-before edges
+// and report races on every guarded field. These wrappers sit on std::mutex
+// (pthreads, which TSan intercepts) and keep abseil's thread-safety
+// annotations and its Await(condition) style.
+#ifndef CAUSEWAY_BASE_MUTEX_H_
+#define CAUSEWAY_BASE_MUTEX_H_
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/time/time.h"
+
+namespace causeway {
+
+// A non-reentrant mutex with conditional waits. Await() re-evaluates its
+// condition whenever another thread releases the mutex, like absl::Mutex.
+// Thread-safe.
+class ABSL_LOCKABLE Mutex {
+ public:
+  Mutex() = default;
+  Mutex(const Mutex&) = delete;
+  Mutex& operator=(const Mutex&) = delete;
+
+  void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { mu_.lock(); }
+  void Unlock() ABSL_UNLOCK_FUNCTION() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    const bool wake = waiters_ > 0;
+    mu_.unlock();
+    if (wake) cv_.notify_all();
+  }
+  void AssertHeld() const ABSL_ASSERT_EXCLUSIVE_LOCK() {}
+
+  // REQUIRES: held. Blocks until `cond()` is true; `cond` runs with the
+  // mutex held.
+  template <typename Cond>
+  void Await(Cond cond) ABSL_EXCLUSIVE_LOCKS_REQUIRED(this)
+      ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    std::unique_lock<std::mutex> lock(mu_, std::adopt_lock);
+    ++waiters_;
+    // Waiting releases the mutex: like Unlock(), let other waiters re-check
+    // what this thread may have changed while holding it.
+    if (!cond()) {
+      if (waiters_ > 1) cv_.notify_all();
+      do {
+        cv_.wait(lock);
+      } while (!cond());
+    }
+    --waiters_;
+    lock.release();
+  }
+
+  // REQUIRES: held. Like Await, but gives up after `timeout`. Returns whether
+  // the condition holds.
+  template <typename Cond>
+  bool AwaitWithTimeout(Cond cond, absl::Duration timeout)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(this) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (timeout == absl::InfiniteDuration()) {
+      Await(std::move(cond));
+      return true;
+    }
+    // Clamp absurd timeouts so the deadline cannot overflow.
+    timeout = std::min(timeout, absl::Hours(24 * 365));
+    const auto deadline =
+        std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(timeout);
+    std::unique_lock<std::mutex> lock(mu_, std::adopt_lock);
+    ++waiters_;
+    bool ok = cond();
+    if (!ok && waiters_ > 1) cv_.notify_all();
+    while (!ok) {
+      if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
+        ok = cond();
+        break;
+      }
+      ok = cond();
+    }
+    --waiters_;
+    lock.release();
+    return ok;
+  }
+
+ private:
+  // The analysis cannot see std::mutex (libstdc++ does not annotate it), so
+  // the members below are checked by hand: waiters_ is guarded by mu_, and
+  // the methods that touch it opt out of the analysis.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int waiters_ = 0;
+};
+
+// Holds a Mutex for its scope: `MutexLock lock(&mu_);`.
+class ABSL_SCOPED_LOCKABLE MutexLock {
+ public:
+  explicit MutexLock(Mutex* mu) ABSL_EXCLUSIVE_LOCK_FUNCTION(mu) : mu_(mu) {
+    mu_->Lock();
+  }
+  ~MutexLock() ABSL_UNLOCK_FUNCTION() { mu_->Unlock(); }
+  MutexLock(const MutexLock&) = delete;
+  MutexLock& operator=(const MutexLock&) = delete;
+
+ private:
+  Mutex* const mu_;
+};
+
+// A one-shot event. Notify() once; any number of threads may wait.
+// Thread-safe.
+class Notification {
+ public:
+  void Notify() {
+    MutexLock lock(&mu_);
+    notified_ = true;
+  }
+  bool HasBeenNotified() const {
+    MutexLock lock(&mu_);
+    return notified_;
+  }
+  void WaitForNotification() const {
+    MutexLock lock(&mu_);
+    mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return notified_; });
+  }
+  // Returns whether the notification arrived within `timeout`.
+  bool WaitForNotificationWithTimeout(absl::Duration timeout) const {
+    MutexLock lock(&mu_);
+    return mu_.AwaitWithTimeout(
+        [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return notified_; }, timeout);
+  }
+
+ private:
+  mutable Mutex mu_;
+  bool notified_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace causeway
+
+#endif  // CAUSEWAY_BASE_MUTEX_H_

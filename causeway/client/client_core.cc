@@ -1,0 +1,308 @@
+#include "causeway/client/client_core.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "causeway/base/check.h"
+#include "causeway/base/status_macros.h"
+#include "causeway/ir/verifier.h"
+
+namespace causeway::internal {
+
+ArrayState::~ArrayState() {
+  if (released.load()) return;
+  // Never release before the producing run reached the hosts.
+  std::weak_ptr<ClientCore> weak = core;
+  const ArrayId array = id;
+  std::vector<HostId> hosts = shard_hosts;
+  submitted.OnReady([weak, array, hosts](const absl::StatusOr<Unit>&) {
+    if (auto c = weak.lock()) c->QueueRelease(array, hosts);
+  });
+}
+
+ClientCore::ClientCore(ClusterConnection* cluster, ClientOptions options, ClientId id)
+    : cluster_(cluster), options_(std::move(options)), id_(id) {}
+
+ClientCore::~ClientCore() { Disconnect(); }
+
+void ClientCore::Start() {
+  release_thread_ = std::thread([this] { ReleaseLoop(); });
+  control_thread_ = std::thread([this] { ControlLoop(); });
+}
+
+absl::Status ClientCore::CheckConnected() const {
+  MutexLock lock(&mu_);
+  if (!connected_) {
+    return absl::FailedPreconditionError(absl::StrCat(id_.ToString(), " is disconnected"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Mesh> ClientCore::AllocateMesh(const MeshRequest& request) {
+  CW_RETURN_IF_ERROR(CheckConnected());
+  return cluster_->resources()->AllocateMesh(id_, request);
+}
+
+Array ClientCore::MakeArray(ArrayId id, const ir::Shape& shape, const Mesh& mesh,
+                            const Sharding& sharding, Future<Unit> submitted) {
+  auto state = std::make_shared<ArrayState>();
+  state->core = shared_from_this();
+  state->id = id;
+  state->shape = shape;
+  state->mesh = mesh;
+  state->sharding = sharding;
+  const Topology topology = cluster_->resources()->GetTopology();
+  for (DeviceId d : mesh.devices()) {
+    absl::StatusOr<DeviceInfo> info = topology.device(d);
+    state->shard_hosts.push_back(info.ok() ? info->host : HostId());
+  }
+  state->submitted = std::move(submitted);
+  return Array(std::move(state));
+}
+
+absl::Status ClientCore::CheckArgument(const Array& array, absl::string_view what) const {
+  if (!array.valid()) return absl::InvalidArgumentError(absl::StrCat(what, ": null array"));
+  const ArrayState& s = *array.state_;
+  if (s.core.get() != this) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", s.id.ToString(), " belongs to ",
+                                                   s.core->id().ToString(), ", not ",
+                                                   id_.ToString()));
+  }
+  if (s.released.load()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", s.id.ToString(), " was released"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Array> ClientCore::Put(const ir::Literal& value, const Mesh& mesh,
+                                      const Sharding& sharding) {
+  CW_RETURN_IF_ERROR(CheckConnected());
+  CW_RETURN_IF_ERROR(sharding.Validate(value.shape(), mesh));
+  const Topology topology = cluster_->resources()->GetTopology();
+  const ir::Shape shard_shape = sharding.ShardShape(value.shape(), mesh);
+  std::vector<DeviceInfo> devices;
+  for (DeviceId d : mesh.devices()) {
+    CW_ASSIGN_OR_RETURN(DeviceInfo info, topology.device(d));
+    if (shard_shape.byte_size() > info.memory_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "Put: a shard of ", shard_shape.ToString(), " (", shard_shape.byte_size(),
+          " bytes) exceeds the whole memory of ", d.ToString(), " (", info.memory_bytes,
+          " bytes)"));
+    }
+    devices.push_back(info);
+  }
+  const ArrayId id(next_array_++);
+  const std::vector<int64_t> zero(shard_shape.dims.size(), 0);
+  for (int s = 0; s < mesh.size(); ++s) {
+    std::vector<Range> ranges = sharding.ShardRanges(value.shape(), mesh, s);
+    std::vector<int64_t> offset;
+    for (const Range& r : ranges) offset.push_back(r.begin);
+    ir::Literal shard(shard_shape);
+    CopyBox(value.data(), value.shape().dims, offset, shard.data(), shard_shape.dims, zero,
+            shard_shape.dims, ir::ByteSize(shard_shape.dtype));
+    HostService* host = cluster_->host(devices[s].host);
+    if (host == nullptr) {
+      return absl::UnavailableError(absl::StrCat(devices[s].host.ToString(), " is gone"));
+    }
+    CW_RETURN_IF_ERROR(host->PutShard(id, s, devices[s].local_index, id_, std::move(shard)));
+  }
+  return MakeArray(id, value.shape(), mesh, sharding, Future<Unit>::Ready(Unit{}));
+}
+
+absl::StatusOr<CompiledFunction> ClientCore::Compile(const ir::Function& function,
+                                                     const Mesh& mesh,
+                                                     const CompileOptions& options) {
+  CW_RETURN_IF_ERROR(CheckConnected());
+  CW_RETURN_IF_ERROR(ir::Verify(function));
+  const std::string where = absl::StrCat("compiling ", function.name(), " for mesh ",
+                                         mesh.ToString());
+  if (mesh.size() == 0) return absl::InvalidArgumentError(absl::StrCat(where, ": empty mesh"));
+  for (const std::string& axis : function.CollectiveAxes()) {
+    if (mesh.AxisIndex(axis) < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": a collective names mesh axis '", axis, "', which the mesh lacks"));
+    }
+  }
+  auto state = std::make_shared<CompiledState>();
+  state->id = next_compiled_++;
+  state->client = id_;
+  state->function = function;
+  state->mesh = mesh;
+  state->in_shardings = options.in_shardings;
+  state->out_shardings = options.out_shardings;
+  if (state->in_shardings.empty()) {
+    for (int i = 0; i < function.num_parameters(); ++i) {
+      state->in_shardings.push_back(Sharding::Replicated(function.parameter_shape(i).rank()));
+    }
+  }
+  if (state->out_shardings.empty()) {
+    for (int i = 0; i < function.num_outputs(); ++i) {
+      state->out_shardings.push_back(Sharding::Replicated(function.output_shape(i).rank()));
+    }
+  }
+  if (static_cast<int>(state->in_shardings.size()) != function.num_parameters() ||
+      static_cast<int>(state->out_shardings.size()) != function.num_outputs()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": ", state->in_shardings.size(), " input and ", state->out_shardings.size(),
+        " output shardings given for ", function.num_parameters(), " parameters and ",
+        function.num_outputs(), " results"));
+  }
+  // Function shapes are per shard; global shapes multiply split dimensions.
+  auto global = [&](const ir::Shape& shard, const Sharding& sharding,
+                    const std::string& what) -> absl::StatusOr<ir::Shape> {
+    if (sharding.rank() != shard.rank()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": ", what, " has shape ",
+                                                     shard.ToString(), " but sharding ",
+                                                     sharding.ToString()));
+    }
+    ir::Shape g = shard;
+    for (int d = 0; d < shard.rank(); ++d) {
+      for (const std::string& axis : sharding.dims()[d]) {
+        const int a = mesh.AxisIndex(axis);
+        if (a < 0) break;  // Validate below reports it
+        g.dims[d] *= mesh.axes()[a].size;
+      }
+    }
+    CW_RETURN_IF_ERROR(Annotate(sharding.Validate(g, mesh), absl::StrCat(where, ": ", what)));
+    return g;
+  };
+  for (int i = 0; i < function.num_parameters(); ++i) {
+    CW_ASSIGN_OR_RETURN(ir::Shape g, global(function.parameter_shape(i), state->in_shardings[i],
+                                            absl::StrCat("parameter ", i)));
+    state->in_shapes.push_back(std::move(g));
+  }
+  for (int i = 0; i < function.num_outputs(); ++i) {
+    CW_ASSIGN_OR_RETURN(ir::Shape g, global(function.output_shape(i), state->out_shardings[i],
+                                            absl::StrCat("result ", i)));
+    state->out_shapes.push_back(std::move(g));
+  }
+  CW_ASSIGN_OR_RETURN(state->executable, backend::cpu::Executable::Compile(function));
+  return CompiledFunction(std::move(state));
+}
+
+ProgramBuilder ClientCore::NewProgram(std::string name) {
+  auto trace = std::make_unique<TraceState>();
+  trace->core = shared_from_this();
+  trace->name = std::move(name);
+  return ProgramBuilder(std::move(trace));
+}
+
+absl::StatusOr<std::vector<Array>> ClientCore::Call(const CompiledFunction& function,
+                                                    absl::Span<const Array> args) {
+  CW_RETURN_IF_ERROR(CheckConnected());
+  const CompiledState& f = *function.state_;
+  if (args.size() != f.in_shapes.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("function ", f.function.name(), " takes ",
+                                                   f.in_shapes.size(), " arguments, given ",
+                                                   args.size()));
+  }
+  // The cache key: the function and where each argument lives.
+  std::string key = absl::StrCat(f.id);
+  for (size_t i = 0; i < args.size(); ++i) {
+    CW_RETURN_IF_ERROR(
+        CheckArgument(args[i], absl::StrCat("argument ", i, " of ", f.function.name())));
+    absl::StrAppend(&key, "|", args[i].mesh().id().value(), args[i].sharding().ToString(),
+                    args[i].shape().ToString());
+  }
+  Program program;
+  {
+    MutexLock lock(&mu_);
+    auto it = call_cache_.find(key);
+    if (it != call_cache_.end()) program = it->second;
+  }
+  if (!program.state_) {
+    ProgramBuilder builder = NewProgram(f.function.name());
+    std::vector<TracedArray> params;
+    for (const Array& a : args) {
+      CW_ASSIGN_OR_RETURN(TracedArray p, builder.Parameter(a.shape(), a.mesh(), a.sharding()));
+      params.push_back(std::move(p));
+    }
+    CW_ASSIGN_OR_RETURN(std::vector<TracedArray> outs, builder.Call(function, params));
+    CW_ASSIGN_OR_RETURN(program, builder.Build(outs));
+    MutexLock lock(&mu_);
+    call_cache_.emplace(key, program);
+  }
+  return Run(program.state_, args);
+}
+
+absl::Status ClientCore::Submit(const RunRequest& run, const ProgramPlan& plan) {
+  if (options_.scheduling == SchedulerPath::kIslandScheduler) {
+    return cluster_->SubmitRun(run, plan.islands);
+  }
+  std::vector<HostId> hosts = plan.hosts;
+  if (options_.bypass_reverse_host_order) std::reverse(hosts.begin(), hosts.end());
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    cluster_->host(hosts[i])->EnqueueRun(run);
+    if (options_.bypass_hook) options_.bypass_hook(static_cast<int>(i));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Array>> ClientCore::Run(
+    const std::shared_ptr<const ProgramState>& state, absl::Span<const Array> args) {
+  CW_RETURN_IF_ERROR(CheckConnected());
+  const ProgramState& program = *state;
+  const ProgramPlan& plan = *program.plan;
+  if (args.size() != plan.parameters.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("program ", plan.name, " takes ",
+                                                   plan.parameters.size(),
+                                                   " arguments, given ", args.size()));
+  }
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string what = absl::StrCat("argument ", i, " of program ", plan.name);
+    CW_RETURN_IF_ERROR(CheckArgument(args[i], what));
+    const PlanValue& want = plan.values[plan.parameters[i]];
+    if (args[i].shape() != want.shape) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": expected ", want.shape.ToString(),
+                                                     ", given ", args[i].shape().ToString()));
+    }
+    if (args[i].mesh().devices() != want.mesh.devices() ||
+        args[i].sharding() != want.sharding) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": expected an array on mesh ", want.mesh.ToString(), " with sharding ",
+          want.sharding.ToString(), ", given one on ", args[i].mesh().ToString(), " with ",
+          args[i].sharding().ToString()));
+    }
+  }
+  std::vector<ArrayId> output_ids;
+  for (size_t k = 0; k < plan.outputs.size(); ++k) output_ids.push_back(ArrayId(next_array_++));
+
+  std::vector<Array> results;
+  if (options_.dispatch == DispatchMode::kParallel) {
+    RunRequest run;
+    run.program = plan.id;
+    run.run = RunId(next_run_++);
+    run.client = id_;
+    for (const Array& a : args) run.arguments.push_back(a.id());
+    run.outputs = output_ids;
+    CW_RETURN_IF_ERROR(Submit(run, plan));
+    for (const OutputSource& o : program.outputs) {
+      if (o.is_parameter) {
+        results.push_back(args[o.index]);
+        continue;
+      }
+      const PlanValue& v = plan.values[plan.outputs[o.index]];
+      results.push_back(MakeArray(output_ids[o.index], v.shape, v.mesh, v.sharding,
+                                  Future<Unit>::Ready(Unit{})));
+    }
+    return results;
+  }
+  std::vector<Promise<Unit>> submitted(plan.outputs.size());
+  for (const OutputSource& o : program.outputs) {
+    if (o.is_parameter) {
+      results.push_back(args[o.index]);
+      continue;
+    }
+    const PlanValue& v = plan.values[plan.outputs[o.index]];
+    results.push_back(MakeArray(output_ids[o.index], v.shape, v.mesh, v.sharding,
+                                submitted[o.index].future()));
+  }
+  RunSequential(state, std::vector<Array>(args.begin(), args.end()), results,
+                std::move(submitted));
+  return results;
+}
+
+}  // namespace causeway::internal

@@ -1,0 +1,164 @@
+// Internal state behind the client API handles. Not part of the public API.
+#ifndef CAUSEWAY_CLIENT_CLIENT_CORE_H_
+#define CAUSEWAY_CLIENT_CLIENT_CORE_H_
+
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "causeway/backend/cpu/executable.h"
+#include "causeway/base/mutex.h"
+#include "causeway/client/client.h"
+
+namespace causeway::internal {
+
+struct ArrayState {
+  std::shared_ptr<ClientCore> core;
+  ArrayId id;
+  ir::Shape shape;
+  Mesh mesh;
+  Sharding sharding;
+  std::vector<HostId> shard_hosts;  // by mesh position
+  // Ready once the run producing the array has reached its hosts (at once in
+  // parallel dispatch; later in sequential dispatch).
+  Future<Unit> submitted;
+  std::atomic<bool> released{false};
+
+  ~ArrayState();
+};
+
+struct CompiledState {
+  int64_t id = 0;
+  ClientId client;
+  ir::Function function;
+  std::shared_ptr<const backend::cpu::Executable> executable;
+  Mesh mesh;
+  std::vector<ir::Shape> in_shapes;
+  std::vector<ir::Shape> out_shapes;
+  std::vector<Sharding> in_shardings;
+  std::vector<Sharding> out_shardings;
+};
+
+struct TracedValue {
+  ir::Shape shape;
+  Mesh mesh;
+  Sharding sharding;
+};
+
+struct TracedNode {
+  std::shared_ptr<const CompiledState> function;
+  std::vector<int> inputs;
+  std::vector<int> outputs;
+};
+
+struct TraceState {
+  std::shared_ptr<ClientCore> core;
+  std::string name;
+  std::vector<TracedValue> values;
+  std::vector<int> parameters;
+  std::vector<TracedNode> nodes;
+};
+
+// Where a program output comes from: a plan output, or an argument passed
+// straight through.
+struct OutputSource {
+  bool is_parameter = false;
+  int index = 0;
+};
+
+struct ProgramState {
+  std::shared_ptr<ClientCore> core;
+  std::shared_ptr<const ProgramPlan> plan;
+  std::vector<OutputSource> outputs;
+  // Sequential dispatch: one single-node plan per node of `plan`, with the
+  // ids (in `plan`) of the values each consumes and produces.
+  struct Step {
+    std::shared_ptr<const ProgramPlan> plan;
+    std::vector<int> inputs;
+    std::vector<int> outputs;
+  };
+  std::vector<Step> steps;
+};
+
+class ClientCore : public std::enable_shared_from_this<ClientCore> {
+ public:
+  ClientCore(ClusterConnection* cluster, ClientOptions options, ClientId id);
+  ~ClientCore();
+
+  // Starts the background threads. Called once after construction.
+  void Start();
+
+  ClientId id() const { return id_; }
+  ClusterConnection* cluster() const { return cluster_; }
+  const ClientOptions& options() const { return options_; }
+
+  absl::Status CheckConnected() const;
+  absl::StatusOr<Mesh> AllocateMesh(const MeshRequest& request);
+  absl::StatusOr<Array> Put(const ir::Literal& value, const Mesh& mesh,
+                            const Sharding& sharding);
+  absl::StatusOr<CompiledFunction> Compile(const ir::Function& function, const Mesh& mesh,
+                                           const CompileOptions& options);
+  absl::StatusOr<std::vector<Array>> Call(const CompiledFunction& function,
+                                          absl::Span<const Array> args);
+  ProgramBuilder NewProgram(std::string name);
+  absl::StatusOr<Program> Lower(const TraceState& trace, absl::Span<const int> outputs);
+  absl::StatusOr<std::vector<Array>> Run(const std::shared_ptr<const ProgramState>& program,
+                                         absl::Span<const Array> args);
+
+  Future<ir::Literal> Fetch(const ArrayState& array);
+  Future<Unit> Ready(const ArrayState& array);
+  // Queues the release of `array` (batched, sent by the release thread).
+  void QueueRelease(ArrayId array, const std::vector<HostId>& hosts);
+
+  void Disconnect();
+  int64_t programs_lowered() const { return programs_lowered_.load(); }
+
+  // Validates that `array` can be used as an argument by this client.
+  absl::Status CheckArgument(const Array& array, absl::string_view what) const;
+  static const ArrayState& StateOf(const Array& a) { return *a.state_; }
+
+ private:
+  Array MakeArray(ArrayId id, const ir::Shape& shape, const Mesh& mesh,
+                  const Sharding& sharding, Future<Unit> submitted);
+  absl::Status Submit(const RunRequest& run, const ProgramPlan& plan);
+  absl::Status Register(const std::shared_ptr<const ProgramPlan>& plan);
+  struct SequentialRun;
+  // Sequential dispatch: submits the program node by node, each only once
+  // its inputs are ready, from the control thread.
+  void RunSequential(std::shared_ptr<const ProgramState> program, std::vector<Array> args,
+                     std::vector<Array> results, std::vector<Promise<Unit>> submitted);
+  void StepSequential(std::shared_ptr<SequentialRun> run);
+  void SubmitStep(std::shared_ptr<SequentialRun> run);
+  void PostControl(std::function<void()> task);
+  void ReleaseLoop();
+  void ControlLoop();
+
+  ClusterConnection* const cluster_;
+  const ClientOptions options_;
+  const ClientId id_;
+
+  std::atomic<int64_t> next_array_{0};
+  std::atomic<int64_t> next_run_{0};
+  std::atomic<int64_t> next_program_{0};
+  std::atomic<int64_t> next_compiled_{0};
+  std::atomic<int64_t> programs_lowered_{0};
+
+  mutable Mutex mu_;
+  bool connected_ ABSL_GUARDED_BY(mu_) = true;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::flat_hash_map<HostId, std::vector<ArrayId>> pending_releases_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::function<void()>> control_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<const ProgramPlan>> registered_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, Program> call_cache_ ABSL_GUARDED_BY(mu_);
+  std::thread release_thread_;
+  std::thread control_thread_;
+};
+
+}  // namespace causeway::internal
+
+#endif  // CAUSEWAY_CLIENT_CLIENT_CORE_H_

@@ -1,0 +1,286 @@
+// ClientCore's asynchronous side: sequential dispatch, reads, batched
+// releases, and disconnection.
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "causeway/base/check.h"
+#include "causeway/client/client_core.h"
+
+namespace causeway::internal {
+
+struct ClientCore::SequentialRun {
+  std::shared_ptr<const ProgramState> program;
+  // Array of each plan value once it exists (arguments, then each step's
+  // outputs). Holding them keeps intermediates alive until the run ends.
+  std::vector<Array> values;
+  // Program outputs, by plan output index, and their "submitted" promises.
+  std::vector<Array> outputs;
+  std::vector<Promise<Unit>> submitted;
+  size_t next = 0;
+
+  ~SequentialRun() {
+    for (size_t k = 0; k < submitted.size(); ++k) {
+      if (!submitted[k].IsSet()) {
+        submitted[k].Set(absl::CancelledError(absl::StrCat(
+            "client disconnected before node ", next, " of program ", program->plan->name,
+            " was dispatched")));
+      }
+    }
+  }
+};
+
+void ClientCore::RunSequential(std::shared_ptr<const ProgramState> program,
+                               std::vector<Array> args, std::vector<Array> results,
+                               std::vector<Promise<Unit>> submitted) {
+  auto run = std::make_shared<SequentialRun>();
+  const ProgramPlan& plan = *program->plan;
+  run->values.resize(plan.values.size());
+  for (size_t i = 0; i < args.size(); ++i) run->values[plan.parameters[i]] = args[i];
+  run->outputs.resize(plan.outputs.size());
+  for (size_t k = 0; k < program->outputs.size(); ++k) {
+    const OutputSource& o = program->outputs[k];
+    if (!o.is_parameter) run->outputs[o.index] = results[k];
+  }
+  run->submitted = std::move(submitted);
+  run->program = std::move(program);
+  PostControl([this, run] { StepSequential(run); });
+}
+
+void ClientCore::StepSequential(std::shared_ptr<SequentialRun> run) {
+  if (run->next == run->program->steps.size()) return;
+  const ProgramState::Step& step = run->program->steps[run->next];
+  std::vector<Future<Unit>> inputs;
+  for (int v : step.inputs) inputs.push_back(run->values[v].Ready());
+  std::weak_ptr<ClientCore> weak = shared_from_this();
+  // Input errors do not stop dispatch: the hosts pass the poison on.
+  WhenAll(inputs).OnReady([weak, run](const absl::StatusOr<Unit>&) {
+    if (auto core = weak.lock()) {
+      ClientCore* c = core.get();
+      c->PostControl([c, run] { c->SubmitStep(run); });
+    }
+  });
+}
+
+void ClientCore::SubmitStep(std::shared_ptr<SequentialRun> run) {
+  const ProgramPlan& plan = *run->program->plan;
+  const ProgramState::Step& step = run->program->steps[run->next];
+  RunRequest request;
+  request.program = step.plan->id;
+  request.run = RunId(next_run_++);
+  request.client = id_;
+  for (int v : step.inputs) request.arguments.push_back(run->values[v].id());
+  std::vector<int> finished_outputs;
+  for (int v : step.outputs) {
+    auto out = std::find(plan.outputs.begin(), plan.outputs.end(), v);
+    if (out != plan.outputs.end()) {
+      const int k = static_cast<int>(out - plan.outputs.begin());
+      run->values[v] = run->outputs[k];
+      finished_outputs.push_back(k);
+    } else {
+      const PlanValue& pv = plan.values[v];
+      run->values[v] = MakeArray(ArrayId(next_array_++), pv.shape, pv.mesh, pv.sharding,
+                                 Future<Unit>::Ready(Unit{}));
+    }
+    request.outputs.push_back(run->values[v].id());
+  }
+  const absl::Status status = Submit(request, *step.plan);
+  for (int k : finished_outputs) {
+    if (status.ok()) {
+      run->submitted[k].Set(Unit{});
+    } else {
+      run->submitted[k].Set(status);
+    }
+  }
+  if (!status.ok()) {
+    for (auto& p : run->submitted) {
+      if (!p.IsSet()) p.Set(status);
+    }
+    return;
+  }
+  ++run->next;
+  StepSequential(std::move(run));
+}
+
+void ClientCore::PostControl(std::function<void()> task) {
+  {
+    MutexLock lock(&mu_);
+    if (!stopping_) {
+      control_.push_back(std::move(task));
+      return;
+    }
+  }
+  // Dropped outside the lock: destroying the task may release arrays.
+}
+
+void ClientCore::ControlLoop() {
+  while (true) {
+    std::function<void()> task;
+    {
+      MutexLock lock(&mu_);
+      mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !control_.empty();
+      });
+      if (stopping_) break;
+      task = std::move(control_.front());
+      control_.pop_front();
+    }
+    task();
+  }
+  std::deque<std::function<void()>> dropped;
+  MutexLock lock(&mu_);
+  dropped.swap(control_);
+  // `dropped` is destroyed after the lock is released (declared first).
+}
+
+namespace {
+
+// For each distinct shard range of the array, the first mesh position
+// holding it.
+std::vector<int> DistinctShards(const ArrayState& a) {
+  std::map<std::vector<int64_t>, int> first;
+  for (int s = 0; s < a.mesh.size(); ++s) {
+    std::vector<int64_t> key;
+    for (const Range& r : a.sharding.ShardRanges(a.shape, a.mesh, s)) key.push_back(r.begin);
+    first.emplace(key, s);
+  }
+  std::vector<int> out;
+  for (const auto& [key, s] : first) out.push_back(s);
+  return out;
+}
+
+}  // namespace
+
+Future<ir::Literal> ClientCore::Fetch(const ArrayState& array) {
+  Promise<ir::Literal> promise;
+  std::weak_ptr<ClientCore> weak = shared_from_this();
+  const ArrayId id = array.id;
+  const ir::Shape shape = array.shape;
+  const Mesh mesh = array.mesh;
+  const Sharding sharding = array.sharding;
+  const std::vector<int> shards = DistinctShards(array);
+  const std::vector<HostId> hosts = array.shard_hosts;
+  array.submitted.OnReady([=](const absl::StatusOr<Unit>& submitted) {
+    if (!submitted.ok()) {
+      promise.Set(submitted.status());
+      return;
+    }
+    auto core = weak.lock();
+    if (core == nullptr) {
+      promise.Set(absl::FailedPreconditionError("client is gone"));
+      return;
+    }
+    std::vector<Future<ir::Literal>> parts;
+    for (int s : shards) {
+      HostService* host = core->cluster_->host(hosts[s]);
+      parts.push_back(host ? host->FetchShard(id, s)
+                           : Future<ir::Literal>::Ready(absl::UnavailableError(
+                                 absl::StrCat(hosts[s].ToString(), " is gone"))));
+    }
+    WhenAll(parts).OnReady([=](const absl::StatusOr<Unit>& all) {
+      if (!all.ok()) {
+        promise.Set(all.status());
+        return;
+      }
+      ir::Literal out(shape);
+      const std::vector<int64_t> zero(shape.dims.size(), 0);
+      for (size_t i = 0; i < shards.size(); ++i) {
+        const ir::Literal& part = *parts[i].Await();
+        std::vector<int64_t> offset;
+        for (const Range& r : sharding.ShardRanges(shape, mesh, shards[i])) {
+          offset.push_back(r.begin);
+        }
+        CopyBox(part.data(), part.shape().dims, zero, out.data(), shape.dims, offset,
+                part.shape().dims, ir::ByteSize(shape.dtype));
+      }
+      promise.Set(std::move(out));
+    });
+  });
+  return promise.future();
+}
+
+Future<Unit> ClientCore::Ready(const ArrayState& array) {
+  std::weak_ptr<ClientCore> weak = shared_from_this();
+  const ArrayId id = array.id;
+  const std::vector<HostId> hosts = array.shard_hosts;
+  Promise<Unit> promise;
+  array.submitted.OnReady([=](const absl::StatusOr<Unit>& submitted) {
+    if (!submitted.ok()) {
+      promise.Set(submitted.status());
+      return;
+    }
+    auto core = weak.lock();
+    if (core == nullptr) {
+      promise.Set(absl::FailedPreconditionError("client is gone"));
+      return;
+    }
+    std::vector<Future<Unit>> shards;
+    for (size_t s = 0; s < hosts.size(); ++s) {
+      HostService* host = core->cluster_->host(hosts[s]);
+      shards.push_back(host ? host->AwaitShard(id, static_cast<int>(s))
+                            : Future<Unit>::Ready(absl::UnavailableError(
+                                  absl::StrCat(hosts[s].ToString(), " is gone"))));
+    }
+    WhenAll(shards).OnReady([promise](const absl::StatusOr<Unit>& all) { promise.Set(all); });
+  });
+  return promise.future();
+}
+
+void ClientCore::QueueRelease(ArrayId array, const std::vector<HostId>& hosts) {
+  const std::set<HostId> distinct(hosts.begin(), hosts.end());
+  MutexLock lock(&mu_);
+  if (!connected_) return;  // Disconnect reclaims everything at once
+  for (HostId h : distinct) pending_releases_[h].push_back(array);
+}
+
+void ClientCore::ReleaseLoop() {
+  while (true) {
+    absl::flat_hash_map<HostId, std::vector<ArrayId>> batch;
+    bool stop;
+    {
+      MutexLock lock(&mu_);
+      mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !pending_releases_.empty();
+      });
+      batch.swap(pending_releases_);
+      stop = stopping_;
+    }
+    for (const auto& [h, ids] : batch) {
+      if (HostService* host = cluster_->host(h)) host->ReleaseArrays(ids);
+    }
+    if (stop) return;
+  }
+}
+
+void ClientCore::Disconnect() {
+  std::vector<std::shared_ptr<const ProgramPlan>> programs;
+  absl::flat_hash_map<std::string, Program> cache;
+  {
+    MutexLock lock(&mu_);
+    if (!connected_) return;
+    connected_ = false;
+    stopping_ = true;
+    programs.swap(registered_);
+    cache.swap(call_cache_);
+  }
+  if (control_thread_.joinable()) control_thread_.join();
+  if (release_thread_.joinable()) release_thread_.join();
+  const Topology topology = cluster_->resources()->GetTopology();
+  for (IslandId island : topology.islands()) {
+    const IslandInfo info = *topology.island(island);
+    for (HostId h : info.hosts) {
+      if (HostService* host = cluster_->host(h)) host->ReleaseOwner(id_);
+    }
+  }
+  for (const auto& plan : programs) {
+    for (IslandId island : plan->islands) {
+      if (SchedulerService* s = cluster_->scheduler(island)) s->UnregisterProgram(plan->id);
+    }
+    for (HostId h : plan->hosts) {
+      if (HostService* host = cluster_->host(h)) host->UnregisterProgram(plan->id);
+    }
+  }
+  cluster_->resources()->UnregisterClient(id_);
+}
+
+}  // namespace causeway::internal

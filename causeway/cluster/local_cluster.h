@@ -1,0 +1,92 @@
+// LocalCluster: the embedded default. Runs the resource manager, one island
+// scheduler per island and N hosts (each with its devices, object store and
+// device streams) inside the client's process, over the in-process
+// transport. What `causeway demo` and most tests use.
+#ifndef CAUSEWAY_CLUSTER_LOCAL_CLUSTER_H_
+#define CAUSEWAY_CLUSTER_LOCAL_CLUSTER_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "causeway/base/mutex.h"
+#include "causeway/resource/resource_manager.h"
+#include "causeway/scheduler/island_scheduler.h"
+#include "causeway/transport/inproc/inproc_transport.h"
+#include "causeway/worker/collective_hub.h"
+#include "causeway/worker/host_executor.h"
+#include "causeway/worker/trace.h"
+
+namespace causeway {
+
+struct LocalClusterOptions {
+  int islands = 2;
+  int hosts_per_island = 2;
+  int devices_per_host = 4;
+  int64_t device_memory_bytes = int64_t{1} << 30;
+  // Emulated data-center network between islands.
+  DcnOptions dcn;
+  // Record per-device timelines (see TraceRecorder).
+  bool trace = false;
+  // Upper bound on any wait inside a collective.
+  absl::Duration collective_timeout = absl::Seconds(60);
+  FaultInjector fault_injector;
+  Clock* clock = Clock::Real();
+};
+
+struct DeviceReport {
+  DeviceInfo device;
+  DeviceStreamStats stats;
+  int64_t memory_in_use = 0;
+  int64_t memory_peak = 0;
+};
+
+// Thread-safe. Outlives every client connected to it.
+class LocalCluster final : public ClusterConnection {
+ public:
+  // INVALID_ARGUMENT for non-positive counts or memory.
+  static absl::StatusOr<std::unique_ptr<LocalCluster>> Create(const LocalClusterOptions& options);
+  ~LocalCluster() override;
+
+  ResourceService* resources() override { return resources_.get(); }
+  SchedulerService* scheduler(IslandId island) override;
+  HostService* host(HostId host) override;
+  absl::Status SubmitRun(const RunRequest& run, const std::vector<IslandId>& islands) override;
+
+  ResourceManager& resource_manager() { return *resources_; }
+  HostExecutor* executor(HostId host);
+  const std::vector<std::unique_ptr<HostExecutor>>& executors() const { return hosts_; }
+  TraceRecorder& trace() { return trace_; }
+  CollectiveHub& collective_hub() { return hub_; }
+  InProcessDataTransport& transport() { return transport_; }
+  const LocalClusterOptions& options() const { return options_; }
+
+  // Every device's counters and memory, in device id order.
+  std::vector<DeviceReport> Report() const;
+  void ResetStats();
+  // Sum of memory in use over every device.
+  int64_t MemoryInUse() const;
+
+  // Stops everything: pending allocations and collectives fail, queued
+  // launches drain. Idempotent; the destructor calls it.
+  void Shutdown();
+
+ private:
+  explicit LocalCluster(const LocalClusterOptions& options);
+
+  const LocalClusterOptions options_;
+  TraceRecorder trace_;
+  CollectiveHub hub_;
+  InProcessDataTransport transport_;
+  std::unique_ptr<ResourceManager> resources_;
+  std::vector<std::unique_ptr<IslandScheduler>> schedulers_;
+  std::vector<std::unique_ptr<HostExecutor>> hosts_;
+  // Serialises submissions of runs that span islands (see
+  // ClusterConnection::SubmitRun).
+  Mutex multi_island_mu_;
+};
+
+}  // namespace causeway
+
+#endif  // CAUSEWAY_CLUSTER_LOCAL_CLUSTER_H_

@@ -1,0 +1,24 @@
+// Internal to causeway/ir: shape inference without the op-name prefix that
+// the public InferShape adds, so callers can attach their own context
+// ("function F, instruction I (op): ...").
+#ifndef CAUSEWAY_IR_SHAPE_INFERENCE_H_
+#define CAUSEWAY_IR_SHAPE_INFERENCE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "causeway/ir/function.h"
+
+namespace causeway::ir {
+
+// Longest delay a kDelay instruction may ask for: 60 s.
+inline constexpr int64_t kMaxDelayMicros = 60'000'000;
+
+// Like InferShape, with messages that do not name the op.
+absl::StatusOr<Shape> InferShapeNoContext(const Instruction& inst,
+                                          const std::vector<Shape>& operand_shapes);
+
+}  // namespace causeway::ir
+
+#endif  // CAUSEWAY_IR_SHAPE_INFERENCE_H_

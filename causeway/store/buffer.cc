@@ -1,0 +1,59 @@
+#include "causeway/store/buffer.h"
+
+namespace causeway {
+
+DeviceBuffer::DeviceBuffer(DeviceMemory* memory, ir::Shape shape, ClientId owner)
+    : memory_(memory), shape_(std::move(shape)), owner_(owner), bytes_(shape_.byte_size()) {}
+
+std::shared_ptr<DeviceBuffer> DeviceBuffer::Allocate(DeviceMemory* memory, ir::Shape shape,
+                                                     ClientId owner) {
+  std::shared_ptr<DeviceBuffer> buffer(new DeviceBuffer(memory, std::move(shape), owner));
+  // The reservation may be granted long after this returns, by which time
+  // the buffer may be gone: a weak reference lets the grant hand the memory
+  // straight back.
+  std::weak_ptr<DeviceBuffer> weak = buffer;
+  DeviceMemory* mem = memory;
+  const int64_t bytes = buffer->bytes_;
+  memory->Reserve(bytes, [weak, mem, bytes](absl::Status status) {
+    if (std::shared_ptr<DeviceBuffer> b = weak.lock()) {
+      b->OnGranted(status);
+    } else if (status.ok()) {
+      mem->Free(bytes);
+    }
+  });
+  return buffer;
+}
+
+std::shared_ptr<DeviceBuffer> DeviceBuffer::Failed(ir::Shape shape, ClientId owner,
+                                                   absl::Status error) {
+  std::shared_ptr<DeviceBuffer> buffer(new DeviceBuffer(nullptr, std::move(shape), owner));
+  buffer->allocated_.Set(error);
+  buffer->ready_.Set(error);
+  return buffer;
+}
+
+void DeviceBuffer::OnGranted(absl::Status status) {
+  if (status.ok()) {
+    data_.reset(new std::byte[static_cast<size_t>(bytes_ > 0 ? bytes_ : 1)]);
+    granted_ = true;
+    allocated_.Set(Unit{});
+  } else {
+    allocated_.Set(status);
+  }
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  // granted_ is written before allocated_ is fulfilled and this destructor
+  // runs after the last reference is gone, so no lock is needed.
+  if (granted_) memory_->Free(bytes_);
+}
+
+void DeviceBuffer::SetReady(absl::Status status) const {
+  if (status.ok()) {
+    ready_.Set(Unit{});
+  } else {
+    ready_.Set(status);
+  }
+}
+
+}  // namespace causeway

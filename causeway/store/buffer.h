@@ -1,0 +1,78 @@
+// DeviceBuffer: the storage of one shard on one device.
+//
+// A buffer is created before its data exists (static shapes let the host
+// executor allocate every output up front). It goes through two one-shot
+// events: `allocated` (device memory granted — may wait under
+// back-pressure) and `ready` (the producer wrote it, or failed, in which case
+// the error is the buffer's value and poisons every consumer).
+//
+// Buffers are shared (std::shared_ptr): the object store, pending launches
+// and in-flight transfers each hold a reference; the memory returns to the
+// device when the last reference goes.
+#ifndef CAUSEWAY_STORE_BUFFER_H_
+#define CAUSEWAY_STORE_BUFFER_H_
+
+#include <cstddef>
+#include <memory>
+
+#include "causeway/async/future.h"
+#include "causeway/base/ids.h"
+#include "causeway/ir/shape.h"
+#include "causeway/store/device_memory.h"
+
+namespace causeway {
+
+// Thread-safe: data() may be read by any thread once `ready` is OK, and
+// written only by the producer between `allocated` and `ready`.
+class DeviceBuffer : public std::enable_shared_from_this<DeviceBuffer> {
+ public:
+  // Reserves the shard's bytes on `memory` (which must outlive the buffer).
+  // The returned buffer's allocated() future becomes ready when granted.
+  static std::shared_ptr<DeviceBuffer> Allocate(DeviceMemory* memory, ir::Shape shape,
+                                                ClientId owner);
+  // A buffer that is already failed with `error` (allocated and ready both
+  // carry it). Uses no memory.
+  static std::shared_ptr<DeviceBuffer> Failed(ir::Shape shape, ClientId owner,
+                                              absl::Status error);
+
+  ~DeviceBuffer();
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  const ir::Shape& shape() const { return shape_; }
+  ClientId owner() const { return owner_; }
+  int64_t byte_size() const { return bytes_; }
+  // The device holding the buffer; invalid for a Failed() buffer.
+  DeviceId device() const { return memory_ ? memory_->device() : DeviceId(); }
+
+  // REQUIRES: allocated() is OK.
+  std::byte* data() { return data_.get(); }
+  const std::byte* data() const { return data_.get(); }
+
+  Future<Unit> allocated() const { return allocated_.future(); }
+  Future<Unit> ready() const { return ready_.future(); }
+
+  // Marks the data written (OK) or failed. Runs ready continuations on this
+  // thread. REQUIRES: called once.
+  void SetReady(absl::Status status) const;
+
+ private:
+  DeviceBuffer(DeviceMemory* memory, ir::Shape shape, ClientId owner);
+  void OnGranted(absl::Status status);
+
+  DeviceMemory* const memory_;
+  const ir::Shape shape_;
+  const ClientId owner_;
+  const int64_t bytes_;
+  // Set once, before allocated_ is fulfilled; read only after it.
+  std::unique_ptr<std::byte[]> data_;
+  bool granted_ = false;
+  Promise<Unit> allocated_;
+  Promise<Unit> ready_;
+};
+
+using BufferRef = std::shared_ptr<DeviceBuffer>;
+
+}  // namespace causeway
+
+#endif  // CAUSEWAY_STORE_BUFFER_H_

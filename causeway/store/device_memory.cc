@@ -1,0 +1,82 @@
+#include "causeway/store/device_memory.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace causeway {
+
+DeviceMemory::~DeviceMemory() { Shutdown(); }
+
+void DeviceMemory::Reserve(int64_t bytes, Callback done) {
+  absl::Status status;
+  {
+    MutexLock lock(&mu_);
+    if (bytes > capacity_) {
+      status = absl::ResourceExhaustedError(absl::StrCat(
+          "allocation of ", bytes, " bytes on ", device_.ToString(),
+          " exceeds its whole memory capacity of ", capacity_, " bytes"));
+    } else if (shutdown_) {
+      status = absl::CancelledError(absl::StrCat(device_.ToString(), " is shut down"));
+    } else if (waiting_.empty() && in_use_ + bytes <= capacity_) {
+      in_use_ += bytes;
+      peak_ = std::max(peak_, in_use_);
+    } else {
+      waiting_.push_back(Waiter{bytes, std::move(done)});
+      return;
+    }
+  }
+  done(status);
+}
+
+void DeviceMemory::Free(int64_t bytes) {
+  std::vector<Callback> granted;
+  {
+    MutexLock lock(&mu_);
+    in_use_ -= bytes;
+    while (!waiting_.empty() && in_use_ + waiting_.front().bytes <= capacity_) {
+      in_use_ += waiting_.front().bytes;
+      peak_ = std::max(peak_, in_use_);
+      granted.push_back(std::move(waiting_.front().done));
+      waiting_.pop_front();
+    }
+  }
+  for (Callback& cb : granted) cb(absl::OkStatus());
+}
+
+void DeviceMemory::Shutdown() {
+  std::deque<Waiter> cancelled;
+  {
+    MutexLock lock(&mu_);
+    shutdown_ = true;
+    cancelled.swap(waiting_);
+  }
+  for (Waiter& w : cancelled) {
+    w.done(absl::CancelledError(absl::StrCat(device_.ToString(), " is shut down")));
+  }
+}
+
+int64_t DeviceMemory::in_use() const {
+  MutexLock lock(&mu_);
+  return in_use_;
+}
+
+int64_t DeviceMemory::peak() const {
+  MutexLock lock(&mu_);
+  return peak_;
+}
+
+int DeviceMemory::num_waiting() const {
+  MutexLock lock(&mu_);
+  return static_cast<int>(waiting_.size());
+}
+
+bool DeviceMemory::AwaitEmpty(absl::Duration timeout) const {
+  MutexLock lock(&mu_);
+  return mu_.AwaitWithTimeout([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return in_use_ == 0; },
+                              timeout);
+}
+
+}  // namespace causeway

@@ -1,0 +1,67 @@
+// DeviceMemory: capacity accounting for one device, with back-pressure.
+//
+// A reservation that does not fit waits, in FIFO order, until enough memory
+// is freed; one larger than the whole capacity fails at once with
+// RESOURCE_EXHAUSTED. FIFO (no overtaking) keeps a large request from being
+// starved by a stream of small ones.
+#ifndef CAUSEWAY_STORE_DEVICE_MEMORY_H_
+#define CAUSEWAY_STORE_DEVICE_MEMORY_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+
+#include "absl/status/status.h"
+#include "causeway/base/ids.h"
+#include "causeway/base/mutex.h"
+
+namespace causeway {
+
+// Thread-safe. Owned by the host's ObjectStore; outlives every buffer on it.
+class DeviceMemory {
+ public:
+  using Callback = std::function<void(absl::Status)>;
+
+  DeviceMemory(DeviceId device, int64_t capacity) : device_(device), capacity_(capacity) {}
+  ~DeviceMemory();
+
+  // Reserves `bytes`. `done(OK)` runs once the memory is granted: inline if it
+  // fits now and nobody is waiting ahead, otherwise on the thread whose
+  // Free() made room. `done(RESOURCE_EXHAUSTED)` runs inline if `bytes`
+  // exceeds the capacity; `done(CANCELLED)` on Shutdown().
+  void Reserve(int64_t bytes, Callback done);
+
+  // Returns `bytes` reserved earlier and grants waiting reservations that now
+  // fit; their callbacks run on this thread.
+  void Free(int64_t bytes);
+
+  // Fails every waiting reservation with CANCELLED and every later one too.
+  void Shutdown();
+
+  DeviceId device() const { return device_; }
+  int64_t capacity() const { return capacity_; }
+  int64_t in_use() const;
+  int64_t peak() const;
+  int num_waiting() const;
+
+  // Blocks until in_use() == 0 or `timeout` passes; returns whether it did.
+  bool AwaitEmpty(absl::Duration timeout) const;
+
+ private:
+  struct Waiter {
+    int64_t bytes;
+    Callback done;
+  };
+
+  const DeviceId device_;
+  const int64_t capacity_;
+  mutable Mutex mu_;
+  int64_t in_use_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t peak_ ABSL_GUARDED_BY(mu_) = 0;
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<Waiter> waiting_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace causeway
+
+#endif  // CAUSEWAY_STORE_DEVICE_MEMORY_H_

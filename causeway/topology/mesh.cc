@@ -1,0 +1,222 @@
+#include "causeway/topology/mesh.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "causeway/base/check.h"
+
+namespace causeway {
+
+int Mesh::AxisIndex(absl::string_view name) const {
+  for (size_t i = 0; i < axes_.size(); ++i) {
+    if (axes_[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+int Mesh::IndexOf(DeviceId device) const {
+  auto it = std::find(devices_.begin(), devices_.end(), device);
+  return it == devices_.end() ? -1 : static_cast<int>(it - devices_.begin());
+}
+
+std::vector<int64_t> Mesh::Coordinates(int linear) const {
+  std::vector<int64_t> coords(axes_.size());
+  int64_t rest = linear;
+  for (int i = static_cast<int>(axes_.size()) - 1; i >= 0; --i) {
+    coords[i] = rest % axes_[i].size;
+    rest /= axes_[i].size;
+  }
+  return coords;
+}
+
+absl::StatusOr<std::vector<int>> Mesh::Group(int linear,
+                                             absl::Span<const std::string> axes) const {
+  std::vector<int> axis_index;
+  for (const std::string& name : axes) {
+    int a = AxisIndex(name);
+    if (a < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("mesh axis '", name, "' is not in mesh ", ToString()));
+    }
+    if (std::find(axis_index.begin(), axis_index.end(), a) != axis_index.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("mesh axis '", name, "' named twice"));
+    }
+    axis_index.push_back(a);
+  }
+  const std::vector<int64_t> base = Coordinates(linear);
+  int64_t group_size = 1;
+  for (int a : axis_index) group_size *= axes_[a].size;
+  std::vector<int> members;
+  members.reserve(group_size);
+  for (int64_t r = 0; r < group_size; ++r) {
+    std::vector<int64_t> c = base;
+    int64_t rest = r;
+    for (int i = static_cast<int>(axis_index.size()) - 1; i >= 0; --i) {
+      const int a = axis_index[i];
+      c[a] = rest % axes_[a].size;
+      rest /= axes_[a].size;
+    }
+    int64_t lin = 0;
+    for (size_t i = 0; i < axes_.size(); ++i) lin = lin * axes_[i].size + c[i];
+    members.push_back(static_cast<int>(lin));
+  }
+  return members;
+}
+
+std::string Mesh::ToString() const {
+  return absl::StrCat(
+      "{",
+      absl::StrJoin(axes_, ", ",
+                    [](std::string* out, const MeshAxis& a) {
+                      absl::StrAppend(out, a.name, ": ", a.size);
+                    }),
+      "} on ", island_.ToString());
+}
+
+bool Sharding::IsReplicated() const {
+  for (const auto& d : dims_) {
+    if (!d.empty()) return false;
+  }
+  return true;
+}
+
+absl::Status Sharding::Validate(const ir::Shape& shape, const Mesh& mesh) const {
+  if (rank() != shape.rank()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sharding ", ToString(), " has rank ", rank(), " but the array ",
+                     shape.ToString(), " has rank ", shape.rank()));
+  }
+  absl::flat_hash_set<std::string> used;
+  for (int d = 0; d < rank(); ++d) {
+    int64_t parts = 1;
+    for (const std::string& axis : dims_[d]) {
+      const int a = mesh.AxisIndex(axis);
+      if (a < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "sharding ", ToString(), " names mesh axis '", axis, "', which mesh ",
+            mesh.ToString(), " does not have"));
+      }
+      if (!used.insert(axis).second) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "sharding ", ToString(), " uses mesh axis '", axis, "' more than once"));
+      }
+      parts *= mesh.axes()[a].size;
+    }
+    if (shape.dims[d] % parts != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "uneven split: dimension ", d, " of ", shape.ToString(), " (size ", shape.dims[d],
+          ") cannot be split into ", parts, " equal shards by sharding ", ToString(),
+          " on mesh ", mesh.ToString()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// Number of parts dimension `d` is split into, and the index of the part
+// held by the device at `coords`.
+std::pair<int64_t, int64_t> PartOf(const std::vector<std::string>& axes, const Mesh& mesh,
+                                   const std::vector<int64_t>& coords) {
+  int64_t parts = 1;
+  int64_t index = 0;
+  for (const std::string& axis : axes) {
+    const int a = mesh.AxisIndex(axis);
+    parts *= mesh.axes()[a].size;
+    index = index * mesh.axes()[a].size + coords[a];
+  }
+  return {parts, index};
+}
+
+}  // namespace
+
+ir::Shape Sharding::ShardShape(const ir::Shape& shape, const Mesh& mesh) const {
+  ir::Shape out = shape;
+  const std::vector<int64_t> coords(mesh.axes().size(), 0);
+  for (int d = 0; d < rank(); ++d) out.dims[d] /= PartOf(dims_[d], mesh, coords).first;
+  return out;
+}
+
+std::vector<Range> Sharding::ShardRanges(const ir::Shape& shape, const Mesh& mesh,
+                                         int linear) const {
+  const std::vector<int64_t> coords = mesh.Coordinates(linear);
+  std::vector<Range> ranges(static_cast<size_t>(rank()));
+  for (int d = 0; d < rank(); ++d) {
+    auto [parts, index] = PartOf(dims_[d], mesh, coords);
+    const int64_t size = shape.dims[d] / parts;
+    ranges[d] = Range{index * size, (index + 1) * size};
+  }
+  return ranges;
+}
+
+std::string Sharding::ToString() const {
+  return absl::StrCat("[",
+                      absl::StrJoin(dims_, ", ",
+                                    [](std::string* out, const std::vector<std::string>& d) {
+                                      absl::StrAppend(out, "{", absl::StrJoin(d, ","), "}");
+                                    }),
+                      "]");
+}
+
+void CopyBox(const void* src, absl::Span<const int64_t> src_dims,
+             absl::Span<const int64_t> src_offset, void* dst,
+             absl::Span<const int64_t> dst_dims, absl::Span<const int64_t> dst_offset,
+             absl::Span<const int64_t> extent, int64_t element_bytes) {
+  const size_t rank = extent.size();
+  for (int64_t e : extent) {
+    if (e == 0) return;
+  }
+  if (rank == 0) {
+    std::memcpy(dst, src, static_cast<size_t>(element_bytes));
+    return;
+  }
+  // Merge the contiguous innermost run into one memcpy.
+  std::vector<int64_t> src_strides(rank), dst_strides(rank);
+  int64_t s = element_bytes, t = element_bytes;
+  for (int i = static_cast<int>(rank) - 1; i >= 0; --i) {
+    src_strides[i] = s;
+    dst_strides[i] = t;
+    s *= src_dims[i];
+    t *= dst_dims[i];
+  }
+  const int64_t row_bytes = extent[rank - 1] * element_bytes;
+  std::vector<int64_t> idx(rank, 0);
+  const auto* in = static_cast<const std::byte*>(src);
+  auto* out = static_cast<std::byte*>(dst);
+  while (true) {
+    int64_t so = 0, dof = 0;
+    for (size_t i = 0; i < rank; ++i) {
+      so += (src_offset[i] + idx[i]) * src_strides[i];
+      dof += (dst_offset[i] + idx[i]) * dst_strides[i];
+    }
+    std::memcpy(out + dof, in + so, static_cast<size_t>(row_bytes));
+    int i = static_cast<int>(rank) - 2;
+    for (; i >= 0; --i) {
+      if (++idx[i] < extent[i]) break;
+      idx[i] = 0;
+    }
+    if (i < 0) return;
+  }
+}
+
+std::vector<Range> Intersect(absl::Span<const Range> a, absl::Span<const Range> b) {
+  CW_CHECK(a.size() == b.size());
+  std::vector<Range> out(a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    out[i] = Range{std::max(a[i].begin, b[i].begin), std::min(a[i].end, b[i].end)};
+    if (out[i].end < out[i].begin) out[i].end = out[i].begin;
+  }
+  return out;
+}
+
+bool IsEmpty(absl::Span<const Range> box) {
+  for (const Range& r : box) {
+    if (r.size() <= 0) return true;
+  }
+  return false;
+}
+
+}  // namespace causeway

@@ -1,0 +1,123 @@
+// Meshes and shardings.
+//
+// A Mesh is an N-d arrangement of physical devices of one island with named
+// axes, e.g. {data: 2, model: 4}; devices are listed in row-major order of
+// the axes. A Sharding says, for each dimension of an array, which mesh axes
+// that dimension is split over (major to minor); a dimension split over no
+// axis is replicated, and so is the array over every mesh axis no dimension
+// uses. Every device of a mesh holds exactly one shard of an array on it.
+#ifndef CAUSEWAY_TOPOLOGY_MESH_H_
+#define CAUSEWAY_TOPOLOGY_MESH_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "causeway/base/ids.h"
+#include "causeway/ir/shape.h"
+
+namespace causeway {
+
+struct MeshAxis {
+  std::string name;
+  int64_t size = 1;
+  friend bool operator==(const MeshAxis&, const MeshAxis&) = default;
+};
+
+// A value type, cheap enough to copy. Thread-compatible.
+class Mesh {
+ public:
+  Mesh() = default;
+  Mesh(MeshId id, IslandId island, std::vector<MeshAxis> axes,
+       std::vector<DeviceId> devices)
+      : id_(id), island_(island), axes_(std::move(axes)), devices_(std::move(devices)) {}
+
+  MeshId id() const { return id_; }
+  IslandId island() const { return island_; }
+  const std::vector<MeshAxis>& axes() const { return axes_; }
+  const std::vector<DeviceId>& devices() const { return devices_; }
+  int size() const { return static_cast<int>(devices_.size()); }
+
+  // Index of axis `name`, or -1.
+  int AxisIndex(absl::string_view name) const;
+  // Position of `device` in devices(), or -1.
+  int IndexOf(DeviceId device) const;
+  // Coordinates of the device at `linear` along each axis.
+  std::vector<int64_t> Coordinates(int linear) const;
+
+  // The devices that share every coordinate of device `linear` except those
+  // along `axes`: the group a collective over `axes` spans. Returned as
+  // linear indices ordered by their position along `axes` (the group rank).
+  // INVALID_ARGUMENT for an unknown or repeated axis.
+  absl::StatusOr<std::vector<int>> Group(int linear, absl::Span<const std::string> axes) const;
+
+  // "{data: 2, model: 4} on island 0".
+  std::string ToString() const;
+
+  friend bool operator==(const Mesh&, const Mesh&) = default;
+
+ private:
+  MeshId id_;
+  IslandId island_;
+  std::vector<MeshAxis> axes_;
+  std::vector<DeviceId> devices_;
+};
+
+// A half-open index range [begin, end) along one dimension.
+struct Range {
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t size() const { return end - begin; }
+  friend bool operator==(const Range&, const Range&) = default;
+};
+
+// A value type.
+class Sharding {
+ public:
+  Sharding() = default;
+  // dims[i]: the mesh axes array dimension i is split over, major to minor.
+  explicit Sharding(std::vector<std::vector<std::string>> dims) : dims_(std::move(dims)) {}
+  static Sharding Replicated(int rank) {
+    return Sharding(std::vector<std::vector<std::string>>(static_cast<size_t>(rank)));
+  }
+
+  const std::vector<std::vector<std::string>>& dims() const { return dims_; }
+  int rank() const { return static_cast<int>(dims_.size()); }
+  bool IsReplicated() const;
+
+  // INVALID_ARGUMENT if the rank differs from the shape's, an axis is not in
+  // the mesh or is used twice, or a dimension does not divide evenly.
+  absl::Status Validate(const ir::Shape& shape, const Mesh& mesh) const;
+
+  // REQUIRES: Validate() is OK. The shape of every shard.
+  ir::Shape ShardShape(const ir::Shape& shape, const Mesh& mesh) const;
+  // REQUIRES: Validate() is OK. The index ranges of the shard held by the
+  // device at mesh position `linear`.
+  std::vector<Range> ShardRanges(const ir::Shape& shape, const Mesh& mesh, int linear) const;
+
+  // "[{data}, {}]".
+  std::string ToString() const;
+  friend bool operator==(const Sharding&, const Sharding&) = default;
+
+ private:
+  std::vector<std::vector<std::string>> dims_;
+};
+
+// Copies the box of `extent` elements starting at `src_offset` in a
+// row-major array of `src_dims` to `dst_offset` in one of `dst_dims`.
+void CopyBox(const void* src, absl::Span<const int64_t> src_dims,
+             absl::Span<const int64_t> src_offset, void* dst,
+             absl::Span<const int64_t> dst_dims, absl::Span<const int64_t> dst_offset,
+             absl::Span<const int64_t> extent, int64_t element_bytes);
+
+// Intersection of two boxes given as per-dimension ranges; empty ranges if
+// they do not overlap (IsEmpty() true).
+std::vector<Range> Intersect(absl::Span<const Range> a, absl::Span<const Range> b);
+bool IsEmpty(absl::Span<const Range> box);
+
+}  // namespace causeway
+
+#endif  // CAUSEWAY_TOPOLOGY_MESH_H_

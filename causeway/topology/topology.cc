@@ -1,0 +1,63 @@
+#include "causeway/topology/topology.h"
+
+#include <algorithm>
+
+#include "causeway/base/check.h"
+
+namespace causeway {
+
+void Topology::AddIsland(IslandId id) {
+  CW_CHECK(!islands_.contains(id)) << id;
+  islands_[id] = IslandInfo{id, {}, {}};
+  island_order_.push_back(id);
+}
+
+void Topology::AddHost(HostId id, IslandId island) {
+  CW_CHECK(islands_.contains(island)) << island;
+  CW_CHECK(!hosts_.contains(id)) << id;
+  hosts_[id] = HostInfo{id, island, {}};
+  islands_[island].hosts.push_back(id);
+}
+
+void Topology::AddDevice(DeviceId id, HostId host, int64_t memory_bytes) {
+  CW_CHECK(hosts_.contains(host)) << host;
+  CW_CHECK(!devices_.contains(id)) << id;
+  HostInfo& h = hosts_[host];
+  devices_[id] = DeviceInfo{id, host, h.island, static_cast<int>(h.devices.size()),
+                            memory_bytes};
+  h.devices.push_back(id);
+  islands_[h.island].devices.push_back(id);
+}
+
+absl::Status Topology::RemoveHost(HostId id) {
+  auto it = hosts_.find(id);
+  if (it == hosts_.end()) return absl::NotFoundError(absl::StrCat("unknown ", id.ToString()));
+  IslandInfo& island = islands_[it->second.island];
+  std::erase(island.hosts, id);
+  for (DeviceId d : it->second.devices) {
+    std::erase(island.devices, d);
+    devices_.erase(d);
+  }
+  hosts_.erase(it);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DeviceInfo> Topology::device(DeviceId id) const {
+  auto it = devices_.find(id);
+  if (it == devices_.end()) return absl::NotFoundError(absl::StrCat("unknown ", id.ToString()));
+  return it->second;
+}
+
+absl::StatusOr<HostInfo> Topology::host(HostId id) const {
+  auto it = hosts_.find(id);
+  if (it == hosts_.end()) return absl::NotFoundError(absl::StrCat("unknown ", id.ToString()));
+  return it->second;
+}
+
+absl::StatusOr<IslandInfo> Topology::island(IslandId id) const {
+  auto it = islands_.find(id);
+  if (it == islands_.end()) return absl::NotFoundError(absl::StrCat("unknown ", id.ToString()));
+  return it->second;
+}
+
+}  // namespace causeway

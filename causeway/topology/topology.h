@@ -1,0 +1,63 @@
+// Physical topology: devices grouped into hosts, hosts into islands. The
+// resource manager owns the authoritative Topology; components hold copies
+// of the parts they need.
+#ifndef CAUSEWAY_TOPOLOGY_TOPOLOGY_H_
+#define CAUSEWAY_TOPOLOGY_TOPOLOGY_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "causeway/base/ids.h"
+
+namespace causeway {
+
+struct DeviceInfo {
+  DeviceId id;
+  HostId host;
+  IslandId island;
+  int local_index = 0;  // position of the device on its host
+  int64_t memory_bytes = 0;
+};
+
+struct HostInfo {
+  HostId id;
+  IslandId island;
+  std::vector<DeviceId> devices;
+};
+
+struct IslandInfo {
+  IslandId id;
+  std::vector<HostId> hosts;
+  std::vector<DeviceId> devices;  // in host order
+};
+
+// A registry of islands, hosts and devices. A value type; not thread-safe
+// for mutation.
+class Topology {
+ public:
+  void AddIsland(IslandId id);
+  // REQUIRES: the island exists, the host does not.
+  void AddHost(HostId id, IslandId island);
+  // REQUIRES: the host exists, the device does not.
+  void AddDevice(DeviceId id, HostId host, int64_t memory_bytes);
+  // Removes the host and its devices. NOT_FOUND if unknown.
+  absl::Status RemoveHost(HostId id);
+
+  absl::StatusOr<DeviceInfo> device(DeviceId id) const;
+  absl::StatusOr<HostInfo> host(HostId id) const;
+  absl::StatusOr<IslandInfo> island(IslandId id) const;
+  const std::vector<IslandId>& islands() const { return island_order_; }
+  int num_devices() const { return static_cast<int>(devices_.size()); }
+
+ private:
+  std::vector<IslandId> island_order_;
+  absl::flat_hash_map<IslandId, IslandInfo> islands_;
+  absl::flat_hash_map<HostId, HostInfo> hosts_;
+  absl::flat_hash_map<DeviceId, DeviceInfo> devices_;
+};
+
+}  // namespace causeway
+
+#endif  // CAUSEWAY_TOPOLOGY_TOPOLOGY_H_

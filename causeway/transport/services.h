@@ -1,0 +1,122 @@
+// The coordination layer's interfaces: what hosts, island schedulers and the
+// resource manager offer each other and clients. Every component talks to
+// the others only through these, so the in-process transport (direct calls)
+// and a network transport (stubs behind the same interfaces) are
+// interchangeable.
+//
+// Ordering contract every transport must keep: calls from one sender to one
+// receiver are delivered in the order they were made (a release after a run
+// that uses the array is processed after the run was enqueued).
+#ifndef CAUSEWAY_TRANSPORT_SERVICES_H_
+#define CAUSEWAY_TRANSPORT_SERVICES_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "causeway/async/future.h"
+#include "causeway/base/ids.h"
+#include "causeway/ir/literal.h"
+#include "causeway/topology/mesh.h"
+#include "causeway/topology/topology.h"
+#include "causeway/transport/plan.h"
+
+namespace causeway {
+
+// A piece of a reshard travelling between hosts.
+struct ShardPieceMessage {
+  RunId run;
+  int node = 0;
+  int dst_shard = 0;
+  int piece = 0;
+  absl::Status status;           // a failed source poisons the destination
+  std::vector<std::byte> bytes;  // the box, row-major
+};
+
+// A host: its executor and object store. Thread-safe.
+class HostService {
+ public:
+  virtual ~HostService() = default;
+  virtual HostId id() const = 0;
+
+  virtual absl::Status RegisterProgram(std::shared_ptr<const ProgramPlan> plan) = 0;
+  virtual void UnregisterProgram(ProgramId program) = 0;
+  // Prepares every launch of this host's part of `run` at once. Never waits
+  // on data or memory. Runs from one scheduler arrive in its order.
+  virtual void EnqueueRun(const RunRequest& run) = 0;
+
+  // Stores `value` as shard `shard` (on local device `local_device`) of
+  // `array`, owned by `owner`. Returns at once; the shard is ready once
+  // memory is granted and the bytes copied.
+  virtual absl::Status PutShard(ArrayId array, int shard, int local_device, ClientId owner,
+                                ir::Literal value) = 0;
+  // The shard's bytes once ready, or its error.
+  virtual Future<ir::Literal> FetchShard(ArrayId array, int shard) = 0;
+  // Ready (or failed) when the shard is.
+  virtual Future<Unit> AwaitShard(ArrayId array, int shard) = 0;
+
+  virtual void ReleaseArrays(absl::Span<const ArrayId> arrays) = 0;
+  virtual void ReleaseOwner(ClientId owner) = 0;
+
+  // Data plane: a piece of a reshard from another host.
+  virtual void DeliverPiece(ShardPieceMessage piece) = 0;
+};
+
+// An island's gang scheduler. Thread-safe.
+class SchedulerService {
+ public:
+  virtual ~SchedulerService() = default;
+  virtual absl::Status RegisterProgram(std::shared_ptr<const ProgramPlan> plan) = 0;
+  virtual void UnregisterProgram(ProgramId program) = 0;
+  // Appends every gang of the run's part on this island to the island's
+  // order and forwards the run to each host of the island it touches.
+  virtual absl::Status SubmitRun(RunRequest run) = 0;
+};
+
+struct MeshRequest {
+  std::vector<MeshAxis> axes;
+  // If valid, the island to allocate on; otherwise the first that fits.
+  IslandId island;
+  // If non-empty, exactly these devices (row-major over axes).
+  std::vector<DeviceId> devices;
+};
+
+// The resource manager. Thread-safe.
+class ResourceService {
+ public:
+  virtual ~ResourceService() = default;
+  virtual ClientId RegisterClient() = 0;
+  virtual void UnregisterClient(ClientId client) = 0;
+  virtual absl::StatusOr<Mesh> AllocateMesh(ClientId client, const MeshRequest& request) = 0;
+  virtual Topology GetTopology() const = 0;
+};
+
+// What a client connects to: an embedded LocalCluster, or (later) a remote
+// coordinator.
+class ClusterConnection {
+ public:
+  virtual ~ClusterConnection() = default;
+  virtual ResourceService* resources() = 0;
+  // nullptr if unknown.
+  virtual SchedulerService* scheduler(IslandId island) = 0;
+  virtual HostService* host(HostId host) = 0;
+
+  // Submits `run` to the scheduler of each of `islands` (ascending ids).
+  // Runs that span islands are submitted atomically with respect to each
+  // other, so every island sees them in one global order: with that, runs
+  // whose data flows between islands in opposite directions cannot wait on
+  // each other in a cycle.
+  virtual absl::Status SubmitRun(const RunRequest& run, const std::vector<IslandId>& islands) = 0;
+};
+
+// Moves reshard pieces between hosts. Thread-safe.
+class DataTransport {
+ public:
+  virtual ~DataTransport() = default;
+  virtual void SendPiece(HostId from, HostId to, ShardPieceMessage piece) = 0;
+};
+
+}  // namespace causeway
+
+#endif  // CAUSEWAY_TRANSPORT_SERVICES_H_

@@ -1,0 +1,102 @@
+// DeviceStream: one thread per device that runs launches strictly in the
+// order they were enqueued (the island scheduler's order). A launch waits
+// for its inputs to be ready and its output memory to be granted, then runs
+// its kernel and marks its outputs ready — or, if an input failed or the
+// kernel failed, poisons its outputs with the error.
+#ifndef CAUSEWAY_WORKER_DEVICE_STREAM_H_
+#define CAUSEWAY_WORKER_DEVICE_STREAM_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "causeway/async/future.h"
+#include "causeway/backend/cpu/executable.h"
+#include "causeway/base/clock.h"
+#include "causeway/base/mutex.h"
+#include "causeway/store/buffer.h"
+#include "causeway/topology/topology.h"
+#include "causeway/worker/trace.h"
+
+namespace causeway {
+
+// Identifies a launch to fault injectors and in error messages.
+struct LaunchInfo {
+  RunId run;
+  int node = -1;
+  std::string name;
+  DeviceId device;
+  HostId host;
+};
+
+// Returns a non-OK status to make a launch fail as if its kernel had. For
+// tests and fault drills. Runs on the device thread.
+using FaultInjector = std::function<absl::Status(const LaunchInfo&)>;
+
+struct Launch {
+  LaunchInfo info;
+  std::shared_ptr<const backend::cpu::Executable> executable;
+  std::vector<BufferRef> inputs;
+  std::vector<BufferRef> outputs;
+  // Null if the function has no collectives.
+  std::unique_ptr<backend::cpu::CollectiveOps> collectives;
+  // Runs on the device thread if the launch fails (input error, injected
+  // fault, kernel error), before its outputs are poisoned. May be empty.
+  std::function<void(const absl::Status&)> on_failure;
+};
+
+struct DeviceStreamStats {
+  int64_t launches = 0;
+  int64_t failed = 0;
+  int64_t busy_us = 0;         // time spent running kernels
+  int64_t first_start_us = -1; // clock micros
+  int64_t last_end_us = -1;
+};
+
+// Thread-safe.
+class DeviceStream {
+ public:
+  DeviceStream(DeviceInfo device, Clock* clock, TraceRecorder* trace,
+               FaultInjector fault_injector);
+  ~DeviceStream();
+
+  const DeviceInfo& device() const { return device_; }
+
+  // Queues `launch` after every launch enqueued before it. Never blocks on
+  // data. The launch's readiness is wired here, on the calling thread.
+  void Enqueue(Launch launch);
+
+  // Runs what is queued, then stops the thread. Every queued launch must be
+  // able to finish or fail (its inputs' producers are running or failed).
+  void Shutdown();
+
+  DeviceStreamStats stats() const;
+  void ResetStats();
+  int queued() const;
+
+ private:
+  struct Pending {
+    Launch launch;
+    Future<Unit> deps;
+  };
+  void Loop();
+  void Execute(Pending& pending);
+
+  const DeviceInfo device_;
+  Clock* const clock_;
+  TraceRecorder* const trace_;
+  const FaultInjector fault_injector_;
+  mutable Mutex mu_;
+  std::deque<Pending> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  DeviceStreamStats stats_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+}  // namespace causeway
+
+#endif  // CAUSEWAY_WORKER_DEVICE_STREAM_H_

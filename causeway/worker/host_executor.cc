@@ -1,0 +1,320 @@
+#include "causeway/worker/host_executor.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "causeway/base/check.h"
+#include "causeway/base/status_macros.h"
+
+namespace causeway {
+namespace {
+
+bool HasCollectives(const backend::cpu::Executable& exe) {
+  for (const ir::Instruction& inst : exe.function().instructions()) {
+    if (inst.op == ir::OpKind::kAllReduce) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+HostExecutor::HostExecutor(HostExecutorOptions options)
+    : options_(std::move(options)),
+      store_(options_.host.id, options_.host.devices, options_.device_memory_bytes) {
+  CW_CHECK(options_.trace != nullptr && options_.collectives != nullptr &&
+           options_.transport != nullptr);
+  for (const DeviceInfo& d : options_.devices) {
+    streams_.push_back(std::make_unique<DeviceStream>(d, options_.clock, options_.trace,
+                                                      options_.fault_injector));
+  }
+}
+
+HostExecutor::~HostExecutor() { Shutdown(); }
+
+void HostExecutor::Shutdown() {
+  {
+    MutexLock lock(&mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+  }
+  store_.Shutdown();
+  for (auto& s : streams_) s->Shutdown();
+  // Slots never filled (their source host is gone) fail rather than hang.
+  std::vector<BufferRef> orphans;
+  {
+    MutexLock lock(&mu_);
+    for (auto& [key, slot] : slots_) orphans.push_back(slot.buffer);
+    slots_.clear();
+    early_.clear();
+  }
+  for (const BufferRef& b : orphans) {
+    b->SetReady(absl::UnavailableError(
+        absl::StrCat(options_.host.id.ToString(), " shut down before a transfer arrived")));
+  }
+}
+
+absl::Status HostExecutor::RegisterProgram(std::shared_ptr<const ProgramPlan> plan) {
+  MutexLock lock(&mu_);
+  programs_[plan->id] = std::move(plan);
+  return absl::OkStatus();
+}
+
+void HostExecutor::UnregisterProgram(ProgramId program) {
+  MutexLock lock(&mu_);
+  programs_.erase(program);
+}
+
+void HostExecutor::EnqueueRun(const RunRequest& run) {
+  std::shared_ptr<const ProgramPlan> plan;
+  {
+    MutexLock lock(&mu_);
+    auto it = programs_.find(run.program);
+    if (it != programs_.end()) plan = it->second;
+    if (shut_down_) plan = nullptr;
+  }
+  if (plan == nullptr) {
+    CW_LOG(kError) << options_.host.id << ": run " << run.run << " of unregistered "
+                   << run.program << " or after shutdown; dropped";
+    return;
+  }
+  const HostId self = options_.host.id;
+  // values[v][position]: this host's shards of value v.
+  std::vector<std::vector<BufferRef>> values(plan->values.size());
+  for (size_t v = 0; v < plan->values.size(); ++v) {
+    values[v].resize(plan->values[v].mesh.size());
+  }
+  for (size_t k = 0; k < plan->parameters.size(); ++k) {
+    const int v = plan->parameters[k];
+    const PlanValue& value = plan->values[v];
+    for (int s = 0; s < value.mesh.size(); ++s) {
+      if (value.shard_hosts[s] != self) continue;
+      absl::StatusOr<BufferRef> buffer = store_.Get(ShardKey{run.arguments[k], s});
+      values[v][s] = buffer.ok()
+                         ? *buffer
+                         : DeviceBuffer::Failed(value.shard_shape, run.client,
+                                                Annotate(buffer.status(),
+                                                         absl::StrCat("argument ", k, " of ",
+                                                                      run.run.ToString())));
+    }
+  }
+  for (size_t n = 0; n < plan->nodes.size(); ++n) {
+    if (plan->nodes[n].kind == PlanNodeKind::kCall) {
+      EnqueueCall(run, plan, static_cast<int>(n), values);
+    } else {
+      EnqueueReshard(run, plan, static_cast<int>(n), values);
+    }
+  }
+  for (size_t k = 0; k < plan->outputs.size(); ++k) {
+    const int v = plan->outputs[k];
+    for (size_t s = 0; s < values[v].size(); ++s) {
+      if (values[v][s] == nullptr) continue;
+      absl::Status put = store_.Put(ShardKey{run.outputs[k], static_cast<int>(s)}, values[v][s]);
+      if (!put.ok()) CW_LOG(kError) << put;
+    }
+  }
+}
+
+void HostExecutor::EnqueueCall(const RunRequest& run,
+                               const std::shared_ptr<const ProgramPlan>& plan, int node_index,
+                               std::vector<std::vector<BufferRef>>& values) {
+  const PlanNode& node = plan->nodes[node_index];
+  const PlanValue& first_in = plan->values[node.outputs.empty() ? node.inputs[0] : node.outputs[0]];
+  const Mesh& mesh = first_in.mesh;
+  const bool collectives = HasCollectives(*node.executable);
+  for (int s = 0; s < mesh.size(); ++s) {
+    if (first_in.shard_hosts[s] != options_.host.id) continue;
+    const int local = first_in.shard_local_device[s];
+    Launch launch;
+    launch.info = LaunchInfo{run.run, node_index, node.name, options_.devices[local].id,
+                             options_.host.id};
+    launch.executable = node.executable;
+    for (int v : node.inputs) launch.inputs.push_back(values[v][s]);
+    for (int v : node.outputs) {
+      BufferRef out = store_.Allocate(local, plan->values[v].shard_shape, run.client);
+      values[v][s] = out;
+      launch.outputs.push_back(std::move(out));
+    }
+    if (collectives) {
+      auto hub = std::make_unique<HubCollectives>(options_.collectives, run.run, node_index,
+                                                  &mesh, s, node.name);
+      HubCollectives* raw = hub.get();
+      // The plan (and so `mesh`) outlives the launch: the launch holds it.
+      launch.on_failure = [raw, plan](const absl::Status& status) { raw->AbortGang(status); };
+      launch.collectives = std::move(hub);
+    }
+    streams_[local]->Enqueue(std::move(launch));
+  }
+}
+
+void HostExecutor::EnqueueReshard(const RunRequest& run,
+                                  const std::shared_ptr<const ProgramPlan>& plan,
+                                  int node_index, std::vector<std::vector<BufferRef>>& values) {
+  const PlanNode& node = plan->nodes[node_index];
+  const HostId self = options_.host.id;
+  const int src_v = node.inputs[0];
+  const int dst_v = node.outputs[0];
+  const PlanValue& src = plan->values[src_v];
+  const PlanValue& dst = plan->values[dst_v];
+
+  // Post a receive slot for every destination shard here.
+  std::vector<ShardPieceMessage> early_pieces;
+  for (int d = 0; d < dst.mesh.size(); ++d) {
+    if (dst.shard_hosts[d] != self) continue;
+    BufferRef buffer = store_.Allocate(dst.shard_local_device[d], dst.shard_shape, run.client);
+    values[dst_v][d] = buffer;
+    const SlotKey key{run.run, node_index, d};
+    MutexLock lock(&mu_);
+    slots_[key] = Slot{buffer, plan, static_cast<int>(node.pieces[d].size()), absl::OkStatus()};
+    if (auto it = early_.find(key); it != early_.end()) {
+      for (auto& p : it->second) early_pieces.push_back(std::move(p));
+      early_.erase(it);
+    }
+  }
+  for (ShardPieceMessage& p : early_pieces) DeliverPiece(std::move(p));
+
+  // Send (or copy locally) every piece whose source shard is here.
+  for (int d = 0; d < dst.mesh.size(); ++d) {
+    for (size_t i = 0; i < node.pieces[d].size(); ++i) {
+      const ReshardPiece& piece = node.pieces[d][i];
+      if (src.shard_hosts[piece.src_shard] != self) continue;
+      const BufferRef source = values[src_v][piece.src_shard];
+      const HostId to = dst.shard_hosts[d];
+      const SlotKey key{run.run, node_index, d};
+      if (to == self) {
+        const BufferRef target = values[dst_v][d];
+        source->ready().OnReady([this, key, source, target, &piece, &src,
+                                 plan](const absl::StatusOr<Unit>& ready) {
+          FillSlot(key, target, piece,
+                   PieceSource{source, source->data(), src.shard_shape.dims, piece.src_offset},
+                   ready.status());
+        });
+        continue;
+      }
+      DataTransport* transport = options_.transport;
+      const int piece_index = static_cast<int>(i);
+      source->ready().OnReady([transport, self, to, key, source, &piece, piece_index, &src,
+                               plan](const absl::StatusOr<Unit>& ready) {
+        ShardPieceMessage message{key.run, key.node, key.shard, piece_index, ready.status(), {}};
+        if (ready.ok()) {
+          const int64_t elem = ir::ByteSize(src.shard_shape.dtype);
+          int64_t n = 1;
+          for (int64_t e : piece.extent) n *= e;
+          message.bytes.resize(static_cast<size_t>(n * elem));
+          const std::vector<int64_t> zero(piece.extent.size(), 0);
+          CopyBox(source->data(), src.shard_shape.dims, piece.src_offset, message.bytes.data(),
+                  piece.extent, zero, piece.extent, elem);
+        }
+        transport->SendPiece(self, to, std::move(message));
+      });
+    }
+  }
+}
+
+void HostExecutor::DeliverPiece(ShardPieceMessage message) {
+  const SlotKey key{message.run, message.node, message.dst_shard};
+  BufferRef target;
+  std::shared_ptr<const ProgramPlan> plan;
+  {
+    MutexLock lock(&mu_);
+    auto it = slots_.find(key);
+    if (it == slots_.end()) {
+      if (!shut_down_) early_[key].push_back(std::move(message));
+      return;
+    }
+    target = it->second.buffer;
+    plan = it->second.plan;
+  }
+  const ReshardPiece& piece = plan->nodes[message.node].pieces[message.dst_shard][message.piece];
+  const absl::Status status = message.status;
+  auto bytes = std::make_shared<const std::vector<std::byte>>(std::move(message.bytes));
+  const std::byte* data = bytes->data();
+  FillSlot(key, target, piece,
+           PieceSource{std::move(bytes), data, piece.extent,
+                       std::vector<int64_t>(piece.extent.size(), 0)},
+           status);
+}
+
+void HostExecutor::FillSlot(const SlotKey& key, const BufferRef& dst, const ReshardPiece& piece,
+                            PieceSource source, absl::Status status) {
+  if (!status.ok()) {
+    PieceDone(key, status);
+    return;
+  }
+  dst->allocated().OnReady([this, key, dst, &piece, source = std::move(source)](
+                               const absl::StatusOr<Unit>& alloc) {
+    if (!alloc.ok()) {
+      PieceDone(key, alloc.status());
+      return;
+    }
+    const int64_t start = options_.clock->NowMicros();
+    const int64_t elem = ir::ByteSize(dst->shape().dtype);
+    CopyBox(source.data, source.dims, source.offset, dst->data(), dst->shape().dims,
+            piece.dst_offset, piece.extent, elem);
+    if (options_.trace->enabled()) {
+      options_.trace->Record(TraceEvent{TraceKind::kTransfer, options_.host.id,
+                                        dst->device(), key.run, key.node, "reshard", start,
+                                        options_.clock->NowMicros() - start});
+    }
+    PieceDone(key, absl::OkStatus());
+  });
+}
+
+void HostExecutor::PieceDone(const SlotKey& key, const absl::Status& status) {
+  BufferRef finished;
+  absl::Status final_status;
+  {
+    MutexLock lock(&mu_);
+    auto it = slots_.find(key);
+    if (it == slots_.end()) return;  // failed by shutdown
+    Slot& slot = it->second;
+    if (!status.ok() && slot.status.ok()) slot.status = status;
+    if (--slot.remaining > 0) return;
+    finished = std::move(slot.buffer);
+    final_status = slot.status;
+    slots_.erase(it);
+  }
+  finished->SetReady(final_status);
+}
+
+absl::Status HostExecutor::PutShard(ArrayId array, int shard, int local_device, ClientId owner,
+                                    ir::Literal value) {
+  if (local_device < 0 || local_device >= num_devices()) {
+    return absl::InvalidArgumentError(absl::StrCat("no local device ", local_device, " on ",
+                                                   options_.host.id.ToString()));
+  }
+  BufferRef buffer = store_.Allocate(local_device, value.shape(), owner);
+  CW_RETURN_IF_ERROR(store_.Put(ShardKey{array, shard}, buffer));
+  auto literal = std::make_shared<ir::Literal>(std::move(value));
+  buffer->allocated().OnReady([buffer, literal](const absl::StatusOr<Unit>& alloc) {
+    if (alloc.ok() && literal->byte_size() > 0) {
+      std::memcpy(buffer->data(), literal->data(), literal->byte_size());
+    }
+    buffer->SetReady(alloc.status());
+  });
+  return absl::OkStatus();
+}
+
+Future<ir::Literal> HostExecutor::FetchShard(ArrayId array, int shard) {
+  absl::StatusOr<BufferRef> buffer = store_.Get(ShardKey{array, shard});
+  if (!buffer.ok()) return Future<ir::Literal>::Ready(buffer.status());
+  BufferRef b = *buffer;
+  return b->ready().Then([b](const absl::StatusOr<Unit>& ready) -> absl::StatusOr<ir::Literal> {
+    if (!ready.ok()) return ready.status();
+    ir::Literal out(b->shape());
+    if (out.byte_size() > 0) std::memcpy(out.data(), b->data(), out.byte_size());
+    return out;
+  });
+}
+
+Future<Unit> HostExecutor::AwaitShard(ArrayId array, int shard) {
+  absl::StatusOr<BufferRef> buffer = store_.Get(ShardKey{array, shard});
+  if (!buffer.ok()) return Future<Unit>::Ready(buffer.status());
+  return (*buffer)->ready();
+}
+
+void HostExecutor::ReleaseArrays(absl::Span<const ArrayId> arrays) { store_.Release(arrays); }
+
+void HostExecutor::ReleaseOwner(ClientId owner) { store_.ReleaseOwner(owner); }
+
+}  // namespace causeway

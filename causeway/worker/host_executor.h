@@ -1,0 +1,114 @@
+// HostExecutor: one per host. Receives the host's part of every run and
+// prepares all of it at once — output buffers allocated (or queued for
+// memory), input readiness wired to local buffers or to posted receive
+// slots, launches queued on the device streams in the scheduler's order —
+// before any predecessor has run. Owns the host's object store and device
+// streams and is the endpoint of reshard transfers.
+#ifndef CAUSEWAY_WORKER_HOST_EXECUTOR_H_
+#define CAUSEWAY_WORKER_HOST_EXECUTOR_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "causeway/base/clock.h"
+#include "causeway/base/mutex.h"
+#include "causeway/store/object_store.h"
+#include "causeway/topology/topology.h"
+#include "causeway/transport/services.h"
+#include "causeway/worker/collective_hub.h"
+#include "causeway/worker/device_stream.h"
+#include "causeway/worker/trace.h"
+
+namespace causeway {
+
+struct HostExecutorOptions {
+  HostInfo host;
+  std::vector<DeviceInfo> devices;  // in local order
+  int64_t device_memory_bytes = int64_t{1} << 30;
+  Clock* clock = Clock::Real();
+  TraceRecorder* trace = nullptr;      // required
+  CollectiveHub* collectives = nullptr;  // required
+  DataTransport* transport = nullptr;  // required
+  FaultInjector fault_injector;
+};
+
+// Thread-safe.
+class HostExecutor final : public HostService {
+ public:
+  explicit HostExecutor(HostExecutorOptions options);
+  ~HostExecutor() override;
+
+  HostId id() const override { return options_.host.id; }
+
+  absl::Status RegisterProgram(std::shared_ptr<const ProgramPlan> plan) override;
+  void UnregisterProgram(ProgramId program) override;
+  void EnqueueRun(const RunRequest& run) override;
+  absl::Status PutShard(ArrayId array, int shard, int local_device, ClientId owner,
+                        ir::Literal value) override;
+  Future<ir::Literal> FetchShard(ArrayId array, int shard) override;
+  Future<Unit> AwaitShard(ArrayId array, int shard) override;
+  void ReleaseArrays(absl::Span<const ArrayId> arrays) override;
+  void ReleaseOwner(ClientId owner) override;
+  void DeliverPiece(ShardPieceMessage piece) override;
+
+  ObjectStore& store() { return store_; }
+  DeviceStream& stream(int local) { return *streams_[local]; }
+  int num_devices() const { return static_cast<int>(streams_.size()); }
+
+  // Fails waiting allocations, then drains and stops the device streams.
+  void Shutdown();
+
+ private:
+  struct SlotKey {
+    RunId run;
+    int node;
+    int shard;
+    friend bool operator==(const SlotKey&, const SlotKey&) = default;
+    template <typename H>
+    friend H AbslHashValue(H h, const SlotKey& k) {
+      return H::combine(std::move(h), k.run, k.node, k.shard);
+    }
+  };
+  // A posted receive: a destination shard waiting for its pieces.
+  struct Slot {
+    BufferRef buffer;
+    std::shared_ptr<const ProgramPlan> plan;
+    int remaining = 0;
+    absl::Status status;
+  };
+
+  // Where a piece's bytes come from: a box of a local source shard, or the
+  // compact box carried by a message. `keep_alive` owns `data`.
+  struct PieceSource {
+    std::shared_ptr<const void> keep_alive;
+    const std::byte* data = nullptr;
+    std::vector<int64_t> dims;
+    std::vector<int64_t> offset;
+  };
+
+  // Copies a piece into its slot once the slot's memory is granted.
+  void FillSlot(const SlotKey& key, const BufferRef& dst, const ReshardPiece& piece,
+                PieceSource source, absl::Status status);
+  void PieceDone(const SlotKey& key, const absl::Status& status);
+  void EnqueueReshard(const RunRequest& run, const std::shared_ptr<const ProgramPlan>& plan,
+                      int node_index, std::vector<std::vector<BufferRef>>& values);
+  void EnqueueCall(const RunRequest& run, const std::shared_ptr<const ProgramPlan>& plan,
+                   int node_index, std::vector<std::vector<BufferRef>>& values);
+
+  const HostExecutorOptions options_;
+  ObjectStore store_;
+  std::vector<std::unique_ptr<DeviceStream>> streams_;
+
+  Mutex mu_;
+  absl::flat_hash_map<ProgramId, std::shared_ptr<const ProgramPlan>> programs_
+      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<SlotKey, Slot> slots_ ABSL_GUARDED_BY(mu_);
+  // Pieces that arrived before their run was enqueued here.
+  absl::flat_hash_map<SlotKey, std::vector<ShardPieceMessage>> early_ ABSL_GUARDED_BY(mu_);
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace causeway
+
+#endif  // CAUSEWAY_WORKER_HOST_EXECUTOR_H_

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Installs the Debian bookworm packages that Causeway's build, tests, tools
+# and benchmark plots need. Idempotent: packages already installed are left
+# alone, and apt-get (update + install) runs only when something is missing.
+# Uses sudo when not run as root.
+#
+#   scripts/install-deps.sh            install what is missing
+#   scripts/install-deps.sh --check    only report; exit 1 if anything is missing
+set -euo pipefail
+
+PACKAGES=(
+  build-essential       # g++ 12, make
+  cmake                 # >= 3.25
+  ninja-build
+  ccache
+  clang                 # the clang-tsa build (-Wthread-safety)
+  libabsl-dev
+  libeigen3-dev
+  libopenblas-dev
+  libgtest-dev
+  libgmock-dev
+  libbenchmark-dev
+  libcli11-dev
+  nlohmann-json3-dev
+  libprotobuf-dev
+  protobuf-compiler
+  libgrpc++-dev
+  protobuf-compiler-grpc
+  python3
+  python3-matplotlib    # docs/ benchmark plots
+)
+
+check_only=0
+if [[ "${1:-}" == "--check" ]]; then
+  check_only=1
+fi
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  status="$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null || true)"
+  if [[ "$status" != "installed" ]]; then
+    missing+=("$pkg")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#PACKAGES[@]} packages are installed"
+  exit 0
+fi
+
+echo "install-deps: missing: ${missing[*]}"
+if ((check_only)); then
+  exit 1
+fi
+
+sudo=()
+if [[ "$(id -u)" -ne 0 ]]; then
+  if ! command -v sudo >/dev/null 2>&1; then
+    echo "install-deps: not root and sudo is not available; install as root:" >&2
+    echo "  apt-get update && apt-get install -y ${missing[*]}" >&2
+    exit 1
+  fi
+  sudo=(sudo)
+fi
+
+apt_get=("${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -q -y
+         -o DPkg::Lock::Timeout=300)
+"${apt_get[@]}" update
+"${apt_get[@]}" install --no-install-recommends "${missing[@]}"
+echo "install-deps: installed ${missing[*]}"
