@@ -46,20 +46,22 @@ absl::StatusOr<Mesh> ClientCore::AllocateMesh(const MeshRequest& request) {
 }
 
 Array ClientCore::MakeArray(ArrayId id, const ir::Shape& shape, const Mesh& mesh,
-                            const Sharding& sharding, Future<Unit> submitted) {
+                            const Sharding& sharding, std::vector<HostId> shard_hosts,
+                            Future<Unit> submitted) {
   auto state = std::make_shared<ArrayState>();
   state->core = shared_from_this();
   state->id = id;
   state->shape = shape;
   state->mesh = mesh;
   state->sharding = sharding;
-  const Topology topology = cluster_->resources()->GetTopology();
-  for (DeviceId d : mesh.devices()) {
-    absl::StatusOr<DeviceInfo> info = topology.device(d);
-    state->shard_hosts.push_back(info.ok() ? info->host : HostId());
-  }
+  state->shard_hosts = std::move(shard_hosts);
   state->submitted = std::move(submitted);
   return Array(std::move(state));
+}
+
+Array ClientCore::MakeArray(ArrayId id, const PlanValue& value, Future<Unit> submitted) {
+  return MakeArray(id, value.shape, value.mesh, value.sharding, value.shard_hosts,
+                   std::move(submitted));
 }
 
 absl::Status ClientCore::CheckArgument(const Array& array, absl::string_view what) const {
@@ -94,7 +96,7 @@ absl::StatusOr<Array> ClientCore::Put(const ir::Literal& value, const Mesh& mesh
     }
     devices.push_back(info);
   }
-  const ArrayId id(next_array_++);
+  const ArrayId id(NextId(next_array_));
   const std::vector<int64_t> zero(shard_shape.dims.size(), 0);
   for (int s = 0; s < mesh.size(); ++s) {
     std::vector<Range> ranges = sharding.ShardRanges(value.shape(), mesh, s);
@@ -109,7 +111,10 @@ absl::StatusOr<Array> ClientCore::Put(const ir::Literal& value, const Mesh& mesh
     }
     CW_RETURN_IF_ERROR(host->PutShard(id, s, devices[s].local_index, id_, std::move(shard)));
   }
-  return MakeArray(id, value.shape(), mesh, sharding, Future<Unit>::Ready(Unit{}));
+  std::vector<HostId> hosts;
+  for (const DeviceInfo& d : devices) hosts.push_back(d.host);
+  return MakeArray(id, value.shape(), mesh, sharding, std::move(hosts),
+                   Future<Unit>::Ready(Unit{}));
 }
 
 absl::StatusOr<CompiledFunction> ClientCore::Compile(const ir::Function& function,
@@ -178,6 +183,19 @@ absl::StatusOr<CompiledFunction> ClientCore::Compile(const ir::Function& functio
     CW_ASSIGN_OR_RETURN(ir::Shape g, global(function.output_shape(i), state->out_shardings[i],
                                             absl::StrCat("result ", i)));
     state->out_shapes.push_back(std::move(g));
+  }
+  // A shard larger than a device's whole memory could never be allocated.
+  const Topology topology = cluster_->resources()->GetTopology();
+  for (DeviceId d : mesh.devices()) {
+    CW_ASSIGN_OR_RETURN(DeviceInfo info, topology.device(d));
+    for (int i = 0; i < function.num_outputs(); ++i) {
+      if (function.output_shape(i).byte_size() > info.memory_bytes) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            where, ": result ", i, " (", function.output_shape(i).ToString(), ", ",
+            function.output_shape(i).byte_size(), " bytes per shard) exceeds the whole memory of ",
+            d.ToString(), " (", info.memory_bytes, " bytes)"));
+      }
+    }
   }
   CW_ASSIGN_OR_RETURN(state->executable, backend::cpu::Executable::Compile(function));
   return CompiledFunction(std::move(state));
@@ -268,13 +286,13 @@ absl::StatusOr<std::vector<Array>> ClientCore::Run(
     }
   }
   std::vector<ArrayId> output_ids;
-  for (size_t k = 0; k < plan.outputs.size(); ++k) output_ids.push_back(ArrayId(next_array_++));
+  for (size_t k = 0; k < plan.outputs.size(); ++k) output_ids.push_back(ArrayId(NextId(next_array_)));
 
   std::vector<Array> results;
   if (options_.dispatch == DispatchMode::kParallel) {
     RunRequest run;
     run.program = plan.id;
-    run.run = RunId(next_run_++);
+    run.run = RunId(NextId(next_run_));
     run.client = id_;
     for (const Array& a : args) run.arguments.push_back(a.id());
     run.outputs = output_ids;
@@ -284,8 +302,7 @@ absl::StatusOr<std::vector<Array>> ClientCore::Run(
         results.push_back(args[o.index]);
         continue;
       }
-      const PlanValue& v = plan.values[plan.outputs[o.index]];
-      results.push_back(MakeArray(output_ids[o.index], v.shape, v.mesh, v.sharding,
+      results.push_back(MakeArray(output_ids[o.index], plan.values[plan.outputs[o.index]],
                                   Future<Unit>::Ready(Unit{})));
     }
     return results;
@@ -296,8 +313,7 @@ absl::StatusOr<std::vector<Array>> ClientCore::Run(
       results.push_back(args[o.index]);
       continue;
     }
-    const PlanValue& v = plan.values[plan.outputs[o.index]];
-    results.push_back(MakeArray(output_ids[o.index], v.shape, v.mesh, v.sharding,
+    results.push_back(MakeArray(output_ids[o.index], plan.values[plan.outputs[o.index]],
                                 submitted[o.index].future()));
   }
   RunSequential(state, std::vector<Array>(args.begin(), args.end()), results,

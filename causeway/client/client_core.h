@@ -124,7 +124,9 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
 
  private:
   Array MakeArray(ArrayId id, const ir::Shape& shape, const Mesh& mesh,
-                  const Sharding& sharding, Future<Unit> submitted);
+                  const Sharding& sharding, std::vector<HostId> shard_hosts,
+                  Future<Unit> submitted);
+  Array MakeArray(ArrayId id, const PlanValue& value, Future<Unit> submitted);
   absl::Status Submit(const RunRequest& run, const ProgramPlan& plan);
   absl::Status Register(const std::shared_ptr<const ProgramPlan>& plan);
   struct SequentialRun;
@@ -141,6 +143,14 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   ClusterConnection* const cluster_;
   const ClientOptions options_;
   const ClientId id_;
+
+  // Ids this client names itself. Each client's ids live in their own range
+  // (its client id in the high bits), so ids of different clients never
+  // collide on a host or in a collective.
+  int64_t NextId(std::atomic<int64_t>& counter) const {
+    return ((id_.value() + 1) << kClientIdShift) | counter.fetch_add(1);
+  }
+  static constexpr int kClientIdShift = 40;
 
   std::atomic<int64_t> next_array_{0};
   std::atomic<int64_t> next_run_{0};

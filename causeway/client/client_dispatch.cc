@@ -67,7 +67,7 @@ void ClientCore::SubmitStep(std::shared_ptr<SequentialRun> run) {
   const ProgramState::Step& step = run->program->steps[run->next];
   RunRequest request;
   request.program = step.plan->id;
-  request.run = RunId(next_run_++);
+  request.run = RunId(NextId(next_run_));
   request.client = id_;
   for (int v : step.inputs) request.arguments.push_back(run->values[v].id());
   std::vector<int> finished_outputs;
@@ -78,9 +78,7 @@ void ClientCore::SubmitStep(std::shared_ptr<SequentialRun> run) {
       run->values[v] = run->outputs[k];
       finished_outputs.push_back(k);
     } else {
-      const PlanValue& pv = plan.values[v];
-      run->values[v] = MakeArray(ArrayId(next_array_++), pv.shape, pv.mesh, pv.sharding,
-                                 Future<Unit>::Ready(Unit{}));
+      run->values[v] = MakeArray(ArrayId(NextId(next_array_)), plan.values[v], Future<Unit>::Ready(Unit{}));
     }
     request.outputs.push_back(run->values[v].id());
   }

@@ -188,7 +188,7 @@ absl::StatusOr<Program> ClientCore::Lower(const TraceState& trace, absl::Span<co
   CW_RETURN_IF_ERROR(CheckConnected());
   const Topology topology = cluster_->resources()->GetTopology();
   auto plan = std::make_shared<ProgramPlan>();
-  plan->id = ProgramId(next_program_++);
+  plan->id = ProgramId(NextId(next_program_));
   plan->client = id_;
   plan->name = trace.name;
   // Traced value i becomes plan value i; reshards append more.
@@ -251,7 +251,7 @@ absl::StatusOr<Program> ClientCore::Lower(const TraceState& trace, absl::Span<co
   if (options_.dispatch == DispatchMode::kSequential) {
     for (size_t n = 0; n < plan->nodes.size(); ++n) {
       ProgramState::Step step;
-      auto sub = SingleNodePlan(topology, *plan, static_cast<int>(n), ProgramId(next_program_++));
+      auto sub = SingleNodePlan(topology, *plan, static_cast<int>(n), ProgramId(NextId(next_program_)));
       step.inputs = plan->nodes[n].inputs;
       step.outputs = plan->nodes[n].outputs;
       CW_RETURN_IF_ERROR(Register(sub));

@@ -56,6 +56,11 @@ class DeviceBuffer : public std::enable_shared_from_this<DeviceBuffer> {
   // thread. REQUIRES: called once.
   void SetReady(absl::Status status) const;
 
+  // The promise behind ready(), for a producer that wants to drop its
+  // reference to the buffer before waking consumers (so that memory freed by
+  // a release is not still held while continuations run).
+  Promise<Unit> ready_promise() const { return ready_; }
+
  private:
   DeviceBuffer(DeviceMemory* memory, ir::Shape shape, ClientId owner);
   void OnGranted(absl::Status status);

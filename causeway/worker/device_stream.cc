@@ -94,11 +94,19 @@ void DeviceStream::Execute(Pending& pending) {
       stats_.last_end_us = end;
     }
   }
-  // Drop the launch's references to its inputs before consumers wake, so
+  // Drop the launch's references to its buffers before consumers wake, so
   // memory freed by a release is not held by a finished launch.
-  std::vector<BufferRef> outputs = std::move(launch.outputs);
+  std::vector<Promise<Unit>> ready;
+  ready.reserve(launch.outputs.size());
+  for (const BufferRef& b : launch.outputs) ready.push_back(b->ready_promise());
   launch = Launch{};
-  for (const BufferRef& b : outputs) b->SetReady(status);
+  for (const Promise<Unit>& p : ready) {
+    if (status.ok()) {
+      p.Set(Unit{});
+    } else {
+      p.Set(status);
+    }
+  }
 }
 
 void DeviceStream::Shutdown() {

@@ -261,7 +261,7 @@ void HostExecutor::FillSlot(const SlotKey& key, const BufferRef& dst, const Resh
 }
 
 void HostExecutor::PieceDone(const SlotKey& key, const absl::Status& status) {
-  BufferRef finished;
+  Promise<Unit> ready;
   absl::Status final_status;
   {
     MutexLock lock(&mu_);
@@ -270,11 +270,15 @@ void HostExecutor::PieceDone(const SlotKey& key, const absl::Status& status) {
     Slot& slot = it->second;
     if (!status.ok() && slot.status.ok()) slot.status = status;
     if (--slot.remaining > 0) return;
-    finished = std::move(slot.buffer);
+    ready = slot.buffer->ready_promise();
     final_status = slot.status;
     slots_.erase(it);
   }
-  finished->SetReady(final_status);
+  if (final_status.ok()) {
+    ready.Set(Unit{});
+  } else {
+    ready.Set(final_status);
+  }
 }
 
 absl::Status HostExecutor::PutShard(ArrayId array, int shard, int local_device, ClientId owner,

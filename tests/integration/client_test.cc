@@ -1,0 +1,166 @@
+// The client API end to end on an embedded cluster: placement, resharding
+// across meshes and islands, program caching, sequential vs parallel
+// dispatch, tracing.
+#include <algorithm>
+
+#include "gmock/gmock.h"
+#include "nlohmann/json.hpp"
+#include "tests/integration/test_util.h"
+
+namespace causeway::testing {
+namespace {
+
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+
+LocalClusterOptions TwoByTwoByTwo() {
+  LocalClusterOptions o;
+  o.islands = 2;
+  o.hosts_per_island = 2;
+  o.devices_per_host = 2;
+  return o;
+}
+
+TEST(ClientTest, PutThenFetchRoundTripsEveryShardingOfATwoDimensionalArray) {
+  auto cluster = MakeCluster(TwoByTwoByTwo());
+  auto client = Connect(cluster.get());
+  ASSERT_OK_AND_ASSIGN(Mesh mesh, client->AllocateMesh({{"a", 2}, {"b", 2}}));
+  const std::vector<float> values = Iota(8 * 6);
+  const ir::Literal lit = ir::Literal::F32({8, 6}, values);
+  for (const Sharding& s :
+       {Sharding({{"a"}, {"b"}}), Sharding({{"b"}, {}}), Sharding({{"a", "b"}, {}}),
+        Sharding({{}, {"a"}}), Sharding::Replicated(2)}) {
+    ASSERT_OK_AND_ASSIGN(Array a, client->Put(lit, mesh, s));
+    ASSERT_OK_AND_ASSIGN(ir::Literal back, AwaitOrHang(a.Fetch()));
+    EXPECT_EQ(back, lit) << s.ToString();
+  }
+}
+
+TEST(ClientTest, CallReturnsBeforeDataIsReadyAndComputesTheShardedResult) {
+  auto cluster = MakeCluster(TwoByTwoByTwo());
+  auto client = Connect(cluster.get());
+  ASSERT_OK_AND_ASSIGN(Mesh mesh, client->AllocateMesh({{"x", 4}}));
+  // Each device sums its shard of rows, then the sums are all-reduced.
+  ir::FunctionBuilder b("rowsum");
+  ir::Value x = b.Parameter(ir::Shape(ir::DType::kF32, {2, 3}));
+  ir::Value s = b.AllReduce(b.ReduceSum(x, {0}), {"x"});
+  ASSERT_OK_AND_ASSIGN(ir::Function f, b.Build({s}));
+  ASSERT_OK_AND_ASSIGN(CompiledFunction cf,
+                       client->Compile(f, mesh, {{Sharding({{"x"}, {}})}, {Sharding::Replicated(1)}}));
+  EXPECT_EQ(cf.in_shapes()[0], ir::Shape(ir::DType::kF32, {8, 3}));
+  ASSERT_OK_AND_ASSIGN(Array in, client->Put(ir::Literal::F32({8, 3}, Iota(24)), mesh,
+                                             Sharding({{"x"}, {}})));
+  ASSERT_OK_AND_ASSIGN(std::vector<Array> out, client->Call(cf, {in}));
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].shape(), ir::Shape(ir::DType::kF32, {3}));
+  ASSERT_OK_AND_ASSIGN(ir::Literal v, AwaitOrHang(out[0].Fetch()));
+  // Column sums of 0..23 laid out 8x3.
+  EXPECT_THAT(v.values<float>(), ElementsAreArray({84.0f, 92.0f, 100.0f}));
+}
+
+TEST(ClientTest, ValuesMoveBetweenMeshesOnDifferentIslandsWithResharding) {
+  LocalClusterOptions o = TwoByTwoByTwo();
+  o.dcn.latency = absl::Microseconds(200);
+  auto cluster = MakeCluster(o);
+  auto client = Connect(cluster.get());
+  ASSERT_OK_AND_ASSIGN(Mesh m0, client->AllocateMesh({{"x", 4}}, IslandId(0)));
+  ASSERT_OK_AND_ASSIGN(Mesh m1, client->AllocateMesh({{"y", 2}, {"z", 2}}, IslandId(1)));
+  ir::FunctionBuilder b0("double");
+  ir::Value x0 = b0.Parameter(ir::Shape(ir::DType::kF32, {2, 4}));
+  ASSERT_OK_AND_ASSIGN(ir::Function f0, b0.Build({b0.Add(x0, x0)}));
+  ir::FunctionBuilder b1("negate");
+  ir::Value x1 = b1.Parameter(ir::Shape(ir::DType::kF32, {8, 2}));
+  ASSERT_OK_AND_ASSIGN(ir::Function f1, b1.Build({b1.Neg(x1)}));
+  ASSERT_OK_AND_ASSIGN(CompiledFunction c0,
+                       client->Compile(f0, m0, {{Sharding({{"x"}, {}})}, {Sharding({{"x"}, {}})}}));
+  // On island 1 the array is split by columns over z and replicated over y.
+  ASSERT_OK_AND_ASSIGN(CompiledFunction c1,
+                       client->Compile(f1, m1, {{Sharding({{}, {"z"}})}, {Sharding({{}, {"z"}})}}));
+  ProgramBuilder pb = client->NewProgram("two_islands");
+  ASSERT_OK_AND_ASSIGN(TracedArray p, pb.Parameter(ir::Shape(ir::DType::kF32, {8, 4}), m0,
+                                                   Sharding({{"x"}, {}})));
+  ASSERT_OK_AND_ASSIGN(auto a, pb.Call(c0, {p}));
+  ASSERT_OK_AND_ASSIGN(auto r, pb.Call(c1, {a[0]}));
+  ASSERT_OK_AND_ASSIGN(Program program, pb.Build({r[0]}));
+  EXPECT_EQ(program.num_nodes(), 3);  // double, reshard, negate
+  ASSERT_OK_AND_ASSIGN(Array in, client->Put(ir::Literal::F32({8, 4}, Iota(32)), m0,
+                                             Sharding({{"x"}, {}})));
+  ASSERT_OK_AND_ASSIGN(std::vector<Array> out, program.Run({in}));
+  ASSERT_OK_AND_ASSIGN(ir::Literal v, AwaitOrHang(out[0].Fetch()));
+  std::vector<float> want = Iota(32);
+  for (float& w : want) w = -2 * w;
+  EXPECT_THAT(v.values<float>(), ElementsAreArray(want));
+  EXPECT_GT(cluster->transport().bytes_sent_between_islands(), 0);
+}
+
+TEST(ClientTest, RepeatedCallsLowerOnceAndReuseTheCachedProgram) {
+  auto cluster = MakeCluster(TwoByTwoByTwo());
+  auto client = Connect(cluster.get());
+  ASSERT_OK_AND_ASSIGN(Mesh mesh, client->AllocateMesh({{"x", 2}}));
+  ASSERT_OK_AND_ASSIGN(CompiledFunction cf, client->Compile(DelayAddOne(4, 0), mesh, {}));
+  ASSERT_OK_AND_ASSIGN(Array a, client->Put(ir::Literal::F32({4}, Iota(4)), mesh,
+                                            Sharding::Replicated(1)));
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_OK_AND_ASSIGN(std::vector<Array> out, client->Call(cf, {a}));
+    a = out[0];
+  }
+  ASSERT_OK_AND_ASSIGN(ir::Literal v, AwaitOrHang(a.Fetch()));
+  EXPECT_THAT(v.values<float>(), ElementsAreArray({20.0f, 21.0f, 22.0f, 23.0f}));
+  EXPECT_EQ(client->programs_lowered(), 1);
+}
+
+TEST(ClientTest, SequentialDispatchComputesTheSameResultsAsParallel) {
+  auto cluster = MakeCluster(TwoByTwoByTwo());
+  ClientOptions seq;
+  seq.dispatch = DispatchMode::kSequential;
+  for (ClientOptions options : {ClientOptions{}, seq}) {
+    auto client = Connect(cluster.get(), options);
+    ASSERT_OK_AND_ASSIGN(Mesh m0, client->AllocateMesh({{"x", 2}}, IslandId(0)));
+    ASSERT_OK_AND_ASSIGN(Mesh m1, client->AllocateMesh({{"x", 2}}, IslandId(1)));
+    ASSERT_OK_AND_ASSIGN(CompiledFunction c0, client->Compile(DelayAddOne(4, 100), m0, {}));
+    ASSERT_OK_AND_ASSIGN(CompiledFunction c1, client->Compile(AllReduceSum(4, {"x"}), m1, {}));
+    ProgramBuilder pb = client->NewProgram("chain");
+    ASSERT_OK_AND_ASSIGN(TracedArray p, pb.Parameter(ir::Shape(ir::DType::kF32, {4}), m0,
+                                                     Sharding::Replicated(1)));
+    ASSERT_OK_AND_ASSIGN(auto a, pb.Call(c0, {p}));
+    ASSERT_OK_AND_ASSIGN(auto b, pb.Call(c1, {a[0]}));
+    ASSERT_OK_AND_ASSIGN(auto c, pb.Call(c0, {b[0]}));
+    ASSERT_OK_AND_ASSIGN(Program program, pb.Build({c[0], a[0], p}));
+    ASSERT_OK_AND_ASSIGN(Array in, client->Put(ir::Literal::F32({4}, Iota(4)), m0,
+                                               Sharding::Replicated(1)));
+    ASSERT_OK_AND_ASSIGN(std::vector<Array> out, program.Run({in}));
+    ASSERT_EQ(out.size(), 3u);
+    ASSERT_OK_AND_ASSIGN(ir::Literal v, AwaitOrHang(out[0].Fetch()));
+    // ((x + 1) summed over 2 devices) + 1.
+    EXPECT_THAT(v.values<float>(), ElementsAreArray({3.0f, 5.0f, 7.0f, 9.0f}));
+    ASSERT_OK_AND_ASSIGN(ir::Literal mid, AwaitOrHang(out[1].Fetch()));
+    EXPECT_THAT(mid.values<float>(), ElementsAreArray({1.0f, 2.0f, 3.0f, 4.0f}));
+    EXPECT_EQ(out[2].id(), in.id());  // an argument passed straight through
+  }
+}
+
+TEST(ClientTest, TraceExportsChromeJsonWithOneTimelinePerDevice) {
+  LocalClusterOptions o = TwoByTwoByTwo();
+  o.trace = true;
+  auto cluster = MakeCluster(o);
+  auto client = Connect(cluster.get());
+  ASSERT_OK_AND_ASSIGN(Mesh mesh, client->AllocateMesh({{"x", 4}}));
+  ASSERT_OK_AND_ASSIGN(CompiledFunction cf, client->Compile(AllReduceSum(2, {"x"}), mesh, {}));
+  ASSERT_OK_AND_ASSIGN(Array a, client->Put(ir::Literal::F32({2}, Iota(2)), mesh,
+                                            Sharding::Replicated(1)));
+  ASSERT_OK_AND_ASSIGN(std::vector<Array> out, client->Call(cf, {a}));
+  ASSERT_OK(AwaitOrHang(out[0].Ready()));
+  const nlohmann::json trace = nlohmann::json::parse(cluster->trace().ToChromeJson());
+  std::set<int64_t> run_tids;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["cat"] == "run") {
+      EXPECT_EQ(e["ph"], "X");
+      EXPECT_EQ(e["name"], "all_reduce");
+      run_tids.insert(e["tid"].get<int64_t>());
+    }
+  }
+  EXPECT_EQ(run_tids.size(), 4u);
+}
+
+}  // namespace
+}  // namespace causeway::testing
