@@ -1,5 +1,7 @@
 #include "tools/demo.h"
 
+#include "tools/commands.h"
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -277,6 +279,37 @@ int RunDemo(const DemoOptions& options) {
   client.reset();
   cluster->Shutdown();
   return ok ? 0 : 1;
+}
+
+void AddDemoCommand(CLI::App& app, int* exit_code) {
+  auto options = std::make_shared<DemoOptions>();
+  DemoOptions& demo = *options;
+  CLI::App* cmd = app.add_subcommand(
+      "demo",
+      "Run a two-stage program spanning islands on the embedded cluster, check it against a "
+      "host computation, and report placement, timings and device utilisation");
+  cmd->add_option("--islands", demo.islands, "Islands")->check(CLI::Range(1, 64));
+  cmd->add_option("--hosts-per-island", demo.hosts_per_island, "Hosts per island")
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--devices-per-host", demo.devices_per_host, "Devices per host")
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--memory", demo.memory_bytes, "Memory per device, bytes")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--rows-per-device", demo.rows_per_device, "Batch rows per device")
+      ->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--features", demo.features, "Input features")->check(CLI::Range(1, 1 << 14));
+  cmd->add_option("--hidden", demo.hidden, "Hidden units")->check(CLI::Range(1, 1 << 14));
+  cmd->add_option("--outputs", demo.outputs, "Output units")->check(CLI::Range(1, 1 << 14));
+  cmd->add_option("--steps", demo.steps, "Runs of the program")->check(CLI::Range(1, 100000));
+  cmd->add_option("--dcn-latency-us", demo.dcn_latency_us,
+                  "Emulated latency between islands, microseconds")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--dcn-gbps", demo.dcn_gbps,
+                  "Emulated bandwidth between islands, Gbit/s (0: unlimited)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--trace", demo.trace_path, "Write a Chrome trace (Perfetto) to FILE");
+  cmd->add_flag("--json", demo.json, "Print one JSON object instead of text");
+  cmd->callback([options, exit_code] { *exit_code = RunDemo(*options); });
 }
 
 }  // namespace causeway::tools

@@ -53,6 +53,8 @@ const std::vector<Sharding>& CompiledFunction::out_shardings() const {
 }
 
 ProgramId Program::id() const { return state_->plan->id; }
+std::shared_ptr<const ProgramPlan> Program::plan() const { return state_->plan; }
+
 int Program::num_nodes() const { return static_cast<int>(state_->plan->nodes.size()); }
 
 absl::StatusOr<std::vector<Array>> Program::Run(absl::Span<const Array> args) const {

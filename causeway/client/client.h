@@ -167,6 +167,11 @@ class Program {
   // Number of nodes after lowering (calls and inserted reshards).
   int num_nodes() const;
 
+  // The lowered plan, as registered with hosts and schedulers. For tools
+  // that drive hosts directly (the multi-controller baseline of
+  // `causeway bench`); ordinary code never needs it.
+  std::shared_ptr<const ProgramPlan> plan() const;
+
   // Runs the program on `args` and returns its outputs at once.
   // INVALID_ARGUMENT if an argument's count, shape, mesh or sharding does
   // not match, or it was released or belongs to another client.

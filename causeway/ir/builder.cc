@@ -172,3 +172,285 @@ Value FunctionBuilder::Elementwise(OpKind op, std::vector<Value> operands) {
 }
 
 }  // namespace causeway::ir
+
+namespace causeway::ir {
+
+Value FunctionBuilder::Unary(OpKind op, Value a, std::vector<int64_t> dims) {
+  if (!Check(a)) return Value{};
+  Instruction inst;
+  inst.op = op;
+  inst.operands = {a.id};
+  inst.dims = std::move(dims);
+  return Add(std::move(inst));
+}
+
+Value FunctionBuilder::Min(Value a, Value b) { return Elementwise(OpKind::kMin, {a, b}); }
+Value FunctionBuilder::Pow(Value a, Value b) { return Elementwise(OpKind::kPow, {a, b}); }
+Value FunctionBuilder::Abs(Value a) { return Unary(OpKind::kAbs, a); }
+Value FunctionBuilder::Log(Value a) { return Unary(OpKind::kLog, a); }
+Value FunctionBuilder::Tanh(Value a) { return Unary(OpKind::kTanh, a); }
+Value FunctionBuilder::Logistic(Value a) { return Unary(OpKind::kLogistic, a); }
+Value FunctionBuilder::Sqrt(Value a) { return Unary(OpKind::kSqrt, a); }
+Value FunctionBuilder::Rsqrt(Value a) { return Unary(OpKind::kRsqrt, a); }
+Value FunctionBuilder::Sign(Value a) { return Unary(OpKind::kSign, a); }
+Value FunctionBuilder::Floor(Value a) { return Unary(OpKind::kFloor, a); }
+Value FunctionBuilder::ReduceMax(Value a, std::vector<int64_t> axes) {
+  return Unary(OpKind::kReduceMax, a, std::move(axes));
+}
+Value FunctionBuilder::ReduceMin(Value a, std::vector<int64_t> axes) {
+  return Unary(OpKind::kReduceMin, a, std::move(axes));
+}
+
+Value FunctionBuilder::Compare(Value a, Value b, Comparison comparison) {
+  if (!Check(a) || !Check(b)) return Value{};
+  Instruction inst;
+  inst.op = OpKind::kCompare;
+  inst.operands = {a.id, b.id};
+  inst.comparison = comparison;
+  return Add(std::move(inst));
+}
+
+Value FunctionBuilder::Select(Value pred, Value on_true, Value on_false) {
+  return Elementwise(OpKind::kSelect, {pred, on_true, on_false});
+}
+
+Value FunctionBuilder::Iota(const Shape& shape, int64_t dimension) {
+  if (!status_.ok()) return Value{};
+  Instruction inst;
+  inst.op = OpKind::kIota;
+  inst.shape = shape;
+  inst.dimension = dimension;
+  return Add(std::move(inst));
+}
+
+Value FunctionBuilder::Slice(Value a, std::vector<int64_t> starts,
+                             std::vector<int64_t> limits) {
+  if (!Check(a)) return Value{};
+  Instruction inst;
+  inst.op = OpKind::kSlice;
+  inst.operands = {a.id};
+  inst.starts = std::move(starts);
+  inst.limits = std::move(limits);
+  return Add(std::move(inst));
+}
+
+Value FunctionBuilder::Concatenate(std::vector<Value> operands, int64_t dimension) {
+  Instruction inst;
+  inst.op = OpKind::kConcatenate;
+  inst.dimension = dimension;
+  for (Value v : operands) {
+    if (!Check(v)) return Value{};
+    inst.operands.push_back(v.id);
+  }
+  return Add(std::move(inst));
+}
+
+Value FunctionBuilder::Pad(Value a, Value pad_value, std::vector<int64_t> low,
+                           std::vector<int64_t> high) {
+  if (!Check(a) || !Check(pad_value)) return Value{};
+  Instruction inst;
+  inst.op = OpKind::kPad;
+  inst.operands = {a.id, pad_value.id};
+  inst.pad_low = std::move(low);
+  inst.pad_high = std::move(high);
+  return Add(std::move(inst));
+}
+
+Value FunctionBuilder::Gather(Value operand, Value indices, int64_t dimension) {
+  if (!Check(operand) || !Check(indices)) return Value{};
+  Instruction inst;
+  inst.op = OpKind::kGather;
+  inst.operands = {operand.id, indices.id};
+  inst.dimension = dimension;
+  return Add(std::move(inst));
+}
+
+Value FunctionBuilder::ScatterAdd(Value operand, Value indices, Value updates,
+                                  int64_t dimension) {
+  if (!Check(operand) || !Check(indices) || !Check(updates)) return Value{};
+  Instruction inst;
+  inst.op = OpKind::kScatterAdd;
+  inst.operands = {operand.id, indices.id, updates.id};
+  inst.dimension = dimension;
+  return Add(std::move(inst));
+}
+
+Value FunctionBuilder::DotGeneral(Value lhs, Value rhs, std::vector<int64_t> lhs_batch,
+                                  std::vector<int64_t> rhs_batch,
+                                  std::vector<int64_t> lhs_contracting,
+                                  std::vector<int64_t> rhs_contracting) {
+  if (!Check(lhs) || !Check(rhs)) return Value{};
+  Instruction inst;
+  inst.op = OpKind::kDotGeneral;
+  inst.operands = {lhs.id, rhs.id};
+  inst.lhs_batch = std::move(lhs_batch);
+  inst.rhs_batch = std::move(rhs_batch);
+  inst.lhs_contracting = std::move(lhs_contracting);
+  inst.rhs_contracting = std::move(rhs_contracting);
+  return Add(std::move(inst));
+}
+
+Value FunctionBuilder::RngUniform(Value seed, std::vector<int64_t> dims) {
+  if (!Check(seed)) return Value{};
+  Instruction inst;
+  inst.op = OpKind::kRngUniform;
+  inst.operands = {seed.id};
+  inst.shape = Shape(DType::kF32, std::move(dims));
+  return Add(std::move(inst));
+}
+
+Value FunctionBuilder::RngNormal(Value seed, std::vector<int64_t> dims) {
+  if (!Check(seed)) return Value{};
+  Instruction inst;
+  inst.op = OpKind::kRngNormal;
+  inst.operands = {seed.id};
+  inst.shape = Shape(DType::kF32, std::move(dims));
+  return Add(std::move(inst));
+}
+
+namespace {
+
+// The declared result of a collective whose `dimension` is scaled by
+// `numerator / denominator`; an unrepresentable result (e.g. not divisible)
+// is left for inference to reject.
+std::vector<int64_t> ScaledDims(std::vector<int64_t> dims, int64_t dimension, int64_t mul,
+                                int64_t div) {
+  if (dimension >= 0 && dimension < static_cast<int64_t>(dims.size()) && div > 0 &&
+      mul > 0 && mul <= kMaxElements && dims[dimension] <= kMaxElements) {
+    dims[dimension] = dims[dimension] * mul / div;
+  }
+  return dims;
+}
+
+// Error unless dimension `d` of `shape` splits into `parts` equal parts.
+absl::Status CheckSplits(const Shape& shape, int64_t d, int64_t parts) {
+  if (parts <= 0 || (d >= 0 && d < shape.rank() && shape.dims[d] % parts != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("dimension ", d, " of ", shape.ToString(),
+                                                   " is not a multiple of the group size ",
+                                                   parts));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Value FunctionBuilder::AllGather(Value a, std::vector<std::string> axes, int64_t dimension,
+                                 int64_t group_size) {
+  if (!Check(a)) return Value{};
+  Instruction inst;
+  inst.op = OpKind::kAllGather;
+  inst.operands = {a.id};
+  inst.axes = std::move(axes);
+  inst.dimension = dimension;
+  inst.shape = Shape(shape(a).dtype, ScaledDims(shape(a).dims, dimension, group_size, 1));
+  return Add(std::move(inst));
+}
+
+Value FunctionBuilder::ReduceScatter(Value a, std::vector<std::string> axes,
+                                     int64_t dimension, int64_t group_size,
+                                     ReduceKind kind) {
+  if (!Check(a)) return Value{};
+  if (absl::Status s = CheckSplits(shape(a), dimension, group_size); !s.ok()) {
+    return Fail(OpKind::kReduceScatter, s);
+  }
+  Instruction inst;
+  inst.op = OpKind::kReduceScatter;
+  inst.operands = {a.id};
+  inst.axes = std::move(axes);
+  inst.dimension = dimension;
+  inst.reduce_kind = kind;
+  inst.shape = Shape(shape(a).dtype, ScaledDims(shape(a).dims, dimension, 1, group_size));
+  return Add(std::move(inst));
+}
+
+Value FunctionBuilder::AllToAll(Value a, std::vector<std::string> axes,
+                                int64_t split_dimension, int64_t concat_dimension,
+                                int64_t group_size) {
+  if (!Check(a)) return Value{};
+  if (absl::Status s = CheckSplits(shape(a), split_dimension, group_size); !s.ok()) {
+    return Fail(OpKind::kAllToAll, s);
+  }
+  Instruction inst;
+  inst.op = OpKind::kAllToAll;
+  inst.operands = {a.id};
+  inst.axes = std::move(axes);
+  inst.dimension = split_dimension;
+  inst.concat_dimension = concat_dimension;
+  std::vector<int64_t> dims = shape(a).dims;
+  if (split_dimension != concat_dimension) {
+    dims = ScaledDims(ScaledDims(std::move(dims), split_dimension, 1, group_size),
+                      concat_dimension, group_size, 1);
+  }
+  inst.shape = Shape(shape(a).dtype, std::move(dims));
+  return Add(std::move(inst));
+}
+
+Value FunctionBuilder::CollectivePermute(
+    Value a, std::vector<std::string> axes,
+    std::vector<std::pair<int64_t, int64_t>> source_target_pairs) {
+  if (!Check(a)) return Value{};
+  Instruction inst;
+  inst.op = OpKind::kCollectivePermute;
+  inst.operands = {a.id};
+  inst.axes = std::move(axes);
+  inst.source_target_pairs = std::move(source_target_pairs);
+  return Add(std::move(inst));
+}
+
+Value FunctionBuilder::Fail(OpKind op, const absl::Status& status) {
+  if (status_.ok()) {
+    status_ = absl::InvalidArgumentError(absl::StrCat("function ", name_, ", instruction ",
+                                                      instructions_.size(), " (", OpName(op),
+                                                      "): ", status.message()));
+  }
+  return Value{};
+}
+
+Value FunctionBuilder::Full(float v, std::vector<int64_t> dims) {
+  return Broadcast(ConstantF32(v), std::move(dims), {});
+}
+
+Value FunctionBuilder::AddInstruction(Instruction inst) {
+  if (!status_.ok()) return Value{};
+  if (inst.op == OpKind::kParameter) return Parameter(inst.shape);
+  for (int o : inst.operands) {
+    if (!Check(Value{o})) return Value{};
+  }
+  return Add(std::move(inst));
+}
+
+std::vector<Value> FunctionBuilder::Call(const Function& function,
+                                         const std::vector<Value>& args) {
+  std::vector<Value> results(function.outputs().size());
+  if (!status_.ok()) return results;
+  if (static_cast<int>(args.size()) != function.num_parameters()) {
+    status_ = absl::InvalidArgumentError(absl::StrCat(
+        "function ", name_, ": call of ", function.name(), " with ", args.size(),
+        " arguments, expected ", function.num_parameters()));
+    return results;
+  }
+  std::vector<Value> map(function.instructions().size());
+  for (size_t i = 0; i < function.instructions().size(); ++i) {
+    const Instruction& inst = function.instructions()[i];
+    if (inst.op == OpKind::kParameter) {
+      const Value arg = args[inst.parameter_index];
+      if (!Check(arg)) return results;
+      if (shape(arg) != inst.shape) {
+        status_ = absl::InvalidArgumentError(absl::StrCat(
+            "function ", name_, ": call of ", function.name(), ": argument ",
+            inst.parameter_index, " is ", shape(arg).ToString(), ", expected ",
+            inst.shape.ToString()));
+        return results;
+      }
+      map[i] = arg;
+      continue;
+    }
+    Instruction copy = inst;
+    for (int& o : copy.operands) o = map[o].id;
+    map[i] = AddInstruction(std::move(copy));
+  }
+  for (size_t k = 0; k < results.size(); ++k) results[k] = map[function.outputs()[k]];
+  return results;
+}
+
+}  // namespace causeway::ir

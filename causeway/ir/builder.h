@@ -61,6 +61,54 @@ class FunctionBuilder {
   Value AllReduce(Value a, std::vector<std::string> axes,
                   ReduceKind kind = ReduceKind::kSum);
 
+  // --- The rest of the op set; see OpKind for semantics. ---
+  Value Min(Value a, Value b);
+  Value Pow(Value a, Value b);
+  Value Abs(Value a);
+  Value Log(Value a);
+  Value Tanh(Value a);
+  Value Logistic(Value a);
+  Value Sqrt(Value a);
+  Value Rsqrt(Value a);
+  Value Sign(Value a);
+  Value Floor(Value a);
+  Value Compare(Value a, Value b, Comparison comparison);
+  Value Select(Value pred, Value on_true, Value on_false);
+  Value Iota(const Shape& shape, int64_t dimension);
+  Value Slice(Value a, std::vector<int64_t> starts, std::vector<int64_t> limits);
+  Value Concatenate(std::vector<Value> operands, int64_t dimension);
+  Value Pad(Value a, Value pad_value, std::vector<int64_t> low, std::vector<int64_t> high);
+  Value Gather(Value operand, Value indices, int64_t dimension);
+  Value ScatterAdd(Value operand, Value indices, Value updates, int64_t dimension);
+  Value ReduceMax(Value a, std::vector<int64_t> axes);
+  Value ReduceMin(Value a, std::vector<int64_t> axes);
+  Value DotGeneral(Value lhs, Value rhs, std::vector<int64_t> lhs_batch,
+                   std::vector<int64_t> rhs_batch, std::vector<int64_t> lhs_contracting,
+                   std::vector<int64_t> rhs_contracting);
+  // `seed` is an i32[] value; equal seeds give equal numbers.
+  Value RngUniform(Value seed, std::vector<int64_t> dims);
+  Value RngNormal(Value seed, std::vector<int64_t> dims);
+  // Collectives whose result shape depends on the group: `group_size` is the
+  // number of devices along `axes` (checked at run time).
+  Value AllGather(Value a, std::vector<std::string> axes, int64_t dimension,
+                  int64_t group_size);
+  Value ReduceScatter(Value a, std::vector<std::string> axes, int64_t dimension,
+                      int64_t group_size, ReduceKind kind = ReduceKind::kSum);
+  Value AllToAll(Value a, std::vector<std::string> axes, int64_t split_dimension,
+                 int64_t concat_dimension, int64_t group_size);
+  Value CollectivePermute(Value a, std::vector<std::string> axes,
+                          std::vector<std::pair<int64_t, int64_t>> source_target_pairs);
+
+  // Conveniences.
+  Value ConstantI32(int32_t v) { return Constant(Literal::I32({}, {v})); }
+  // A scalar broadcast to `shape`.
+  Value Full(float v, std::vector<int64_t> dims);
+  // Adds `inst` with its operands (instruction ids of this builder) as is;
+  // used to copy instructions from another function. Shape is re-inferred.
+  Value AddInstruction(Instruction inst);
+  // Inlines `function` with `args` as its parameters; returns its results.
+  std::vector<Value> Call(const Function& function, const std::vector<Value>& args);
+
   const Shape& shape(Value v) const;
   const absl::Status& status() const { return status_; }
 
@@ -69,6 +117,9 @@ class FunctionBuilder {
 
  private:
   Value Add(Instruction inst);
+  Value Unary(OpKind op, Value a, std::vector<int64_t> dims = {});
+  // Records `status` as the error of a new `op` instruction.
+  Value Fail(OpKind op, const absl::Status& status);
   bool Check(Value v);
   Value Elementwise(OpKind op, std::vector<Value> operands);
 

@@ -43,14 +43,81 @@ const char* OpName(OpKind op) {
       return "delay";
     case OpKind::kAllReduce:
       return "all_reduce";
+    case OpKind::kMin:
+      return "min";
+    case OpKind::kPow:
+      return "pow";
+    case OpKind::kAbs:
+      return "abs";
+    case OpKind::kLog:
+      return "log";
+    case OpKind::kTanh:
+      return "tanh";
+    case OpKind::kLogistic:
+      return "logistic";
+    case OpKind::kSqrt:
+      return "sqrt";
+    case OpKind::kRsqrt:
+      return "rsqrt";
+    case OpKind::kSign:
+      return "sign";
+    case OpKind::kFloor:
+      return "floor";
+    case OpKind::kCompare:
+      return "compare";
+    case OpKind::kSelect:
+      return "select";
+    case OpKind::kIota:
+      return "iota";
+    case OpKind::kSlice:
+      return "slice";
+    case OpKind::kConcatenate:
+      return "concatenate";
+    case OpKind::kPad:
+      return "pad";
+    case OpKind::kGather:
+      return "gather";
+    case OpKind::kScatterAdd:
+      return "scatter_add";
+    case OpKind::kReduceMax:
+      return "reduce_max";
+    case OpKind::kReduceMin:
+      return "reduce_min";
+    case OpKind::kDotGeneral:
+      return "dot_general";
+    case OpKind::kRngUniform:
+      return "rng_uniform";
+    case OpKind::kRngNormal:
+      return "rng_normal";
+    case OpKind::kAllGather:
+      return "all_gather";
+    case OpKind::kReduceScatter:
+      return "reduce_scatter";
+    case OpKind::kAllToAll:
+      return "all_to_all";
+    case OpKind::kCollectivePermute:
+      return "collective_permute";
   }
   return "unknown_op";
+}
+
+bool IsCollective(OpKind op) {
+  switch (op) {
+    case OpKind::kAllReduce:
+    case OpKind::kAllGather:
+    case OpKind::kReduceScatter:
+    case OpKind::kAllToAll:
+    case OpKind::kCollectivePermute:
+      return true;
+    default:
+      return false;
+  }
 }
 
 std::vector<std::string> Function::CollectiveAxes() const {
   std::vector<std::string> axes;
   for (const Instruction& inst : instructions_) {
-    if (inst.op != OpKind::kAllReduce) continue;
+    if (!IsCollective(inst.op)) continue;
     for (const std::string& axis : inst.axes) {
       if (std::find(axes.begin(), axes.end(), axis) == axes.end()) axes.push_back(axis);
     }
@@ -82,7 +149,45 @@ std::string Function::ToString() const {
       case OpKind::kBroadcast:
       case OpKind::kTranspose:
       case OpKind::kReduceSum:
+      case OpKind::kReduceMax:
+      case OpKind::kReduceMin:
         absl::StrAppend(&out, " dims={", absl::StrJoin(inst.dims, ","), "}");
+        break;
+      case OpKind::kIota:
+      case OpKind::kConcatenate:
+      case OpKind::kGather:
+      case OpKind::kScatterAdd:
+        absl::StrAppend(&out, " dimension=", inst.dimension);
+        break;
+      case OpKind::kCompare:
+        absl::StrAppend(&out, " comparison=", static_cast<int>(inst.comparison));
+        break;
+      case OpKind::kSlice:
+        absl::StrAppend(&out, " starts={", absl::StrJoin(inst.starts, ","), "} limits={",
+                        absl::StrJoin(inst.limits, ","), "}");
+        break;
+      case OpKind::kPad:
+        absl::StrAppend(&out, " low={", absl::StrJoin(inst.pad_low, ","), "} high={",
+                        absl::StrJoin(inst.pad_high, ","), "}");
+        break;
+      case OpKind::kDotGeneral:
+        absl::StrAppend(&out, " batch={", absl::StrJoin(inst.lhs_batch, ","), "}x{",
+                        absl::StrJoin(inst.rhs_batch, ","), "} contracting={",
+                        absl::StrJoin(inst.lhs_contracting, ","), "}x{",
+                        absl::StrJoin(inst.rhs_contracting, ","), "}");
+        break;
+      case OpKind::kAllGather:
+      case OpKind::kReduceScatter:
+      case OpKind::kAllToAll:
+      case OpKind::kCollectivePermute:
+        absl::StrAppend(&out, " axes={", absl::StrJoin(inst.axes, ","), "} dimension=",
+                        inst.dimension);
+        if (inst.op == OpKind::kAllToAll) {
+          absl::StrAppend(&out, " concat_dimension=", inst.concat_dimension);
+        }
+        for (const auto& [src, dst] : inst.source_target_pairs) {
+          absl::StrAppend(&out, " ", src, "->", dst);
+        }
         break;
       case OpKind::kDelay:
         absl::StrAppend(&out, " delay_us=", inst.delay_us);

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "causeway/ir/literal.h"
@@ -21,7 +22,7 @@ namespace causeway::ir {
 enum class OpKind {
   kParameter,   // attr: parameter_index
   kConstant,    // attr: literal
-  // Elementwise binary on equal shapes.
+  // Elementwise binary on equal shapes (f32 or i32).
   kAdd,
   kSub,
   kMul,
@@ -29,7 +30,7 @@ enum class OpKind {
   kMax,
   // Elementwise unary.
   kNeg,
-  kExp,
+  kExp,         // f32
   kBroadcast,   // broadcast-in-dim; attr: dims (operand dim i -> result dim dims[i])
   kReshape,     // result shape given; same element count
   kTranspose,   // attr: dims (permutation; result dim i = operand dim dims[i])
@@ -39,9 +40,50 @@ enum class OpKind {
   kDelay,       // attr: delay_us; returns its operand unchanged after keeping
                 // the device busy for delay_us without using host CPU
   kAllReduce,   // attr: axes (mesh axes), reduce_kind
+  // --- Added with the complete op set (issue 3); order is the wire format. ---
+  kMin,         // elementwise binary
+  kPow,         // elementwise binary, f32
+  kAbs,         // elementwise unary, f32 or i32
+  kLog,         // elementwise unary, f32 (the rest too)
+  kTanh,
+  kLogistic,    // 1 / (1 + exp(-x))
+  kSqrt,
+  kRsqrt,
+  kSign,        // f32 or i32; -1, 0 or 1 (NaN stays NaN)
+  kFloor,
+  kCompare,     // attr: comparison; equal shapes -> pred
+  kSelect,      // (pred, on_true, on_false), equal dims -> on_true's shape
+  kIota,        // attr: dimension; result shape given (f32 or i32)
+  kSlice,       // attrs: starts, limits (stride 1)
+  kConcatenate, // attr: dimension; >= 1 operands equal but along `dimension`
+  kPad,         // (operand, scalar pad value); attrs: pad_low, pad_high (>= 0)
+  kGather,      // (operand, i32 indices); attr: dimension. Result dims:
+                // operand[:d] + indices + operand[d+1:]; indices clamp.
+  kScatterAdd,  // (operand, i32 indices, updates); attr: dimension. Adds
+                // updates (shape as kGather's result) into a copy of operand;
+                // out-of-range indices are dropped.
+  kReduceMax,   // attr: dims
+  kReduceMin,   // attr: dims
+  kDotGeneral,  // attrs: lhs/rhs batch and contracting dims. Result dims:
+                // batch, lhs free, rhs free (each in operand order).
+  kRngUniform,  // (i32[] seed); result shape given, f32, uniform in [0, 1)
+  kRngNormal,   // (i32[] seed); result shape given, f32, standard normal
+  kAllGather,   // attrs: axes, dimension: concatenates the group's operands
+  kReduceScatter,  // attrs: axes, dimension, reduce_kind: reduce, then
+                   // keep the group rank's slice along `dimension`
+  kAllToAll,    // attrs: axes, dimension (split), concat_dimension
+  kCollectivePermute,  // attrs: axes, source_target_pairs (group ranks);
+                       // a rank no pair targets gets zeros
 };
 
 enum class ReduceKind { kSum, kMax };
+enum class Comparison { kEq, kNe, kLt, kLe, kGt, kGe };
+
+// Number of OpKind values (for range checks of untrusted input).
+inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kCollectivePermute) + 1;
+
+// True for the collectives (ops that meet peers): they always run.
+bool IsCollective(OpKind op);
 
 const char* OpName(OpKind op);
 
@@ -53,10 +95,25 @@ struct Instruction {
 
   int parameter_index = -1;          // kParameter
   Literal literal;                   // kConstant
-  std::vector<int64_t> dims;         // kBroadcast, kTranspose, kReduceSum
+  std::vector<int64_t> dims;         // kBroadcast, kTranspose, kReduce*
   int64_t delay_us = 0;              // kDelay
-  std::vector<std::string> axes;     // kAllReduce
-  ReduceKind reduce_kind = ReduceKind::kSum;  // kAllReduce
+  std::vector<std::string> axes;     // collectives
+  ReduceKind reduce_kind = ReduceKind::kSum;  // kAllReduce, kReduceScatter
+  // kIota, kConcatenate, kGather, kScatterAdd, kAllGather, kReduceScatter,
+  // kAllToAll (split dimension).
+  int64_t dimension = 0;
+  int64_t concat_dimension = 0;      // kAllToAll
+  Comparison comparison = Comparison::kEq;  // kCompare
+  std::vector<int64_t> starts;       // kSlice
+  std::vector<int64_t> limits;       // kSlice
+  std::vector<int64_t> pad_low;      // kPad
+  std::vector<int64_t> pad_high;     // kPad
+  std::vector<int64_t> lhs_batch;    // kDotGeneral
+  std::vector<int64_t> rhs_batch;
+  std::vector<int64_t> lhs_contracting;
+  std::vector<int64_t> rhs_contracting;
+  // kCollectivePermute: (source rank, target rank) within the group.
+  std::vector<std::pair<int64_t, int64_t>> source_target_pairs;
 };
 
 // A compiled-to-be unit of work. A value type; immutable once built.

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "causeway/base/status_macros.h"
+#include "causeway/topology/mesh.h"
 
 namespace causeway {
 namespace {
@@ -18,6 +19,35 @@ void Combine(T* acc, const T* in, int64_t n, ir::ReduceKind kind) {
   } else {
     for (int64_t i = 0; i < n; ++i) acc[i] = std::max(acc[i], in[i]);
   }
+}
+
+void CombineInto(void* acc, const void* in, const ir::Shape& shape, ir::ReduceKind kind) {
+  const int64_t n = shape.num_elements();
+  switch (shape.dtype) {
+    case ir::DType::kF32:
+      return Combine(static_cast<float*>(acc), static_cast<const float*>(in), n, kind);
+    case ir::DType::kI32:
+      return Combine(static_cast<int32_t*>(acc), static_cast<const int32_t*>(in), n, kind);
+    case ir::DType::kPred:
+      return Combine(static_cast<uint8_t*>(acc), static_cast<const uint8_t*>(in), n, kind);
+  }
+}
+
+std::vector<int64_t> Zeros(const ir::Shape& shape) {
+  return std::vector<int64_t>(shape.dims.size(), 0);
+}
+
+// INVALID_ARGUMENT unless `big` is `small` with dimension `d` times `g`.
+absl::Status CheckScaled(const ir::Shape& small, const ir::Shape& big, int64_t d, int64_t g,
+                         int64_t, const std::string& what) {
+  ir::Shape expected = small;
+  if (d >= 0 && d < small.rank()) expected.dims[d] *= g;
+  if (d < 0 || d >= small.rank() || expected != big) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": shapes ", small.ToString(), " and ", big.ToString(),
+        " do not differ by the group size ", g, " along dimension ", d));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -49,6 +79,17 @@ absl::Status CollectiveHub::AllReduce(const CollectiveKey& key, DeviceId self, i
                                       const std::vector<DeviceId>& members,
                                       const ir::Shape& shape, ir::ReduceKind kind, void* data,
                                       const std::string& what) {
+  return Meet(key, self, rank, members, ir::OpKind::kAllReduce, data, data, what,
+              [this, &shape, kind](State& state) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                ReduceLocked(state, shape, kind);
+                return absl::OkStatus();
+              });
+}
+
+absl::Status CollectiveHub::Meet(const CollectiveKey& key, DeviceId self, int rank,
+                                 const std::vector<DeviceId>& members, ir::OpKind op,
+                                 const void* in, void* out, const std::string& what,
+                                 const Completion& complete) {
   MutexLock lock(&mu_);
   if (shutdown_) return absl::AbortedError(absl::StrCat(what, ": runtime shutting down"));
   if (auto it = aborted_gangs_.find({key.run, key.node}); it != aborted_gangs_.end()) {
@@ -57,16 +98,19 @@ absl::Status CollectiveHub::AllReduce(const CollectiveKey& key, DeviceId self, i
   std::shared_ptr<State>& slot = states_[key];
   if (slot == nullptr) {
     slot = std::make_shared<State>();
+    slot->op = op;
     slot->members = members;
+    slot->inputs.assign(members.size(), nullptr);
     slot->buffers.assign(members.size(), nullptr);
     slot->arrived_rank.assign(members.size(), false);
     slot->what = what;
   }
   std::shared_ptr<State> state = slot;
-  if (state->members != members || rank < 0 || rank >= static_cast<int>(members.size()) ||
-      state->arrived_rank[rank]) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": participants disagree on the group or rank ", rank));
+  if (state->members != members || state->op != op || rank < 0 ||
+      rank >= static_cast<int>(members.size()) || state->arrived_rank[rank]) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": participants disagree on the collective (", ir::OpName(state->op), " vs ",
+        ir::OpName(op), "), the group or rank ", rank));
   }
   if (!state->status.ok()) {
     // Aborted before this member arrived.
@@ -75,11 +119,16 @@ absl::Status CollectiveHub::AllReduce(const CollectiveKey& key, DeviceId self, i
     if (++state->departed == static_cast<int>(members.size())) states_.erase(key);
     return status;
   }
-  state->buffers[rank] = data;
+  state->inputs[rank] = in;
+  state->buffers[rank] = out;
   state->arrived_rank[rank] = true;
   if (++state->arrived == static_cast<int>(members.size())) {
-    ReduceLocked(*state, shape, kind);
-    state->done = true;
+    absl::Status done = complete(*state);
+    if (done.ok()) {
+      state->done = true;
+    } else {
+      state->status = Annotate(done, what);
+    }
   } else {
     blocked_[self] = key;
     DetectDeadlockLocked(self);
@@ -99,6 +148,120 @@ absl::Status CollectiveHub::AllReduce(const CollectiveKey& key, DeviceId self, i
   const absl::Status status = state->done ? absl::OkStatus() : state->status;
   if (++state->departed == static_cast<int>(members.size())) states_.erase(key);
   return status;
+}
+
+absl::Status CollectiveHub::AllGather(const CollectiveKey& key, DeviceId self, int rank,
+                                      const std::vector<DeviceId>& members,
+                                      const ir::Shape& in_shape, const ir::Shape& out_shape,
+                                      int64_t dimension, const void* in, void* out,
+                                      const std::string& what) {
+  const int64_t g = static_cast<int64_t>(members.size());
+  CW_RETURN_IF_ERROR(CheckScaled(in_shape, out_shape, dimension, g, 1, what));
+  return Meet(key, self, rank, members, ir::OpKind::kAllGather, in, out, what,
+              [&](State& state) {
+                std::vector<int64_t> offset(in_shape.dims.size(), 0);
+                for (int64_t r = 0; r < g; ++r) {
+                  offset[dimension] = r * in_shape.dims[dimension];
+                  CopyBox(state.inputs[r], in_shape.dims, Zeros(in_shape), state.buffers[0],
+                          out_shape.dims, offset, in_shape.dims, ir::ByteSize(in_shape.dtype));
+                }
+                for (int64_t r = 1; r < g; ++r) {
+                  std::memcpy(state.buffers[r], state.buffers[0],
+                              static_cast<size_t>(out_shape.byte_size()));
+                }
+                return absl::OkStatus();
+              });
+}
+
+absl::Status CollectiveHub::ReduceScatter(const CollectiveKey& key, DeviceId self, int rank,
+                                          const std::vector<DeviceId>& members,
+                                          ir::ReduceKind kind, const ir::Shape& in_shape,
+                                          const ir::Shape& out_shape, int64_t dimension,
+                                          const void* in, void* out,
+                                          const std::string& what) {
+  const int64_t g = static_cast<int64_t>(members.size());
+  CW_RETURN_IF_ERROR(CheckScaled(out_shape, in_shape, dimension, g, 1, what));
+  return Meet(key, self, rank, members, ir::OpKind::kReduceScatter, in, out, what,
+              [&](State& state) {
+                std::vector<std::byte> acc(static_cast<size_t>(in_shape.byte_size()));
+                if (!acc.empty()) std::memcpy(acc.data(), state.inputs[0], acc.size());
+                for (int64_t r = 1; r < g; ++r) {
+                  CombineInto(acc.data(), state.inputs[r], in_shape, kind);
+                }
+                std::vector<int64_t> offset(in_shape.dims.size(), 0);
+                for (int64_t r = 0; r < g; ++r) {
+                  offset[dimension] = r * out_shape.dims[dimension];
+                  CopyBox(acc.data(), in_shape.dims, offset, state.buffers[r], out_shape.dims,
+                          Zeros(out_shape), out_shape.dims, ir::ByteSize(in_shape.dtype));
+                }
+                return absl::OkStatus();
+              });
+}
+
+absl::Status CollectiveHub::AllToAll(const CollectiveKey& key, DeviceId self, int rank,
+                                     const std::vector<DeviceId>& members,
+                                     const ir::Shape& in_shape, const ir::Shape& out_shape,
+                                     int64_t split_dimension, int64_t concat_dimension,
+                                     const void* in, void* out, const std::string& what) {
+  const int64_t g = static_cast<int64_t>(members.size());
+  const int rank_n = in_shape.rank();
+  if (split_dimension < 0 || split_dimension >= rank_n || concat_dimension < 0 ||
+      concat_dimension >= rank_n || in_shape.dims[split_dimension] % g != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": cannot split ", in_shape.ToString(), " along ", split_dimension, " into ",
+        g, " parts"));
+  }
+  ir::Shape chunk = in_shape;
+  chunk.dims[split_dimension] /= g;
+  ir::Shape expected = chunk;
+  expected.dims[concat_dimension] *= g;
+  if (expected != out_shape) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": result ", out_shape.ToString(),
+                                                   " should be ", expected.ToString(),
+                                                   " for a group of ", g));
+  }
+  return Meet(key, self, rank, members, ir::OpKind::kAllToAll, in, out, what,
+              [&](State& state) {
+                std::vector<int64_t> src(rank_n, 0), dst(rank_n, 0);
+                for (int64_t i = 0; i < g; ++i) {    // source rank
+                  for (int64_t j = 0; j < g; ++j) {  // destination rank
+                    src.assign(rank_n, 0);
+                    dst.assign(rank_n, 0);
+                    src[split_dimension] = j * chunk.dims[split_dimension];
+                    dst[concat_dimension] = i * chunk.dims[concat_dimension];
+                    CopyBox(state.inputs[i], in_shape.dims, src, state.buffers[j],
+                            out_shape.dims, dst, chunk.dims, ir::ByteSize(in_shape.dtype));
+                  }
+                }
+                return absl::OkStatus();
+              });
+}
+
+absl::Status CollectiveHub::CollectivePermute(
+    const CollectiveKey& key, DeviceId self, int rank, const std::vector<DeviceId>& members,
+    const ir::Shape& shape, absl::Span<const std::pair<int64_t, int64_t>> pairs,
+    const void* in, void* out, const std::string& what) {
+  const int64_t g = static_cast<int64_t>(members.size());
+  for (const auto& [s, t] : pairs) {
+    if (s < 0 || t < 0 || s >= g || t >= g) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": pair ", s, "->", t,
+                                                     " outside a group of ", g));
+    }
+  }
+  std::vector<std::pair<int64_t, int64_t>> copy(pairs.begin(), pairs.end());
+  return Meet(key, self, rank, members, ir::OpKind::kCollectivePermute, in, out, what,
+              [&shape, copy = std::move(copy)](State& state) {
+                const size_t bytes = static_cast<size_t>(shape.byte_size());
+                std::vector<bool> written(state.buffers.size(), false);
+                for (const auto& [s, t] : copy) {
+                  if (bytes > 0) std::memcpy(state.buffers[t], state.inputs[s], bytes);
+                  written[t] = true;
+                }
+                for (size_t r = 0; r < written.size(); ++r) {
+                  if (!written[r] && bytes > 0) std::memset(state.buffers[r], 0, bytes);
+                }
+                return absl::OkStatus();
+              });
 }
 
 bool CollectiveHub::DetectDeadlockLocked(DeviceId self) {
@@ -175,21 +338,59 @@ int64_t CollectiveHub::deadlocks_detected() const {
   return deadlocks_;
 }
 
+absl::StatusOr<HubCollectives::Group> HubCollectives::MakeGroup(
+    int index, absl::Span<const std::string> axes, absl::string_view op) const {
+  CW_ASSIGN_OR_RETURN(std::vector<int> group, mesh_->Group(position_, axes));
+  Group g;
+  g.rank = static_cast<int>(std::find(group.begin(), group.end(), position_) - group.begin());
+  g.members.reserve(group.size());
+  for (int p : group) g.members.push_back(mesh_->devices()[p]);
+  g.key = CollectiveKey{run_, node_, index, *std::min_element(group.begin(), group.end())};
+  g.what = absl::StrCat(op, " #", index, " over {", absl::StrJoin(axes, ","), "} in node ",
+                        node_, " (", function_name_, ") of ", run_.ToString());
+  return g;
+}
+
 absl::Status HubCollectives::AllReduce(int index, absl::Span<const std::string> axes,
                                        ir::ReduceKind kind, const ir::Shape& shape,
                                        void* data) {
-  CW_ASSIGN_OR_RETURN(std::vector<int> group, mesh_->Group(position_, axes));
-  const int rank =
-      static_cast<int>(std::find(group.begin(), group.end(), position_) - group.begin());
-  std::vector<DeviceId> members;
-  members.reserve(group.size());
-  for (int p : group) members.push_back(mesh_->devices()[p]);
-  const CollectiveKey key{run_, node_, index, *std::min_element(group.begin(), group.end())};
-  const std::string what =
-      absl::StrCat("all_reduce #", index, " over {", absl::StrJoin(axes, ","), "} in node ",
-                   node_, " (", function_name_, ") of ", run_.ToString());
-  return hub_->AllReduce(key, mesh_->devices()[position_], rank, members, shape, kind, data,
-                         what);
+  CW_ASSIGN_OR_RETURN(Group g, MakeGroup(index, axes, "all_reduce"));
+  return hub_->AllReduce(g.key, mesh_->devices()[position_], g.rank, g.members, shape, kind,
+                         data, g.what);
+}
+
+absl::Status HubCollectives::AllGather(int index, absl::Span<const std::string> axes,
+                                       const ir::Shape& in_shape, const ir::Shape& out_shape,
+                                       int64_t dimension, const void* in, void* out) {
+  CW_ASSIGN_OR_RETURN(Group g, MakeGroup(index, axes, "all_gather"));
+  return hub_->AllGather(g.key, mesh_->devices()[position_], g.rank, g.members, in_shape,
+                         out_shape, dimension, in, out, g.what);
+}
+
+absl::Status HubCollectives::ReduceScatter(int index, absl::Span<const std::string> axes,
+                                           ir::ReduceKind kind, const ir::Shape& in_shape,
+                                           const ir::Shape& out_shape, int64_t dimension,
+                                           const void* in, void* out) {
+  CW_ASSIGN_OR_RETURN(Group g, MakeGroup(index, axes, "reduce_scatter"));
+  return hub_->ReduceScatter(g.key, mesh_->devices()[position_], g.rank, g.members, kind,
+                             in_shape, out_shape, dimension, in, out, g.what);
+}
+
+absl::Status HubCollectives::AllToAll(int index, absl::Span<const std::string> axes,
+                                      const ir::Shape& in_shape, const ir::Shape& out_shape,
+                                      int64_t split_dimension, int64_t concat_dimension,
+                                      const void* in, void* out) {
+  CW_ASSIGN_OR_RETURN(Group g, MakeGroup(index, axes, "all_to_all"));
+  return hub_->AllToAll(g.key, mesh_->devices()[position_], g.rank, g.members, in_shape,
+                        out_shape, split_dimension, concat_dimension, in, out, g.what);
+}
+
+absl::Status HubCollectives::CollectivePermute(
+    int index, absl::Span<const std::string> axes, const ir::Shape& shape,
+    absl::Span<const std::pair<int64_t, int64_t>> pairs, const void* in, void* out) {
+  CW_ASSIGN_OR_RETURN(Group g, MakeGroup(index, axes, "collective_permute"));
+  return hub_->CollectivePermute(g.key, mesh_->devices()[position_], g.rank, g.members,
+                                 shape, pairs, in, out, g.what);
 }
 
 }  // namespace causeway

@@ -1,8 +1,11 @@
 // CollectiveHub: where the devices of a gang meet for collectives, for all
 // devices of one process (shared memory). Each participant contributes its
-// buffer and blocks until the whole group has; the last to arrive reduces in
-// rank order (so every run gives bit-identical results) and writes the
-// result into every participant's buffer.
+// buffers and blocks until the whole group has; the last to arrive performs
+// the whole collective — reductions in rank order, so every run gives
+// bit-identical results — writing every participant's result buffer. Every
+// kind (all_reduce, all_gather, reduce_scatter, all_to_all,
+// collective_permute) meets the same way, so all of them take part in the
+// watchdog below, the timeout, AbortGang and Shutdown.
 //
 // The hub is also the collective watchdog. Gang scheduling makes every
 // device meet its peers in the same order; when that order is violated
@@ -16,7 +19,9 @@
 #define CAUSEWAY_WORKER_COLLECTIVE_HUB_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -57,6 +62,30 @@ class CollectiveHub {
                          const std::vector<DeviceId>& members, const ir::Shape& shape,
                          ir::ReduceKind kind, void* data, const std::string& what);
 
+  // The other collectives: `in` (`in_shape`) is this member's operand, `out`
+  // (`out_shape`) its result; they must not overlap. Semantics as in
+  // ir::OpKind. Errors as AllReduce, plus INVALID_ARGUMENT when the shapes
+  // or source/target pairs do not fit the group (reported by every member
+  // without meeting, since every member sees the same shapes).
+  absl::Status AllGather(const CollectiveKey& key, DeviceId self, int rank,
+                         const std::vector<DeviceId>& members, const ir::Shape& in_shape,
+                         const ir::Shape& out_shape, int64_t dimension, const void* in,
+                         void* out, const std::string& what);
+  absl::Status ReduceScatter(const CollectiveKey& key, DeviceId self, int rank,
+                             const std::vector<DeviceId>& members, ir::ReduceKind kind,
+                             const ir::Shape& in_shape, const ir::Shape& out_shape,
+                             int64_t dimension, const void* in, void* out,
+                             const std::string& what);
+  absl::Status AllToAll(const CollectiveKey& key, DeviceId self, int rank,
+                        const std::vector<DeviceId>& members, const ir::Shape& in_shape,
+                        const ir::Shape& out_shape, int64_t split_dimension,
+                        int64_t concat_dimension, const void* in, void* out,
+                        const std::string& what);
+  absl::Status CollectivePermute(const CollectiveKey& key, DeviceId self, int rank,
+                                 const std::vector<DeviceId>& members, const ir::Shape& shape,
+                                 absl::Span<const std::pair<int64_t, int64_t>> pairs,
+                                 const void* in, void* out, const std::string& what);
+
   // The launch of node `node` of `run` failed on one device without
   // reaching (all of) its collectives: fails every pending and later
   // collective of that gang with `status`, so its peers do not wait for a
@@ -70,8 +99,10 @@ class CollectiveHub {
 
  private:
   struct State {
+    ir::OpKind op = ir::OpKind::kAllReduce;
     std::vector<DeviceId> members;
-    std::vector<void*> buffers;
+    std::vector<const void*> inputs;
+    std::vector<void*> buffers;  // results (all_reduce: in place)
     std::vector<bool> arrived_rank;
     int arrived = 0;
     int departed = 0;
@@ -79,6 +110,16 @@ class CollectiveHub {
     absl::Status status;
     std::string what;
   };
+
+  // Performs the collective once every member arrived; runs under mu_ on the
+  // last member's thread. An error fails the collective for every member.
+  using Completion = std::function<absl::Status(State&)>;
+
+  // Contributes (`in`, `out`) as member `rank` and blocks until the whole
+  // group has, the last arrival running `complete`.
+  absl::Status Meet(const CollectiveKey& key, DeviceId self, int rank,
+                    const std::vector<DeviceId>& members, ir::OpKind op, const void* in,
+                    void* out, const std::string& what, const Completion& complete);
 
   // REQUIRES: mu_. Looks for a cycle through `self` in the wait-for graph;
   // if found aborts the collectives on it and returns true.
@@ -110,6 +151,21 @@ class HubCollectives final : public backend::cpu::CollectiveOps {
 
   absl::Status AllReduce(int index, absl::Span<const std::string> axes, ir::ReduceKind kind,
                          const ir::Shape& shape, void* data) override;
+  absl::Status AllGather(int index, absl::Span<const std::string> axes,
+                         const ir::Shape& in_shape, const ir::Shape& out_shape,
+                         int64_t dimension, const void* in, void* out) override;
+  absl::Status ReduceScatter(int index, absl::Span<const std::string> axes,
+                             ir::ReduceKind kind, const ir::Shape& in_shape,
+                             const ir::Shape& out_shape, int64_t dimension, const void* in,
+                             void* out) override;
+  absl::Status AllToAll(int index, absl::Span<const std::string> axes,
+                        const ir::Shape& in_shape, const ir::Shape& out_shape,
+                        int64_t split_dimension, int64_t concat_dimension, const void* in,
+                        void* out) override;
+  absl::Status CollectivePermute(int index, absl::Span<const std::string> axes,
+                                 const ir::Shape& shape,
+                                 absl::Span<const std::pair<int64_t, int64_t>> pairs,
+                                 const void* in, void* out) override;
   // See CollectiveHub::AbortGang.
   void AbortGang(const absl::Status& status) { hub_->AbortGang(run_, node_, status); }
 
@@ -120,6 +176,17 @@ class HubCollectives final : public backend::cpu::CollectiveOps {
   const Mesh* const mesh_;  // owned by the program plan, which outlives the launch
   const int position_;
   const std::string function_name_;
+
+  // This device's group over `axes`, its rank in it, and the key and
+  // description of collective `index`.
+  struct Group {
+    std::vector<DeviceId> members;
+    int rank = 0;
+    CollectiveKey key;
+    std::string what;
+  };
+  absl::StatusOr<Group> MakeGroup(int index, absl::Span<const std::string> axes,
+                                  absl::string_view op) const;
 };
 
 }  // namespace causeway

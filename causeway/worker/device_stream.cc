@@ -1,5 +1,7 @@
 #include "causeway/worker/device_stream.h"
 
+#include <sys/prctl.h>
+
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -30,6 +32,10 @@ void DeviceStream::Enqueue(Launch launch) {
 }
 
 void DeviceStream::Loop() {
+  // Linux lets timed sleeps of ordinary threads overshoot by up to 50 us
+  // (the default timer slack). A device's `delay` must end on time, so its
+  // thread asks for the tightest slack.
+  prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
   while (true) {
     Pending pending;
     {

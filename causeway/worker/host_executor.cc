@@ -12,7 +12,7 @@ namespace {
 
 bool HasCollectives(const backend::cpu::Executable& exe) {
   for (const ir::Instruction& inst : exe.function().instructions()) {
-    if (inst.op == ir::OpKind::kAllReduce) return true;
+    if (ir::IsCollective(inst.op)) return true;
   }
   return false;
 }

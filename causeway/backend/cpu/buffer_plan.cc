@@ -77,7 +77,7 @@ class ArenaAllocator {
   int64_t peak_ = 0;
 };
 
-bool HasEffect(OpKind op) { return op == OpKind::kDelay || op == OpKind::kAllReduce; }
+bool HasEffect(OpKind op) { return op == OpKind::kDelay || ir::IsCollective(op); }
 
 }  // namespace
 
@@ -125,7 +125,7 @@ ExecutionPlan PlanExecution(const ir::Function& function) {
   int collectives = 0;
   for (int i = 0; i < n; ++i) {
     const Instruction& inst = insts[i];
-    const bool is_collective = inst.op == OpKind::kAllReduce;
+    const bool is_collective = ir::IsCollective(inst.op);
     const int collective_index = is_collective ? collectives++ : -1;
     if (!live[i] || inst.op == OpKind::kParameter || inst.op == OpKind::kConstant) {
       continue;

@@ -30,8 +30,8 @@ struct Step {
   int instruction = 0;
   BufferLocation result;
   std::vector<BufferLocation> operands;
-  // For kAllReduce, the number of all-reduce instructions before this one in
-  // the function; -1 otherwise.
+  // For a collective, the number of collective instructions (of any kind)
+  // before this one in the function; -1 otherwise.
   int collective_index = -1;
 };
 

@@ -48,6 +48,10 @@ void CopyBytes(void* dst, const void* src, int64_t bytes) {
   if (bytes > 0 && dst != src) std::memcpy(dst, src, static_cast<size_t>(bytes));
 }
 
+absl::Status RunCollective(const Step& step, const Instruction& inst,
+                           const ir::Shape& in_shape, const void* in, void* out,
+                           CollectiveOps& ops);
+
 class CpuExecutable final : public Executable {
  public:
   CpuExecutable(ir::Function function, ExecutionPlan plan)
@@ -68,6 +72,9 @@ class CpuExecutable final : public Executable {
   void* ResolveMutable(const BufferLocation& loc, const Buffers& buffers) const;
   absl::Status RunStep(const Step& step, const Buffers& buffers,
                        const RunContext& context) const;
+  const ir::Shape& OperandShape(const Instruction& inst, size_t k) const {
+    return function().instructions()[inst.operands[k]].shape;
+  }
 
   const ExecutionPlan plan_;
 };
@@ -110,10 +117,90 @@ absl::Status CpuExecutable::RunStep(const Step& step, const Buffers& buffers,
       kernels::Binary(inst.op, inst.shape.dtype, a, Resolve(step.operands[1], buffers), out,
                       n);
       return absl::OkStatus();
+    case OpKind::kMin:
+    case OpKind::kPow:
+      kernels::Binary(inst.op, inst.shape.dtype, a, Resolve(step.operands[1], buffers), out,
+                      n);
+      return absl::OkStatus();
     case OpKind::kNeg:
     case OpKind::kExp:
+    case OpKind::kAbs:
+    case OpKind::kLog:
+    case OpKind::kTanh:
+    case OpKind::kLogistic:
+    case OpKind::kSqrt:
+    case OpKind::kRsqrt:
+    case OpKind::kSign:
+    case OpKind::kFloor:
       kernels::Unary(inst.op, inst.shape.dtype, a, out, n);
       return absl::OkStatus();
+    case OpKind::kCompare:
+      kernels::Compare(inst.comparison, a_shape.dtype, a, Resolve(step.operands[1], buffers),
+                       out, n);
+      return absl::OkStatus();
+    case OpKind::kSelect:
+      kernels::Select(a, Resolve(step.operands[1], buffers),
+                      Resolve(step.operands[2], buffers), out, n,
+                      ir::ByteSize(inst.shape.dtype));
+      return absl::OkStatus();
+    case OpKind::kReduceMax:
+    case OpKind::kReduceMin:
+      kernels::Reduce(inst.op, a_shape, inst.dims, a, out);
+      return absl::OkStatus();
+    case OpKind::kIota:
+      kernels::Iota(inst.shape, inst.dimension, out);
+      return absl::OkStatus();
+    case OpKind::kSlice:
+      kernels::Slice(a_shape, inst.starts, inst.shape, a, out);
+      return absl::OkStatus();
+    case OpKind::kConcatenate: {
+      std::vector<int64_t> offset(inst.shape.dims.size(), 0);
+      for (size_t k = 0; k < step.operands.size(); ++k) {
+        const ir::Shape& part = OperandShape(inst, k);
+        kernels::CopyInto(part, Resolve(step.operands[k], buffers), inst.shape, offset, out);
+        offset[inst.dimension] += part.dims[inst.dimension];
+      }
+      return absl::OkStatus();
+    }
+    case OpKind::kPad: {
+      const int64_t eb = ir::ByteSize(inst.shape.dtype);
+      kernels::Fill(Resolve(step.operands[1], buffers), eb, n, out);
+      kernels::CopyInto(a_shape, a, inst.shape, inst.pad_low, out);
+      return absl::OkStatus();
+    }
+    case OpKind::kGather: {
+      const ir::Shape& idx = OperandShape(inst, 1);
+      kernels::Gather(a_shape, inst.dimension,
+                      static_cast<const int32_t*>(Resolve(step.operands[1], buffers)),
+                      idx.num_elements(), a, out);
+      return absl::OkStatus();
+    }
+    case OpKind::kScatterAdd: {
+      const ir::Shape& idx = OperandShape(inst, 1);
+      kernels::ScatterAdd(a_shape, inst.dimension,
+                          static_cast<const int32_t*>(Resolve(step.operands[1], buffers)),
+                          idx.num_elements(), a, Resolve(step.operands[2], buffers), out);
+      return absl::OkStatus();
+    }
+    case OpKind::kDotGeneral:
+      kernels::DotGeneral(inst, a_shape, OperandShape(inst, 1), a,
+                          Resolve(step.operands[1], buffers), out);
+      return absl::OkStatus();
+    case OpKind::kRngUniform:
+      kernels::RngUniform(*static_cast<const int32_t*>(a), n, static_cast<float*>(out));
+      return absl::OkStatus();
+    case OpKind::kRngNormal:
+      kernels::RngNormal(*static_cast<const int32_t*>(a), n, static_cast<float*>(out));
+      return absl::OkStatus();
+    case OpKind::kAllGather:
+    case OpKind::kReduceScatter:
+    case OpKind::kAllToAll:
+    case OpKind::kCollectivePermute:
+      if (context.collectives == nullptr) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            ir::OpName(inst.op), " needs RunContext::collectives, which is null"));
+      }
+      return RunCollective(step, inst, a_shape, a, out, *context.collectives);
     case OpKind::kBroadcast:
       kernels::BroadcastInDim(a_shape, inst.dims, inst.shape, a, out);
       return absl::OkStatus();
@@ -154,6 +241,27 @@ absl::Status CpuExecutable::RunStep(const Step& step, const Buffers& buffers,
       break;
   }
   return absl::InternalError("instruction has no kernel");
+}
+
+absl::Status RunCollective(const Step& step, const Instruction& inst,
+                           const ir::Shape& in_shape, const void* in, void* out,
+                           CollectiveOps& ops) {
+  switch (inst.op) {
+    case OpKind::kAllGather:
+      return ops.AllGather(step.collective_index, inst.axes, in_shape, inst.shape,
+                           inst.dimension, in, out);
+    case OpKind::kReduceScatter:
+      return ops.ReduceScatter(step.collective_index, inst.axes, inst.reduce_kind, in_shape,
+                               inst.shape, inst.dimension, in, out);
+    case OpKind::kAllToAll:
+      return ops.AllToAll(step.collective_index, inst.axes, in_shape, inst.shape,
+                          inst.dimension, inst.concat_dimension, in, out);
+    case OpKind::kCollectivePermute:
+      return ops.CollectivePermute(step.collective_index, inst.axes, inst.shape,
+                                   inst.source_target_pairs, in, out);
+    default:
+      return absl::InternalError("not a collective");
+  }
 }
 
 absl::Status CpuExecutable::Run(absl::Span<const void* const> inputs,
@@ -212,9 +320,30 @@ absl::Status CpuExecutable::Run(absl::Span<const void* const> inputs,
 
 }  // namespace
 
+absl::Status CollectiveOps::AllGather(int, absl::Span<const std::string>, const ir::Shape&,
+                                      const ir::Shape&, int64_t, const void*, void*) {
+  return absl::UnimplementedError("all_gather is not supported by this runtime");
+}
+absl::Status CollectiveOps::ReduceScatter(int, absl::Span<const std::string>, ir::ReduceKind,
+                                          const ir::Shape&, const ir::Shape&, int64_t,
+                                          const void*, void*) {
+  return absl::UnimplementedError("reduce_scatter is not supported by this runtime");
+}
+absl::Status CollectiveOps::AllToAll(int, absl::Span<const std::string>, const ir::Shape&,
+                                     const ir::Shape&, int64_t, int64_t, const void*, void*) {
+  return absl::UnimplementedError("all_to_all is not supported by this runtime");
+}
+absl::Status CollectiveOps::CollectivePermute(int, absl::Span<const std::string>,
+                                              const ir::Shape&,
+                                              absl::Span<const std::pair<int64_t, int64_t>>,
+                                              const void*, void*) {
+  return absl::UnimplementedError("collective_permute is not supported by this runtime");
+}
+
 absl::StatusOr<std::shared_ptr<const Executable>> Executable::Compile(
     const ir::Function& function) {
   CW_RETURN_IF_ERROR(ir::Verify(function));
+  kernels::InitBlas();
   ExecutionPlan plan = PlanExecution(function);
   return std::shared_ptr<const Executable>(
       std::make_shared<CpuExecutable>(function, std::move(plan)));

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -34,6 +35,27 @@ class CollectiveOps {
   virtual absl::Status AllReduce(int index, absl::Span<const std::string> axes,
                                  ir::ReduceKind kind, const ir::Shape& shape,
                                  void* data) = 0;
+
+  // The other collectives read `in` (shape `in_shape`) and write `out`
+  // (shape `out_shape`), which never overlap; semantics as in ir::OpKind.
+  // Besides the errors of AllReduce, INVALID_ARGUMENT if the shapes do not
+  // fit the group (e.g. an all_gather result that is not group-size times
+  // the operand). The defaults return UNIMPLEMENTED.
+  virtual absl::Status AllGather(int index, absl::Span<const std::string> axes,
+                                 const ir::Shape& in_shape, const ir::Shape& out_shape,
+                                 int64_t dimension, const void* in, void* out);
+  virtual absl::Status ReduceScatter(int index, absl::Span<const std::string> axes,
+                                     ir::ReduceKind kind, const ir::Shape& in_shape,
+                                     const ir::Shape& out_shape, int64_t dimension,
+                                     const void* in, void* out);
+  virtual absl::Status AllToAll(int index, absl::Span<const std::string> axes,
+                                const ir::Shape& in_shape, const ir::Shape& out_shape,
+                                int64_t split_dimension, int64_t concat_dimension,
+                                const void* in, void* out);
+  virtual absl::Status CollectivePermute(
+      int index, absl::Span<const std::string> axes, const ir::Shape& shape,
+      absl::Span<const std::pair<int64_t, int64_t>> source_target_pairs, const void* in,
+      void* out);
 };
 
 // Per-run context given to Executable::Run.

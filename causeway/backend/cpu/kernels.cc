@@ -1,8 +1,8 @@
 #include "causeway/backend/cpu/kernels.h"
 
-// Each device computes on one thread: keep Eigen's GEMM single-threaded even
-// if some build turns on OpenMP, and never route through a (possibly
-// multi-threaded) BLAS.
+// Each device computes on one thread: keep Eigen single-threaded even if some
+// build turns on OpenMP. f32 GEMM goes to OpenBLAS (chosen by measurement,
+// see docs/IR.md), which InitBlas makes single-threaded.
 #ifndef EIGEN_DONT_PARALLELIZE
 #define EIGEN_DONT_PARALLELIZE
 #endif
@@ -19,6 +19,10 @@
 
 #include "Eigen/Core"
 #include "causeway/base/check.h"
+
+extern "C" {
+#include <cblas.h>
+}
 
 namespace causeway::backend::cpu::kernels {
 namespace {
@@ -70,6 +74,14 @@ void DivI32(const int32_t* a, const int32_t* b, int32_t* out, int64_t n) {
       out[i] = a[i] / b[i];
     }
   }
+}
+
+template <typename T>
+void Min(const void* a_ptr, const void* b_ptr, void* out_ptr, int64_t n) {
+  ConstArray<T> a(static_cast<const T*>(a_ptr), n);
+  ConstArray<T> b(static_cast<const T*>(b_ptr), n);
+  MutArray<T> out(static_cast<T*>(out_ptr), n);
+  out = a.min(b);
 }
 
 template <typename T>
@@ -238,6 +250,15 @@ void Binary(OpKind op, DType dtype, const void* a, const void* b, void* out, int
     case OpKind::kMax:
       if (f32) return Max<float>(a, b, out, n);
       return Max<int32_t>(a, b, out, n);
+    case OpKind::kMin:
+      if (f32) return Min<float>(a, b, out, n);
+      return Min<int32_t>(a, b, out, n);
+    case OpKind::kPow:
+      CW_CHECK(f32) << "pow on i32";
+      MutArray<float>(static_cast<float*>(out), n) =
+          ConstArray<float>(static_cast<const float*>(a), n)
+              .pow(ConstArray<float>(static_cast<const float*>(b), n));
+      return;
     default:
       CW_CHECK(false) << "not a binary op: " << ir::OpName(op);
   }
@@ -245,20 +266,62 @@ void Binary(OpKind op, DType dtype, const void* a, const void* b, void* out, int
 
 void Unary(OpKind op, DType dtype, const void* a, void* out, int64_t n) {
   if (n == 0) return;
-  if (op == OpKind::kExp) {
-    CW_CHECK(dtype == DType::kF32) << "exp on " << ir::DTypeName(dtype);
-    MutArray<float>(static_cast<float*>(out), n) =
-        ConstArray<float>(static_cast<const float*>(a), n).exp();
-    return;
+  if (dtype == DType::kI32) {
+    const int32_t* x = static_cast<const int32_t*>(a);
+    int32_t* y = static_cast<int32_t*>(out);
+    switch (op) {
+      case OpKind::kNeg:
+        MutArray<uint32_t>(static_cast<uint32_t*>(out), n) =
+            uint32_t{0} - ConstArray<uint32_t>(static_cast<const uint32_t*>(a), n);
+        return;
+      case OpKind::kAbs:  // wraps: abs(INT32_MIN) == INT32_MIN
+        for (int64_t i = 0; i < n; ++i) {
+          y[i] = x[i] < 0 ? static_cast<int32_t>(0u - static_cast<uint32_t>(x[i])) : x[i];
+        }
+        return;
+      case OpKind::kSign:
+        for (int64_t i = 0; i < n; ++i) y[i] = (x[i] > 0) - (x[i] < 0);
+        return;
+      default:
+        CW_CHECK(false) << ir::OpName(op) << " on i32";
+    }
   }
-  CW_CHECK(op == OpKind::kNeg) << "not a unary op: " << ir::OpName(op);
-  if (dtype == DType::kF32) {
-    MutArray<float>(static_cast<float*>(out), n) =
-        -ConstArray<float>(static_cast<const float*>(a), n);
-  } else {
-    CW_CHECK(dtype == DType::kI32) << "neg on " << ir::DTypeName(dtype);
-    MutArray<uint32_t>(static_cast<uint32_t*>(out), n) =
-        uint32_t{0} - ConstArray<uint32_t>(static_cast<const uint32_t*>(a), n);
+  CW_CHECK(dtype == DType::kF32) << ir::OpName(op) << " on " << ir::DTypeName(dtype);
+  ConstArray<float> x(static_cast<const float*>(a), n);
+  MutArray<float> y(static_cast<float*>(out), n);
+  switch (op) {
+    case OpKind::kNeg:
+      y = -x;
+      return;
+    case OpKind::kExp:
+      y = x.exp();
+      return;
+    case OpKind::kAbs:
+      y = x.abs();
+      return;
+    case OpKind::kLog:
+      y = x.log();
+      return;
+    case OpKind::kTanh:
+      y = x.tanh();
+      return;
+    case OpKind::kLogistic:
+      y = x.logistic();
+      return;
+    case OpKind::kSqrt:
+      y = x.sqrt();
+      return;
+    case OpKind::kRsqrt:
+      y = x.rsqrt();
+      return;
+    case OpKind::kSign:
+      y = x.sign();
+      return;
+    case OpKind::kFloor:
+      y = x.floor();
+      return;
+    default:
+      CW_CHECK(false) << "not a unary op: " << ir::OpName(op);
   }
 }
 
@@ -319,8 +382,11 @@ void Matmul(DType dtype, int64_t m, int64_t k, int64_t n, const void* a, const v
       c.setZero();
       return;
     }
-    c.noalias() = ConstMatrix<float>(static_cast<const float*>(a), m, k) *
-                  ConstMatrix<float>(static_cast<const float*>(b), k, n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(m),
+                static_cast<blasint>(n), static_cast<blasint>(k), 1.0f,
+                static_cast<const float*>(a), static_cast<blasint>(k),
+                static_cast<const float*>(b), static_cast<blasint>(n), 0.0f,
+                static_cast<float*>(out), static_cast<blasint>(n));
   } else {
     CW_CHECK(dtype == DType::kI32) << "matmul on " << ir::DTypeName(dtype);
     // Wrapping arithmetic: the low 32 bits of the product do not depend on

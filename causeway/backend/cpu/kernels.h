@@ -13,13 +13,15 @@
 
 namespace causeway::backend::cpu::kernels {
 
-// out = a OP b over `n` elements. `op` is kAdd, kSub, kMul, kDiv or kMax;
+// out = a OP b over `n` elements. `op` is kAdd, kSub, kMul, kDiv, kMax, kMin
+// or kPow (f32 only);
 // dtype f32 or i32. Integer arithmetic wraps; integer x / 0 is -1 and
 // INT32_MIN / -1 is INT32_MIN (XLA's semantics), so no input traps.
 void Binary(ir::OpKind op, ir::DType dtype, const void* a, const void* b, void* out,
             int64_t n);
 
-// out = OP a over `n` elements. `op` is kNeg (f32, i32) or kExp (f32).
+// out = OP a over `n` elements. `op` is kNeg, kAbs, kSign (f32, i32) or
+// kExp, kLog, kTanh, kLogistic, kSqrt, kRsqrt, kFloor (f32).
 void Unary(ir::OpKind op, ir::DType dtype, const void* a, void* out, int64_t n);
 
 // Broadcast-in-dim: operand dimension i maps to result dimension
@@ -43,6 +45,44 @@ void Matmul(ir::DType dtype, int64_t m, int64_t k, int64_t n, const void* a,
 // zero and saturates (NaN -> 0); anything -> pred is "!= 0"; pred -> number
 // is 0 or 1.
 void Convert(ir::DType from, ir::DType to, const void* in, void* out, int64_t n);
+
+// --- The rest of the op set (issue 3). ---
+
+// out = cmp(a, b) as pred (one byte, 0 or 1) over `n` elements of `dtype`.
+void Compare(ir::Comparison cmp, ir::DType dtype, const void* a, const void* b, void* out,
+             int64_t n);
+// out = pred ? on_true : on_false, elements of `element_bytes`.
+void Select(const void* pred, const void* on_true, const void* on_false, void* out,
+            int64_t n, int64_t element_bytes);
+// Reduces `operand` over `axes` with kReduceSum, kReduceMax or kReduceMin.
+void Reduce(ir::OpKind op, const ir::Shape& operand, absl::Span<const int64_t> axes,
+            const void* in, void* out);
+// The index along `dimension` at every element of `shape`.
+void Iota(const ir::Shape& shape, int64_t dimension, void* out);
+void Slice(const ir::Shape& operand, absl::Span<const int64_t> starts,
+           const ir::Shape& result, const void* in, void* out);
+// Copies `in` (shape `part`) into `out` (shape `whole`) at `offset`.
+void CopyInto(const ir::Shape& part, const void* in, const ir::Shape& whole,
+              absl::Span<const int64_t> offset, void* out);
+// Fills `n` elements of `element_bytes` with the element at `value`.
+void Fill(const void* value, int64_t element_bytes, int64_t n, void* out);
+// out[..., j, ...] = operand[..., clamp(indices[j]), ...] along `dimension`.
+void Gather(const ir::Shape& operand, int64_t dimension, const int32_t* indices,
+            int64_t num_indices, const void* in, void* out);
+// out = operand; out[..., indices[j], ...] += updates[..., j, ...]; indices
+// out of range are skipped.
+void ScatterAdd(const ir::Shape& operand, int64_t dimension, const int32_t* indices,
+                int64_t num_indices, const void* in, const void* updates, void* out);
+// dot_general per `inst`'s dimension numbers.
+void DotGeneral(const ir::Instruction& inst, const ir::Shape& lhs, const ir::Shape& rhs,
+                const void* a, const void* b, void* out);
+// Counter-based random numbers: element i depends only on (seed, i).
+void RngUniform(int32_t seed, int64_t n, float* out);
+void RngNormal(int32_t seed, int64_t n, float* out);
+
+// Makes BLAS single-threaded in this process (each device computes on one
+// thread). Idempotent and thread-safe; called by Executable::Compile.
+void InitBlas();
 
 }  // namespace causeway::backend::cpu::kernels
 

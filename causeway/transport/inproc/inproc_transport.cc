@@ -30,7 +30,10 @@ void InProcessDataTransport::SendPiece(HostId from, HostId to, ShardPieceMessage
     const bool dcn = src->second.island != dst->second.island;
     if (dcn) dcn_bytes_ += static_cast<int64_t>(piece.bytes.size());
     const bool emulate = dcn && (dcn_.latency > absl::ZeroDuration() || dcn_.bytes_per_second > 0);
-    if (emulate && !stopping_) {
+    // While stopping, pieces still go through the queue (delivered at once,
+    // in order, by the timer thread) so none overtakes an earlier one; only
+    // once the timer thread is gone are they delivered inline.
+    if (emulate && !timer_exited_) {
       const int64_t now = clock_->NowMicros();
       int64_t& free_at =
           link_free_at_[{src->second.island.value(), dst->second.island.value()}];
@@ -57,7 +60,10 @@ void InProcessDataTransport::TimerLoop() {
       mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return stopping_ || !delayed_.empty();
       });
-      if (stopping_ && delayed_.empty()) return;
+      if (stopping_ && delayed_.empty()) {
+        timer_exited_ = true;
+        return;
+      }
       if (!stopping_) {
         const int64_t next = delayed_.begin()->first;
         const int64_t now = clock_->NowMicros();
@@ -83,10 +89,9 @@ void InProcessDataTransport::TimerLoop() {
 void InProcessDataTransport::Shutdown() {
   {
     MutexLock lock(&mu_);
-    if (stopping_ && !timer_.joinable()) return;
     stopping_ = true;
   }
-  if (timer_.joinable()) timer_.join();
+  std::call_once(joined_, [this] { timer_.join(); });
 }
 
 int64_t InProcessDataTransport::bytes_sent_between_islands() const {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <thread>
 #include <utility>
 
@@ -34,7 +35,8 @@ class InProcessDataTransport final : public DataTransport {
 
   void RegisterHost(HostService* host, IslandId island);
   void SendPiece(HostId from, HostId to, ShardPieceMessage piece) override;
-  // Delivers every delayed piece now and stops the timer thread.
+  // Delivers every delayed piece now and stops the timer thread. Safe to
+  // call from several threads; later pieces are delivered inline.
   void Shutdown();
 
   int64_t bytes_sent_between_islands() const;
@@ -59,7 +61,9 @@ class InProcessDataTransport final : public DataTransport {
   std::multimap<int64_t, Delayed> delayed_ ABSL_GUARDED_BY(mu_);
   int64_t dcn_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool timer_exited_ ABSL_GUARDED_BY(mu_) = false;
   std::thread timer_;
+  std::once_flag joined_;
 };
 
 }  // namespace causeway

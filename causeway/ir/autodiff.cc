@@ -1,0 +1,362 @@
+#include "causeway/ir/autodiff.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "causeway/base/status_macros.h"
+#include "causeway/ir/builder.h"
+#include "causeway/ir/verifier.h"
+
+namespace causeway::ir {
+namespace {
+
+// One reverse pass over `f`, emitting into `b`.
+class Reverse {
+ public:
+  Reverse(const Function& f, FunctionBuilder& b) : f_(f), b_(b) {}
+
+  // Replays the forward computation; marks values that depend on `wrt`.
+  void Forward(absl::Span<const int> wrt) {
+    const auto& insts = f_.instructions();
+    fwd_.resize(insts.size());
+    adj_.assign(insts.size(), Value{});
+    active_.assign(insts.size(), false);
+    for (int k = 0; k < f_.num_parameters(); ++k) {
+      fwd_[f_.parameters()[k]] = b_.Parameter(f_.parameter_shape(k));
+    }
+    for (int k : wrt) active_[f_.parameters()[k]] = true;
+    for (size_t i = 0; i < insts.size(); ++i) {
+      const Instruction& inst = insts[i];
+      if (inst.op == OpKind::kParameter) continue;
+      Instruction copy = inst;
+      for (int& o : copy.operands) o = fwd_[o].id;
+      fwd_[i] = b_.AddInstruction(std::move(copy));
+      if (inst.shape.dtype != DType::kF32) continue;
+      for (int o : inst.operands) active_[i] = active_[i] || active_[o];
+    }
+  }
+
+  void Backward() {
+    const auto& insts = f_.instructions();
+    adj_[f_.outputs()[0]] = b_.ConstantF32(1.0f);
+    for (int i = static_cast<int>(insts.size()) - 1; i >= 0; --i) {
+      if (adj_[i].id < 0 || !active_[i]) continue;
+      Rule(i, insts[i], adj_[i]);
+      if (!b_.status().ok()) return;
+    }
+  }
+
+  Value Adjoint(int instruction) {
+    if (adj_[instruction].id >= 0) return adj_[instruction];
+    return Zeros(f_.instructions()[instruction].shape);
+  }
+  Value forward(int instruction) const { return fwd_[instruction]; }
+
+ private:
+  const Shape& OperandShape(const Instruction& inst, int k) const {
+    return f_.instructions()[inst.operands[k]].shape;
+  }
+  bool Active(const Instruction& inst, int k) const { return active_[inst.operands[k]]; }
+  Value X(const Instruction& inst, int k) const { return fwd_[inst.operands[k]]; }
+  Value Zeros(const Shape& s) { return b_.Full(0.0f, s.dims); }
+  Value Scalar(float v, const Shape& s) { return b_.Full(v, s.dims); }
+  void Acc(const Instruction& inst, int k, Value g) {
+    Value& a = adj_[inst.operands[k]];
+    a = a.id < 0 ? g : b_.Add(a, g);
+  }
+  // Dims of the operand kept by a reduction over `axes`.
+  static std::vector<int64_t> Kept(int rank, const std::vector<int64_t>& axes) {
+    std::vector<int64_t> kept;
+    for (int d = 0; d < rank; ++d) {
+      if (std::find(axes.begin(), axes.end(), d) == axes.end()) kept.push_back(d);
+    }
+    return kept;
+  }
+  static std::vector<int64_t> AllDims(int rank) { return Kept(rank, {}); }
+
+  void Rule(int i, const Instruction& inst, Value g);
+  void DotGeneralRule(const Instruction& inst, Value g);
+
+  const Function& f_;
+  FunctionBuilder& b_;
+  std::vector<Value> fwd_;
+  std::vector<Value> adj_;
+  std::vector<bool> active_;
+};
+
+void Reverse::Rule(int i, const Instruction& inst, Value g) {
+  const Shape& s = inst.shape;
+  const Value y = fwd_[i];
+  switch (inst.op) {
+    case OpKind::kAdd:
+      if (Active(inst, 0)) Acc(inst, 0, g);
+      if (Active(inst, 1)) Acc(inst, 1, g);
+      return;
+    case OpKind::kSub:
+      if (Active(inst, 0)) Acc(inst, 0, g);
+      if (Active(inst, 1)) Acc(inst, 1, b_.Neg(g));
+      return;
+    case OpKind::kMul:
+      if (Active(inst, 0)) Acc(inst, 0, b_.Mul(g, X(inst, 1)));
+      if (Active(inst, 1)) Acc(inst, 1, b_.Mul(g, X(inst, 0)));
+      return;
+    case OpKind::kDiv:
+      if (Active(inst, 0)) Acc(inst, 0, b_.Div(g, X(inst, 1)));
+      if (Active(inst, 1)) Acc(inst, 1, b_.Neg(b_.Div(b_.Mul(g, y), X(inst, 1))));
+      return;
+    case OpKind::kMax:
+    case OpKind::kMin: {
+      const Value first = b_.Compare(X(inst, 0), X(inst, 1),
+                                     inst.op == OpKind::kMax ? Comparison::kGe : Comparison::kLe);
+      if (Active(inst, 0)) Acc(inst, 0, b_.Select(first, g, Zeros(s)));
+      if (Active(inst, 1)) Acc(inst, 1, b_.Select(first, Zeros(s), g));
+      return;
+    }
+    case OpKind::kPow:
+      if (Active(inst, 0)) {
+        const Value em1 = b_.Sub(X(inst, 1), Scalar(1, s));
+        Acc(inst, 0, b_.Mul(g, b_.Mul(X(inst, 1), b_.Pow(X(inst, 0), em1))));
+      }
+      if (Active(inst, 1)) Acc(inst, 1, b_.Mul(g, b_.Mul(b_.Log(X(inst, 0)), y)));
+      return;
+    case OpKind::kNeg:
+      return Acc(inst, 0, b_.Neg(g));
+    case OpKind::kAbs:
+      return Acc(inst, 0, b_.Mul(g, b_.Sign(X(inst, 0))));
+    case OpKind::kExp:
+      return Acc(inst, 0, b_.Mul(g, y));
+    case OpKind::kLog:
+      return Acc(inst, 0, b_.Div(g, X(inst, 0)));
+    case OpKind::kTanh:
+      return Acc(inst, 0, b_.Mul(g, b_.Sub(Scalar(1, s), b_.Mul(y, y))));
+    case OpKind::kLogistic:
+      return Acc(inst, 0, b_.Mul(g, b_.Mul(y, b_.Sub(Scalar(1, s), y))));
+    case OpKind::kSqrt:
+      return Acc(inst, 0, b_.Div(b_.Mul(g, Scalar(0.5f, s)), y));
+    case OpKind::kRsqrt:  // d/dx x^-1/2 = -1/2 x^-3/2 = -1/2 y / x
+      return Acc(inst, 0, b_.Mul(g, b_.Div(b_.Mul(y, Scalar(-0.5f, s)), X(inst, 0))));
+    case OpKind::kSelect:
+      if (Active(inst, 1)) Acc(inst, 1, b_.Select(X(inst, 0), g, Zeros(s)));
+      if (Active(inst, 2)) Acc(inst, 2, b_.Select(X(inst, 0), Zeros(s), g));
+      return;
+    case OpKind::kConvert:
+    case OpKind::kDelay:
+      if (Active(inst, 0)) Acc(inst, 0, g);
+      return;
+    case OpKind::kBroadcast: {
+      const Shape& in = OperandShape(inst, 0);
+      std::vector<int64_t> sum;
+      for (int d = 0; d < s.rank(); ++d) {
+        auto it = std::find(inst.dims.begin(), inst.dims.end(), d);
+        if (it == inst.dims.end() || (in.dims[it - inst.dims.begin()] == 1 && s.dims[d] != 1)) {
+          sum.push_back(d);
+        }
+      }
+      return Acc(inst, 0, b_.Reshape(b_.ReduceSum(g, sum), in.dims));
+    }
+    case OpKind::kReshape:
+      return Acc(inst, 0, b_.Reshape(g, OperandShape(inst, 0).dims));
+    case OpKind::kTranspose: {
+      std::vector<int64_t> inverse(inst.dims.size());
+      for (size_t d = 0; d < inst.dims.size(); ++d) inverse[inst.dims[d]] = d;
+      return Acc(inst, 0, b_.Transpose(g, inverse));
+    }
+    case OpKind::kReduceSum: {
+      const Shape& in = OperandShape(inst, 0);
+      return Acc(inst, 0, b_.Broadcast(g, in.dims, Kept(in.rank(), inst.dims)));
+    }
+    case OpKind::kReduceMax:
+    case OpKind::kReduceMin: {
+      const Shape& in = OperandShape(inst, 0);
+      const std::vector<int64_t> kept = Kept(in.rank(), inst.dims);
+      const Value hit = b_.Compare(X(inst, 0), b_.Broadcast(y, in.dims, kept), Comparison::kEq);
+      return Acc(inst, 0,
+                 b_.Select(hit, b_.Broadcast(g, in.dims, kept), Zeros(in)));
+    }
+    case OpKind::kMatmul:
+      if (Active(inst, 0)) Acc(inst, 0, b_.Matmul(g, b_.Transpose(X(inst, 1), {1, 0})));
+      if (Active(inst, 1)) Acc(inst, 1, b_.Matmul(b_.Transpose(X(inst, 0), {1, 0}), g));
+      return;
+    case OpKind::kDotGeneral:
+      return DotGeneralRule(inst, g);
+    case OpKind::kSlice: {
+      const Shape& in = OperandShape(inst, 0);
+      std::vector<int64_t> high(in.rank());
+      for (int d = 0; d < in.rank(); ++d) high[d] = in.dims[d] - inst.limits[d];
+      return Acc(inst, 0, b_.Pad(g, b_.ConstantF32(0), inst.starts, high));
+    }
+    case OpKind::kConcatenate: {
+      std::vector<int64_t> starts(s.rank(), 0);
+      for (size_t k = 0; k < inst.operands.size(); ++k) {
+        const Shape& part = OperandShape(inst, static_cast<int>(k));
+        std::vector<int64_t> limits = s.dims;
+        limits[inst.dimension] = starts[inst.dimension] + part.dims[inst.dimension];
+        if (Active(inst, static_cast<int>(k))) {
+          Acc(inst, static_cast<int>(k), b_.Slice(g, starts, limits));
+        }
+        starts[inst.dimension] = limits[inst.dimension];
+      }
+      return;
+    }
+    case OpKind::kPad: {
+      const Shape& in = OperandShape(inst, 0);
+      std::vector<int64_t> limits(in.rank());
+      for (int d = 0; d < in.rank(); ++d) limits[d] = inst.pad_low[d] + in.dims[d];
+      const Value inner = b_.Slice(g, inst.pad_low, limits);
+      if (Active(inst, 0)) Acc(inst, 0, inner);
+      if (Active(inst, 1)) {
+        Acc(inst, 1, b_.Sub(b_.ReduceSum(g, AllDims(s.rank())),
+                            b_.ReduceSum(inner, AllDims(in.rank()))));
+      }
+      return;
+    }
+    case OpKind::kGather:
+      return Acc(inst, 0, b_.ScatterAdd(Zeros(OperandShape(inst, 0)), X(inst, 1), g,
+                                        inst.dimension));
+    case OpKind::kScatterAdd:
+      if (Active(inst, 0)) Acc(inst, 0, g);
+      if (Active(inst, 2)) Acc(inst, 2, b_.Gather(g, X(inst, 1), inst.dimension));
+      return;
+    case OpKind::kAllReduce: {
+      const Value total = b_.AllReduce(g, inst.axes, ReduceKind::kSum);
+      if (inst.reduce_kind == ReduceKind::kSum) return Acc(inst, 0, total);
+      const Value hit = b_.Compare(X(inst, 0), y, Comparison::kEq);
+      return Acc(inst, 0, b_.Select(hit, total, Zeros(s)));
+    }
+    case OpKind::kAllGather: {
+      const int64_t part = OperandShape(inst, 0).dims[inst.dimension];
+      const int64_t group = part == 0 ? 1 : s.dims[inst.dimension] / part;
+      return Acc(inst, 0, b_.ReduceScatter(g, inst.axes, inst.dimension, group));
+    }
+    case OpKind::kReduceScatter: {
+      const Shape& in = OperandShape(inst, 0);
+      const int64_t part = s.dims[inst.dimension];
+      const int64_t group = part == 0 ? 1 : in.dims[inst.dimension] / part;
+      const Value all = b_.AllGather(g, inst.axes, inst.dimension, group);
+      if (inst.reduce_kind == ReduceKind::kSum) return Acc(inst, 0, all);
+      const Value hit = b_.Compare(X(inst, 0), b_.AllGather(y, inst.axes, inst.dimension, group),
+                                   Comparison::kEq);
+      return Acc(inst, 0, b_.Select(hit, all, Zeros(in)));
+    }
+    case OpKind::kAllToAll: {
+      const Shape& in = OperandShape(inst, 0);
+      const int64_t c = inst.concat_dimension;
+      const int64_t group = inst.dimension == c || in.dims[c] == 0 ? 1 : s.dims[c] / in.dims[c];
+      return Acc(inst, 0, b_.AllToAll(g, inst.axes, c, inst.dimension, group));
+    }
+    case OpKind::kCollectivePermute: {
+      std::vector<std::pair<int64_t, int64_t>> reversed;
+      for (const auto& [src, dst] : inst.source_target_pairs) reversed.push_back({dst, src});
+      return Acc(inst, 0, b_.CollectivePermute(g, inst.axes, std::move(reversed)));
+    }
+    case OpKind::kParameter:
+    case OpKind::kConstant:
+    case OpKind::kSign:
+    case OpKind::kFloor:
+    case OpKind::kCompare:
+    case OpKind::kIota:
+    case OpKind::kRngUniform:
+    case OpKind::kRngNormal:
+      return;  // no gradient flows through
+  }
+}
+
+// Result dims of dot_general are [batch, lhs free, rhs free]. The lhs
+// gradient contracts g with rhs over rhs's free dims, giving [batch, lhs
+// free, rhs contracting (in rhs dim order)], then transposes to lhs order;
+// symmetrically for rhs.
+void Reverse::DotGeneralRule(const Instruction& inst, Value g) {
+  const Shape& lhs = OperandShape(inst, 0);
+  const Shape& rhs = OperandShape(inst, 1);
+  auto free_dims = [](const Shape& s, const std::vector<int64_t>& batch,
+                      const std::vector<int64_t>& contracting) {
+    std::vector<int64_t> free;
+    for (int d = 0; d < s.rank(); ++d) {
+      if (std::find(batch.begin(), batch.end(), d) == batch.end() &&
+          std::find(contracting.begin(), contracting.end(), d) == contracting.end()) {
+        free.push_back(d);
+      }
+    }
+    return free;
+  };
+  const std::vector<int64_t> lf = free_dims(lhs, inst.lhs_batch, inst.lhs_contracting);
+  const std::vector<int64_t> rf = free_dims(rhs, inst.rhs_batch, inst.rhs_contracting);
+  const int64_t nb = static_cast<int64_t>(inst.lhs_batch.size());
+  std::vector<int64_t> g_batch(nb);
+  for (int64_t k = 0; k < nb; ++k) g_batch[k] = k;
+
+  // One side: `self` has (batch, contracting, free); `other` is the other
+  // operand with its own lists. g's dims for self's free dims start at
+  // `self_free_at`, for other's free dims at `other_free_at`.
+  auto side = [&](int self_k, const Shape& self, const std::vector<int64_t>& self_batch,
+                  const std::vector<int64_t>& self_contracting,
+                  const std::vector<int64_t>& self_free, int64_t other_free_at,
+                  const std::vector<int64_t>& other_batch,
+                  const std::vector<int64_t>& other_contracting,
+                  const std::vector<int64_t>& other_free) {
+    std::vector<int64_t> g_contract;
+    for (size_t k = 0; k < other_free.size(); ++k) g_contract.push_back(other_free_at + k);
+    // dot result: [batch, self free, other contracting dims in other order].
+    const Value d = b_.DotGeneral(g, X(inst, 1 - self_k), g_batch, other_batch, g_contract,
+                                  other_free);
+    std::vector<int64_t> other_sorted = other_contracting;
+    std::sort(other_sorted.begin(), other_sorted.end());
+    std::vector<int64_t> perm(self.rank());
+    for (int64_t k = 0; k < nb; ++k) perm[self_batch[k]] = k;
+    for (size_t k = 0; k < self_free.size(); ++k) perm[self_free[k]] = nb + k;
+    for (size_t c = 0; c < self_contracting.size(); ++c) {
+      const int64_t pos = std::find(other_sorted.begin(), other_sorted.end(),
+                                    other_contracting[c]) - other_sorted.begin();
+      perm[self_contracting[c]] = nb + static_cast<int64_t>(self_free.size()) + pos;
+    }
+    Acc(inst, self_k, b_.Transpose(d, perm));
+  };
+  const int64_t lhs_free_at = nb;
+  const int64_t rhs_free_at = nb + static_cast<int64_t>(lf.size());
+  if (Active(inst, 0)) {
+    side(0, lhs, inst.lhs_batch, inst.lhs_contracting, lf, rhs_free_at, inst.rhs_batch,
+         inst.rhs_contracting, rf);
+  }
+  if (Active(inst, 1)) {
+    side(1, rhs, inst.rhs_batch, inst.rhs_contracting, rf, lhs_free_at, inst.lhs_batch,
+         inst.lhs_contracting, lf);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<Function> Grad(const Function& function, absl::Span<const int> wrt) {
+  CW_RETURN_IF_ERROR(Verify(function));
+  const std::string where = absl::StrCat("Grad of function ", function.name());
+  if (function.output_shape(0) != Shape(DType::kF32, {})) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": result 0 must be f32[], got ", function.output_shape(0).ToString()));
+  }
+  for (size_t k = 0; k < wrt.size(); ++k) {
+    if (wrt[k] < 0 || wrt[k] >= function.num_parameters() ||
+        std::find(wrt.begin(), wrt.begin() + k, wrt[k]) != wrt.begin() + k) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": wrt index ", wrt[k], " out of range or repeated"));
+    }
+    if (function.parameter_shape(wrt[k]).dtype != DType::kF32) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": parameter ", wrt[k], " is ", function.parameter_shape(wrt[k]).ToString(),
+          ", not f32"));
+    }
+  }
+  FunctionBuilder b(absl::StrCat(function.name(), "_grad"));
+  Reverse reverse(function, b);
+  reverse.Forward(wrt);
+  reverse.Backward();
+  std::vector<Value> outputs;
+  for (int o : function.outputs()) outputs.push_back(reverse.forward(o));
+  for (int k : wrt) outputs.push_back(reverse.Adjoint(function.parameters()[k]));
+  absl::StatusOr<Function> grad = b.Build(std::move(outputs));
+  if (!grad.ok()) return Annotate(grad.status(), where);
+  return grad;
+}
+
+}  // namespace causeway::ir

@@ -1,0 +1,229 @@
+// Every gradient rule against central finite differences, run through the
+// CPU backend. Collective rules need several devices and are tested in
+// tests/integration/collectives_test.cc.
+#include "causeway/ir/autodiff.h"
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "causeway/backend/cpu/executable.h"
+#include "causeway/ir/builder.h"
+#include "causeway/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace causeway::ir {
+namespace {
+
+using Body = std::function<Value(FunctionBuilder&, const std::vector<Value>&)>;
+
+// Runs `f` on `inputs`; returns its results.
+std::vector<Literal> RunFn(const Function& f, const std::vector<Literal>& inputs) {
+  auto exe = backend::cpu::Executable::Compile(f);
+  CW_CHECK_OK(exe.status());
+  std::vector<const void*> in;
+  for (const Literal& l : inputs) in.push_back(l.data());
+  std::vector<Literal> out;
+  for (int i = 0; i < f.num_outputs(); ++i) out.emplace_back(f.output_shape(i));
+  std::vector<void*> out_ptrs;
+  for (Literal& l : out) out_ptrs.push_back(l.data());
+  CW_CHECK_OK((*exe)->Run(in, out_ptrs, {}));
+  return out;
+}
+
+Literal Random(std::vector<int64_t> dims, float lo, float hi, uint32_t seed,
+               bool avoid_zero = false) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  Literal l(Shape(DType::kF32, std::move(dims)));
+  for (float& v : l.mutable_values<float>()) {
+    v = dist(rng);
+    if (avoid_zero && std::abs(v) < 0.3f) v += v < 0 ? -0.3f : 0.3f;
+  }
+  return l;
+}
+
+// Builds loss = sum(body(params) * w) with fixed random weights w, checks
+// Grad(loss) against finite differences for each parameter in `wrt`.
+void CheckGrad(const std::vector<Literal>& inputs, const Body& body, std::vector<int> wrt) {
+  FunctionBuilder b("f");
+  std::vector<Value> params;
+  for (const Literal& l : inputs) params.push_back(b.Parameter(l.shape()));
+  Value out = body(b, params);
+  ASSERT_TRUE(b.status().ok()) << b.status();
+  const Shape out_shape = b.shape(out);
+  std::vector<int64_t> all;
+  for (int d = 0; d < out_shape.rank(); ++d) all.push_back(d);
+  Value w = b.Constant(Random(out_shape.dims, 0.5f, 1.5f, 99));
+  Value loss = b.ReduceSum(b.Mul(out, w), all);
+  ASSERT_OK_AND_ASSIGN(Function f, b.Build({loss}));
+  ASSERT_OK_AND_ASSIGN(Function g, Grad(f, wrt));
+  ASSERT_EQ(g.num_outputs(), 1 + static_cast<int>(wrt.size()));
+  const std::vector<Literal> analytic = RunFn(g, inputs);
+  constexpr float kEps = 1e-2f;
+  for (size_t k = 0; k < wrt.size(); ++k) {
+    const Literal& grad = analytic[1 + k];
+    ASSERT_EQ(grad.shape(), inputs[wrt[k]].shape());
+    for (size_t j = 0; j < grad.values<float>().size(); ++j) {
+      std::vector<Literal> plus = inputs, minus = inputs;
+      plus[wrt[k]].mutable_values<float>()[j] += kEps;
+      minus[wrt[k]].mutable_values<float>()[j] -= kEps;
+      const float fd = (RunFn(f, plus)[0].values<float>()[0] -
+                        RunFn(f, minus)[0].values<float>()[0]) /
+                       (2 * kEps);
+      const float an = grad.values<float>()[j];
+      EXPECT_NEAR(an, fd, 5e-3f + 2e-2f * std::abs(fd))
+          << "parameter " << wrt[k] << " element " << j << "\n"
+          << g.ToString();
+    }
+  }
+}
+
+const std::vector<int64_t> kDims = {2, 3};
+Literal Pos(uint32_t seed) { return Random(kDims, 0.5f, 1.5f, seed); }
+Literal Any(uint32_t seed) { return Random(kDims, -1.5f, 1.5f, seed, true); }
+
+TEST(AutodiffTest, BinaryArithmetic) {
+  CheckGrad({Any(1), Any(2)}, [](auto& b, auto& p) { return b.Add(p[0], p[1]); }, {0, 1});
+  CheckGrad({Any(1), Any(2)}, [](auto& b, auto& p) { return b.Sub(p[0], p[1]); }, {0, 1});
+  CheckGrad({Any(1), Any(2)}, [](auto& b, auto& p) { return b.Mul(p[0], p[1]); }, {0, 1});
+  CheckGrad({Any(1), Pos(2)}, [](auto& b, auto& p) { return b.Div(p[0], p[1]); }, {0, 1});
+  CheckGrad({Pos(1), Any(2)}, [](auto& b, auto& p) { return b.Pow(p[0], p[1]); }, {0, 1});
+}
+
+TEST(AutodiffTest, MaxAndMinRouteTheGradientToTheChosenOperand) {
+  CheckGrad({Any(3), Any(4)}, [](auto& b, auto& p) { return b.Max(p[0], p[1]); }, {0, 1});
+  CheckGrad({Any(3), Any(4)}, [](auto& b, auto& p) { return b.Min(p[0], p[1]); }, {0, 1});
+}
+
+TEST(AutodiffTest, Unary) {
+  CheckGrad({Any(5)}, [](auto& b, auto& p) { return b.Neg(p[0]); }, {0});
+  CheckGrad({Any(5)}, [](auto& b, auto& p) { return b.Abs(p[0]); }, {0});
+  CheckGrad({Any(5)}, [](auto& b, auto& p) { return b.Exp(p[0]); }, {0});
+  CheckGrad({Pos(5)}, [](auto& b, auto& p) { return b.Log(p[0]); }, {0});
+  CheckGrad({Any(5)}, [](auto& b, auto& p) { return b.Tanh(p[0]); }, {0});
+  CheckGrad({Any(5)}, [](auto& b, auto& p) { return b.Logistic(p[0]); }, {0});
+  CheckGrad({Pos(5)}, [](auto& b, auto& p) { return b.Sqrt(p[0]); }, {0});
+  CheckGrad({Pos(5)}, [](auto& b, auto& p) { return b.Rsqrt(p[0]); }, {0});
+  CheckGrad({Any(5)}, [](auto& b, auto& p) { return b.Delay(p[0], 0); }, {0});
+  CheckGrad({Any(5)}, [](auto& b, auto& p) { return b.Convert(p[0], DType::kF32); }, {0});
+}
+
+TEST(AutodiffTest, PiecewiseConstantOpsHaveZeroGradient) {
+  // sign, floor and compare pass nothing: d/dx [x * 0 + sign(x) + floor(x)]
+  // is zero, and the select's predicate (a comparison) gets no gradient.
+  CheckGrad({Any(6)},
+            [](auto& b, auto& p) {
+              Value s = b.Add(b.Sign(p[0]), b.Floor(p[0]));
+              Value pred = b.Compare(p[0], b.Full(0, kDims), Comparison::kGt);
+              return b.Add(s, b.Select(pred, p[0], b.Neg(p[0])));  // + |x|
+            },
+            {0});
+}
+
+TEST(AutodiffTest, SelectRoutesByPredicate) {
+  CheckGrad({Any(7), Any(8)},
+            [](auto& b, auto& p) {
+              Value pred = b.Compare(p[0], p[1], Comparison::kLt);
+              return b.Select(pred, b.Mul(p[0], p[0]), b.Exp(p[1]));
+            },
+            {0, 1});
+}
+
+TEST(AutodiffTest, ShapeOps) {
+  CheckGrad({Random({3}, -1, 1, 9)}, [](auto& b, auto& p) { return b.Broadcast(p[0], {2, 3}, {1}); },
+            {0});
+  CheckGrad({Random({1, 3}, -1, 1, 9)},
+            [](auto& b, auto& p) { return b.Broadcast(p[0], {4, 2, 3}, {1, 2}); }, {0});
+  CheckGrad({Any(10)}, [](auto& b, auto& p) { return b.Reshape(p[0], {3, 2}); }, {0});
+  CheckGrad({Random({2, 3, 4}, -1, 1, 11)},
+            [](auto& b, auto& p) { return b.Transpose(p[0], {2, 0, 1}); }, {0});
+  CheckGrad({Random({4, 5}, -1, 1, 12)},
+            [](auto& b, auto& p) { return b.Slice(p[0], {1, 0}, {3, 4}); }, {0});
+  CheckGrad({Any(13), Random({2, 2}, -1, 1, 14)},
+            [](auto& b, auto& p) { return b.Concatenate({p[0], p[1], p[0]}, 1); }, {0, 1});
+  CheckGrad({Any(15), Random({}, -1, 1, 16)},
+            [](auto& b, auto& p) { return b.Pad(p[0], p[1], {1, 0}, {0, 2}); }, {0, 1});
+}
+
+TEST(AutodiffTest, Reductions) {
+  CheckGrad({Random({2, 3, 4}, -1, 1, 17)},
+            [](auto& b, auto& p) { return b.ReduceSum(p[0], {0, 2}); }, {0});
+  CheckGrad({Random({2, 3, 4}, -1, 1, 18)},
+            [](auto& b, auto& p) { return b.ReduceMax(p[0], {1}); }, {0});
+  CheckGrad({Random({2, 3, 4}, -1, 1, 19)},
+            [](auto& b, auto& p) { return b.ReduceMin(p[0], {2, 0}); }, {0});
+}
+
+TEST(AutodiffTest, MatmulAndDotGeneral) {
+  CheckGrad({Random({2, 3}, -1, 1, 20), Random({3, 4}, -1, 1, 21)},
+            [](auto& b, auto& p) { return b.Matmul(p[0], p[1]); }, {0, 1});
+  // Batch dims in different positions, two contracting dims in swapped
+  // order, free dims on both sides.
+  CheckGrad({Random({3, 2, 4, 2}, -1, 1, 22), Random({4, 2, 3, 5}, -1, 1, 23)},
+            [](auto& b, auto& p) {
+              return b.DotGeneral(p[0], p[1], /*lhs_batch=*/{1}, /*rhs_batch=*/{1},
+                                  /*lhs_contracting=*/{2, 0}, /*rhs_contracting=*/{0, 2});
+            },
+            {0, 1});
+  // Attention-style q @ k^T with a batch dimension.
+  CheckGrad({Random({2, 3, 4}, -1, 1, 24), Random({2, 5, 4}, -1, 1, 25)},
+            [](auto& b, auto& p) { return b.DotGeneral(p[0], p[1], {0}, {0}, {2}, {2}); },
+            {0, 1});
+}
+
+TEST(AutodiffTest, GatherAndScatterAdd) {
+  const Literal idx = Literal::I32({4}, {2, 0, 2, 1});
+  CheckGrad({Random({3, 5}, -1, 1, 26), idx},
+            [](auto& b, auto& p) { return b.Gather(p[0], p[1], 0); }, {0});
+  CheckGrad({Random({2, 3}, -1, 1, 27), idx, Random({2, 4}, -1, 1, 28)},
+            [](auto& b, auto& p) {
+              Value s = b.ScatterAdd(p[0], p[1], p[2], 1);
+              return b.Mul(s, s);
+            },
+            {0, 2});
+}
+
+TEST(AutodiffTest, GradientsAccumulateOverEveryUse) {
+  // f(x, y) = x * x * y + exp(x): x is used three times.
+  CheckGrad({Any(29), Any(30)},
+            [](auto& b, auto& p) {
+              return b.Add(b.Mul(b.Mul(p[0], p[0]), p[1]), b.Exp(p[0]));
+            },
+            {0, 1});
+}
+
+TEST(AutodiffTest, ParametersThatDoNotReachTheLossGetZeros) {
+  FunctionBuilder b("f");
+  Value x = b.Parameter(Shape(DType::kF32, {3}));
+  Value unused = b.Parameter(Shape(DType::kF32, {2}));
+  (void)unused;
+  ASSERT_OK_AND_ASSIGN(Function f, b.Build({b.ReduceSum(x, {0})}));
+  ASSERT_OK_AND_ASSIGN(Function g, Grad(f, {1, 0}));
+  const auto out = RunFn(g, {Literal::F32({3}, {1, 2, 3}), Literal::F32({2}, {4, 5})});
+  EXPECT_THAT(out[1].values<float>(), ::testing::ElementsAre(0, 0));
+  EXPECT_THAT(out[2].values<float>(), ::testing::ElementsAre(1, 1, 1));
+}
+
+TEST(AutodiffTest, RejectsNonScalarLossAndBadWrt) {
+  FunctionBuilder b("f");
+  Value x = b.Parameter(Shape(DType::kF32, {3}));
+  Value i = b.Parameter(Shape(DType::kI32, {}));
+  (void)i;
+  ASSERT_OK_AND_ASSIGN(Function vec, b.Build({x}));
+  EXPECT_EQ(Grad(vec, {0}).status().code(), absl::StatusCode::kInvalidArgument);
+  FunctionBuilder b2("g");
+  Value x2 = b2.Parameter(Shape(DType::kF32, {3}));
+  b2.Parameter(Shape(DType::kI32, {}));
+  ASSERT_OK_AND_ASSIGN(Function scalar, b2.Build({b2.ReduceSum(x2, {0})}));
+  EXPECT_EQ(Grad(scalar, {1}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Grad(scalar, {2}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Grad(scalar, {0, 0}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Grad(scalar, {0}).ok());
+}
+
+}  // namespace
+}  // namespace causeway::ir

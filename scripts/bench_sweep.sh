@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Reproduces every `causeway bench` result in docs/BENCHMARKS.md: runs each
+# configuration, appends its JSON line to OUT (default
+# build/bench/results.jsonl), then draws the plots with plot_bench.py.
+# Takes a few minutes on a 2-core machine.
+#
+#   scripts/bench_sweep.sh [OUT] [SECONDS_PER_CONFIGURATION]
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+out=${1:-build/bench/results.jsonl}
+secs=${2:-2}
+bin=build/release/bin/causeway
+[[ -x $bin ]] || { echo "build first: make build" >&2; exit 1; }
+mkdir -p "$(dirname "$out")"
+: > "$out"
+run() { echo "+ causeway $*" >&2; "$bin" "$@" --json | tee -a "$out"; }
+
+# Dispatch: OpByOp / Chained / Fused, single vs multi controller.
+for hosts in 1 4; do
+  for mode in opbyop chained fused; do
+    for controller in single multi; do
+      run bench dispatch --mode "$mode" --controller "$controller" --devices 8 --hosts "$hosts" \
+        --seconds "$secs"
+    done
+  done
+done
+# Control-plane cost against the number of devices.
+for devices in 1 2 4 8 16; do
+  for controller in single multi; do
+    run bench dispatch --mode chained --controller "$controller" --devices "$devices" \
+      --seconds "$secs"
+  done
+done
+# Utilisation against computation length, 32 devices over 4 hosts.
+run bench utilization --devices 32 --hosts 4 --compute-us 100,250,500,1000,2500 \
+  --controller both --seconds "$secs"
+# Pipeline: parallel vs sequential dispatch.
+for dispatch in parallel sequential; do
+  run bench pipeline --stages 16 --microbatches 64 --compute-us 100 --runs 4 --dispatch "$dispatch"
+done
+
+/usr/bin/python3 scripts/plot_bench.py "$out" "$(dirname "$out")"

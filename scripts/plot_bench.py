@@ -1,0 +1,105 @@
+#!/usr/bin/python3
+"""Turns the JSON lines of `causeway bench ... --json` into PNG plots.
+
+    plot_bench.py RESULTS.jsonl OUTDIR
+
+Writes dispatch.png (computations/s per mode and controller), scaling.png
+(chained computations/s against devices), utilization.png (utilisation
+against computation length) and pipeline.png, for whichever of those the
+results contain. Uses Debian's matplotlib (call it with /usr/bin/python3).
+"""
+import json
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def load(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip().startswith("{")]
+
+
+def plot_dispatch(rows, outdir):
+    rows = [r for r in rows if r.get("bench") == "dispatch" and r["devices"] == 8]
+    if not rows:
+        return
+    fig, ax = plt.subplots(figsize=(8, 4))
+    labels, values, colors = [], [], []
+    for r in sorted(rows, key=lambda r: (r["hosts"], r["mode"], r["controller"])):
+        labels.append(f'{r["mode"]}\n{r["controller"]}\n{r["hosts"]}h')
+        values.append(r["computations_per_second"])
+        colors.append("tab:blue" if r["controller"] == "single" else "tab:gray")
+    ax.bar(range(len(values)), values, color=colors)
+    ax.set_xticks(range(len(values)), labels, fontsize=7)
+    ax.set_ylabel("computations / s")
+    ax.set_title("Dispatch, 8 devices (blue: single controller, grey: multi)")
+    fig.tight_layout()
+    fig.savefig(os.path.join(outdir, "dispatch.png"), dpi=120)
+
+
+def plot_scaling(rows, outdir):
+    rows = [r for r in rows if r.get("bench") == "dispatch" and r["mode"] == "chained"
+            and r["hosts"] == 1]
+    if not rows:
+        return
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for controller in ("single", "multi"):
+        pts = sorted((r["devices"], r["computations_per_second"]) for r in rows
+                     if r["controller"] == controller)
+        if pts:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=controller)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("devices")
+    ax.set_ylabel("computations / s")
+    ax.set_title("Chained dispatch against devices")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(outdir, "scaling.png"), dpi=120)
+
+
+def plot_utilization(rows, outdir):
+    rows = [r for r in rows if r.get("bench") == "utilization"]
+    if not rows:
+        return
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for r in rows:
+        pts = [(p["compute_us"], 100 * p["utilization"]) for p in r["rows"]]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
+                label=f'{r["controller"]} controller')
+    ax.axhline(98, color="red", linestyle="--", linewidth=1)
+    ax.set_xscale("log")
+    ax.set_xlabel("computation length (us)")
+    ax.set_ylabel("utilisation (%)")
+    ax.set_title(f'Utilisation, {rows[0]["devices"]} devices / {rows[0]["hosts"]} hosts')
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(outdir, "utilization.png"), dpi=120)
+
+
+def plot_pipeline(rows, outdir):
+    rows = [r for r in rows if r.get("bench") == "pipeline"]
+    if not rows:
+        return
+    fig, ax = plt.subplots(figsize=(5, 4))
+    ax.bar([r["dispatch"] for r in rows], [100 * r["ratio_to_ideal"] for r in rows])
+    ax.set_ylabel("% of ideal 1/D")
+    ax.set_title(f'Pipeline, {rows[0]["stages"]} stages, {rows[0]["compute_us"]} us')
+    fig.tight_layout()
+    fig.savefig(os.path.join(outdir, "pipeline.png"), dpi=120)
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    rows = load(sys.argv[1])
+    os.makedirs(sys.argv[2], exist_ok=True)
+    for plot in (plot_dispatch, plot_scaling, plot_utilization, plot_pipeline):
+        plot(rows, sys.argv[2])
+
+
+if __name__ == "__main__":
+    main()

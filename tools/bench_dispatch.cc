@@ -1,0 +1,213 @@
+// `causeway bench dispatch` and `causeway bench utilization`.
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "nlohmann/json.hpp"
+#include "tools/bench_harness.h"
+#include "tools/commands.h"
+
+namespace causeway::tools {
+namespace {
+
+struct DispatchFlags {
+  std::string mode = "chained";
+  std::string controller = "single";
+  std::string computation = "allreduce-add";
+  std::string cluster = "local";
+  int devices = 8;
+  int hosts = 1;
+  int chain = 128;
+  double seconds = 2.0;
+  bool json = false;
+};
+
+const std::map<std::string, DispatchGranularity> kModes = {
+    {"opbyop", DispatchGranularity::kOpByOp},
+    {"chained", DispatchGranularity::kChained},
+    {"fused", DispatchGranularity::kFused}};
+const std::map<std::string, Controller> kControllers = {{"single", Controller::kSingle},
+                                                        {"multi", Controller::kMulti}};
+const std::map<std::string, Computation> kComputations = {
+    {"add", Computation::kAdd}, {"allreduce-add", Computation::kAllReduceAdd}};
+
+int CheckCluster(const std::string& cluster) {
+  if (cluster == "local") return 0;
+  std::fprintf(stderr,
+               "causeway bench: --cluster %s: only the embedded cluster ('local') exists so far; "
+               "grpc:// clusters need the distributed runtime\n",
+               cluster.c_str());
+  return 2;
+}
+
+int RunDispatch(const DispatchFlags& f) {
+  if (int rc = CheckCluster(f.cluster); rc != 0) return rc;
+  DispatchBenchOptions o;
+  o.mode = kModes.at(f.mode);
+  o.controller = kControllers.at(f.controller);
+  o.computation = kComputations.at(f.computation);
+  o.devices = f.devices;
+  o.hosts = f.hosts;
+  o.chain = f.chain;
+  o.seconds = f.seconds;
+  const double handoff = MeasureHandoffMicros();
+  absl::StatusOr<DispatchBenchResult> r = RunDispatchBench(o);
+  if (!r.ok()) {
+    std::fprintf(stderr, "causeway bench dispatch: %s\n", r.status().ToString().c_str());
+    return 2;
+  }
+  nlohmann::json j = {{"bench", "dispatch"},
+                      {"mode", f.mode},
+                      {"controller", f.controller},
+                      {"computation", f.computation},
+                      {"cluster", f.cluster},
+                      {"devices", f.devices},
+                      {"hosts", f.hosts},
+                      {"chain", o.mode == DispatchGranularity::kOpByOp ? 1 : f.chain},
+                      {"computations", r->computations},
+                      {"seconds", r->seconds},
+                      {"computations_per_second", r->computations_per_second},
+                      {"us_per_computation", 1e6 / r->computations_per_second},
+                      {"handoff_us", handoff},
+                      {"utilization", r->utilization}};
+  if (f.json) {
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("dispatch %s, %s controller, %s, %d devices / %d hosts: %.0f computations/s "
+                "(%.2f us each; thread hand-off %.2f us)\n",
+                f.mode.c_str(), f.controller.c_str(), f.computation.c_str(), f.devices, f.hosts,
+                r->computations_per_second, 1e6 / r->computations_per_second, handoff);
+  }
+  return 0;
+}
+
+struct UtilizationFlags {
+  std::string mode = "chained";
+  std::string controller = "single";
+  std::string compute_us = "100,250,500,1000,2500";
+  int devices = 8;
+  int hosts = 1;
+  int chain = 16;
+  double seconds = 1.0;
+  double target = 0.98;
+  bool json = false;
+};
+
+int RunUtilization(const UtilizationFlags& f) {
+  std::vector<int64_t> lengths;
+  for (absl::string_view part : absl::StrSplit(f.compute_us, ',')) {
+    int64_t us;
+    if (!absl::SimpleAtoi(part, &us) || us < 0) {
+      std::fprintf(stderr, "causeway bench utilization: bad --compute-us entry '%.*s'\n",
+                   static_cast<int>(part.size()), part.data());
+      return 2;
+    }
+    lengths.push_back(us);
+  }
+  std::vector<std::string> controllers =
+      f.controller == "both" ? std::vector<std::string>{"single", "multi"}
+                             : std::vector<std::string>{f.controller};
+  for (const std::string& controller : controllers) {
+    nlohmann::json rows = nlohmann::json::array();
+    int64_t smallest = -1;
+    for (int64_t us : lengths) {
+      DispatchBenchOptions o;
+      o.mode = kModes.at(f.mode);
+      o.controller = kControllers.at(controller);
+      o.computation = Computation::kAllReduceAdd;
+      o.devices = f.devices;
+      o.hosts = f.hosts;
+      o.chain = f.chain;
+      o.compute_us = us;
+      o.seconds = f.seconds;
+      absl::StatusOr<DispatchBenchResult> r = RunDispatchBench(o);
+      if (!r.ok()) {
+        std::fprintf(stderr, "causeway bench utilization: %s\n", r.status().ToString().c_str());
+        return 2;
+      }
+      if (smallest < 0 && r->utilization >= f.target) smallest = us;
+      rows.push_back({{"compute_us", us},
+                      {"utilization", r->utilization},
+                      {"computations_per_second", r->computations_per_second}});
+      if (!f.json) {
+        std::printf("%s controller, %s, %d devices / %d hosts, %lld us computations: "
+                    "utilisation %.2f%%\n",
+                    controller.c_str(), f.mode.c_str(), f.devices, f.hosts, (long long)us,
+                    100 * r->utilization);
+      }
+    }
+    nlohmann::json j = {{"bench", "utilization"}, {"mode", f.mode},
+                        {"controller", controller}, {"devices", f.devices},
+                        {"hosts", f.hosts},        {"target", f.target},
+                        {"rows", rows},
+                        {"smallest_compute_us_reaching_target",
+                         smallest < 0 ? nlohmann::json(nullptr) : nlohmann::json(smallest)}};
+    if (f.json) {
+      std::printf("%s\n", j.dump().c_str());
+    } else {
+      std::printf("%s controller: smallest computation reaching %.0f%%: %s\n",
+                  controller.c_str(), 100 * f.target,
+                  smallest < 0 ? "none of those tried" : (std::to_string(smallest) + " us").c_str());
+    }
+  }
+  return 0;
+}
+
+template <typename Map>
+std::vector<std::string> Keys(const Map& m) {
+  std::vector<std::string> k;
+  for (const auto& [key, value] : m) k.push_back(key);
+  return k;
+}
+
+}  // namespace
+
+void AddBenchDispatchCommands(CLI::App* bench, int* exit_code) {
+  auto d = std::make_shared<DispatchFlags>();
+  CLI::App* cmd = bench->add_subcommand(
+      "dispatch",
+      "Control-plane cost per computation: chains of trivial gang-scheduled computations "
+      "(a scalar all-reduce over all devices, then an add), each output feeding the next");
+  cmd->add_option("--mode", d->mode, "opbyop | chained | fused")
+      ->check(CLI::IsMember(Keys(kModes)));
+  cmd->add_option("--controller", d->controller,
+                  "single (client + island scheduler) | multi (one dispatch loop per host)")
+      ->check(CLI::IsMember(Keys(kControllers)));
+  cmd->add_option("--computation", d->computation, "allreduce-add | add")
+      ->check(CLI::IsMember(Keys(kComputations)));
+  cmd->add_option("--devices", d->devices, "Devices in the mesh")->check(CLI::Range(1, 1024));
+  cmd->add_option("--hosts", d->hosts, "Hosts the devices are spread over")
+      ->check(CLI::Range(1, 256));
+  cmd->add_option("--chain", d->chain, "Computations per chained program / fused function")
+      ->check(CLI::Range(1, 100000));
+  cmd->add_option("--cluster", d->cluster, "local (embedded)");
+  cmd->add_option("--seconds", d->seconds, "Measured time per configuration")
+      ->check(CLI::Range(0.05, 600.0));
+  cmd->add_flag("--json", d->json, "One JSON object per configuration");
+  cmd->callback([d, exit_code] { *exit_code = RunDispatch(*d); });
+
+  auto u = std::make_shared<UtilizationFlags>();
+  CLI::App* ucmd = bench->add_subcommand(
+      "utilization",
+      "Device utilisation (busy / wall time, from the device streams' accounting) for "
+      "gang-scheduled computations that keep each device busy for a given time");
+  ucmd->add_option("--compute-us", u->compute_us, "Comma-separated computation lengths, us");
+  ucmd->add_option("--mode", u->mode, "opbyop | chained | fused")
+      ->check(CLI::IsMember(Keys(kModes)));
+  ucmd->add_option("--controller", u->controller, "single | multi | both")
+      ->check(CLI::IsMember({"single", "multi", "both"}));
+  ucmd->add_option("--devices", u->devices, "Devices in the mesh")->check(CLI::Range(1, 1024));
+  ucmd->add_option("--hosts", u->hosts, "Hosts")->check(CLI::Range(1, 256));
+  ucmd->add_option("--chain", u->chain, "Computations per program (chained) or function (fused)")
+      ->check(CLI::Range(1, 100000));
+  ucmd->add_option("--seconds", u->seconds, "Measured time per length")
+      ->check(CLI::Range(0.05, 600.0));
+  ucmd->add_option("--target", u->target, "Utilisation to reach")->check(CLI::Range(0.0, 1.0));
+  ucmd->add_flag("--json", u->json, "One JSON object per controller");
+  ucmd->callback([u, exit_code] { *exit_code = RunUtilization(*u); });
+}
+
+}  // namespace causeway::tools

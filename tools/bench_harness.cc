@@ -1,0 +1,227 @@
+#include "tools/bench_harness.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "causeway/base/mutex.h"
+#include "causeway/base/status_macros.h"
+#include "causeway/client/client.h"
+#include "causeway/cluster/local_cluster.h"
+#include "causeway/ir/builder.h"
+
+namespace causeway::tools {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+double SecondsSince(SteadyClock::time_point start) {
+  return std::chrono::duration<double>(SteadyClock::now() - start).count();
+}
+
+// Appends one computation to `b`: [delay] then all_reduce(x) / n + 1, or
+// x + 1.
+ir::Value Step(ir::FunctionBuilder& b, ir::Value x, const DispatchBenchOptions& o) {
+  if (o.compute_us > 0) x = b.Delay(x, o.compute_us);
+  ir::Value one = b.Broadcast(b.ConstantF32(1.0f), {1}, {});
+  if (o.computation == Computation::kAdd) return b.Add(x, one);
+  ir::Value inv = b.Broadcast(b.ConstantF32(1.0f / static_cast<float>(o.devices)), {1}, {});
+  return b.Add(b.Mul(b.AllReduce(x, {"x"}), inv), one);
+}
+
+absl::StatusOr<ir::Function> StepFunction(const DispatchBenchOptions& o, int steps) {
+  ir::FunctionBuilder b(steps == 1 ? "step" : absl::StrCat("fused_", steps));
+  ir::Value x = b.Parameter(ir::Shape(ir::DType::kF32, {1}));
+  for (int i = 0; i < steps; ++i) x = Step(b, x, o);
+  return b.Build({x});
+}
+
+struct Bench {
+  std::unique_ptr<LocalCluster> cluster;
+  std::unique_ptr<Client> client;
+  CompiledFunction step;      // one computation (opbyop)
+  Program program;            // what one dispatch runs
+  int computations_per_unit;  // computations per dispatch
+  Array input;
+};
+
+absl::StatusOr<Bench> Setup(const DispatchBenchOptions& o) {
+  if (o.hosts < 1 || o.devices < o.hosts || o.devices % o.hosts != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--devices (", o.devices, ") must be a positive multiple of --hosts (", o.hosts, ")"));
+  }
+  if (o.chain < 1) return absl::InvalidArgumentError("--chain must be >= 1");
+  Bench bench;
+  LocalClusterOptions co;
+  co.islands = 1;
+  co.hosts_per_island = o.hosts;
+  co.devices_per_host = o.devices / o.hosts;
+  CW_ASSIGN_OR_RETURN(bench.cluster, LocalCluster::Create(co));
+  CW_ASSIGN_OR_RETURN(bench.client, Client::Connect(bench.cluster.get()));
+  CW_ASSIGN_OR_RETURN(Mesh mesh, bench.client->AllocateMesh({{"x", o.devices}}));
+  CW_ASSIGN_OR_RETURN(ir::Function step, StepFunction(o, 1));
+  CW_ASSIGN_OR_RETURN(bench.step, bench.client->Compile(step, mesh, {}));
+  const Sharding replicated = Sharding::Replicated(1);
+  ProgramBuilder pb = bench.client->NewProgram(Name(o.mode));
+  CW_ASSIGN_OR_RETURN(TracedArray v,
+                      pb.Parameter(ir::Shape(ir::DType::kF32, {1}), mesh, replicated));
+  switch (o.mode) {
+    case DispatchGranularity::kOpByOp: {
+      CW_ASSIGN_OR_RETURN(auto out, pb.Call(bench.step, {v}));
+      v = out[0];
+      bench.computations_per_unit = 1;
+      break;
+    }
+    case DispatchGranularity::kChained:
+      for (int i = 0; i < o.chain; ++i) {
+        CW_ASSIGN_OR_RETURN(auto out, pb.Call(bench.step, {v}));
+        v = out[0];
+      }
+      bench.computations_per_unit = o.chain;
+      break;
+    case DispatchGranularity::kFused: {
+      CW_ASSIGN_OR_RETURN(ir::Function fused, StepFunction(o, o.chain));
+      CW_ASSIGN_OR_RETURN(CompiledFunction f, bench.client->Compile(fused, mesh, {}));
+      CW_ASSIGN_OR_RETURN(auto out, pb.Call(f, {v}));
+      v = out[0];
+      bench.computations_per_unit = o.chain;
+      break;
+    }
+  }
+  CW_ASSIGN_OR_RETURN(bench.program, pb.Build({v}));
+  CW_ASSIGN_OR_RETURN(bench.input,
+                      bench.client->Put(ir::Literal::F32({1}, {0.0f}), mesh, replicated));
+  return bench;
+}
+
+// Single controller: user code makes one call (opbyop) or one program run
+// per unit, each on the previous output, never waiting for results.
+absl::Status RunSingle(Bench& bench, const DispatchBenchOptions& o, int64_t units) {
+  Array x = bench.input;
+  for (int64_t i = 0; i < units; ++i) {
+    absl::StatusOr<std::vector<Array>> out = o.mode == DispatchGranularity::kOpByOp
+                                                  ? bench.client->Call(bench.step, {x})
+                                                  : bench.program.Run({x});
+    CW_RETURN_IF_ERROR(out.status());
+    x = (*out)[0];
+  }
+  return x.Ready().Await().status();
+}
+
+// Multi-controller baseline: every host runs the same loop over the same
+// registered plan, enqueuing straight onto its own devices. Run ids and
+// array ids are derived from the step number, so the hosts agree without
+// talking — as SPMD programs do.
+absl::Status RunMulti(Bench& bench, int64_t units, int64_t* next_step) {
+  const std::shared_ptr<const ProgramPlan> plan = bench.program.plan();
+  const int64_t base = ((bench.client->id().value() + 1) << 40) | (int64_t{1} << 38);
+  const int64_t first = *next_step;
+  *next_step += units;
+  std::vector<std::thread> loops;
+  std::vector<absl::Status> status(bench.cluster->executors().size());
+  for (size_t h = 0; h < bench.cluster->executors().size(); ++h) {
+    loops.emplace_back([&, h] {
+      HostExecutor* host = bench.cluster->executors()[h].get();
+      ArrayId prev = first == 0 ? bench.input.id() : ArrayId(base + first - 1);
+      for (int64_t k = first; k < first + units; ++k) {
+        RunRequest run;
+        run.program = plan->id;
+        run.run = RunId(base + k);
+        run.client = bench.client->id();
+        run.arguments = {prev};
+        run.outputs = {ArrayId(base + k)};
+        host->EnqueueRun(run);
+        if (prev != bench.input.id() && k > first) host->ReleaseArrays({prev});
+        prev = ArrayId(base + k);
+      }
+      // Every device of the host holds a shard; waiting on one of them
+      // waits for the host's last step.
+      int shard = -1;
+      for (int s = 0; s < static_cast<int>(plan->values[plan->outputs[0]].shard_hosts.size()); ++s) {
+        if (plan->values[plan->outputs[0]].shard_hosts[s] == host->id()) shard = s;
+      }
+      status[h] = host->AwaitShard(prev, shard).Await().status();
+    });
+  }
+  for (auto& t : loops) t.join();
+  for (const absl::Status& s : status) CW_RETURN_IF_ERROR(s);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const char* Name(DispatchGranularity mode) {
+  switch (mode) {
+    case DispatchGranularity::kOpByOp: return "opbyop";
+    case DispatchGranularity::kChained: return "chained";
+    case DispatchGranularity::kFused: return "fused";
+  }
+  return "?";
+}
+
+const char* Name(Controller controller) {
+  return controller == Controller::kSingle ? "single" : "multi";
+}
+
+const char* Name(Computation computation) {
+  return computation == Computation::kAdd ? "add" : "allreduce-add";
+}
+
+absl::StatusOr<DispatchBenchResult> RunDispatchBench(const DispatchBenchOptions& o) {
+  CW_ASSIGN_OR_RETURN(Bench bench, Setup(o));
+  int64_t next_step = 0;
+  auto run = [&](int64_t units) {
+    return o.controller == Controller::kSingle ? RunSingle(bench, o, units)
+                                               : RunMulti(bench, units, &next_step);
+  };
+  // Warm up (and calibrate): enough units for ~1024 computations, at least 2.
+  const int64_t warm = std::max<int64_t>(2, 1024 / bench.computations_per_unit);
+  auto start = SteadyClock::now();
+  CW_RETURN_IF_ERROR(run(warm));
+  const double warm_seconds = std::max(SecondsSince(start), 1e-6);
+  const int64_t units =
+      std::max<int64_t>(2, static_cast<int64_t>(o.seconds * warm / warm_seconds));
+
+  bench.cluster->ResetStats();
+  start = SteadyClock::now();
+  CW_RETURN_IF_ERROR(run(units));
+  DispatchBenchResult result;
+  result.seconds = SecondsSince(start);
+  result.computations = units * bench.computations_per_unit;
+  result.computations_per_second = result.computations / result.seconds;
+  int64_t busy = 0;
+  for (const DeviceReport& r : bench.cluster->Report()) busy += r.stats.busy_us;
+  result.utilization = busy / (1e6 * result.seconds * o.devices);
+  bench.client->Disconnect();
+  return result;
+}
+
+double MeasureHandoffMicros() {
+  constexpr int kRoundTrips = 2000;
+  std::vector<double> samples;
+  for (int rep = 0; rep < 5; ++rep) {
+    Mutex mu;
+    int turn = 0;  // guarded by mu
+    std::thread peer([&] {
+      for (int i = 0; i < kRoundTrips; ++i) {
+        MutexLock lock(&mu);
+        mu.Await([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return turn == 1; });
+        turn = 0;
+      }
+    });
+    const auto start = SteadyClock::now();
+    for (int i = 0; i < kRoundTrips; ++i) {
+      MutexLock lock(&mu);
+      turn = 1;
+      mu.Await([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return turn == 0; });
+    }
+    samples.push_back(SecondsSince(start) * 1e6 / (2.0 * kRoundTrips));
+    peer.join();
+  }
+  std::sort(samples.begin(), samples.end());
+  return samples[samples.size() / 2];
+}
+
+}  // namespace causeway::tools

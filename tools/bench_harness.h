@@ -1,0 +1,59 @@
+// The machinery shared by `causeway bench dispatch` and `bench utilization`:
+// a chain of gang-scheduled computations, each output feeding the next,
+// dispatched either by the single controller (client -> island scheduler ->
+// hosts) or, as the baseline, by one loop per host dispatching straight to
+// its own devices with no client or scheduler in the path — the way
+// multi-controller SPMD systems (multi-controller JAX) run.
+#ifndef CAUSEWAY_TOOLS_BENCH_HARNESS_H_
+#define CAUSEWAY_TOOLS_BENCH_HARNESS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+
+namespace causeway::tools {
+
+enum class DispatchGranularity { kOpByOp, kChained, kFused };
+enum class Controller { kSingle, kMulti };
+enum class Computation { kAdd, kAllReduceAdd };
+
+struct DispatchBenchOptions {
+  DispatchGranularity mode = DispatchGranularity::kChained;
+  Controller controller = Controller::kSingle;
+  Computation computation = Computation::kAllReduceAdd;
+  int devices = 8;
+  int hosts = 1;
+  int chain = 128;
+  // Each computation also keeps its device busy this long (0: trivial).
+  int64_t compute_us = 0;
+  double seconds = 2.0;
+};
+
+struct DispatchBenchResult {
+  int64_t computations = 0;
+  double seconds = 0;
+  double computations_per_second = 0;
+  // Sum of device busy time / (devices x wall time).
+  double utilization = 0;
+};
+
+// Runs one configuration on a fresh embedded cluster of `hosts` hosts with
+// devices/hosts devices each: a warm-up, then about `seconds` of work with a
+// run count fixed in advance (every host of the multi-controller baseline
+// must run the same number of steps).
+absl::StatusOr<DispatchBenchResult> RunDispatchBench(const DispatchBenchOptions& options);
+
+// Median latency of one hand-off between two threads (a flag set under a
+// mutex by one thread, seen by a waiter on another), in microseconds: the
+// floor for any per-computation cost that crosses threads.
+double MeasureHandoffMicros();
+
+const char* Name(DispatchGranularity mode);
+const char* Name(Controller controller);
+const char* Name(Computation computation);
+
+}  // namespace causeway::tools
+
+#endif  // CAUSEWAY_TOOLS_BENCH_HARNESS_H_

@@ -1,0 +1,30 @@
+// Subcommands of the `causeway` tool. Each Add*Command registers its flags
+// on `app` and runs when its subcommand is parsed; `main` only wires them.
+#ifndef CAUSEWAY_TOOLS_COMMANDS_H_
+#define CAUSEWAY_TOOLS_COMMANDS_H_
+
+#include <functional>
+
+#include "CLI/CLI.hpp"
+
+namespace causeway::tools {
+
+// Each sets `*exit_code` when its subcommand runs.
+void AddDemoCommand(CLI::App& app, int* exit_code);
+// `causeway train mlp` (tools/train.cc).
+void AddTrainCommand(CLI::App& app, int* exit_code);
+
+// `causeway bench ...`: returns the group that benchmark subcommands are
+// added to.
+CLI::App* AddBenchGroup(CLI::App& app);
+// `causeway bench matmul` (tools/bench_matmul.cc).
+void AddBenchMatmulCommand(CLI::App* bench, int* exit_code);
+
+// `causeway bench dispatch` and `causeway bench utilization`.
+void AddBenchDispatchCommands(CLI::App* bench, int* exit_code);
+// `causeway bench pipeline`.
+void AddBenchPipelineCommand(CLI::App* bench, int* exit_code);
+
+}  // namespace causeway::tools
+
+#endif  // CAUSEWAY_TOOLS_COMMANDS_H_
