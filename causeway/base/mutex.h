@@ -26,6 +26,7 @@ namespace causeway {
 // Thread-safe.
 class ABSL_LOCKABLE Mutex {
  public:
+  friend class CondVar;
   Mutex() = default;
   Mutex(const Mutex&) = delete;
   Mutex& operator=(const Mutex&) = delete;
@@ -93,6 +94,29 @@ class ABSL_LOCKABLE Mutex {
   std::mutex mu_;
   std::condition_variable cv_;
   int waiters_ = 0;
+};
+
+// A condition variable for waits that only specific events should end (e.g.
+// one collective completing among many), where Mutex::Await would wake on
+// every release of the mutex. Thread-safe.
+class CondVar {
+ public:
+  // REQUIRES: `mu` held. Releases it until SignalAll() or `deadline`, then
+  // re-acquires it. May wake spuriously: callers re-check their condition.
+  // Returns false if the deadline passed.
+  bool WaitWithDeadline(Mutex* mu, std::chrono::steady_clock::time_point deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    std::unique_lock<std::mutex> lock(mu->mu_, std::adopt_lock);
+    // Waiting releases the mutex: let its Await()ers re-check, as Unlock does.
+    if (mu->waiters_ > 0) mu->cv_.notify_all();
+    const bool signalled = cv_.wait_until(lock, deadline) == std::cv_status::no_timeout;
+    lock.release();
+    return signalled;
+  }
+  void SignalAll() { cv_.notify_all(); }
+
+ private:
+  std::condition_variable cv_;
 };
 
 // Holds a Mutex for its scope: `MutexLock lock(&mu_);`.

@@ -104,6 +104,8 @@ ProgramBuilder Client::NewProgram(std::string name) { return core_->NewProgram(s
 
 void Client::Disconnect() { core_->Disconnect(); }
 
+Future<Unit> Client::Flush() { return core_->Flush(); }
+
 int64_t Client::programs_lowered() const { return core_->programs_lowered(); }
 
 }  // namespace causeway

@@ -218,6 +218,13 @@ class Client {
 
   ProgramBuilder NewProgram(std::string name);
 
+  // Calls return before their runs reach the cluster (they are sent, in
+  // order and batched, by the client's outbox thread). The returned future
+  // is ready once every call made before it has been handed to the island
+  // schedulers. Never needed for correctness; useful to observe the runtime
+  // (tests, benchmarks).
+  Future<Unit> Flush();
+
   // Drops every array of this client on every host (memory is freed as
   // pending work that uses it finishes), unregisters its programs, and
   // makes every later call fail with FAILED_PRECONDITION. Idempotent.

@@ -28,7 +28,7 @@ ClientCore::ClientCore(ClusterConnection* cluster, ClientOptions options, Client
 ClientCore::~ClientCore() { Disconnect(); }
 
 void ClientCore::Start() {
-  release_thread_ = std::thread([this] { ReleaseLoop(); });
+  outbox_thread_ = std::thread([this] { OutboxLoop(); });
   control_thread_ = std::thread([this] { ControlLoop(); });
 }
 
@@ -290,21 +290,23 @@ absl::StatusOr<std::vector<Array>> ClientCore::Run(
 
   std::vector<Array> results;
   if (options_.dispatch == DispatchMode::kParallel) {
-    RunRequest run;
-    run.program = plan.id;
-    run.run = RunId(NextId(next_run_));
-    run.client = id_;
-    for (const Array& a : args) run.arguments.push_back(a.id());
-    run.outputs = output_ids;
-    CW_RETURN_IF_ERROR(Submit(run, plan));
+    OutboxItem item;
+    item.run.program = plan.id;
+    item.run.run = RunId(NextId(next_run_));
+    item.run.client = id_;
+    for (const Array& a : args) item.run.arguments.push_back(a.id());
+    item.run.outputs = output_ids;
+    item.plan = program.plan;
+    item.submitted.resize(plan.outputs.size());
     for (const OutputSource& o : program.outputs) {
       if (o.is_parameter) {
         results.push_back(args[o.index]);
         continue;
       }
       results.push_back(MakeArray(output_ids[o.index], plan.values[plan.outputs[o.index]],
-                                  Future<Unit>::Ready(Unit{})));
+                                  item.submitted[o.index].future()));
     }
+    Post(std::move(item));
     return results;
   }
   std::vector<Promise<Unit>> submitted(plan.outputs.size());

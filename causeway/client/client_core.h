@@ -116,6 +116,7 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   void QueueRelease(ArrayId array, const std::vector<HostId>& hosts);
 
   void Disconnect();
+  Future<Unit> Flush();
   int64_t programs_lowered() const { return programs_lowered_.load(); }
 
   // Validates that `array` can be used as an argument by this client.
@@ -137,7 +138,23 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   void StepSequential(std::shared_ptr<SequentialRun> run);
   void SubmitStep(std::shared_ptr<SequentialRun> run);
   void PostControl(std::function<void()> task);
-  void ReleaseLoop();
+  // The outbox: everything the client sends the cluster after validation —
+  // runs and releases — in the order the user made the calls. Its thread
+  // sends whatever has queued up as one batch (one message per scheduler,
+  // and so one per host), so user code never waits on an enqueue and fast
+  // callers get batching for free.
+  struct OutboxItem {
+    // A run; or, if plan is null, the release of `release` (if valid) or a
+    // barrier whose one promise is set once the items before it are sent.
+    RunRequest run;
+    std::shared_ptr<const ProgramPlan> plan;
+    std::vector<Promise<Unit>> submitted;
+    ArrayId release;
+    std::vector<HostId> hosts;
+  };
+  void Post(OutboxItem item);
+  void OutboxLoop();
+  void SendBatch(std::vector<OutboxItem>& batch);
   void ControlLoop();
 
   ClusterConnection* const cluster_;
@@ -161,11 +178,11 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   mutable Mutex mu_;
   bool connected_ ABSL_GUARDED_BY(mu_) = true;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  absl::flat_hash_map<HostId, std::vector<ArrayId>> pending_releases_ ABSL_GUARDED_BY(mu_);
+  std::vector<OutboxItem> outbox_ ABSL_GUARDED_BY(mu_);
   std::deque<std::function<void()>> control_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<const ProgramPlan>> registered_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Program> call_cache_ ABSL_GUARDED_BY(mu_);
-  std::thread release_thread_;
+  std::thread outbox_thread_;
   std::thread control_thread_;
 };
 

@@ -225,29 +225,106 @@ Future<Unit> ClientCore::Ready(const ArrayState& array) {
 }
 
 void ClientCore::QueueRelease(ArrayId array, const std::vector<HostId>& hosts) {
+  OutboxItem item;
+  item.release = array;
   const std::set<HostId> distinct(hosts.begin(), hosts.end());
-  MutexLock lock(&mu_);
-  if (!connected_) return;  // Disconnect reclaims everything at once
-  for (HostId h : distinct) pending_releases_[h].push_back(array);
+  item.hosts.assign(distinct.begin(), distinct.end());
+  Post(std::move(item));
 }
 
-void ClientCore::ReleaseLoop() {
+void ClientCore::Post(OutboxItem item) {
+  {
+    MutexLock lock(&mu_);
+    if (!stopping_) {
+      outbox_.push_back(std::move(item));
+      return;
+    }
+  }
+  // Disconnected: a run never reaches the cluster; releases are moot
+  // (Disconnect reclaimed everything).
+  for (Promise<Unit>& p : item.submitted) {
+    p.Set(absl::FailedPreconditionError(absl::StrCat(id_.ToString(), " is disconnected")));
+  }
+}
+
+void ClientCore::OutboxLoop() {
   while (true) {
-    absl::flat_hash_map<HostId, std::vector<ArrayId>> batch;
+    std::vector<OutboxItem> batch;
     bool stop;
     {
       MutexLock lock(&mu_);
       mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || !pending_releases_.empty();
+        return stopping_ || !outbox_.empty();
       });
-      batch.swap(pending_releases_);
+      batch.swap(outbox_);
       stop = stopping_;
     }
-    for (const auto& [h, ids] : batch) {
-      if (HostService* host = cluster_->host(h)) host->ReleaseArrays(ids);
-    }
+    SendBatch(batch);
     if (stop) return;
   }
+}
+
+void ClientCore::SendBatch(std::vector<OutboxItem>& batch) {
+  // Runs go first, in order; consecutive runs on one island share one
+  // message to its scheduler. Releases follow: a release can only name an
+  // array no later call uses, and must come after the earlier ones.
+  std::vector<OutboxItem*> group;
+  auto settle = [](OutboxItem& item, const absl::Status& status) {
+    for (Promise<Unit>& p : item.submitted) {
+      if (status.ok()) {
+        p.Set(Unit{});
+      } else {
+        p.Set(status);
+      }
+    }
+  };
+  auto flush = [&] {
+    if (group.empty()) return;
+    SchedulerService* scheduler = cluster_->scheduler(group[0]->plan->islands[0]);
+    std::vector<RunRequest> runs;
+    runs.reserve(group.size());
+    for (OutboxItem* item : group) runs.push_back(item->run);
+    const std::vector<absl::Status> statuses = scheduler->SubmitRuns(std::move(runs));
+    for (size_t i = 0; i < group.size(); ++i) settle(*group[i], statuses[i]);
+    group.clear();
+  };
+  absl::flat_hash_map<HostId, std::vector<ArrayId>> releases;
+  std::vector<OutboxItem*> barriers;
+  for (OutboxItem& item : batch) {
+    if (item.plan == nullptr) {
+      if (item.release.valid()) {
+        for (HostId h : item.hosts) releases[h].push_back(item.release);
+      } else {
+        barriers.push_back(&item);
+      }
+      continue;
+    }
+    const bool groupable = options_.scheduling == SchedulerPath::kIslandScheduler &&
+                           item.plan->islands.size() == 1;
+    if (groupable && (group.empty() || group[0]->plan->islands[0] == item.plan->islands[0])) {
+      group.push_back(&item);
+      continue;
+    }
+    flush();
+    if (groupable) {
+      group.push_back(&item);
+    } else {
+      settle(item, Submit(item.run, *item.plan));
+    }
+  }
+  flush();
+  for (const auto& [h, ids] : releases) {
+    if (HostService* host = cluster_->host(h)) host->ReleaseArrays(ids);
+  }
+  for (OutboxItem* b : barriers) settle(*b, absl::OkStatus());
+}
+
+Future<Unit> ClientCore::Flush() {
+  OutboxItem barrier;
+  barrier.submitted.resize(1);
+  Future<Unit> done = barrier.submitted[0].future();
+  Post(std::move(barrier));
+  return done;
 }
 
 void ClientCore::Disconnect() {
@@ -262,7 +339,7 @@ void ClientCore::Disconnect() {
     cache.swap(call_cache_);
   }
   if (control_thread_.joinable()) control_thread_.join();
-  if (release_thread_.joinable()) release_thread_.join();
+  if (outbox_thread_.joinable()) outbox_thread_.join();
   const Topology topology = cluster_->resources()->GetTopology();
   for (IslandId island : topology.islands()) {
     const IslandInfo info = *topology.island(island);

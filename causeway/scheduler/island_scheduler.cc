@@ -36,6 +36,33 @@ absl::Status IslandScheduler::SubmitRun(RunRequest run) {
   return absl::OkStatus();
 }
 
+std::vector<absl::Status> IslandScheduler::SubmitRuns(std::vector<RunRequest> runs) {
+  std::vector<absl::Status> statuses;
+  statuses.reserve(runs.size());
+  MutexLock lock(&mu_);
+  // One message per host, holding that host's runs in island order.
+  absl::flat_hash_map<HostId, std::vector<RunRequest>> by_host;
+  std::vector<HostId> host_order;
+  for (RunRequest& run : runs) {
+    auto it = programs_.find(run.program);
+    if (it == programs_.end()) {
+      statuses.push_back(absl::NotFoundError(absl::StrCat(
+          run.program.ToString(), " is not registered with ", options_.island.ToString(),
+          "'s scheduler")));
+      continue;
+    }
+    run.sequence = next_sequence_++;
+    for (HostId h : it->second) {
+      auto [entry, inserted] = by_host.try_emplace(h);
+      if (inserted) host_order.push_back(h);
+      entry->second.push_back(run);
+    }
+    statuses.push_back(absl::OkStatus());
+  }
+  for (HostId h : host_order) options_.host_lookup(h)->EnqueueRuns(by_host[h]);
+  return statuses;
+}
+
 int64_t IslandScheduler::runs_scheduled() const {
   MutexLock lock(&mu_);
   return next_sequence_;

@@ -42,6 +42,7 @@ class IslandScheduler final : public SchedulerService {
   // NOT_FOUND for an unregistered program, INVALID_ARGUMENT if the program
   // has no work on this island.
   absl::Status SubmitRun(RunRequest run) override;
+  std::vector<absl::Status> SubmitRuns(std::vector<RunRequest> runs) override;
 
   IslandId island() const { return options_.island; }
   int64_t runs_scheduled() const;

@@ -45,6 +45,10 @@ class HostService {
   // Prepares every launch of this host's part of `run` at once. Never waits
   // on data or memory. Runs from one scheduler arrive in its order.
   virtual void EnqueueRun(const RunRequest& run) = 0;
+  // The same for several runs, in order, as one message.
+  virtual void EnqueueRuns(const std::vector<RunRequest>& runs) {
+    for (const RunRequest& r : runs) EnqueueRun(r);
+  }
 
   // Stores `value` as shard `shard` (on local device `local_device`) of
   // `array`, owned by `owner`. Returns at once; the shard is ready once
@@ -72,6 +76,14 @@ class SchedulerService {
   // Appends every gang of the run's part on this island to the island's
   // order and forwards the run to each host of the island it touches.
   virtual absl::Status SubmitRun(RunRequest run) = 0;
+  // The same for several runs, in order, forwarded as one message per host.
+  // Runs that fail (unknown program) are skipped; their statuses are
+  // returned in order.
+  virtual std::vector<absl::Status> SubmitRuns(std::vector<RunRequest> runs) {
+    std::vector<absl::Status> out;
+    for (RunRequest& r : runs) out.push_back(SubmitRun(std::move(r)));
+    return out;
+  }
 };
 
 struct MeshRequest {

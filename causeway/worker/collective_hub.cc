@@ -107,7 +107,8 @@ absl::Status CollectiveHub::Meet(const CollectiveKey& key, DeviceId self, int ra
   }
   std::shared_ptr<State> state = slot;
   if (state->members != members || state->op != op || rank < 0 ||
-      rank >= static_cast<int>(members.size()) || state->arrived_rank[rank]) {
+      rank >= static_cast<int>(members.size()) || members[rank] != self ||
+      state->arrived_rank[rank]) {
     return absl::InvalidArgumentError(absl::StrCat(
         what, ": participants disagree on the collective (", ir::OpName(state->op), " vs ",
         ir::OpName(op), "), the group or rank ", rank));
@@ -126,23 +127,27 @@ absl::Status CollectiveHub::Meet(const CollectiveKey& key, DeviceId self, int ra
     absl::Status done = complete(*state);
     if (done.ok()) {
       state->done = true;
+      state->changed.SignalAll();
     } else {
-      state->status = Annotate(done, what);
+      FailLocked(*state, Annotate(done, what));
     }
   } else {
     blocked_[self] = key;
     DetectDeadlockLocked(self);
-    const bool finished = mu_.AwaitWithTimeout(
-        [&state]() { return state->done || !state->status.ok(); }, timeout_);
+    const auto deadline = std::chrono::steady_clock::now() +
+                          absl::ToChronoNanoseconds(std::min(timeout_, absl::Hours(24 * 365)));
+    while (!state->finished()) {
+      if (!state->changed.WaitWithDeadline(&mu_, deadline)) break;
+    }
     blocked_.erase(self);
-    if (!finished) {
+    if (!state->finished()) {
       std::vector<std::string> missing;
       for (size_t r = 0; r < members.size(); ++r) {
         if (!state->arrived_rank[r]) missing.push_back(members[r].ToString());
       }
-      state->status = absl::DeadlineExceededError(
-          absl::StrCat(what, ": timed out after ", absl::FormatDuration(timeout_),
-                       " waiting for ", absl::StrJoin(missing, ", ")));
+      FailLocked(*state, absl::DeadlineExceededError(
+                             absl::StrCat(what, ": timed out after ", absl::FormatDuration(timeout_),
+                                          " waiting for ", absl::StrJoin(missing, ", "))));
     }
   }
   const absl::Status status = state->done ? absl::OkStatus() : state->status;
@@ -270,14 +275,19 @@ bool CollectiveHub::DetectDeadlockLocked(DeviceId self) {
   std::vector<DeviceId> path;
   absl::flat_hash_map<DeviceId, bool> visited;
   std::vector<DeviceId> cycle;
-  std::function<bool(DeviceId)> visit = [&](DeviceId d) -> bool {
+  // Runs under mu_ (held by the caller); the analysis cannot see into lambdas.
+  std::function<bool(DeviceId)> visit = [&](DeviceId d) ABSL_NO_THREAD_SAFETY_ANALYSIS -> bool {
     path.push_back(d);
     visited[d] = true;
     const State& s = *states_.at(blocked_.at(d));
     for (size_t r = 0; r < s.members.size(); ++r) {
       if (s.arrived_rank[r]) continue;
       const DeviceId m = s.members[r];
-      if (!blocked_.contains(m)) continue;  // may still arrive
+      auto b = blocked_.find(m);
+      if (b == blocked_.end()) continue;  // may still arrive
+      // A device whose collective already finished (aborted, not yet awake)
+      // is about to move on: not a wait edge.
+      if (states_.at(b->second)->finished()) continue;
       if (m == self) {
         cycle = path;
         return true;
@@ -301,10 +311,7 @@ bool CollectiveHub::DetectDeadlockLocked(DeviceId self) {
       "deadlock detected by the collective watchdog: devices reached collectives in "
       "inconsistent orders (",
       absl::StrJoin(links, "; "), ")"));
-  for (DeviceId d : cycle) {
-    State& s = *states_.at(blocked_.at(d));
-    if (s.status.ok()) s.status = abort;
-  }
+  for (DeviceId d : cycle) FailLocked(*states_.at(blocked_.at(d)), abort);
   return true;
 }
 
@@ -317,19 +324,21 @@ void CollectiveHub::AbortGang(RunId run, int node, const absl::Status& status) {
     aborted_order_.erase(aborted_order_.begin());
   }
   for (auto& [key, state] : states_) {
-    if (key.run == run && key.node == node && !state->done && state->status.ok()) {
-      state->status = status;
-    }
+    if (key.run == run && key.node == node) FailLocked(*state, status);
   }
+}
+
+void CollectiveHub::FailLocked(State& state, const absl::Status& status) {
+  if (state.finished()) return;
+  state.status = status;
+  state.changed.SignalAll();
 }
 
 void CollectiveHub::Shutdown() {
   MutexLock lock(&mu_);
   shutdown_ = true;
   for (auto& [key, state] : states_) {
-    if (!state->done && state->status.ok()) {
-      state->status = absl::AbortedError(absl::StrCat(state->what, ": runtime shutting down"));
-    }
+    FailLocked(*state, absl::AbortedError(absl::StrCat(state->what, ": runtime shutting down")));
   }
 }
 

@@ -109,7 +109,16 @@ class CollectiveHub {
     bool done = false;
     absl::Status status;
     std::string what;
+    // Signalled when `done` or `status` changes; only this collective's
+    // members wait on it.
+    CondVar changed;
+
+    bool finished() const { return done || !status.ok(); }
   };
+
+  // REQUIRES: mu_. Fails `state` with `status` (unless already finished) and
+  // wakes its waiting members.
+  static void FailLocked(State& state, const absl::Status& status);
 
   // Performs the collective once every member arrived; runs under mu_ on the
   // last member's thread. An error fails the collective for every member.

@@ -313,7 +313,7 @@ TEST(CollectiveHubTest, SecondArrivalForAnAlreadyArrivedRankGetsInvalidArgument)
 // device 1" (and deadlocks_detected() becomes 1), instead of the
 // INVALID_ARGUMENT the header promises when participants disagree on the
 // group or rank.
-TEST(CollectiveHubTest, DISABLED_DeviceClaimingAnotherDevicesRankGetsInvalidArgument) {
+TEST(CollectiveHubTest, DeviceClaimingAnotherDevicesRankGetsInvalidArgument) {
   CollectiveHub hub(absl::Milliseconds(200));
   float data = 1.f;
   // Device 1 says it is rank 0 of {device 0, device 1}.

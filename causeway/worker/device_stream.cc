@@ -17,7 +17,7 @@ DeviceStream::DeviceStream(DeviceInfo device, Clock* clock, TraceRecorder* trace
 
 DeviceStream::~DeviceStream() { Shutdown(); }
 
-void DeviceStream::Enqueue(Launch launch) {
+DeviceStream::Pending DeviceStream::Prepare(Launch launch) {
   std::vector<Future<Unit>> deps;
   deps.reserve(launch.inputs.size() + launch.outputs.size());
   for (const BufferRef& b : launch.inputs) deps.push_back(b->ready());
@@ -27,8 +27,21 @@ void DeviceStream::Enqueue(Launch launch) {
     trace_->Record(TraceEvent{TraceKind::kPrepared, device_.host, device_.id, launch.info.run,
                               launch.info.node, launch.info.name, clock_->NowMicros(), 0});
   }
+  return Pending{std::move(launch), std::move(all)};
+}
+
+void DeviceStream::Enqueue(Launch launch) {
+  Pending pending = Prepare(std::move(launch));
   MutexLock lock(&mu_);
-  queue_.push_back(Pending{std::move(launch), std::move(all)});
+  queue_.push_back(std::move(pending));
+}
+
+void DeviceStream::EnqueueBatch(std::vector<Launch> launches) {
+  std::vector<Pending> prepared;
+  prepared.reserve(launches.size());
+  for (Launch& l : launches) prepared.push_back(Prepare(std::move(l)));
+  MutexLock lock(&mu_);
+  for (Pending& p : prepared) queue_.push_back(std::move(p));
 }
 
 void DeviceStream::Loop() {

@@ -69,6 +69,9 @@ class DeviceStream {
   // Queues `launch` after every launch enqueued before it. Never blocks on
   // data. The launch's readiness is wired here, on the calling thread.
   void Enqueue(Launch launch);
+  // Queues `launches` in order, waking the device thread once: what a host
+  // does with all of one run's launches for a device.
+  void EnqueueBatch(std::vector<Launch> launches);
 
   // Runs what is queued, then stops the thread. Every queued launch must be
   // able to finish or fail (its inputs' producers are running or failed).
@@ -85,6 +88,8 @@ class DeviceStream {
   };
   void Loop();
   void Execute(Pending& pending);
+  // Wires readiness and records the trace event; no lock needed.
+  Pending Prepare(Launch launch);
 
   const DeviceInfo device_;
   Clock* const clock_;

@@ -66,6 +66,28 @@ void HostExecutor::UnregisterProgram(ProgramId program) {
 }
 
 void HostExecutor::EnqueueRun(const RunRequest& run) {
+  std::vector<std::vector<Launch>> launches(streams_.size());
+  PrepareRun(run, launches);
+  Dispatch(launches);
+}
+
+void HostExecutor::EnqueueRuns(const std::vector<RunRequest>& runs) {
+  std::vector<std::vector<Launch>> launches(streams_.size());
+  for (const RunRequest& run : runs) PrepareRun(run, launches);
+  Dispatch(launches);
+}
+
+void HostExecutor::Dispatch(std::vector<std::vector<Launch>>& launches) {
+  for (size_t d = 0; d < launches.size(); ++d) {
+    if (launches[d].size() == 1) {
+      streams_[d]->Enqueue(std::move(launches[d][0]));
+    } else if (!launches[d].empty()) {
+      streams_[d]->EnqueueBatch(std::move(launches[d]));
+    }
+  }
+}
+
+void HostExecutor::PrepareRun(const RunRequest& run, std::vector<std::vector<Launch>>& launches) {
   std::shared_ptr<const ProgramPlan> plan;
   {
     MutexLock lock(&mu_);
@@ -100,7 +122,7 @@ void HostExecutor::EnqueueRun(const RunRequest& run) {
   }
   for (size_t n = 0; n < plan->nodes.size(); ++n) {
     if (plan->nodes[n].kind == PlanNodeKind::kCall) {
-      EnqueueCall(run, plan, static_cast<int>(n), values);
+      EnqueueCall(run, plan, static_cast<int>(n), values, launches);
     } else {
       EnqueueReshard(run, plan, static_cast<int>(n), values);
     }
@@ -117,7 +139,8 @@ void HostExecutor::EnqueueRun(const RunRequest& run) {
 
 void HostExecutor::EnqueueCall(const RunRequest& run,
                                const std::shared_ptr<const ProgramPlan>& plan, int node_index,
-                               std::vector<std::vector<BufferRef>>& values) {
+                               std::vector<std::vector<BufferRef>>& values,
+                               std::vector<std::vector<Launch>>& launches) {
   const PlanNode& node = plan->nodes[node_index];
   const PlanValue& first_in = plan->values[node.outputs.empty() ? node.inputs[0] : node.outputs[0]];
   const Mesh& mesh = first_in.mesh;
@@ -143,7 +166,7 @@ void HostExecutor::EnqueueCall(const RunRequest& run,
       launch.on_failure = [raw, plan](const absl::Status& status) { raw->AbortGang(status); };
       launch.collectives = std::move(hub);
     }
-    streams_[local]->Enqueue(std::move(launch));
+    launches[local].push_back(std::move(launch));
   }
 }
 

@@ -44,6 +44,8 @@ class HostExecutor final : public HostService {
   absl::Status RegisterProgram(std::shared_ptr<const ProgramPlan> plan) override;
   void UnregisterProgram(ProgramId program) override;
   void EnqueueRun(const RunRequest& run) override;
+  // Prepares every run, then hands each device all its launches at once.
+  void EnqueueRuns(const std::vector<RunRequest>& runs) override;
   absl::Status PutShard(ArrayId array, int shard, int local_device, ClientId owner,
                         ir::Literal value) override;
   Future<ir::Literal> FetchShard(ArrayId array, int shard) override;
@@ -91,10 +93,16 @@ class HostExecutor final : public HostService {
   void FillSlot(const SlotKey& key, const BufferRef& dst, const ReshardPiece& piece,
                 PieceSource source, absl::Status status);
   void PieceDone(const SlotKey& key, const absl::Status& status);
+  // Prepares `run`, appending its launches to launches[local device].
+  void PrepareRun(const RunRequest& run, std::vector<std::vector<Launch>>& launches);
+  void Dispatch(std::vector<std::vector<Launch>>& launches);
   void EnqueueReshard(const RunRequest& run, const std::shared_ptr<const ProgramPlan>& plan,
                       int node_index, std::vector<std::vector<BufferRef>>& values);
+  // Prepares the node's launch on each local device of its mesh and appends
+  // it to launches[local device]; the caller hands each device its batch.
   void EnqueueCall(const RunRequest& run, const std::shared_ptr<const ProgramPlan>& plan,
-                   int node_index, std::vector<std::vector<BufferRef>>& values);
+                   int node_index, std::vector<std::vector<BufferRef>>& values,
+                   std::vector<std::vector<Launch>>& launches);
 
   const HostExecutorOptions options_;
   ObjectStore store_;

@@ -30,6 +30,7 @@ TEST(MemoryTest, RunsWhoseOutputsExceedMemoryWaitAndCompleteAsArraysAreReleased)
     ASSERT_OK_AND_ASSIGN(std::vector<Array> out, client->Call(f, {in}));
     outs.push_back(out[0]);
   }
+  ASSERT_OK(AwaitOrHang(client->Flush()));
   DeviceMemory* memory = cluster->executor(HostId(0))->store().memory(0);
   EXPECT_EQ(memory->num_waiting(), kRuns - 3);
   for (int i = 0; i < kRuns; ++i) {
