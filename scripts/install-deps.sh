@@ -22,6 +22,7 @@ PACKAGES=(
   libbenchmark-dev
   libcli11-dev
   nlohmann-json3-dev
+  libgoogle-perftools-dev   # tcmalloc_minimal, the allocator of non-sanitizer builds
   libprotobuf-dev
   protobuf-compiler
   libgrpc++-dev

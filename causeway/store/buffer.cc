@@ -8,6 +8,10 @@ DeviceBuffer::DeviceBuffer(DeviceMemory* memory, ir::Shape shape, ClientId owner
 std::shared_ptr<DeviceBuffer> DeviceBuffer::Allocate(DeviceMemory* memory, ir::Shape shape,
                                                      ClientId owner) {
   std::shared_ptr<DeviceBuffer> buffer(new DeviceBuffer(memory, std::move(shape), owner));
+  if (memory->TryReserve(buffer->bytes_)) {
+    buffer->OnGranted(absl::OkStatus());
+    return buffer;
+  }
   // The reservation may be granted long after this returns, by which time
   // the buffer may be gone: a weak reference lets the grant hand the memory
   // straight back.

@@ -31,6 +31,14 @@ void DeviceMemory::Reserve(int64_t bytes, Callback done) {
   done(status);
 }
 
+bool DeviceMemory::TryReserve(int64_t bytes) {
+  MutexLock lock(&mu_);
+  if (shutdown_ || !waiting_.empty() || in_use_ + bytes > capacity_) return false;
+  in_use_ += bytes;
+  peak_ = std::max(peak_, in_use_);
+  return true;
+}
+
 void DeviceMemory::Free(int64_t bytes) {
   std::vector<Callback> granted;
   {

@@ -31,6 +31,10 @@ class DeviceMemory {
   // exceeds the capacity; `done(CANCELLED)` on Shutdown().
   void Reserve(int64_t bytes, Callback done);
 
+  // Grants `bytes` at once if they fit and nobody is waiting ahead; returns
+  // whether it did. Lets callers skip building a callback in the common case.
+  bool TryReserve(int64_t bytes);
+
   // Returns `bytes` reserved earlier and grants waiting reservations that now
   // fit; their callbacks run on this thread.
   void Free(int64_t bytes);

@@ -270,6 +270,19 @@ absl::Status CollectiveHub::CollectivePermute(
 }
 
 bool CollectiveHub::DetectDeadlockLocked(DeviceId self) {
+  // Fast path: a cycle through `self` needs a missing member of its
+  // collective that is itself blocked in another unfinished one. Usually the
+  // missing members are simply running and will arrive.
+  {
+    const State& mine = *states_.at(blocked_.at(self));
+    bool any_edge = false;
+    for (size_t r = 0; r < mine.members.size() && !any_edge; ++r) {
+      if (mine.arrived_rank[r]) continue;
+      auto b = blocked_.find(mine.members[r]);
+      any_edge = b != blocked_.end() && !states_.at(b->second)->finished();
+    }
+    if (!any_edge) return false;
+  }
   // Depth-first search over blocked devices; `path` holds the devices on the
   // current branch.
   std::vector<DeviceId> path;

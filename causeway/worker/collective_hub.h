@@ -153,10 +153,12 @@ class CollectiveHub {
 // The CollectiveOps of one launch: one device's view of the hub.
 class HubCollectives final : public backend::cpu::CollectiveOps {
  public:
+  // `mesh` and `function_name` must outlive this object (they live in the
+  // program plan, which the launch keeps alive).
   HubCollectives(CollectiveHub* hub, RunId run, int node, const Mesh* mesh, int position,
-                 std::string function_name)
+                 absl::string_view function_name)
       : hub_(hub), run_(run), node_(node), mesh_(mesh), position_(position),
-        function_name_(std::move(function_name)) {}
+        function_name_(function_name) {}
 
   absl::Status AllReduce(int index, absl::Span<const std::string> axes, ir::ReduceKind kind,
                          const ir::Shape& shape, void* data) override;
@@ -184,7 +186,7 @@ class HubCollectives final : public backend::cpu::CollectiveOps {
   const int node_;
   const Mesh* const mesh_;  // owned by the program plan, which outlives the launch
   const int position_;
-  const std::string function_name_;
+  const absl::string_view function_name_;
 
   // This device's group over `axes`, its rank in it, and the key and
   // description of collective `index`.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "causeway/base/status_macros.h"
 
@@ -17,31 +18,24 @@ DeviceStream::DeviceStream(DeviceInfo device, Clock* clock, TraceRecorder* trace
 
 DeviceStream::~DeviceStream() { Shutdown(); }
 
-DeviceStream::Pending DeviceStream::Prepare(Launch launch) {
-  std::vector<Future<Unit>> deps;
-  deps.reserve(launch.inputs.size() + launch.outputs.size());
-  for (const BufferRef& b : launch.inputs) deps.push_back(b->ready());
-  for (const BufferRef& b : launch.outputs) deps.push_back(b->allocated());
-  Future<Unit> all = WhenAll(deps);
+void DeviceStream::Prepared(const Launch& launch) {
   if (trace_->enabled()) {
     trace_->Record(TraceEvent{TraceKind::kPrepared, device_.host, device_.id, launch.info.run,
-                              launch.info.node, launch.info.name, clock_->NowMicros(), 0});
+                              launch.info.node, std::string(launch.info.name),
+                              clock_->NowMicros(), 0});
   }
-  return Pending{std::move(launch), std::move(all)};
 }
 
 void DeviceStream::Enqueue(Launch launch) {
-  Pending pending = Prepare(std::move(launch));
+  Prepared(launch);
   MutexLock lock(&mu_);
-  queue_.push_back(std::move(pending));
+  queue_.push_back(std::move(launch));
 }
 
 void DeviceStream::EnqueueBatch(std::vector<Launch> launches) {
-  std::vector<Pending> prepared;
-  prepared.reserve(launches.size());
-  for (Launch& l : launches) prepared.push_back(Prepare(std::move(l)));
+  for (const Launch& l : launches) Prepared(l);
   MutexLock lock(&mu_);
-  for (Pending& p : prepared) queue_.push_back(std::move(p));
+  for (Launch& l : launches) queue_.push_back(std::move(l));
 }
 
 void DeviceStream::Loop() {
@@ -50,28 +44,39 @@ void DeviceStream::Loop() {
   // thread asks for the tightest slack.
   prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
   while (true) {
-    Pending pending;
+    Launch launch;
     {
       MutexLock lock(&mu_);
       mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return stopping_ || !queue_.empty();
       });
       if (queue_.empty()) return;  // stopping and drained
-      pending = std::move(queue_.front());
+      launch = std::move(queue_.front());
       queue_.pop_front();
     }
-    Execute(pending);
+    Execute(launch);
   }
 }
 
-void DeviceStream::Execute(Pending& pending) {
-  Launch& launch = pending.launch;
+// Waits for the launch's inputs (in order; the first error is the root
+// cause) and then for its output memory.
+static absl::Status AwaitDependencies(const Launch& launch) {
+  for (const BufferRef& b : launch.inputs) {
+    if (const absl::StatusOr<Unit>& r = b->ready().Await(); !r.ok()) return r.status();
+  }
+  for (const BufferRef& b : launch.outputs) {
+    if (const absl::StatusOr<Unit>& r = b->allocated().Await(); !r.ok()) return r.status();
+  }
+  return absl::OkStatus();
+}
+
+void DeviceStream::Execute(Launch& launch) {
   const int64_t wait_start = clock_->NowMicros();
-  absl::Status status = pending.deps.Await().status();
+  absl::Status status = AwaitDependencies(launch);
   const int64_t start = clock_->NowMicros();
   if (trace_->enabled() && start - wait_start > 0) {
     trace_->Record(TraceEvent{TraceKind::kWait, device_.host, device_.id, launch.info.run,
-                              launch.info.node, launch.info.name, wait_start,
+                              launch.info.node, std::string(launch.info.name), wait_start,
                               start - wait_start});
   }
   // An input's error is already the root cause; pass it on unchanged.
@@ -81,10 +86,8 @@ void DeviceStream::Execute(Pending& pending) {
     ran = true;
   }
   if (status.ok()) {
-    std::vector<const void*> in;
-    std::vector<void*> out;
-    in.reserve(launch.inputs.size());
-    out.reserve(launch.outputs.size());
+    absl::InlinedVector<const void*, 8> in;
+    absl::InlinedVector<void*, 8> out;
     for (const BufferRef& b : launch.inputs) in.push_back(b->data());
     for (const BufferRef& b : launch.outputs) out.push_back(b->data());
     backend::cpu::RunContext context;
@@ -101,7 +104,7 @@ void DeviceStream::Execute(Pending& pending) {
   const int64_t end = clock_->NowMicros();
   if (trace_->enabled() && ran) {
     trace_->Record(TraceEvent{TraceKind::kRun, device_.host, device_.id, launch.info.run,
-                              launch.info.node, launch.info.name, start, end - start});
+                              launch.info.node, std::string(launch.info.name), start, end - start});
   }
   {
     MutexLock lock(&mu_);

@@ -28,7 +28,8 @@ namespace causeway {
 struct LaunchInfo {
   RunId run;
   int node = -1;
-  std::string name;
+  // The function's name; valid as long as the launch's executable.
+  absl::string_view name;
   DeviceId device;
   HostId host;
 };
@@ -39,6 +40,8 @@ using FaultInjector = std::function<absl::Status(const LaunchInfo&)>;
 
 struct Launch {
   LaunchInfo info;
+  // Keeps alive what the launch points into (its program plan).
+  std::shared_ptr<const void> keep_alive;
   std::shared_ptr<const backend::cpu::Executable> executable;
   std::vector<BufferRef> inputs;
   std::vector<BufferRef> outputs;
@@ -82,21 +85,17 @@ class DeviceStream {
   int queued() const;
 
  private:
-  struct Pending {
-    Launch launch;
-    Future<Unit> deps;
-  };
   void Loop();
-  void Execute(Pending& pending);
-  // Wires readiness and records the trace event; no lock needed.
-  Pending Prepare(Launch launch);
+  void Execute(Launch& launch);
+  // Records the launch's trace event; no lock needed.
+  void Prepared(const Launch& launch);
 
   const DeviceInfo device_;
   Clock* const clock_;
   TraceRecorder* const trace_;
   const FaultInjector fault_injector_;
   mutable Mutex mu_;
-  std::deque<Pending> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<Launch> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   DeviceStreamStats stats_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;

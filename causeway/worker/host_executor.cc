@@ -151,7 +151,10 @@ void HostExecutor::EnqueueCall(const RunRequest& run,
     Launch launch;
     launch.info = LaunchInfo{run.run, node_index, node.name, options_.devices[local].id,
                              options_.host.id};
+    launch.keep_alive = plan;  // `node.name` and `mesh` live in the plan
     launch.executable = node.executable;
+    launch.inputs.reserve(node.inputs.size());
+    launch.outputs.reserve(node.outputs.size());
     for (int v : node.inputs) launch.inputs.push_back(values[v][s]);
     for (int v : node.outputs) {
       BufferRef out = store_.Allocate(local, plan->values[v].shard_shape, run.client);
@@ -162,8 +165,7 @@ void HostExecutor::EnqueueCall(const RunRequest& run,
       auto hub = std::make_unique<HubCollectives>(options_.collectives, run.run, node_index,
                                                   &mesh, s, node.name);
       HubCollectives* raw = hub.get();
-      // The plan (and so `mesh`) outlives the launch: the launch holds it.
-      launch.on_failure = [raw, plan](const absl::Status& status) { raw->AbortGang(status); };
+      launch.on_failure = [raw](const absl::Status& status) { raw->AbortGang(status); };
       launch.collectives = std::move(hub);
     }
     launches[local].push_back(std::move(launch));
