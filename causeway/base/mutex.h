@@ -33,9 +33,10 @@ class ABSL_LOCKABLE Mutex {
 
   void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { mu_.lock(); }
   void Unlock() ABSL_UNLOCK_FUNCTION() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    const bool wake = waiters_ > 0;
+    // Notify before unlocking: once unlocked, a waiter may return and destroy
+    // the object holding this mutex (a stack Notification, say).
+    if (waiters_ > 0) cv_.notify_all();
     mu_.unlock();
-    if (wake) cv_.notify_all();
   }
   void AssertHeld() const ABSL_ASSERT_EXCLUSIVE_LOCK() {}
 

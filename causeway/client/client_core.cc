@@ -298,27 +298,27 @@ absl::StatusOr<std::vector<Array>> ClientCore::Run(
     item.run.outputs = output_ids;
     item.plan = program.plan;
     item.submitted.resize(plan.outputs.size());
+    std::vector<Array> arrays;
+    for (size_t k = 0; k < plan.outputs.size(); ++k) {
+      arrays.push_back(MakeArray(output_ids[k], plan.values[plan.outputs[k]],
+                                 item.submitted[k].future()));
+    }
     for (const OutputSource& o : program.outputs) {
-      if (o.is_parameter) {
-        results.push_back(args[o.index]);
-        continue;
-      }
-      results.push_back(MakeArray(output_ids[o.index], plan.values[plan.outputs[o.index]],
-                                  item.submitted[o.index].future()));
+      results.push_back(o.is_parameter ? args[o.index] : arrays[o.index]);
     }
     Post(std::move(item));
     return results;
   }
   std::vector<Promise<Unit>> submitted(plan.outputs.size());
-  for (const OutputSource& o : program.outputs) {
-    if (o.is_parameter) {
-      results.push_back(args[o.index]);
-      continue;
-    }
-    results.push_back(MakeArray(output_ids[o.index], plan.values[plan.outputs[o.index]],
-                                submitted[o.index].future()));
+  std::vector<Array> arrays;
+  for (size_t k = 0; k < plan.outputs.size(); ++k) {
+    arrays.push_back(
+        MakeArray(output_ids[k], plan.values[plan.outputs[k]], submitted[k].future()));
   }
-  RunSequential(state, std::vector<Array>(args.begin(), args.end()), results,
+  for (const OutputSource& o : program.outputs) {
+    results.push_back(o.is_parameter ? args[o.index] : arrays[o.index]);
+  }
+  RunSequential(state, std::vector<Array>(args.begin(), args.end()), std::move(arrays),
                 std::move(submitted));
   return results;
 }

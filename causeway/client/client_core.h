@@ -133,8 +133,9 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   struct SequentialRun;
   // Sequential dispatch: submits the program node by node, each only once
   // its inputs are ready, from the control thread.
+  // `outputs[k]` and `submitted[k]` belong to plan output k.
   void RunSequential(std::shared_ptr<const ProgramState> program, std::vector<Array> args,
-                     std::vector<Array> results, std::vector<Promise<Unit>> submitted);
+                     std::vector<Array> outputs, std::vector<Promise<Unit>> submitted);
   void StepSequential(std::shared_ptr<SequentialRun> run);
   void SubmitStep(std::shared_ptr<SequentialRun> run);
   void PostControl(std::function<void()> task);

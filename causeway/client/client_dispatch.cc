@@ -31,17 +31,13 @@ struct ClientCore::SequentialRun {
 };
 
 void ClientCore::RunSequential(std::shared_ptr<const ProgramState> program,
-                               std::vector<Array> args, std::vector<Array> results,
+                               std::vector<Array> args, std::vector<Array> outputs,
                                std::vector<Promise<Unit>> submitted) {
   auto run = std::make_shared<SequentialRun>();
   const ProgramPlan& plan = *program->plan;
   run->values.resize(plan.values.size());
   for (size_t i = 0; i < args.size(); ++i) run->values[plan.parameters[i]] = args[i];
-  run->outputs.resize(plan.outputs.size());
-  for (size_t k = 0; k < program->outputs.size(); ++k) {
-    const OutputSource& o = program->outputs[k];
-    if (!o.is_parameter) run->outputs[o.index] = results[k];
-  }
+  run->outputs = std::move(outputs);
   run->submitted = std::move(submitted);
   run->program = std::move(program);
   PostControl([this, run] { StepSequential(run); });

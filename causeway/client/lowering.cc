@@ -243,8 +243,11 @@ absl::StatusOr<Program> ClientCore::Lower(const TraceState& trace, absl::Span<co
     if (p != trace.parameters.end()) {
       state->outputs.push_back(OutputSource{true, static_cast<int>(p - trace.parameters.begin())});
     } else {
-      state->outputs.push_back(OutputSource{false, static_cast<int>(plan->outputs.size())});
-      plan->outputs.push_back(v);
+      // The same value named twice is one array, returned as one handle.
+      auto seen = std::find(plan->outputs.begin(), plan->outputs.end(), v);
+      state->outputs.push_back(
+          OutputSource{false, static_cast<int>(seen - plan->outputs.begin())});
+      if (seen == plan->outputs.end()) plan->outputs.push_back(v);
     }
   }
   IndexHosts(topology, *plan);

@@ -18,7 +18,7 @@ std::shared_ptr<DeviceBuffer> DeviceBuffer::Allocate(DeviceMemory* memory, ir::S
   std::weak_ptr<DeviceBuffer> weak = buffer;
   DeviceMemory* mem = memory;
   const int64_t bytes = buffer->bytes_;
-  memory->Reserve(bytes, [weak, mem, bytes](absl::Status status) {
+  buffer->ticket_ = memory->Reserve(bytes, [weak, mem, bytes](absl::Status status) {
     if (std::shared_ptr<DeviceBuffer> b = weak.lock()) {
       b->OnGranted(status);
     } else if (status.ok()) {
@@ -49,7 +49,13 @@ void DeviceBuffer::OnGranted(absl::Status status) {
 DeviceBuffer::~DeviceBuffer() {
   // granted_ is written before allocated_ is fulfilled and this destructor
   // runs after the last reference is gone, so no lock is needed.
-  if (granted_) memory_->Free(bytes_);
+  if (granted_) {
+    memory_->Free(bytes_);
+  } else if (ticket_ != 0) {
+    // Withdraw a request still waiting; if it is being granted right now,
+    // the grant sees this buffer gone and frees the memory itself.
+    memory_->Cancel(ticket_);
+  }
 }
 
 void DeviceBuffer::SetReady(absl::Status status) const {

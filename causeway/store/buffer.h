@@ -72,6 +72,8 @@ class DeviceBuffer : public std::enable_shared_from_this<DeviceBuffer> {
   // Set once, before allocated_ is fulfilled; read only after it.
   std::unique_ptr<std::byte[]> data_;
   bool granted_ = false;
+  // The waiting reservation, withdrawn if the buffer dies before its grant.
+  uint64_t ticket_ = 0;
   Promise<Unit> allocated_;
   Promise<Unit> ready_;
 };

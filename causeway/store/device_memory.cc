@@ -10,7 +10,7 @@ namespace causeway {
 
 DeviceMemory::~DeviceMemory() { Shutdown(); }
 
-void DeviceMemory::Reserve(int64_t bytes, Callback done) {
+uint64_t DeviceMemory::Reserve(int64_t bytes, Callback done) {
   absl::Status status;
   {
     MutexLock lock(&mu_);
@@ -24,11 +24,38 @@ void DeviceMemory::Reserve(int64_t bytes, Callback done) {
       in_use_ += bytes;
       peak_ = std::max(peak_, in_use_);
     } else {
-      waiting_.push_back(Waiter{bytes, std::move(done)});
-      return;
+      const uint64_t ticket = next_ticket_++;
+      waiting_.push_back(Waiter{bytes, std::move(done), ticket});
+      return ticket;
     }
   }
   done(status);
+  return 0;
+}
+
+bool DeviceMemory::Cancel(uint64_t ticket) {
+  std::vector<Callback> granted;
+  Callback dropped;
+  {
+    MutexLock lock(&mu_);
+    auto it = std::find_if(waiting_.begin(), waiting_.end(),
+                           [ticket](const Waiter& w) { return w.ticket == ticket; });
+    if (it == waiting_.end()) return false;
+    dropped = std::move(it->done);
+    waiting_.erase(it);
+    GrantLocked(granted);
+  }
+  for (Callback& cb : granted) cb(absl::OkStatus());
+  return true;
+}
+
+void DeviceMemory::GrantLocked(std::vector<Callback>& granted) {
+  while (!waiting_.empty() && in_use_ + waiting_.front().bytes <= capacity_) {
+    in_use_ += waiting_.front().bytes;
+    peak_ = std::max(peak_, in_use_);
+    granted.push_back(std::move(waiting_.front().done));
+    waiting_.pop_front();
+  }
 }
 
 bool DeviceMemory::TryReserve(int64_t bytes) {
@@ -44,12 +71,7 @@ void DeviceMemory::Free(int64_t bytes) {
   {
     MutexLock lock(&mu_);
     in_use_ -= bytes;
-    while (!waiting_.empty() && in_use_ + waiting_.front().bytes <= capacity_) {
-      in_use_ += waiting_.front().bytes;
-      peak_ = std::max(peak_, in_use_);
-      granted.push_back(std::move(waiting_.front().done));
-      waiting_.pop_front();
-    }
+    GrantLocked(granted);
   }
   for (Callback& cb : granted) cb(absl::OkStatus());
 }

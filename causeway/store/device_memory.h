@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "causeway/base/ids.h"
@@ -28,8 +29,14 @@ class DeviceMemory {
   // Reserves `bytes`. `done(OK)` runs once the memory is granted: inline if it
   // fits now and nobody is waiting ahead, otherwise on the thread whose
   // Free() made room. `done(RESOURCE_EXHAUSTED)` runs inline if `bytes`
-  // exceeds the capacity; `done(CANCELLED)` on Shutdown().
-  void Reserve(int64_t bytes, Callback done);
+  // exceeds the capacity; `done(CANCELLED)` on Shutdown(). Returns a ticket
+  // for Cancel() if the request is waiting, else 0.
+  uint64_t Reserve(int64_t bytes, Callback done);
+
+  // Withdraws a waiting request (its callback never runs) and grants the
+  // requests behind it that now fit. Returns false if it was no longer
+  // waiting (granted, failed, or unknown).
+  bool Cancel(uint64_t ticket);
 
   // Grants `bytes` at once if they fit and nobody is waiting ahead; returns
   // whether it did. Lets callers skip building a callback in the common case.
@@ -55,7 +62,11 @@ class DeviceMemory {
   struct Waiter {
     int64_t bytes;
     Callback done;
+    uint64_t ticket;
   };
+
+  // REQUIRES: mu_. Moves the callbacks of waiters that now fit to `granted`.
+  void GrantLocked(std::vector<Callback>& granted) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const DeviceId device_;
   const int64_t capacity_;
@@ -63,6 +74,7 @@ class DeviceMemory {
   int64_t in_use_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t peak_ ABSL_GUARDED_BY(mu_) = 0;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 1;
   std::deque<Waiter> waiting_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -348,17 +348,36 @@ TEST(DeviceBufferTest, AllocationWaitsUnderBackPressureAndCompletesWhenAnotherBu
   EXPECT_EQ(memory.in_use(), 0);
 }
 
-TEST(DeviceBufferTest, BufferDestroyedWhileWaitingDoesNotLeakItsLaterGrant) {
+TEST(DeviceBufferTest, BufferDestroyedWhileWaitingWithdrawsItsReservation) {
   DeviceMemory memory(DeviceId(0), 64);
   BufferRef a = DeviceBuffer::Allocate(&memory, F32({16}), ClientId(1));
   BufferRef b = DeviceBuffer::Allocate(&memory, F32({8}), ClientId(1));
+  BufferRef c = DeviceBuffer::Allocate(&memory, F32({4}), ClientId(1));
   ASSERT_FALSE(b->allocated().IsReady());
-  b.reset();  // still waiting for memory
+  ASSERT_EQ(memory.num_waiting(), 2);
+  b.reset();  // still waiting for memory: its request goes, and c moves up
   EXPECT_EQ(memory.num_waiting(), 1);
-  a.reset();  // grants b's reservation, which must hand it straight back
+  a.reset();  // grants c, and nothing is granted to the dead b
   EXPECT_EQ(memory.num_waiting(), 0);
+  ASSERT_TRUE(c->allocated().IsReady());
+  EXPECT_EQ(memory.in_use(), 16);
+  c.reset();
   EXPECT_EQ(memory.in_use(), 0);
   EXPECT_TRUE(memory.AwaitEmpty(absl::ZeroDuration()));
+}
+
+TEST(DeviceMemoryTest, CancellingTheHeadOfTheQueueGrantsTheRequestsBehindIt) {
+  DeviceMemory memory(DeviceId(0), 100);
+  ASSERT_TRUE(memory.TryReserve(60));
+  int granted = 0;
+  const uint64_t big = memory.Reserve(80, [&](absl::Status) { ADD_FAILURE() << "cancelled"; });
+  ASSERT_NE(big, 0u);
+  EXPECT_NE(memory.Reserve(30, [&](absl::Status s) { granted += s.ok(); }), 0u);
+  EXPECT_EQ(granted, 0);  // FIFO: waits behind the big request
+  EXPECT_TRUE(memory.Cancel(big));
+  EXPECT_EQ(granted, 1);
+  EXPECT_FALSE(memory.Cancel(big));
+  EXPECT_EQ(memory.in_use(), 90);
 }
 
 TEST(DeviceBufferTest, AllocationLargerThanTheDeviceFails) {

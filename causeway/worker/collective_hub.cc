@@ -117,7 +117,7 @@ absl::Status CollectiveHub::Meet(const CollectiveKey& key, DeviceId self, int ra
     // Aborted before this member arrived.
     const absl::Status status = state->status;
     state->arrived_rank[rank] = true;
-    if (++state->departed == static_cast<int>(members.size())) states_.erase(key);
+    DepartLocked(key, *state);
     return status;
   }
   state->inputs[rank] = in;
@@ -151,7 +151,7 @@ absl::Status CollectiveHub::Meet(const CollectiveKey& key, DeviceId self, int ra
     }
   }
   const absl::Status status = state->done ? absl::OkStatus() : state->status;
-  if (++state->departed == static_cast<int>(members.size())) states_.erase(key);
+  DepartLocked(key, *state);
   return status;
 }
 
@@ -334,11 +334,19 @@ void CollectiveHub::AbortGang(RunId run, int node, const absl::Status& status) {
   aborted_order_.push_back({run, node});
   if (aborted_order_.size() > kMaxAbortedGangs) {
     aborted_gangs_.erase(aborted_order_.front());
-    aborted_order_.erase(aborted_order_.begin());
+    aborted_order_.pop_front();
   }
   for (auto& [key, state] : states_) {
     if (key.run == run && key.node == node) FailLocked(*state, status);
   }
+}
+
+void CollectiveHub::DepartLocked(const CollectiveKey& key, State& state) {
+  ++state.departed;
+  const bool all_left = state.departed == static_cast<int>(state.members.size());
+  const bool aborted_gang_drained = !state.status.ok() && state.departed == state.arrived &&
+                                    aborted_gangs_.contains({key.run, key.node});
+  if (all_left || aborted_gang_drained) states_.erase(key);
 }
 
 void CollectiveHub::FailLocked(State& state, const absl::Status& status) {

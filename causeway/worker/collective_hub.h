@@ -19,6 +19,7 @@
 #define CAUSEWAY_WORKER_COLLECTIVE_HUB_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <utility>
@@ -133,6 +134,10 @@ class CollectiveHub {
   // REQUIRES: mu_. Looks for a cycle through `self` in the wait-for graph;
   // if found aborts the collectives on it and returns true.
   bool DetectDeadlockLocked(DeviceId self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // REQUIRES: mu_. Called as a member leaves `key`: forgets the state once
+  // every member has left, or — for an aborted gang, whose missing members
+  // will fail on arrival without it — once every member that came has left.
+  void DepartLocked(const CollectiveKey& key, State& state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReduceLocked(State& state, const ir::Shape& shape, ir::ReduceKind kind)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -145,7 +150,7 @@ class CollectiveHub {
   // arriving late fail too; the oldest are dropped past kMaxAbortedGangs.
   static constexpr size_t kMaxAbortedGangs = 4096;
   absl::flat_hash_map<std::pair<RunId, int>, absl::Status> aborted_gangs_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::pair<RunId, int>> aborted_order_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::pair<RunId, int>> aborted_order_ ABSL_GUARDED_BY(mu_);
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   int64_t deadlocks_ ABSL_GUARDED_BY(mu_) = 0;
 };

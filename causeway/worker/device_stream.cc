@@ -28,14 +28,35 @@ void DeviceStream::Prepared(const Launch& launch) {
 
 void DeviceStream::Enqueue(Launch launch) {
   Prepared(launch);
-  MutexLock lock(&mu_);
-  queue_.push_back(std::move(launch));
+  {
+    MutexLock lock(&mu_);
+    if (!stopping_) {
+      queue_.push_back(std::move(launch));
+      return;
+    }
+  }
+  Refuse(launch);
 }
 
 void DeviceStream::EnqueueBatch(std::vector<Launch> launches) {
   for (const Launch& l : launches) Prepared(l);
-  MutexLock lock(&mu_);
-  for (Launch& l : launches) queue_.push_back(std::move(l));
+  {
+    MutexLock lock(&mu_);
+    if (!stopping_) {
+      for (Launch& l : launches) queue_.push_back(std::move(l));
+      return;
+    }
+  }
+  for (Launch& l : launches) Refuse(l);
+}
+
+void DeviceStream::Refuse(Launch& launch) {
+  const absl::Status status = absl::UnavailableError(
+      absl::StrCat("node ", launch.info.node, " (", launch.info.name, ") of ",
+                   launch.info.run.ToString(), " reached ", device_.id.ToString(), ", ",
+                   device_.host.ToString(), " after it shut down"));
+  if (launch.on_failure) launch.on_failure(status);
+  for (const BufferRef& b : launch.outputs) b->ready_promise().Set(status);
 }
 
 void DeviceStream::Loop() {
@@ -60,19 +81,25 @@ void DeviceStream::Loop() {
 
 // Waits for the launch's inputs (in order; the first error is the root
 // cause) and then for its output memory.
-static absl::Status AwaitDependencies(const Launch& launch) {
+// An input's error is already the root cause and passes on unchanged; an
+// output that could not be allocated is this launch's own failure.
+static absl::Status AwaitDependencies(const Launch& launch, bool* own_failure) {
   for (const BufferRef& b : launch.inputs) {
     if (const absl::StatusOr<Unit>& r = b->ready().Await(); !r.ok()) return r.status();
   }
   for (const BufferRef& b : launch.outputs) {
-    if (const absl::StatusOr<Unit>& r = b->allocated().Await(); !r.ok()) return r.status();
+    if (const absl::StatusOr<Unit>& r = b->allocated().Await(); !r.ok()) {
+      *own_failure = true;
+      return r.status();
+    }
   }
   return absl::OkStatus();
 }
 
 void DeviceStream::Execute(Launch& launch) {
   const int64_t wait_start = clock_->NowMicros();
-  absl::Status status = AwaitDependencies(launch);
+  bool own_failure = false;
+  absl::Status status = AwaitDependencies(launch, &own_failure);
   const int64_t start = clock_->NowMicros();
   if (trace_->enabled() && start - wait_start > 0) {
     trace_->Record(TraceEvent{TraceKind::kWait, device_.host, device_.id, launch.info.run,
@@ -95,7 +122,7 @@ void DeviceStream::Execute(Launch& launch) {
     status = launch.executable->Run(in, out, context);
     ran = true;
   }
-  if (!status.ok() && ran) {
+  if (!status.ok() && (ran || own_failure)) {
     status = Annotate(status, absl::StrCat("node ", launch.info.node, " (", launch.info.name,
                                            ") of ", launch.info.run.ToString(), " on ",
                                            device_.id.ToString(), ", ", device_.host.ToString()));

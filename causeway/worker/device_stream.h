@@ -28,7 +28,8 @@ namespace causeway {
 struct LaunchInfo {
   RunId run;
   int node = -1;
-  // The function's name; valid as long as the launch's executable.
+  // The function's name, a view into the launch's program plan: valid while
+  // the launch exists. Fault injectors must not keep it.
   absl::string_view name;
   DeviceId device;
   HostId host;
@@ -76,8 +77,9 @@ class DeviceStream {
   // does with all of one run's launches for a device.
   void EnqueueBatch(std::vector<Launch> launches);
 
-  // Runs what is queued, then stops the thread. Every queued launch must be
-  // able to finish or fail (its inputs' producers are running or failed).
+  // Runs what is queued, then stops the thread; launches enqueued later fail
+  // with UNAVAILABLE. Every queued launch must be able to finish or fail (its
+  // inputs' producers are running or failed).
   void Shutdown();
 
   DeviceStreamStats stats() const;
@@ -89,6 +91,8 @@ class DeviceStream {
   void Execute(Launch& launch);
   // Records the launch's trace event; no lock needed.
   void Prepared(const Launch& launch);
+  // Fails a launch that arrived after Shutdown().
+  void Refuse(Launch& launch);
 
   const DeviceInfo device_;
   Clock* const clock_;

@@ -39,8 +39,8 @@ void HostExecutor::Shutdown() {
     shut_down_ = true;
   }
   store_.Shutdown();
-  for (auto& s : streams_) s->Shutdown();
-  // Slots never filled (their source host is gone) fail rather than hang.
+  // Slots never filled (their source is gone or shutting down too) fail
+  // before the streams drain, so that no launch waits on them forever.
   std::vector<BufferRef> orphans;
   {
     MutexLock lock(&mu_);
@@ -52,6 +52,7 @@ void HostExecutor::Shutdown() {
     b->SetReady(absl::UnavailableError(
         absl::StrCat(options_.host.id.ToString(), " shut down before a transfer arrived")));
   }
+  for (auto& s : streams_) s->Shutdown();
 }
 
 absl::Status HostExecutor::RegisterProgram(std::shared_ptr<const ProgramPlan> plan) {
@@ -190,6 +191,11 @@ void HostExecutor::EnqueueReshard(const RunRequest& run,
     values[dst_v][d] = buffer;
     const SlotKey key{run.run, node_index, d};
     MutexLock lock(&mu_);
+    if (shut_down_) {
+      buffer->SetReady(absl::UnavailableError(
+          absl::StrCat(self.ToString(), " shut down before a transfer arrived")));
+      continue;
+    }
     slots_[key] = Slot{buffer, plan, static_cast<int>(node.pieces[d].size()), absl::OkStatus()};
     if (auto it = early_.find(key); it != early_.end()) {
       for (auto& p : it->second) early_pieces.push_back(std::move(p));
@@ -315,11 +321,16 @@ absl::Status HostExecutor::PutShard(ArrayId array, int shard, int local_device, 
   BufferRef buffer = store_.Allocate(local_device, value.shape(), owner);
   CW_RETURN_IF_ERROR(store_.Put(ShardKey{array, shard}, buffer));
   auto literal = std::make_shared<ir::Literal>(std::move(value));
-  buffer->allocated().OnReady([buffer, literal](const absl::StatusOr<Unit>& alloc) {
+  // Weak: an array released before its memory is granted must be able to
+  // die (withdrawing its reservation) rather than be kept by this callback.
+  std::weak_ptr<DeviceBuffer> weak = buffer;
+  buffer->allocated().OnReady([weak, literal](const absl::StatusOr<Unit>& alloc) {
+    BufferRef b = weak.lock();
+    if (b == nullptr) return;
     if (alloc.ok() && literal->byte_size() > 0) {
-      std::memcpy(buffer->data(), literal->data(), literal->byte_size());
+      std::memcpy(b->data(), literal->data(), literal->byte_size());
     }
-    buffer->SetReady(alloc.status());
+    b->SetReady(alloc.status());
   });
   return absl::OkStatus();
 }
