@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 out=${1:-build/bench/results.jsonl}
-secs=${2:-2}
+secs=${2:-1}
 bin=build/release/bin/causeway
 [[ -x $bin ]] || { echo "build first: make build" >&2; exit 1; }
 mkdir -p "$(dirname "$out")"
@@ -20,7 +20,7 @@ for hosts in 1 4; do
   for mode in opbyop chained fused; do
     for controller in single multi; do
       run bench dispatch --mode "$mode" --controller "$controller" --devices 8 --hosts "$hosts" \
-        --seconds "$secs"
+        --seconds "$secs" --repeat 3
     done
   done
 done

@@ -33,12 +33,22 @@ class ABSL_LOCKABLE Mutex {
 
   void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { mu_.lock(); }
   void Unlock() ABSL_UNLOCK_FUNCTION() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    // Notify before unlocking: once unlocked, a waiter may return and destroy
-    // the object holding this mutex (a stack Notification, say).
+    // Notified after unlocking, so woken waiters do not at once block on the
+    // mutex. REQUIRES: the Mutex outlives every thread still inside Unlock();
+    // objects destroyed right after a wait use UnlockWakingFirst().
+    const bool wake = waiters_ > 0;
+    mu_.unlock();
+    if (wake) cv_.notify_all();
+  }
+  void AssertHeld() const ABSL_ASSERT_EXCLUSIVE_LOCK() {}
+
+  // Like Unlock(), but wakes waiters before releasing the mutex, so this
+  // thread does not touch the Mutex once it is released: for objects a
+  // waiter may destroy as soon as its wait returns (Notification).
+  void UnlockWakingFirst() ABSL_UNLOCK_FUNCTION() ABSL_NO_THREAD_SAFETY_ANALYSIS {
     if (waiters_ > 0) cv_.notify_all();
     mu_.unlock();
   }
-  void AssertHeld() const ABSL_ASSERT_EXCLUSIVE_LOCK() {}
 
   // REQUIRES: held. Blocks until `cond()` is true; `cond` runs with the
   // mutex held.
@@ -138,9 +148,12 @@ class ABSL_SCOPED_LOCKABLE MutexLock {
 // Thread-safe.
 class Notification {
  public:
+  // Wakes waiters while still holding the mutex: a waiter may destroy the
+  // Notification as soon as it returns.
   void Notify() {
-    MutexLock lock(&mu_);
+    mu_.Lock();
     notified_ = true;
+    mu_.UnlockWakingFirst();
   }
   bool HasBeenNotified() const {
     MutexLock lock(&mu_);
