@@ -25,6 +25,10 @@ def load(path):
 
 def plot_dispatch(rows, outdir):
     rows = [r for r in rows if r.get("bench") == "dispatch" and r["devices"] == 8]
+    # The mode comparison is the repeated runs; single runs belong to the
+    # device-scaling plot.
+    if any(r.get("repeat", 1) > 1 for r in rows):
+        rows = [r for r in rows if r.get("repeat", 1) > 1]
     if not rows:
         return
     fig, ax = plt.subplots(figsize=(8, 4))
@@ -43,7 +47,7 @@ def plot_dispatch(rows, outdir):
 
 def plot_scaling(rows, outdir):
     rows = [r for r in rows if r.get("bench") == "dispatch" and r["mode"] == "chained"
-            and r["hosts"] == 1]
+            and r["hosts"] == 1 and r.get("repeat", 1) == 1]
     if not rows:
         return
     fig, ax = plt.subplots(figsize=(6, 4))
