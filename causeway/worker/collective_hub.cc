@@ -52,7 +52,7 @@ absl::Status CheckScaled(const ir::Shape& small, const ir::Shape& big, int64_t d
 
 }  // namespace
 
-void CollectiveHub::ReduceLocked(State& state, const ir::Shape& shape, ir::ReduceKind kind) {
+void CollectiveHub::Reduce(State& state, const ir::Shape& shape, ir::ReduceKind kind) {
   const int64_t n = shape.num_elements();
   const size_t bytes = static_cast<size_t>(shape.byte_size());
   // Reduce into rank 0's buffer in rank order, then broadcast.
@@ -81,7 +81,7 @@ absl::Status CollectiveHub::AllReduce(const CollectiveKey& key, DeviceId self, i
                                       const std::string& what) {
   return Meet(key, self, rank, members, ir::OpKind::kAllReduce, data, data, what,
               [this, &shape, kind](State& state) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-                ReduceLocked(state, shape, kind);
+                Reduce(state, shape, kind);
                 return absl::OkStatus();
               });
 }
@@ -124,7 +124,13 @@ absl::Status CollectiveHub::Meet(const CollectiveKey& key, DeviceId self, int ra
   state->buffers[rank] = out;
   state->arrived_rank[rank] = true;
   if (++state->arrived == static_cast<int>(members.size())) {
+    // Copy and reduce outside the lock, so collectives of other meshes (and
+    // other tenants) are not serialised behind this one.
+    state->completing = true;
+    mu_.Unlock();
     absl::Status done = complete(*state);
+    mu_.Lock();
+    state->completing = false;
     if (done.ok()) {
       state->done = true;
       state->changed.SignalAll();
@@ -137,7 +143,13 @@ absl::Status CollectiveHub::Meet(const CollectiveKey& key, DeviceId self, int ra
     const auto deadline = std::chrono::steady_clock::now() +
                           absl::ToChronoNanoseconds(std::min(timeout_, absl::Hours(24 * 365)));
     while (!state->finished()) {
-      if (!state->changed.WaitWithDeadline(&mu_, deadline)) break;
+      if (state->changed.WaitWithDeadline(&mu_, deadline)) continue;
+      if (!state->completing) break;
+      // Past the deadline but every member is here: it is finishing.
+      while (!state->finished()) {
+        state->changed.WaitWithDeadline(&mu_, std::chrono::steady_clock::now() +
+                                                  std::chrono::seconds(1));
+      }
     }
     blocked_.erase(self);
     if (!state->finished()) {
@@ -279,7 +291,7 @@ bool CollectiveHub::DetectDeadlockLocked(DeviceId self) {
     for (size_t r = 0; r < mine.members.size() && !any_edge; ++r) {
       if (mine.arrived_rank[r]) continue;
       auto b = blocked_.find(mine.members[r]);
-      any_edge = b != blocked_.end() && !states_.at(b->second)->finished();
+      any_edge = b != blocked_.end() && states_.at(b->second)->waiting();
     }
     if (!any_edge) return false;
   }
@@ -298,9 +310,9 @@ bool CollectiveHub::DetectDeadlockLocked(DeviceId self) {
       const DeviceId m = s.members[r];
       auto b = blocked_.find(m);
       if (b == blocked_.end()) continue;  // may still arrive
-      // A device whose collective already finished (aborted, not yet awake)
-      // is about to move on: not a wait edge.
-      if (states_.at(b->second)->finished()) continue;
+      // A device whose collective finished (aborted, not yet awake) or is
+      // being completed is about to move on: not a wait edge.
+      if (!states_.at(b->second)->waiting()) continue;
       if (m == self) {
         cycle = path;
         return true;
@@ -350,7 +362,7 @@ void CollectiveHub::DepartLocked(const CollectiveKey& key, State& state) {
 }
 
 void CollectiveHub::FailLocked(State& state, const absl::Status& status) {
-  if (state.finished()) return;
+  if (state.finished() || state.completing) return;
   state.status = status;
   state.changed.SignalAll();
 }

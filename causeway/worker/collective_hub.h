@@ -113,16 +113,24 @@ class CollectiveHub {
     // Signalled when `done` or `status` changes; only this collective's
     // members wait on it.
     CondVar changed;
+    // Set while the last member performs the collective outside the hub's
+    // lock; members cannot leave (their buffers are being written) and the
+    // collective can no longer be aborted.
+    bool completing = false;
 
     bool finished() const { return done || !status.ok(); }
+    // Neither finished nor about to be: a member waiting here is stuck.
+    bool waiting() const { return !finished() && !completing; }
   };
 
-  // REQUIRES: mu_. Fails `state` with `status` (unless already finished) and
-  // wakes its waiting members.
+  // REQUIRES: mu_. Fails `state` with `status` (unless already finished or
+  // being completed) and wakes its waiting members.
   static void FailLocked(State& state, const absl::Status& status);
 
-  // Performs the collective once every member arrived; runs under mu_ on the
-  // last member's thread. An error fails the collective for every member.
+  // Performs the collective once every member arrived; runs on the last
+  // member's thread WITHOUT mu_ held (every member is parked, its buffers
+  // pinned), touching only the state's buffers. An error fails the
+  // collective for every member.
   using Completion = std::function<absl::Status(State&)>;
 
   // Contributes (`in`, `out`) as member `rank` and blocks until the whole
@@ -138,8 +146,8 @@ class CollectiveHub {
   // every member has left, or — for an aborted gang, whose missing members
   // will fail on arrival without it — once every member that came has left.
   void DepartLocked(const CollectiveKey& key, State& state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ReduceLocked(State& state, const ir::Shape& shape, ir::ReduceKind kind)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reduces into every member's buffer; a Completion (touches only `state`).
+  static void Reduce(State& state, const ir::Shape& shape, ir::ReduceKind kind);
 
   const absl::Duration timeout_;
   mutable Mutex mu_;
