@@ -13,6 +13,15 @@ namespace {
 
 constexpr int kStages = 16;
 
+// Timing comparisons mean nothing under a sanitizer (it slows some paths far
+// more than others); there the structural assertions still run and the
+// release build checks the times.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+
 struct Chain {
   std::unique_ptr<Client> client;
   Program program;
@@ -94,7 +103,9 @@ TEST(DispatchTest, EveryLaunchOfAChainIsPreparedBeforeTheFirstFinishes) {
   // The chain costs about 16 d: never less, and control latency does not
   // add a round trip per stage.
   EXPECT_GE(wall, kStages * kDelay);
-  EXPECT_LT(wall, kStages * kDelay * 5 / 4 + 50'000) << "wall " << wall << " us";
+  if (!kSanitized) {
+    EXPECT_LT(wall, kStages * kDelay * 5 / 4 + 50'000) << "wall " << wall << " us";
+  }
 }
 
 TEST(DispatchTest, SequentialDispatchPreparesEachLaunchOnlyAfterItsPredecessorRan) {
@@ -115,6 +126,7 @@ TEST(DispatchTest, SequentialDispatchPreparesEachLaunchOnlyAfterItsPredecessorRa
 }
 
 TEST(DispatchTest, ParallelDispatchBeatsSequentialForShortComputations) {
+  if (kSanitized) GTEST_SKIP() << "timing comparison; checked by the release build";
   auto cluster = MakeCluster(SixteenHosts());
   constexpr int64_t kDelay = 100;
   Chain parallel = MakeChain(cluster.get(), DispatchMode::kParallel, kDelay);
