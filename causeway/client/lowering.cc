@@ -205,6 +205,9 @@ absl::StatusOr<Program> ClientCore::Lower(const TraceState& trace, absl::Span<co
     node.kind = PlanNodeKind::kCall;
     node.name = tn.function->function.name();
     node.executable = tn.function->executable;
+    for (const ir::Instruction& inst : tn.function->function.instructions()) {
+      node.has_collectives = node.has_collectives || ir::IsCollective(inst.op);
+    }
     node.outputs = tn.outputs;
     for (size_t i = 0; i < tn.inputs.size(); ++i) {
       const int v = tn.inputs[i];

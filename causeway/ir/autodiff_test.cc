@@ -12,6 +12,7 @@
 #include "causeway/backend/cpu/executable.h"
 #include "causeway/ir/builder.h"
 #include "causeway/testing/status_matchers.h"
+#include "causeway/testing/run_function.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -20,19 +21,7 @@ namespace {
 
 using Body = std::function<Value(FunctionBuilder&, const std::vector<Value>&)>;
 
-// Runs `f` on `inputs`; returns its results.
-std::vector<Literal> RunFn(const Function& f, const std::vector<Literal>& inputs) {
-  auto exe = backend::cpu::Executable::Compile(f);
-  CW_CHECK_OK(exe.status());
-  std::vector<const void*> in;
-  for (const Literal& l : inputs) in.push_back(l.data());
-  std::vector<Literal> out;
-  for (int i = 0; i < f.num_outputs(); ++i) out.emplace_back(f.output_shape(i));
-  std::vector<void*> out_ptrs;
-  for (Literal& l : out) out_ptrs.push_back(l.data());
-  CW_CHECK_OK((*exe)->Run(in, out_ptrs, {}));
-  return out;
-}
+using ::causeway::testing::RunFunction;
 
 Literal Random(std::vector<int64_t> dims, float lo, float hi, uint32_t seed,
                bool avoid_zero = false) {
@@ -62,7 +51,7 @@ void CheckGrad(const std::vector<Literal>& inputs, const Body& body, std::vector
   ASSERT_OK_AND_ASSIGN(Function f, b.Build({loss}));
   ASSERT_OK_AND_ASSIGN(Function g, Grad(f, wrt));
   ASSERT_EQ(g.num_outputs(), 1 + static_cast<int>(wrt.size()));
-  const std::vector<Literal> analytic = RunFn(g, inputs);
+  const std::vector<Literal> analytic = RunFunction(g, inputs);
   constexpr float kEps = 1e-2f;
   for (size_t k = 0; k < wrt.size(); ++k) {
     const Literal& grad = analytic[1 + k];
@@ -71,8 +60,8 @@ void CheckGrad(const std::vector<Literal>& inputs, const Body& body, std::vector
       std::vector<Literal> plus = inputs, minus = inputs;
       plus[wrt[k]].mutable_values<float>()[j] += kEps;
       minus[wrt[k]].mutable_values<float>()[j] -= kEps;
-      const float fd = (RunFn(f, plus)[0].values<float>()[0] -
-                        RunFn(f, minus)[0].values<float>()[0]) /
+      const float fd = (RunFunction(f, plus)[0].values<float>()[0] -
+                        RunFunction(f, minus)[0].values<float>()[0]) /
                        (2 * kEps);
       const float an = grad.values<float>()[j];
       EXPECT_NEAR(an, fd, 5e-3f + 2e-2f * std::abs(fd))
@@ -203,7 +192,7 @@ TEST(AutodiffTest, ParametersThatDoNotReachTheLossGetZeros) {
   (void)unused;
   ASSERT_OK_AND_ASSIGN(Function f, b.Build({b.ReduceSum(x, {0})}));
   ASSERT_OK_AND_ASSIGN(Function g, Grad(f, {1, 0}));
-  const auto out = RunFn(g, {Literal::F32({3}, {1, 2, 3}), Literal::F32({2}, {4, 5})});
+  const auto out = RunFunction(g, {Literal::F32({3}, {1, 2, 3}), Literal::F32({2}, {4, 5})});
   EXPECT_THAT(out[1].values<float>(), ::testing::ElementsAre(0, 0));
   EXPECT_THAT(out[2].values<float>(), ::testing::ElementsAre(1, 1, 1));
 }

@@ -9,24 +9,14 @@
 #include "causeway/backend/cpu/executable.h"
 #include "causeway/ir/autodiff.h"
 #include "causeway/testing/status_matchers.h"
+#include "causeway/testing/run_function.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace causeway::ir {
 namespace {
 
-std::vector<Literal> RunFn(const Function& f, const std::vector<Literal>& inputs) {
-  auto exe = backend::cpu::Executable::Compile(f);
-  CW_CHECK_OK(exe.status());
-  std::vector<const void*> in;
-  for (const Literal& l : inputs) in.push_back(l.data());
-  std::vector<Literal> out;
-  for (int i = 0; i < f.num_outputs(); ++i) out.emplace_back(f.output_shape(i));
-  std::vector<void*> out_ptrs;
-  for (Literal& l : out) out_ptrs.push_back(l.data());
-  CW_CHECK_OK((*exe)->Run(in, out_ptrs, {}));
-  return out;
-}
+using ::causeway::testing::RunFunction;
 
 std::vector<float> RandomVec(size_t n, uint32_t seed, float scale = 2.0f) {
   std::mt19937 rng(seed);
@@ -52,7 +42,7 @@ TEST(CompositesTest, SoftmaxAndLogSoftmaxMatchTheReferenceAndStayFiniteForLargeL
   FunctionBuilder b("softmax");
   Value p = b.Parameter(Shape(DType::kF32, {3, 4}));
   ASSERT_OK_AND_ASSIGN(Function f, b.Build({Softmax(b, p), LogSoftmax(b, p)}));
-  auto out = RunFn(f, {Literal::F32({3, 4}, x)});
+  auto out = RunFunction(f, {Literal::F32({3, 4}, x)});
   for (int r = 0; r < 3; ++r) {
     std::vector<float> ref = RefSoftmaxRow(&x[r * 4], 4);
     for (int c = 0; c < 4; ++c) {
@@ -74,7 +64,7 @@ TEST(CompositesTest, LayerNormMatchesTheReference) {
   Value g = b.Parameter(Shape(DType::kF32, {5}));
   Value be = b.Parameter(Shape(DType::kF32, {5}));
   ASSERT_OK_AND_ASSIGN(Function f, b.Build({LayerNorm(b, p, g, be, 1e-5f)}));
-  auto out = RunFn(f, {Literal::F32({2, 5}, x), Literal::F32({5}, gamma),
+  auto out = RunFunction(f, {Literal::F32({2, 5}, x), Literal::F32({5}, gamma),
                        Literal::F32({5}, beta)});
   for (int r = 0; r < 2; ++r) {
     double mean = 0, var = 0;
@@ -91,7 +81,7 @@ TEST(CompositesTest, GeluMatchesKnownValues) {
   FunctionBuilder b("gelu");
   Value p = b.Parameter(Shape(DType::kF32, {4}));
   ASSERT_OK_AND_ASSIGN(Function f, b.Build({Gelu(b, p)}));
-  auto out = RunFn(f, {Literal::F32({4}, {-1, 0, 1, 3})});
+  auto out = RunFunction(f, {Literal::F32({4}, {-1, 0, 1, 3})});
   EXPECT_NEAR(out[0].values<float>()[0], -0.158808f, 1e-5f);
   EXPECT_NEAR(out[0].values<float>()[1], 0.0f, 1e-7f);
   EXPECT_NEAR(out[0].values<float>()[2], 0.841192f, 1e-5f);
@@ -106,7 +96,7 @@ TEST(CompositesTest, CrossEntropyAndItsGradientMatchTheReference) {
   Value y = b.Parameter(Shape(DType::kI32, {3}));
   ASSERT_OK_AND_ASSIGN(Function f, b.Build({CrossEntropy(b, l, y)}));
   ASSERT_OK_AND_ASSIGN(Function g, Grad(f, {0}));
-  auto out = RunFn(g, {Literal::F32({3, 4}, logits), Literal::I32({3}, labels)});
+  auto out = RunFunction(g, {Literal::F32({3, 4}, logits), Literal::I32({3}, labels)});
   double ref = 0;
   for (int r = 0; r < 3; ++r) {
     std::vector<float> p = RefSoftmaxRow(&logits[r * 4], 4);
@@ -128,7 +118,7 @@ TEST(CompositesTest, CausalAttentionMatchesTheReferenceAndIgnoresTheFuture) {
   const Shape s(DType::kF32, {B, T, D});
   Value pq = b.Parameter(s), pk = b.Parameter(s), pv = b.Parameter(s);
   ASSERT_OK_AND_ASSIGN(Function f, b.Build({CausalAttention(b, pq, pk, pv)}));
-  auto out = RunFn(f, {Literal::F32({B, T, D}, q), Literal::F32({B, T, D}, k),
+  auto out = RunFunction(f, {Literal::F32({B, T, D}, q), Literal::F32({B, T, D}, k),
                        Literal::F32({B, T, D}, v)});
   for (int n = 0; n < B; ++n) {
     for (int i = 0; i < T; ++i) {
@@ -161,7 +151,7 @@ TEST(CompositesTest, AdamWMatchesTheReferenceOverTwoSteps) {
   Literal lp = Literal::F32({3}, param), lm = Literal::F32({3}, mm), lv = Literal::F32({3}, vv);
   for (int t = 1; t <= 2; ++t) {
     const std::vector<float> grad = {0.3f * t, -0.1f, 2.0f};
-    auto out = RunFn(f, {lp, Literal::F32({3}, grad), lm, lv, Literal::ScalarF32(t)});
+    auto out = RunFunction(f, {lp, Literal::F32({3}, grad), lm, lv, Literal::ScalarF32(t)});
     for (int i = 0; i < 3; ++i) {
       mm[i] = o.beta1 * mm[i] + (1 - o.beta1) * grad[i];
       vv[i] = o.beta2 * vv[i] + (1 - o.beta2) * grad[i] * grad[i];

@@ -21,7 +21,6 @@ class ResourceManager final : public ResourceService {
 
   ClientId RegisterClient() override;
   void UnregisterClient(ClientId client) override;
-  bool IsClientConnected(ClientId client) const;
 
   // Errors: INVALID_ARGUMENT for a malformed shape (empty or repeated axis
   // names, sizes < 1) or a mesh larger than its island; NOT_FOUND for an

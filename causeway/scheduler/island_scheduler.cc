@@ -63,9 +63,4 @@ std::vector<absl::Status> IslandScheduler::SubmitRuns(std::vector<RunRequest> ru
   return statuses;
 }
 
-int64_t IslandScheduler::runs_scheduled() const {
-  MutexLock lock(&mu_);
-  return next_sequence_;
-}
-
 }  // namespace causeway

@@ -45,7 +45,6 @@ class IslandScheduler final : public SchedulerService {
   std::vector<absl::Status> SubmitRuns(std::vector<RunRequest> runs) override;
 
   IslandId island() const { return options_.island; }
-  int64_t runs_scheduled() const;
 
  private:
   const IslandSchedulerOptions options_;

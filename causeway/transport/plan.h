@@ -50,6 +50,9 @@ struct PlanNode {
   std::vector<int> outputs;  // value ids
   // kCall.
   std::shared_ptr<const backend::cpu::Executable> executable;
+  // Whether the function contains collectives (its launches then meet their
+  // gang in the hub). Fixed at lowering, so runs need not rescan it.
+  bool has_collectives = false;
   // kReshard: pieces[d] fill destination shard d.
   std::vector<std::vector<ReshardPiece>> pieces;
 };

@@ -97,7 +97,8 @@ static absl::Status AwaitDependencies(const Launch& launch, bool* own_failure) {
 }
 
 void DeviceStream::Execute(Launch& launch) {
-  const int64_t wait_start = clock_->NowMicros();
+  // Only the trace needs to know how long the launch waited.
+  const int64_t wait_start = trace_->enabled() ? clock_->NowMicros() : 0;
   bool own_failure = false;
   absl::Status status = AwaitDependencies(launch, &own_failure);
   const int64_t start = clock_->NowMicros();
@@ -174,11 +175,6 @@ DeviceStreamStats DeviceStream::stats() const {
 void DeviceStream::ResetStats() {
   MutexLock lock(&mu_);
   stats_ = DeviceStreamStats{};
-}
-
-int DeviceStream::queued() const {
-  MutexLock lock(&mu_);
-  return static_cast<int>(queue_.size());
 }
 
 }  // namespace causeway

@@ -84,7 +84,6 @@ class DeviceStream {
 
   DeviceStreamStats stats() const;
   void ResetStats();
-  int queued() const;
 
  private:
   void Loop();

@@ -8,17 +8,6 @@
 #include "causeway/base/status_macros.h"
 
 namespace causeway {
-namespace {
-
-bool HasCollectives(const backend::cpu::Executable& exe) {
-  for (const ir::Instruction& inst : exe.function().instructions()) {
-    if (ir::IsCollective(inst.op)) return true;
-  }
-  return false;
-}
-
-}  // namespace
-
 HostExecutor::HostExecutor(HostExecutorOptions options)
     : options_(std::move(options)),
       store_(options_.host.id, options_.host.devices, options_.device_memory_bytes) {
@@ -145,7 +134,6 @@ void HostExecutor::EnqueueCall(const RunRequest& run,
   const PlanNode& node = plan->nodes[node_index];
   const PlanValue& first_in = plan->values[node.outputs.empty() ? node.inputs[0] : node.outputs[0]];
   const Mesh& mesh = first_in.mesh;
-  const bool collectives = HasCollectives(*node.executable);
   for (int s = 0; s < mesh.size(); ++s) {
     if (first_in.shard_hosts[s] != options_.host.id) continue;
     const int local = first_in.shard_local_device[s];
@@ -162,7 +150,7 @@ void HostExecutor::EnqueueCall(const RunRequest& run,
       values[v][s] = out;
       launch.outputs.push_back(std::move(out));
     }
-    if (collectives) {
+    if (node.has_collectives) {
       auto hub = std::make_unique<HubCollectives>(options_.collectives, run.run, node_index,
                                                   &mesh, s, node.name);
       HubCollectives* raw = hub.get();
