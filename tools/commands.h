@@ -14,6 +14,12 @@ void AddDemoCommand(CLI::App& app, int* exit_code);
 // `causeway train mlp` (tools/train.cc).
 void AddTrainCommand(CLI::App& app, int* exit_code);
 
+// `causeway coordinator`, `causeway worker`, `causeway cluster up`
+// (tools/cluster_commands.cc).
+void AddCoordinatorCommand(CLI::App& app, int* exit_code);
+void AddWorkerCommand(CLI::App& app, int* exit_code);
+void AddClusterCommand(CLI::App& app, int* exit_code);
+
 // `causeway bench ...`: returns the group that benchmark subcommands are
 // added to.
 CLI::App* AddBenchGroup(CLI::App& app);

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "causeway/client/client.h"
 #include "causeway/cluster/local_cluster.h"
+#include "causeway/cluster/remote_cluster.h"
 #include "causeway/ir/builder.h"
 #include "nlohmann/json.hpp"
 
@@ -115,21 +116,53 @@ int RunDemo(const DemoOptions& options) {
   co.dcn.latency = absl::Microseconds(options.dcn_latency_us);
   co.dcn.bytes_per_second = options.dcn_gbps * 1e9 / 8;
   co.trace = !options.trace_path.empty();
-  auto cluster_or = LocalCluster::Create(co);
-  if (!cluster_or.ok()) return Fail(cluster_or.status());
-  std::unique_ptr<LocalCluster> cluster = std::move(*cluster_or);
-  auto client_or = Client::Connect(cluster.get());
+  // The embedded cluster reports per-device counters; a distributed one
+  // keeps them in its workers, so only the results and timings are shown.
+  std::unique_ptr<LocalCluster> cluster;
+  std::unique_ptr<RemoteCluster> remote;
+  ClusterConnection* connection;
+  int islands = options.islands;
+  int64_t per_island = int64_t{options.hosts_per_island} * options.devices_per_host;
+  if (options.cluster == "local") {
+    auto cluster_or = LocalCluster::Create(co);
+    if (!cluster_or.ok()) return Fail(cluster_or.status());
+    cluster = std::move(*cluster_or);
+    connection = cluster.get();
+  } else {
+    if (!options.trace_path.empty()) {
+      return Fail(absl::InvalidArgumentError("--trace needs the embedded cluster"));
+    }
+    RemoteClusterOptions ro;
+    ro.address = options.cluster;
+    auto remote_or = RemoteCluster::Connect(ro);
+    if (!remote_or.ok()) return Fail(remote_or.status());
+    remote = std::move(*remote_or);
+    connection = remote.get();
+    // Each stage uses every device of its island (the smallest island's
+    // count, so that both meshes have the same shape).
+    const Topology t = connection->resources()->GetTopology();
+    islands = static_cast<int>(t.islands().size());
+    if (islands == 0) return Fail(absl::UnavailableError("the cluster has no workers"));
+    per_island = INT64_MAX;
+    for (IslandId i : t.islands()) {
+      per_island = std::min<int64_t>(per_island, t.island(i)->devices.size());
+    }
+    if (per_island == 0) return Fail(absl::UnavailableError("an island has no devices"));
+  }
+  auto client_or = Client::Connect(connection);
   if (!client_or.ok()) return Fail(client_or.status());
   std::unique_ptr<Client> client = std::move(*client_or);
 
-  const int64_t per_island = int64_t{options.hosts_per_island} * options.devices_per_host;
   const int64_t rows = options.rows_per_device;
   const int64_t batch = rows * per_island;
   const int64_t F = options.features, H = options.hidden, O = options.outputs;
 
-  auto mesh0 = client->AllocateMesh({{"data", per_island}}, IslandId(0));
+  auto mesh0 = client->AllocateMesh({{"data", per_island}},
+                                    connection->resources()->GetTopology().islands()[0]);
   if (!mesh0.ok()) return Fail(mesh0.status());
-  auto mesh1 = client->AllocateMesh({{"data", per_island}}, IslandId(options.islands > 1 ? 1 : 0));
+  const Topology initial = connection->resources()->GetTopology();
+  auto mesh1 = client->AllocateMesh({{"data", per_island}},
+                                    islands > 1 ? initial.islands()[1] : initial.islands()[0]);
   if (!mesh1.ok()) return Fail(mesh1.status());
 
   auto f1 = Stage1(rows, F, H);
@@ -172,8 +205,10 @@ int RunDemo(const DemoOptions& options) {
   auto warm = program->Run({*x, *w1, *w2});
   if (!warm.ok()) return Fail(warm.status());
   if (auto r = (*warm)[1].Ready().Await(); !r.ok()) return Fail(r.status());
-  cluster->ResetStats();
-  cluster->trace().Clear();
+  if (cluster != nullptr) {
+    cluster->ResetStats();
+    cluster->trace().Clear();
+  }
 
   const auto start = Clock::now();
   std::vector<std::vector<Array>> outs;
@@ -206,8 +241,9 @@ int RunDemo(const DemoOptions& options) {
       std::abs(total->values<float>()[0] - ref.total) / (1.0 + std::abs(ref.total));
   const bool ok = max_err < 1e-3 && total_err < 1e-3;
 
-  const Topology topology = cluster->resource_manager().GetTopology();
-  const std::vector<DeviceReport> report = cluster->Report();
+  const Topology topology = connection->resources()->GetTopology();
+  const std::vector<DeviceReport> report =
+      cluster != nullptr ? cluster->Report() : std::vector<DeviceReport>{};
   const int64_t wall_us = static_cast<int64_t>(seconds * 1e6);
   nlohmann::json devices = nlohmann::json::array();
   double util_sum = 0;
@@ -230,9 +266,9 @@ int RunDemo(const DemoOptions& options) {
   if (options.json) {
     nlohmann::json j;
     j["ok"] = ok;
-    j["islands"] = options.islands;
-    j["hosts_per_island"] = options.hosts_per_island;
-    j["devices_per_host"] = options.devices_per_host;
+    j["cluster"] = options.cluster;
+    j["islands"] = islands;
+    j["devices_per_island"] = per_island;
     j["batch"] = batch;
     j["program_nodes"] = program->num_nodes();
     j["stage1_mesh"] = Placement(*mesh0, topology);
@@ -242,13 +278,14 @@ int RunDemo(const DemoOptions& options) {
     j["steps_per_second"] = options.steps / seconds;
     j["dispatch_us_per_step"] = dispatch_us;
     j["max_relative_error"] = std::max(max_err, total_err);
-    j["dcn_bytes"] = cluster->transport().bytes_sent_between_islands();
+    if (cluster != nullptr) j["dcn_bytes"] = cluster->transport().bytes_sent_between_islands();
     j["mean_utilization"] = util_sum / std::max<size_t>(1, report.size());
     j["devices"] = devices;
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("Causeway demo: %d island(s) x %d host(s) x %d device(s)\n", options.islands,
-                options.hosts_per_island, options.devices_per_host);
+    std::printf("Causeway demo on %s: %d island(s) x %lld device(s)\n",
+                options.cluster == "local" ? "the embedded cluster" : options.cluster.c_str(),
+                islands, static_cast<long long>(per_island));
     std::printf("program 'demo': %d nodes after lowering (calls + inserted transfers)\n",
                 program->num_nodes());
     std::printf("  stage1_matmul_allreduce  x[%lld,%lld] @ w1[%lld,%lld], all-reduce over data\n"
@@ -258,12 +295,16 @@ int RunDemo(const DemoOptions& options) {
     std::printf("  stage2_center_project    (h - mean)^2 @ w2[%lld,%lld], all-reduce over data\n"
                 "    on %s\n",
                 (long long)H, (long long)O, Placement(*mesh1, topology).c_str());
-    std::printf("%d steps in %.3f s: %.1f steps/s; client dispatch %.1f us/step; "
-                "%lld bytes crossed islands\n",
-                options.steps, seconds, options.steps / seconds, dispatch_us,
-                (long long)cluster->transport().bytes_sent_between_islands());
-    std::printf("%-8s %-6s %-7s %-9s %-10s %s\n", "device", "host", "island", "launches",
-                "busy_ms", "utilisation");
+    std::printf("%d steps in %.3f s: %.1f steps/s; client dispatch %.1f us/step\n",
+                options.steps, seconds, options.steps / seconds, dispatch_us);
+    if (cluster != nullptr) {
+      std::printf("%lld bytes crossed islands\n",
+                  (long long)cluster->transport().bytes_sent_between_islands());
+    }
+    if (!report.empty()) {
+      std::printf("%-8s %-6s %-7s %-9s %-10s %s\n", "device", "host", "island", "launches",
+                  "busy_ms", "utilisation");
+    }
     for (const DeviceReport& r : report) {
       std::printf("%-8lld %-6lld %-7lld %-9lld %-10.2f %.1f%%\n", (long long)r.device.id.value(),
                   (long long)r.device.host.value(), (long long)r.device.island.value(),
@@ -277,7 +318,7 @@ int RunDemo(const DemoOptions& options) {
     }
   }
   client.reset();
-  cluster->Shutdown();
+  if (cluster != nullptr) cluster->Shutdown();
   return ok ? 0 : 1;
 }
 
@@ -309,6 +350,9 @@ void AddDemoCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--trace", demo.trace_path, "Write a Chrome trace (Perfetto) to FILE");
   cmd->add_flag("--json", demo.json, "Print one JSON object instead of text");
+  cmd->add_option("--cluster", demo.cluster,
+                  "local (the embedded cluster) or grpc://HOST:PORT of a running cluster "
+                  "(token from $CAUSEWAY_TOKEN; islands and devices come from its topology)");
   cmd->callback([options, exit_code] { *exit_code = RunDemo(*options); });
 }
 

@@ -22,6 +22,9 @@ struct DemoOptions {
   double dcn_gbps = 0;
   std::string trace_path;
   bool json = false;
+  // "local" (the embedded cluster) or grpc://HOST:PORT (a running
+  // distributed cluster; its token from CAUSEWAY_TOKEN).
+  std::string cluster = "local";
 };
 
 // Runs the demo and prints its report. Returns the process exit code: 0 if

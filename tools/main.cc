@@ -8,6 +8,9 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   causeway::tools::AddDemoCommand(app, &exit_code);
   causeway::tools::AddTrainCommand(app, &exit_code);
+  causeway::tools::AddCoordinatorCommand(app, &exit_code);
+  causeway::tools::AddWorkerCommand(app, &exit_code);
+  causeway::tools::AddClusterCommand(app, &exit_code);
   CLI::App* bench = causeway::tools::AddBenchGroup(app);
   causeway::tools::AddBenchDispatchCommands(bench, &exit_code);
   causeway::tools::AddBenchPipelineCommand(bench, &exit_code);

@@ -53,6 +53,14 @@ CW_DEFINE_ID(MeshId, "mesh ");
 
 #undef CW_DEFINE_ID
 
+// Array, run and program ids are named by clients, each in its own range:
+// the client's id plus one in the bits from kClientIdShift up. Who owns an
+// id is therefore known without asking (a server checks a client names only
+// its own ids).
+inline constexpr int kClientIdShift = 40;
+inline int64_t ClientIdBase(ClientId client) { return (client.value() + 1) << kClientIdShift; }
+inline ClientId OwnerOfId(int64_t id) { return ClientId((id >> kClientIdShift) - 1); }
+
 }  // namespace causeway
 
 #endif  // CAUSEWAY_BASE_IDS_H_

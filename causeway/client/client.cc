@@ -2,6 +2,7 @@
 #include "causeway/client/client.h"
 
 #include "causeway/base/check.h"
+#include "causeway/base/status_macros.h"
 #include "causeway/client/client_core.h"
 
 namespace causeway {
@@ -64,7 +65,7 @@ absl::StatusOr<std::vector<Array>> Program::Run(absl::Span<const Array> args) co
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClusterConnection* cluster,
                                                         ClientOptions options) {
   if (cluster == nullptr) return absl::InvalidArgumentError("Connect: null cluster");
-  const ClientId id = cluster->resources()->RegisterClient();
+  CW_ASSIGN_OR_RETURN(const ClientId id, cluster->resources()->RegisterClient());
   auto core = std::make_shared<internal::ClientCore>(cluster, std::move(options), id);
   core->Start();
   return std::unique_ptr<Client>(new Client(std::move(core)));

@@ -166,9 +166,8 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   // (its client id in the high bits), so ids of different clients never
   // collide on a host or in a collective.
   int64_t NextId(std::atomic<int64_t>& counter) const {
-    return ((id_.value() + 1) << kClientIdShift) | counter.fetch_add(1);
+    return ClientIdBase(id_) | counter.fetch_add(1);
   }
-  static constexpr int kClientIdShift = 40;
 
   std::atomic<int64_t> next_array_{0};
   std::atomic<int64_t> next_run_{0};

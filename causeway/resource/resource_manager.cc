@@ -6,7 +6,7 @@
 
 namespace causeway {
 
-ClientId ResourceManager::RegisterClient() {
+absl::StatusOr<ClientId> ResourceManager::RegisterClient() {
   MutexLock lock(&mu_);
   ClientId id(next_client_++);
   clients_[id] = true;

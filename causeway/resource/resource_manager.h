@@ -19,7 +19,7 @@ class ResourceManager final : public ResourceService {
  public:
   explicit ResourceManager(Topology topology) : topology_(std::move(topology)) {}
 
-  ClientId RegisterClient() override;
+  absl::StatusOr<ClientId> RegisterClient() override;
   void UnregisterClient(ClientId client) override;
 
   // Errors: INVALID_ARGUMENT for a malformed shape (empty or repeated axis

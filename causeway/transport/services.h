@@ -11,6 +11,7 @@
 #define CAUSEWAY_TRANSPORT_SERVICES_H_
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -31,7 +32,9 @@ struct ShardPieceMessage {
   int dst_shard = 0;
   int piece = 0;
   absl::Status status;           // a failed source poisons the destination
-  std::vector<std::byte> bytes;  // the box, row-major
+  // The box, row-major. A string so that a network transport can move its
+  // payload in and out of protocol buffers without copying.
+  std::string bytes;
 };
 
 // A host: its executor and object store. Thread-safe.
@@ -98,7 +101,8 @@ struct MeshRequest {
 class ResourceService {
  public:
   virtual ~ResourceService() = default;
-  virtual ClientId RegisterClient() = 0;
+  // UNAVAILABLE if the cluster cannot be reached.
+  virtual absl::StatusOr<ClientId> RegisterClient() = 0;
   virtual void UnregisterClient(ClientId client) = 0;
   virtual absl::StatusOr<Mesh> AllocateMesh(ClientId client, const MeshRequest& request) = 0;
   virtual Topology GetTopology() const = 0;

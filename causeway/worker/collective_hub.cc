@@ -79,7 +79,8 @@ absl::Status CollectiveHub::AllReduce(const CollectiveKey& key, DeviceId self, i
                                       const std::vector<DeviceId>& members,
                                       const ir::Shape& shape, ir::ReduceKind kind, void* data,
                                       const std::string& what) {
-  return Meet(key, self, rank, members, ir::OpKind::kAllReduce, data, data, what,
+  return Meet(key, self, rank, members, ir::OpKind::kAllReduce, data, shape.byte_size(), data,
+              shape.byte_size(), what,
               [this, &shape, kind](State& state) ABSL_NO_THREAD_SAFETY_ANALYSIS {
                 Reduce(state, shape, kind);
                 return absl::OkStatus();
@@ -88,12 +89,31 @@ absl::Status CollectiveHub::AllReduce(const CollectiveKey& key, DeviceId self, i
 
 absl::Status CollectiveHub::Meet(const CollectiveKey& key, DeviceId self, int rank,
                                  const std::vector<DeviceId>& members, ir::OpKind op,
-                                 const void* in, void* out, const std::string& what,
-                                 const Completion& complete) {
+                                 const void* in, int64_t in_bytes, void* out, int64_t out_bytes,
+                                 const std::string& what, const Completion& complete) {
+  const int size = static_cast<int>(members.size());
+  std::vector<HostId> member_hosts;
+  if (peers_ != nullptr) {
+    // Every other process with a member gets this member's contribution.
+    const HostId here = peers_->self();
+    member_hosts.reserve(members.size());
+    for (DeviceId d : members) member_hosts.push_back(peers_->HostOf(d));
+    std::vector<HostId> sent;
+    for (HostId h : member_hosts) {
+      if (h == here || std::find(sent.begin(), sent.end(), h) != sent.end()) continue;
+      sent.push_back(h);
+      peers_->SendContribution(h, key, rank, in, in_bytes);
+    }
+  }
   MutexLock lock(&mu_);
   if (shutdown_) return absl::AbortedError(absl::StrCat(what, ": runtime shutting down"));
   if (auto it = aborted_gangs_.find({key.run, key.node}); it != aborted_gangs_.end()) {
     return it->second;
+  }
+  for (HostId h : member_hosts) {
+    if (auto it = lost_hosts_.find(h); it != lost_hosts_.end()) {
+      return absl::UnavailableError(absl::StrCat(what, ": ", it->second.message()));
+    }
   }
   std::shared_ptr<State>& slot = states_[key];
   if (slot == nullptr) {
@@ -103,12 +123,25 @@ absl::Status CollectiveHub::Meet(const CollectiveKey& key, DeviceId self, int ra
     slot->inputs.assign(members.size(), nullptr);
     slot->buffers.assign(members.size(), nullptr);
     slot->arrived_rank.assign(members.size(), false);
+    slot->in_bytes = in_bytes;
+    slot->out_bytes = out_bytes;
+    slot->local_members = size;
+    if (peers_ != nullptr) {
+      slot->remote_in.resize(members.size());
+      slot->remote_out.resize(members.size());
+      slot->local_members = static_cast<int>(
+          std::count(member_hosts.begin(), member_hosts.end(), peers_->self()));
+    }
     slot->what = what;
+    if (auto it = early_remote_.find(key); it != early_remote_.end()) {
+      auto early = std::move(it->second);
+      early_remote_.erase(it);
+      for (auto& [r, bytes] : early) AbsorbRemoteLocked(*slot, r, std::move(bytes));
+    }
   }
   std::shared_ptr<State> state = slot;
-  if (state->members != members || state->op != op || rank < 0 ||
-      rank >= static_cast<int>(members.size()) || members[rank] != self ||
-      state->arrived_rank[rank]) {
+  if (state->members != members || state->op != op || rank < 0 || rank >= size ||
+      members[rank] != self || state->arrived_rank[rank]) {
     return absl::InvalidArgumentError(absl::StrCat(
         what, ": participants disagree on the collective (", ir::OpName(state->op), " vs ",
         ir::OpName(op), "), the group or rank ", rank));
@@ -123,48 +156,114 @@ absl::Status CollectiveHub::Meet(const CollectiveKey& key, DeviceId self, int ra
   state->inputs[rank] = in;
   state->buffers[rank] = out;
   state->arrived_rank[rank] = true;
-  if (++state->arrived == static_cast<int>(members.size())) {
-    // Copy and reduce outside the lock, so collectives of other meshes (and
-    // other tenants) are not serialised behind this one.
-    state->completing = true;
-    mu_.Unlock();
-    absl::Status done = complete(*state);
-    mu_.Lock();
-    state->completing = false;
-    if (done.ok()) {
-      state->done = true;
-      state->changed.SignalAll();
-    } else {
-      FailLocked(*state, Annotate(done, what));
+  ++state->arrived;
+  const auto deadline = std::chrono::steady_clock::now() +
+                        absl::ToChronoNanoseconds(std::min(timeout_, absl::Hours(24 * 365)));
+  bool blocked = false;
+  while (!state->finished()) {
+    if (state->arrived == size && !state->completing) {
+      // Everyone is here (the last arrival may have been a remote member's
+      // contribution): this member performs the collective. Copy and reduce
+      // outside the lock, so collectives of other meshes (and other
+      // tenants) are not serialised behind this one.
+      if (blocked) blocked_.erase(self);
+      blocked = false;
+      state->completing = true;
+      mu_.Unlock();
+      absl::Status done = complete(*state);
+      mu_.Lock();
+      state->completing = false;
+      if (done.ok()) {
+        state->done = true;
+        state->changed.SignalAll();
+      } else {
+        FailLocked(*state, Annotate(done, what));
+      }
+      continue;
     }
-  } else {
-    blocked_[self] = key;
-    DetectDeadlockLocked(self);
-    const auto deadline = std::chrono::steady_clock::now() +
-                          absl::ToChronoNanoseconds(std::min(timeout_, absl::Hours(24 * 365)));
-    while (!state->finished()) {
-      if (state->changed.WaitWithDeadline(&mu_, deadline)) continue;
-      if (!state->completing) break;
+    if (!blocked) {
+      blocked = true;
+      blocked_[self] = key;
+      DetectDeadlockLocked(self);
+      continue;
+    }
+    if (state->changed.WaitWithDeadline(&mu_, deadline)) continue;
+    if (state->completing) {
       // Past the deadline but every member is here: it is finishing.
-      while (!state->finished()) {
-        state->changed.WaitWithDeadline(&mu_, std::chrono::steady_clock::now() +
-                                                  std::chrono::seconds(1));
-      }
+      state->changed.WaitWithDeadline(&mu_,
+                                      std::chrono::steady_clock::now() + std::chrono::seconds(1));
+      continue;
     }
-    blocked_.erase(self);
-    if (!state->finished()) {
-      std::vector<std::string> missing;
-      for (size_t r = 0; r < members.size(); ++r) {
-        if (!state->arrived_rank[r]) missing.push_back(members[r].ToString());
-      }
-      FailLocked(*state, absl::DeadlineExceededError(
-                             absl::StrCat(what, ": timed out after ", absl::FormatDuration(timeout_),
-                                          " waiting for ", absl::StrJoin(missing, ", "))));
+    if (state->arrived == size) continue;
+    break;
+  }
+  if (blocked) blocked_.erase(self);
+  if (!state->finished()) {
+    std::vector<std::string> missing;
+    for (int r = 0; r < size; ++r) {
+      if (!state->arrived_rank[r]) missing.push_back(members[r].ToString());
     }
+    FailLocked(*state, absl::DeadlineExceededError(
+                           absl::StrCat(what, ": timed out after ", absl::FormatDuration(timeout_),
+                                        " waiting for ", absl::StrJoin(missing, ", "))));
   }
   const absl::Status status = state->done ? absl::OkStatus() : state->status;
   DepartLocked(key, *state);
   return status;
+}
+
+void CollectiveHub::AbsorbRemoteLocked(State& state, int rank, std::string bytes) {
+  const int size = static_cast<int>(state.members.size());
+  if (state.finished() || state.completing) return;
+  if (rank < 0 || rank >= size || state.arrived_rank[rank] ||
+      peers_->HostOf(state.members[rank]) == peers_->self()) {
+    FailLocked(state, absl::InvalidArgumentError(absl::StrCat(
+                          state.what, ": unexpected contribution from rank ", rank)));
+    return;
+  }
+  if (static_cast<int64_t>(bytes.size()) != state.in_bytes) {
+    FailLocked(state, absl::InvalidArgumentError(
+                          absl::StrCat(state.what, ": rank ", rank, " contributed ", bytes.size(),
+                                       " bytes, expected ", state.in_bytes)));
+    return;
+  }
+  state.remote_in[rank] = std::move(bytes);
+  state.inputs[rank] = state.remote_in[rank].data();
+  if (state.op == ir::OpKind::kAllReduce) {
+    state.buffers[rank] = state.remote_in[rank].data();  // in place, as local members
+  } else {
+    state.remote_out[rank].resize(static_cast<size_t>(state.out_bytes));
+    state.buffers[rank] = state.remote_out[rank].data();
+  }
+  state.arrived_rank[rank] = true;
+  ++state.remote_arrived;
+  if (++state.arrived == size) state.changed.SignalAll();
+}
+
+void CollectiveHub::DeliverContribution(const CollectiveKey& key, int rank, std::string bytes) {
+  CW_CHECK(peers_ != nullptr);
+  MutexLock lock(&mu_);
+  if (shutdown_ || aborted_gangs_.contains({key.run, key.node})) return;
+  auto it = states_.find(key);
+  if (it == states_.end()) {
+    early_remote_[key].emplace_back(rank, std::move(bytes));
+    return;
+  }
+  AbsorbRemoteLocked(*it->second, rank, std::move(bytes));
+}
+
+void CollectiveHub::HostLost(HostId host, const absl::Status& status) {
+  if (peers_ == nullptr) return;
+  MutexLock lock(&mu_);
+  lost_hosts_[host] = status;
+  for (auto& [key, state] : states_) {
+    for (size_t r = 0; r < state->members.size(); ++r) {
+      if (!state->arrived_rank[r] && peers_->HostOf(state->members[r]) == host) {
+        FailLocked(*state, absl::UnavailableError(absl::StrCat(state->what, ": ", status.message())));
+        break;
+      }
+    }
+  }
 }
 
 absl::Status CollectiveHub::AllGather(const CollectiveKey& key, DeviceId self, int rank,
@@ -174,7 +273,8 @@ absl::Status CollectiveHub::AllGather(const CollectiveKey& key, DeviceId self, i
                                       const std::string& what) {
   const int64_t g = static_cast<int64_t>(members.size());
   CW_RETURN_IF_ERROR(CheckScaled(in_shape, out_shape, dimension, g, 1, what));
-  return Meet(key, self, rank, members, ir::OpKind::kAllGather, in, out, what,
+  return Meet(key, self, rank, members, ir::OpKind::kAllGather, in, in_shape.byte_size(), out,
+              out_shape.byte_size(), what,
               [&](State& state) {
                 std::vector<int64_t> offset(in_shape.dims.size(), 0);
                 for (int64_t r = 0; r < g; ++r) {
@@ -198,7 +298,8 @@ absl::Status CollectiveHub::ReduceScatter(const CollectiveKey& key, DeviceId sel
                                           const std::string& what) {
   const int64_t g = static_cast<int64_t>(members.size());
   CW_RETURN_IF_ERROR(CheckScaled(out_shape, in_shape, dimension, g, 1, what));
-  return Meet(key, self, rank, members, ir::OpKind::kReduceScatter, in, out, what,
+  return Meet(key, self, rank, members, ir::OpKind::kReduceScatter, in, in_shape.byte_size(), out,
+              out_shape.byte_size(), what,
               [&](State& state) {
                 std::vector<std::byte> acc(static_cast<size_t>(in_shape.byte_size()));
                 if (!acc.empty()) std::memcpy(acc.data(), state.inputs[0], acc.size());
@@ -237,7 +338,8 @@ absl::Status CollectiveHub::AllToAll(const CollectiveKey& key, DeviceId self, in
                                                    " should be ", expected.ToString(),
                                                    " for a group of ", g));
   }
-  return Meet(key, self, rank, members, ir::OpKind::kAllToAll, in, out, what,
+  return Meet(key, self, rank, members, ir::OpKind::kAllToAll, in, in_shape.byte_size(), out,
+              out_shape.byte_size(), what,
               [&](State& state) {
                 std::vector<int64_t> src(rank_n, 0), dst(rank_n, 0);
                 for (int64_t i = 0; i < g; ++i) {    // source rank
@@ -266,7 +368,8 @@ absl::Status CollectiveHub::CollectivePermute(
     }
   }
   std::vector<std::pair<int64_t, int64_t>> copy(pairs.begin(), pairs.end());
-  return Meet(key, self, rank, members, ir::OpKind::kCollectivePermute, in, out, what,
+  return Meet(key, self, rank, members, ir::OpKind::kCollectivePermute, in, shape.byte_size(),
+              out, shape.byte_size(), what,
               [&shape, copy = std::move(copy)](State& state) {
                 const size_t bytes = static_cast<size_t>(shape.byte_size());
                 std::vector<bool> written(state.buffers.size(), false);
@@ -341,7 +444,19 @@ bool CollectiveHub::DetectDeadlockLocked(DeviceId self) {
 }
 
 void CollectiveHub::AbortGang(RunId run, int node, const absl::Status& status) {
+  AbortGangLocal(run, node, status);
+  if (peers_ != nullptr) peers_->BroadcastAbort(run, node, status);
+}
+
+void CollectiveHub::AbortGangFromPeer(RunId run, int node, const absl::Status& status) {
+  AbortGangLocal(run, node, status);
+}
+
+void CollectiveHub::AbortGangLocal(RunId run, int node, const absl::Status& status) {
   MutexLock lock(&mu_);
+  absl::erase_if(early_remote_, [&](const auto& entry) {
+    return entry.first.run == run && entry.first.node == node;
+  });
   if (!aborted_gangs_.try_emplace({run, node}, status).second) return;
   aborted_order_.push_back({run, node});
   if (aborted_order_.size() > kMaxAbortedGangs) {
@@ -355,8 +470,8 @@ void CollectiveHub::AbortGang(RunId run, int node, const absl::Status& status) {
 
 void CollectiveHub::DepartLocked(const CollectiveKey& key, State& state) {
   ++state.departed;
-  const bool all_left = state.departed == static_cast<int>(state.members.size());
-  const bool aborted_gang_drained = !state.status.ok() && state.departed == state.arrived &&
+  const bool all_left = state.departed == state.local_members;
+  const bool aborted_gang_drained = !state.status.ok() && state.departed == state.arrived - state.remote_arrived &&
                                     aborted_gangs_.contains({key.run, key.node});
   if (all_left || aborted_gang_drained) states_.erase(key);
 }

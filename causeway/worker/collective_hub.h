@@ -49,10 +49,32 @@ struct CollectiveKey {
   }
 };
 
+// How a hub reaches the hubs of other processes, when a gang spans several
+// (the distributed cluster). Each process's hub meets its own members;
+// every member's contribution is also sent to every other process with a
+// member, and each process performs the whole collective itself (in rank
+// order, so all get bit-identical results), writing its own members'
+// results. Implementations are thread-safe and never block on the network.
+class CollectivePeers {
+ public:
+  virtual ~CollectivePeers() = default;
+  virtual HostId self() const = 0;
+  // The host of `device`; known for every device the cluster ever had.
+  virtual HostId HostOf(DeviceId device) const = 0;
+  // Sends member `rank`'s `bytes` for `key` to host `to`.
+  virtual void SendContribution(HostId to, const CollectiveKey& key, int rank, const void* data,
+                                int64_t bytes) = 0;
+  // Tells every other host that gang (run, node) failed.
+  virtual void BroadcastAbort(RunId run, int node, const absl::Status& status) = 0;
+};
+
 // Thread-safe.
 class CollectiveHub {
  public:
-  explicit CollectiveHub(absl::Duration timeout) : timeout_(timeout) {}
+  // `peers` (optional, not owned, must outlive the hub) connects this hub
+  // to the hubs of other processes.
+  explicit CollectiveHub(absl::Duration timeout, CollectivePeers* peers = nullptr)
+      : timeout_(timeout), peers_(peers) {}
 
   // Contributes `data` (`shape`) as member `rank` of `members` (device ids
   // in rank order) and blocks until every member has; then `data` holds the
@@ -96,6 +118,17 @@ class CollectiveHub {
   // Aborts every pending and future collective.
   void Shutdown();
 
+  // Cross-process collectives (see CollectivePeers).
+  // Member `rank`'s contribution to `key`, from another process. Kept until
+  // a local member of `key` arrives; a contribution of the wrong size fails
+  // the collective with INVALID_ARGUMENT.
+  void DeliverContribution(const CollectiveKey& key, int rank, std::string bytes);
+  // AbortGang, reported by another process (not sent on again).
+  void AbortGangFromPeer(RunId run, int node, const absl::Status& status);
+  // `host` is gone: every collective still waiting for one of its members
+  // fails with `status`, and so does every later one that includes it.
+  void HostLost(HostId host, const absl::Status& status);
+
   int64_t deadlocks_detected() const;
 
  private:
@@ -105,7 +138,14 @@ class CollectiveHub {
     std::vector<const void*> inputs;
     std::vector<void*> buffers;  // results (all_reduce: in place)
     std::vector<bool> arrived_rank;
-    int arrived = 0;
+    // Members from other processes: their contribution and result space.
+    int64_t in_bytes = 0;
+    int64_t out_bytes = 0;
+    std::vector<std::string> remote_in;
+    std::vector<std::string> remote_out;
+    int local_members = 0;
+    int arrived = 0;  // local and remote
+    int remote_arrived = 0;
     int departed = 0;
     bool done = false;
     absl::Status status;
@@ -135,9 +175,16 @@ class CollectiveHub {
 
   // Contributes (`in`, `out`) as member `rank` and blocks until the whole
   // group has, the last arrival running `complete`.
+  // `in_bytes`/`out_bytes` size every member's operand and result.
   absl::Status Meet(const CollectiveKey& key, DeviceId self, int rank,
                     const std::vector<DeviceId>& members, ir::OpKind op, const void* in,
-                    void* out, const std::string& what, const Completion& complete);
+                    int64_t in_bytes, void* out, int64_t out_bytes, const std::string& what,
+                    const Completion& complete);
+  // REQUIRES: mu_. Records a remote member's contribution in `state`.
+  void AbsorbRemoteLocked(State& state, int rank, std::string bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fails the gang's collectives and remembers it, so late members fail too.
+  void AbortGangLocal(RunId run, int node, const absl::Status& status);
 
   // REQUIRES: mu_. Looks for a cycle through `self` in the wait-for graph;
   // if found aborts the collectives on it and returns true.
@@ -150,7 +197,12 @@ class CollectiveHub {
   static void Reduce(State& state, const ir::Shape& shape, ir::ReduceKind kind);
 
   const absl::Duration timeout_;
+  CollectivePeers* const peers_;
   mutable Mutex mu_;
+  // Contributions from other processes that came before any local member.
+  absl::flat_hash_map<CollectiveKey, std::vector<std::pair<int, std::string>>> early_remote_
+      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<HostId, absl::Status> lost_hosts_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<CollectiveKey, std::shared_ptr<State>> states_ ABSL_GUARDED_BY(mu_);
   // The collective each blocked device waits in.
   absl::flat_hash_map<DeviceId, CollectiveKey> blocked_ ABSL_GUARDED_BY(mu_);

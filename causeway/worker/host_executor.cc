@@ -1,6 +1,7 @@
 #include "causeway/worker/host_executor.h"
 
 #include <cstring>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -45,6 +46,18 @@ void HostExecutor::Shutdown() {
 }
 
 absl::Status HostExecutor::RegisterProgram(std::shared_ptr<const ProgramPlan> plan) {
+  // A plan may come from another process: every shard placed here must name
+  // one of this host's devices.
+  for (const PlanValue& v : plan->values) {
+    for (size_t s = 0; s < v.shard_hosts.size(); ++s) {
+      if (v.shard_hosts[s] == id() &&
+          (v.shard_local_device[s] < 0 || v.shard_local_device[s] >= num_devices())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "plan '", plan->name, "' places a shard on local device ", v.shard_local_device[s],
+            " of ", id().ToString(), ", which has ", num_devices()));
+      }
+    }
+  }
   MutexLock lock(&mu_);
   programs_[plan->id] = std::move(plan);
   return absl::OkStatus();
@@ -173,6 +186,7 @@ void HostExecutor::EnqueueReshard(const RunRequest& run,
 
   // Post a receive slot for every destination shard here.
   std::vector<ShardPieceMessage> early_pieces;
+  std::vector<std::tuple<SlotKey, int, absl::Status>> lost_pieces;
   for (int d = 0; d < dst.mesh.size(); ++d) {
     if (dst.shard_hosts[d] != self) continue;
     BufferRef buffer = store_.Allocate(dst.shard_local_device[d], dst.shard_shape, run.client);
@@ -184,13 +198,19 @@ void HostExecutor::EnqueueReshard(const RunRequest& run,
           absl::StrCat(self.ToString(), " shut down before a transfer arrived")));
       continue;
     }
-    slots_[key] = Slot{buffer, plan, static_cast<int>(node.pieces[d].size()), absl::OkStatus()};
+    const int n = static_cast<int>(node.pieces[d].size());
+    slots_[key] = Slot{buffer, plan, n, absl::OkStatus(), std::vector<bool>(n, false)};
+    for (int i = 0; i < n && !lost_peers_.empty(); ++i) {
+      auto lost = lost_peers_.find(src.shard_hosts[node.pieces[d][i].src_shard]);
+      if (lost != lost_peers_.end()) lost_pieces.emplace_back(key, i, lost->second);
+    }
     if (auto it = early_.find(key); it != early_.end()) {
       for (auto& p : it->second) early_pieces.push_back(std::move(p));
       early_.erase(it);
     }
   }
   for (ShardPieceMessage& p : early_pieces) DeliverPiece(std::move(p));
+  for (auto& [key, i, status] : lost_pieces) PieceDone(key, i, status);
 
   // Send (or copy locally) every piece whose source shard is here.
   for (int d = 0; d < dst.mesh.size(); ++d) {
@@ -202,9 +222,9 @@ void HostExecutor::EnqueueReshard(const RunRequest& run,
       const SlotKey key{run.run, node_index, d};
       if (to == self) {
         const BufferRef target = values[dst_v][d];
-        source->ready().OnReady([this, key, source, target, &piece, &src,
+        source->ready().OnReady([this, key, i, source, target, &piece, &src,
                                  plan](const absl::StatusOr<Unit>& ready) {
-          FillSlot(key, target, piece,
+          FillSlot(key, static_cast<int>(i), target, piece,
                    PieceSource{source, source->data(), src.shard_shape.dims, piece.src_offset},
                    ready.status());
         });
@@ -221,7 +241,7 @@ void HostExecutor::EnqueueReshard(const RunRequest& run,
           for (int64_t e : piece.extent) n *= e;
           message.bytes.resize(static_cast<size_t>(n * elem));
           const std::vector<int64_t> zero(piece.extent.size(), 0);
-          CopyBox(source->data(), src.shard_shape.dims, piece.src_offset, message.bytes.data(),
+          CopyBox(source->data(), src.shard_shape.dims, piece.src_offset, reinterpret_cast<std::byte*>(message.bytes.data()),
                   piece.extent, zero, piece.extent, elem);
         }
         transport->SendPiece(self, to, std::move(message));
@@ -244,26 +264,41 @@ void HostExecutor::DeliverPiece(ShardPieceMessage message) {
     target = it->second.buffer;
     plan = it->second.plan;
   }
-  const ReshardPiece& piece = plan->nodes[message.node].pieces[message.dst_shard][message.piece];
-  const absl::Status status = message.status;
-  auto bytes = std::make_shared<const std::vector<std::byte>>(std::move(message.bytes));
-  const std::byte* data = bytes->data();
-  FillSlot(key, target, piece,
+  const auto& pieces = plan->nodes[message.node].pieces[message.dst_shard];
+  if (message.piece < 0 || message.piece >= static_cast<int>(pieces.size())) {
+    CW_LOG(kWarning) << options_.host.id.ToString() << ": dropped piece " << message.piece
+                    << " of node " << message.node << " of " << message.run.ToString()
+                    << ": no such piece";
+    return;
+  }
+  const ReshardPiece& piece = pieces[message.piece];
+  absl::Status status = message.status;
+  int64_t expected = ir::ByteSize(target->shape().dtype);
+  for (int64_t e : piece.extent) expected *= e;
+  if (status.ok() && static_cast<int64_t>(message.bytes.size()) != expected) {
+    status = absl::InvalidArgumentError(
+        absl::StrCat("piece ", message.piece, " of node ", message.node, " of ",
+                     message.run.ToString(), " has ", message.bytes.size(), " bytes, expected ",
+                     expected));
+  }
+  auto bytes = std::make_shared<const std::string>(std::move(message.bytes));
+  const auto* data = reinterpret_cast<const std::byte*>(bytes->data());
+  FillSlot(key, message.piece, target, piece,
            PieceSource{std::move(bytes), data, piece.extent,
                        std::vector<int64_t>(piece.extent.size(), 0)},
            status);
 }
 
-void HostExecutor::FillSlot(const SlotKey& key, const BufferRef& dst, const ReshardPiece& piece,
-                            PieceSource source, absl::Status status) {
+void HostExecutor::FillSlot(const SlotKey& key, int piece_index, const BufferRef& dst,
+                            const ReshardPiece& piece, PieceSource source, absl::Status status) {
   if (!status.ok()) {
-    PieceDone(key, status);
+    PieceDone(key, piece_index, status);
     return;
   }
-  dst->allocated().OnReady([this, key, dst, &piece, source = std::move(source)](
+  dst->allocated().OnReady([this, key, piece_index, dst, &piece, source = std::move(source)](
                                const absl::StatusOr<Unit>& alloc) {
     if (!alloc.ok()) {
-      PieceDone(key, alloc.status());
+      PieceDone(key, piece_index, alloc.status());
       return;
     }
     const int64_t start = options_.clock->NowMicros();
@@ -275,11 +310,30 @@ void HostExecutor::FillSlot(const SlotKey& key, const BufferRef& dst, const Resh
                                         dst->device(), key.run, key.node, "reshard", start,
                                         options_.clock->NowMicros() - start});
     }
-    PieceDone(key, absl::OkStatus());
+    PieceDone(key, piece_index, absl::OkStatus());
   });
 }
 
-void HostExecutor::PieceDone(const SlotKey& key, const absl::Status& status) {
+void HostExecutor::PeerLost(HostId host, const absl::Status& status) {
+  std::vector<std::pair<SlotKey, int>> failed;
+  {
+    MutexLock lock(&mu_);
+    lost_peers_[host] = status;
+    for (const auto& [key, slot] : slots_) {
+      const PlanNode& node = slot.plan->nodes[key.node];
+      const PlanValue& src = slot.plan->values[node.inputs[0]];
+      const auto& pieces = node.pieces[key.shard];
+      for (size_t i = 0; i < pieces.size(); ++i) {
+        if (!slot.done[i] && src.shard_hosts[pieces[i].src_shard] == host) {
+          failed.emplace_back(key, static_cast<int>(i));
+        }
+      }
+    }
+  }
+  for (const auto& [key, i] : failed) PieceDone(key, i, status);
+}
+
+void HostExecutor::PieceDone(const SlotKey& key, int piece_index, const absl::Status& status) {
   Promise<Unit> ready;
   absl::Status final_status;
   {
@@ -287,6 +341,8 @@ void HostExecutor::PieceDone(const SlotKey& key, const absl::Status& status) {
     auto it = slots_.find(key);
     if (it == slots_.end()) return;  // failed by shutdown
     Slot& slot = it->second;
+    if (slot.done[piece_index]) return;
+    slot.done[piece_index] = true;
     if (!status.ok() && slot.status.ok()) slot.status = status;
     if (--slot.remaining > 0) return;
     ready = slot.buffer->ready_promise();

@@ -54,6 +54,11 @@ class HostExecutor final : public HostService {
   void ReleaseOwner(ClientId owner) override;
   void DeliverPiece(ShardPieceMessage piece) override;
 
+  // Host `host` (another process) is gone: every posted receive still
+  // waiting for a piece from it fails with `status`, and so does every
+  // later one (distributed cluster).
+  void PeerLost(HostId host, const absl::Status& status);
+
   ObjectStore& store() { return store_; }
   DeviceStream& stream(int local) { return *streams_[local]; }
   int num_devices() const { return static_cast<int>(streams_.size()); }
@@ -78,6 +83,7 @@ class HostExecutor final : public HostService {
     std::shared_ptr<const ProgramPlan> plan;
     int remaining = 0;
     absl::Status status;
+    std::vector<bool> done;  // per piece: arrived or failed
   };
 
   // Where a piece's bytes come from: a box of a local source shard, or the
@@ -90,9 +96,12 @@ class HostExecutor final : public HostService {
   };
 
   // Copies a piece into its slot once the slot's memory is granted.
-  void FillSlot(const SlotKey& key, const BufferRef& dst, const ReshardPiece& piece,
+  void FillSlot(const SlotKey& key, int piece_index, const BufferRef& dst,
+                const ReshardPiece& piece,
                 PieceSource source, absl::Status status);
-  void PieceDone(const SlotKey& key, const absl::Status& status);
+  // Counts piece `piece_index` of the slot once (later reports of the same
+  // piece are ignored).
+  void PieceDone(const SlotKey& key, int piece_index, const absl::Status& status);
   // Prepares `run`, appending its launches to launches[local device].
   void PrepareRun(const RunRequest& run, std::vector<std::vector<Launch>>& launches);
   void Dispatch(std::vector<std::vector<Launch>>& launches);
@@ -115,6 +124,7 @@ class HostExecutor final : public HostService {
   // Pieces that arrived before their run was enqueued here.
   absl::flat_hash_map<SlotKey, std::vector<ShardPieceMessage>> early_ ABSL_GUARDED_BY(mu_);
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  absl::flat_hash_map<HostId, absl::Status> lost_peers_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace causeway

@@ -25,7 +25,7 @@ inline std::unique_ptr<LocalCluster> MakeCluster(LocalClusterOptions options) {
   return std::move(*cluster);
 }
 
-inline std::unique_ptr<Client> Connect(LocalCluster* cluster, ClientOptions options = {}) {
+inline std::unique_ptr<Client> Connect(ClusterConnection* cluster, ClientOptions options = {}) {
   auto client = Client::Connect(cluster, std::move(options));
   CW_CHECK_OK(client.status());
   return std::move(*client);

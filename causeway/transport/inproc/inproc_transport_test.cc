@@ -109,7 +109,7 @@ ShardPieceMessage Piece(int piece, size_t bytes) {
   m.node = 3;
   m.dst_shard = 1;
   m.piece = piece;
-  m.bytes.assign(bytes, std::byte{static_cast<unsigned char>(piece)});
+  m.bytes.assign(bytes, static_cast<char>(piece));
   return m;
 }
 

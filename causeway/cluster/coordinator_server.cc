@@ -1,0 +1,769 @@
+#include "causeway/cluster/coordinator_server.h"
+
+#include <set>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "causeway/base/check.h"
+#include "causeway/base/status_macros.h"
+#include "causeway/resource/resource_manager.h"
+#include "causeway/scheduler/island_scheduler.h"
+#include "causeway/transport/grpc/cluster.grpc.pb.h"
+#include "causeway/transport/grpc/wire_codec.h"
+
+namespace causeway {
+namespace {
+
+using grpc_transport::BatchWriter;
+using ReplyFn = std::function<void(const cluster::Reply&)>;
+
+cluster::Reply ErrorReply(const absl::Status& status) {
+  cluster::Reply r;
+  wire::EncodeStatus(status, r.mutable_status());
+  return r;
+}
+
+// A worker as the coordinator sees it: a HostService whose calls travel on
+// the worker's Join stream. Kept after the worker is lost (calls then fail
+// at once with the loss), so a host id never dangles. Thread-safe.
+class RemoteHost final : public HostService {
+ public:
+  RemoteHost(HostId id, IslandId island, std::string address, std::vector<DeviceId> devices,
+             grpc::ServerContext* context,
+             grpc::ServerReaderWriter<cluster::ToWorkerBatch, cluster::WorkerBatch>* stream)
+      : id_(id), island_(island), address_(std::move(address)), devices_(std::move(devices)),
+        context_(context),
+        writer_([stream](const cluster::ToWorkerBatch& b) { return stream->Write(b); }) {
+    MutexLock lock(&mu_);
+    last_seen_ = absl::Now();
+  }
+
+  HostId id() const override { return id_; }
+  IslandId island() const { return island_; }
+  const std::string& address() const { return address_; }
+  const std::vector<DeviceId>& devices() const { return devices_; }
+  std::string Name() const { return absl::StrCat(id_.ToString(), " (", address_, ")"); }
+
+  void Send(cluster::ToWorker message) { writer_.Post(std::move(message)); }
+
+  // Sends `call`. `on_reply`, if set, runs once: with the worker's reply (on
+  // the thread reading the worker's stream), or with UNAVAILABLE when the
+  // host is lost (on the thread that notices).
+  void Forward(cluster::HostCall call, ReplyFn on_reply) {
+    cluster::ToWorker m;
+    absl::Status lost;
+    {
+      MutexLock lock(&mu_);
+      if (lost_.ok()) {
+        if (on_reply) {
+          const uint64_t id = next_id_++;
+          pending_[id] = std::move(on_reply);
+          m.set_id(id);
+        }
+        call.set_host(id_.value());
+        *m.mutable_call() = std::move(call);
+        writer_.Post(std::move(m));
+        return;
+      }
+      lost = lost_;
+    }
+    if (on_reply) on_reply(ErrorReply(lost));
+  }
+
+  void OnReply(const cluster::Reply& reply) {
+    ReplyFn fn;
+    {
+      MutexLock lock(&mu_);
+      auto it = pending_.find(reply.id());
+      if (it == pending_.end()) return;
+      fn = std::move(it->second);
+      pending_.erase(it);
+    }
+    fn(reply);
+  }
+
+  // Marks the host lost; its pending calls fail with `status`.
+  void Lose(const absl::Status& status) {
+    absl::flat_hash_map<uint64_t, ReplyFn> pending;
+    {
+      MutexLock lock(&mu_);
+      if (!lost_.ok()) return;
+      lost_ = status;
+      pending.swap(pending_);
+    }
+    const cluster::Reply reply = ErrorReply(status);
+    for (auto& [id, fn] : pending) fn(reply);
+  }
+  bool lost() const {
+    MutexLock lock(&mu_);
+    return !lost_.ok();
+  }
+  absl::Status lost_status() const {
+    MutexLock lock(&mu_);
+    return lost_;
+  }
+
+  void Touch() {
+    MutexLock lock(&mu_);
+    last_seen_ = absl::Now();
+  }
+  absl::Time last_seen() const {
+    MutexLock lock(&mu_);
+    return last_seen_;
+  }
+  // Ends the worker's stream (its handler then reports the loss with `why`).
+  void Cancel(const std::string& why) {
+    {
+      MutexLock lock(&mu_);
+      if (cancel_reason_.empty()) cancel_reason_ = why;
+    }
+    context_->TryCancel();
+  }
+  std::string cancel_reason() const {
+    MutexLock lock(&mu_);
+    return cancel_reason_;
+  }
+  // Called by the Join handler before it returns (the stream dies with it).
+  void CloseWriter() { writer_.Close(); }
+
+  // HostService, for the island schedulers (EnqueueRun[s]) and for any
+  // other in-process caller.
+  absl::Status RegisterProgram(std::shared_ptr<const ProgramPlan> plan) override {
+    cluster::HostCall call;
+    wire::EncodePlan(*plan, call.mutable_register_program());
+    return Wait(Call(std::move(call))).status();
+  }
+  void UnregisterProgram(ProgramId program) override {
+    cluster::HostCall call;
+    call.set_unregister_program(program.value());
+    Forward(std::move(call), nullptr);
+  }
+  void EnqueueRun(const RunRequest& run) override { EnqueueRuns({run}); }
+  void EnqueueRuns(const std::vector<RunRequest>& runs) override {
+    cluster::HostCall call;
+    for (const RunRequest& r : runs) wire::EncodeRun(r, call.mutable_enqueue_runs()->add_runs());
+    Forward(std::move(call), nullptr);
+  }
+  absl::Status PutShard(ArrayId array, int shard, int local_device, ClientId owner,
+                        ir::Literal value) override {
+    cluster::HostCall call;
+    cluster::PutShard& p = *call.mutable_put_shard();
+    p.set_array(array.value());
+    p.set_shard(shard);
+    p.set_local_device(local_device);
+    p.set_owner(owner.value());
+    wire::EncodeLiteral(value, p.mutable_value());
+    return Wait(Call(std::move(call))).status();
+  }
+  Future<ir::Literal> FetchShard(ArrayId array, int shard) override {
+    cluster::HostCall call;
+    call.mutable_fetch_shard()->set_array(array.value());
+    call.mutable_fetch_shard()->set_shard(shard);
+    return Call(std::move(call)).Then(
+        [](const absl::StatusOr<cluster::Reply>& r) -> absl::StatusOr<ir::Literal> {
+          if (!r.ok()) return r.status();
+          return wire::DecodeLiteral(r->literal());
+        });
+  }
+  Future<Unit> AwaitShard(ArrayId array, int shard) override {
+    cluster::HostCall call;
+    call.mutable_await_shard()->set_array(array.value());
+    call.mutable_await_shard()->set_shard(shard);
+    return Call(std::move(call)).Then(
+        [](const absl::StatusOr<cluster::Reply>& r) -> absl::StatusOr<Unit> {
+          if (!r.ok()) return r.status();
+          return Unit{};
+        });
+  }
+  void ReleaseArrays(absl::Span<const ArrayId> arrays) override {
+    cluster::HostCall call;
+    for (ArrayId a : arrays) call.mutable_release_arrays()->add_arrays(a.value());
+    Forward(std::move(call), nullptr);
+  }
+  void ReleaseOwner(ClientId owner) override {
+    cluster::HostCall call;
+    call.set_release_owner(owner.value());
+    Forward(std::move(call), nullptr);
+  }
+  void DeliverPiece(ShardPieceMessage) override {
+    CW_CHECK(false) << "pieces move between workers, never through the coordinator";
+  }
+
+ private:
+  // The reply as a future: failed with the reply's status if not OK.
+  Future<cluster::Reply> Call(cluster::HostCall call) {
+    Promise<cluster::Reply> promise;
+    Forward(std::move(call), [promise](const cluster::Reply& r) {
+      const absl::Status status = wire::DecodeStatus(r.status());
+      if (status.ok()) {
+        promise.Set(r);
+      } else {
+        promise.Set(status);
+      }
+    });
+    return promise.future();
+  }
+  absl::StatusOr<cluster::Reply> Wait(const Future<cluster::Reply>& f) {
+    const absl::StatusOr<cluster::Reply>* r = f.AwaitWithTimeout(absl::Seconds(60));
+    if (r == nullptr) {
+      return absl::DeadlineExceededError(absl::StrCat(Name(), " did not answer within 60 s"));
+    }
+    return *r;
+  }
+
+  const HostId id_;
+  const IslandId island_;
+  const std::string address_;
+  const std::vector<DeviceId> devices_;
+  grpc::ServerContext* const context_;
+  BatchWriter<cluster::ToWorkerBatch, cluster::ToWorker> writer_;
+
+  mutable Mutex mu_;
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::flat_hash_map<uint64_t, ReplyFn> pending_ ABSL_GUARDED_BY(mu_);
+  absl::Status lost_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_seen_ ABSL_GUARDED_BY(mu_);
+  std::string cancel_reason_ ABSL_GUARDED_BY(mu_);
+};
+
+// One client connection (which may carry several clients). `clients` and
+// `programs` belong to the connection's handler thread; the writer is
+// thread-safe.
+struct ClientSession {
+  explicit ClientSession(grpc::ServerReaderWriter<cluster::ToClient, cluster::ClientBatch>* stream)
+      : writer([stream](const cluster::ToClient& b) { return stream->Write(b); }) {}
+  BatchWriter<cluster::ToClient, cluster::ClientEvent> writer;
+  std::set<ClientId> clients;
+  // Programs registered through this connection, to unregister if it ends.
+  std::set<std::pair<IslandId, ProgramId>> scheduler_programs;
+  std::set<std::pair<HostId, ProgramId>> host_programs;
+};
+
+}  // namespace
+
+class CoordinatorServer::Impl final : public cluster::Coordinator::Service {
+ public:
+  explicit Impl(const CoordinatorOptions& options)
+      : options_(options), resources_(Topology()) {}
+
+  absl::Status Start();
+  void Shutdown();
+  void Wait() { stopped_.WaitForNotification(); }
+  std::string address() const { return address_; }
+  Topology topology() const { return resources_.GetTopology(); }
+
+  grpc::Status Connect(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<cluster::ToClient, cluster::ClientBatch>* stream) override;
+  grpc::Status Join(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<cluster::ToWorkerBatch, cluster::WorkerBatch>* stream) override;
+
+ private:
+  RemoteHost* Host(HostId h) {
+    MutexLock lock(&mu_);
+    auto it = hosts_.find(h);
+    return it == hosts_.end() ? nullptr : it->second.get();
+  }
+  IslandScheduler* Scheduler(IslandId island) {
+    MutexLock lock(&mu_);
+    auto it = schedulers_.find(island);
+    return it == schedulers_.end() ? nullptr : it->second.get();
+  }
+  std::vector<std::shared_ptr<RemoteHost>> LiveHosts() {
+    std::vector<std::shared_ptr<RemoteHost>> out;
+    MutexLock lock(&mu_);
+    for (auto& [id, h] : hosts_) {
+      if (!h->lost()) out.push_back(h);
+    }
+    return out;
+  }
+
+  void BroadcastPeers();
+  void BroadcastTopology();
+  void HostLost(const std::shared_ptr<RemoteHost>& host, const std::string& reason);
+  void MonitorLoop();
+
+  void HandleClient(ClientSession& session, const std::shared_ptr<ClientSession>& shared,
+                    cluster::ClientMessage& message);
+  void HandleScheduler(ClientSession& session, uint64_t id, cluster::SchedulerCall& call);
+  void HandleHostCall(ClientSession& session, const std::shared_ptr<ClientSession>& shared,
+                      uint64_t id, cluster::HostCall& call);
+  void Reclaim(ClientSession& session);
+  static void ReplyTo(ClientSession& session, uint64_t id, const absl::Status& status,
+                      const std::function<void(cluster::Reply&)>& fill = nullptr);
+  static absl::Status CheckOwned(const ClientSession& session, int64_t id, absl::string_view what);
+  static absl::Status CheckRun(const ClientSession& session, const RunRequest& run);
+
+  const CoordinatorOptions options_;
+  std::string token_;
+  std::string address_;
+  std::unique_ptr<grpc::Server> server_;
+  ResourceManager resources_;
+  std::thread monitor_;
+  Notification stop_;
+  Notification stopped_;
+  // Serialises submissions of runs that span islands.
+  Mutex multi_island_mu_;
+
+  Mutex mu_;
+  absl::flat_hash_map<HostId, std::shared_ptr<RemoteHost>> hosts_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<IslandId, std::unique_ptr<IslandScheduler>> schedulers_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<ClientSession*, std::shared_ptr<ClientSession>> sessions_
+      ABSL_GUARDED_BY(mu_);
+  std::vector<grpc::ServerContext*> contexts_ ABSL_GUARDED_BY(mu_);
+  int64_t next_host_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t next_device_ ABSL_GUARDED_BY(mu_) = 0;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+absl::Status CoordinatorServer::Impl::Start() {
+  token_ = grpc_transport::TokenFromEnvironment(options_.token);
+  if (token_.empty()) {
+    return absl::InvalidArgumentError(
+        "the coordinator needs a cluster token (--token or CAUSEWAY_TOKEN)");
+  }
+  CW_ASSIGN_OR_RETURN(auto creds, grpc_transport::MakeServerCredentials(
+                                      grpc_transport::TlsFromEnvironment(options_.tls)));
+  grpc::ServerBuilder builder;
+  int port = 0;
+  grpc_transport::ConfigureServer(builder);
+  builder.AddListeningPort(options_.listen, creds, &port);
+  builder.RegisterService(this);
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.listen));
+  }
+  const std::string& l = options_.listen;
+  address_ = absl::StrCat(l.substr(0, l.rfind(':')), ":", port);
+  monitor_ = std::thread([this] { MonitorLoop(); });
+  return absl::OkStatus();
+}
+
+void CoordinatorServer::Impl::Shutdown() {
+  {
+    MutexLock lock(&mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+    for (grpc::ServerContext* c : contexts_) c->TryCancel();
+  }
+  stop_.Notify();
+  if (monitor_.joinable()) monitor_.join();
+  if (server_ != nullptr) {
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  }
+  stopped_.Notify();
+}
+
+void CoordinatorServer::Impl::MonitorLoop() {
+  const absl::Duration period =
+      std::max(absl::Milliseconds(50), options_.heartbeat_timeout / 4);
+  while (!stop_.WaitForNotificationWithTimeout(period)) {
+    const absl::Time now = absl::Now();
+    for (const auto& h : LiveHosts()) {
+      const absl::Duration silent = now - h->last_seen();
+      if (silent > options_.heartbeat_timeout) {
+        h->Cancel(absl::StrCat("no heartbeat for ", absl::FormatDuration(silent)));
+      }
+    }
+  }
+}
+
+void CoordinatorServer::Impl::BroadcastPeers() {
+  cluster::ToWorker m;
+  std::vector<std::shared_ptr<RemoteHost>> live;
+  {
+    MutexLock lock(&mu_);
+    cluster::PeerTable& table = *m.mutable_peers();
+    for (auto& [id, h] : hosts_) {
+      cluster::Peer& p = *table.add_peers();
+      p.set_host(id.value());
+      p.set_island(h->island().value());
+      p.set_data_address(h->address());
+      for (DeviceId d : h->devices()) p.add_devices(d.value());
+      const absl::Status lost = h->lost_status();
+      p.set_lost(!lost.ok());
+      p.set_lost_reason(std::string(lost.message()));
+      if (lost.ok()) live.push_back(h);
+    }
+  }
+  for (auto& h : live) h->Send(m);
+}
+
+void CoordinatorServer::Impl::BroadcastTopology() {
+  cluster::ClientEvent event;
+  wire::EncodeTopology(resources_.GetTopology(), event.mutable_topology());
+  MutexLock lock(&mu_);
+  for (auto& [p, s] : sessions_) s->writer.Post(event);
+}
+
+void CoordinatorServer::Impl::HostLost(const std::shared_ptr<RemoteHost>& host,
+                                       const std::string& reason) {
+  const absl::Status status =
+      absl::UnavailableError(absl::StrCat(host->Name(), " lost: ", reason));
+  host->Lose(status);
+  resources_.RemoveHost(host->id()).IgnoreError();
+  CW_LOG(kWarning) << status.message();
+  BroadcastPeers();
+  BroadcastTopology();
+}
+
+grpc::Status CoordinatorServer::Impl::Join(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<cluster::ToWorkerBatch, cluster::WorkerBatch>* stream) {
+  grpc::Status auth = grpc_transport::CheckCallMetadata(*context, token_);
+  if (!auth.ok()) return auth;
+  cluster::WorkerBatch first;
+  if (!stream->Read(&first) || first.messages_size() == 0 || !first.messages(0).has_hello()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a worker must say hello first");
+  }
+  const cluster::WorkerHello& hello = first.messages(0).hello();
+  if (hello.devices() < 1 || hello.devices() > 4096 || hello.memory_bytes() < 1 ||
+      hello.island() < 0) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("bad worker hello: ", hello.devices(), " devices, ",
+                                     hello.memory_bytes(), " bytes, island ", hello.island()));
+  }
+  std::string address = hello.data_address();
+  const std::string host_part = address.substr(0, address.rfind(':'));
+  if (host_part.empty() || host_part == "0.0.0.0" || host_part == "[::]") {
+    address = absl::StrCat(grpc_transport::PeerHost(context->peer()),
+                           address.substr(address.rfind(':')));
+  }
+  const IslandId island(hello.island());
+  std::shared_ptr<RemoteHost> host;
+  {
+    MutexLock lock(&mu_);
+    if (shut_down_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "coordinator stopping");
+    const HostId id(next_host_++);
+    std::vector<DeviceId> devices;
+    for (int i = 0; i < hello.devices(); ++i) devices.push_back(DeviceId(next_device_++));
+    host = std::make_shared<RemoteHost>(id, island, address, devices, context, stream);
+    cluster::ToWorker welcome;
+    welcome.mutable_welcome()->set_host(id.value());
+    for (DeviceId d : devices) welcome.mutable_welcome()->add_devices(d.value());
+    host->Send(std::move(welcome));
+    hosts_[id] = host;
+    contexts_.push_back(context);
+    resources_.AddHost(id, island, devices, hello.memory_bytes());
+    if (!schedulers_.contains(island)) {
+      IslandSchedulerOptions so;
+      so.island = island;
+      so.host_lookup = [this](HostId h) -> HostService* { return Host(h); };
+      schedulers_[island] = std::make_unique<IslandScheduler>(std::move(so));
+    }
+  }
+  CW_LOG(kInfo) << host->Name() << " joined " << island.ToString() << " with " << hello.devices()
+               << " devices";
+  BroadcastPeers();
+  BroadcastTopology();
+
+  cluster::WorkerBatch batch;
+  while (stream->Read(&batch)) {
+    host->Touch();
+    for (const cluster::FromWorker& m : batch.messages()) {
+      if (m.has_reply()) host->OnReply(m.reply());
+    }
+  }
+  std::string reason = host->cancel_reason();
+  if (reason.empty()) reason = context->IsCancelled() ? "connection broken" : "connection closed";
+  HostLost(host, reason);
+  host->CloseWriter();
+  MutexLock lock(&mu_);
+  contexts_.erase(std::find(contexts_.begin(), contexts_.end(), context));
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorServer::Impl::Connect(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<cluster::ToClient, cluster::ClientBatch>* stream) {
+  grpc::Status auth = grpc_transport::CheckCallMetadata(*context, token_);
+  if (!auth.ok()) return auth;
+  auto session = std::make_shared<ClientSession>(stream);
+  {
+    MutexLock lock(&mu_);
+    if (shut_down_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "coordinator stopping");
+    sessions_[session.get()] = session;
+    contexts_.push_back(context);
+  }
+  cluster::ClientEvent hello;
+  wire::EncodeTopology(resources_.GetTopology(), hello.mutable_topology());
+  session->writer.Post(std::move(hello));
+  cluster::ClientBatch batch;
+  while (stream->Read(&batch)) {
+    for (cluster::ClientMessage& m : *batch.mutable_messages()) HandleClient(*session, session, m);
+  }
+  {
+    MutexLock lock(&mu_);
+    sessions_.erase(session.get());
+    contexts_.erase(std::find(contexts_.begin(), contexts_.end(), context));
+  }
+  Reclaim(*session);
+  session->writer.Close();
+  return grpc::Status::OK;
+}
+
+void CoordinatorServer::Impl::Reclaim(ClientSession& session) {
+  for (const auto& [island, program] : session.scheduler_programs) {
+    if (IslandScheduler* s = Scheduler(island)) s->UnregisterProgram(program);
+  }
+  for (const auto& [h, program] : session.host_programs) {
+    if (RemoteHost* host = Host(h)) host->UnregisterProgram(program);
+  }
+  const std::vector<std::shared_ptr<RemoteHost>> live = LiveHosts();
+  for (ClientId c : session.clients) {
+    for (const auto& h : live) h->ReleaseOwner(c);
+    resources_.UnregisterClient(c);
+  }
+  session.clients.clear();
+}
+
+void CoordinatorServer::Impl::ReplyTo(ClientSession& session, uint64_t id,
+                                      const absl::Status& status,
+                                      const std::function<void(cluster::Reply&)>& fill) {
+  if (id == 0) return;
+  cluster::ClientEvent event;
+  cluster::Reply& r = *event.mutable_reply();
+  r.set_id(id);
+  wire::EncodeStatus(status, r.mutable_status());
+  if (status.ok() && fill) fill(r);
+  session.writer.Post(std::move(event));
+}
+
+absl::Status CoordinatorServer::Impl::CheckOwned(const ClientSession& session, int64_t id,
+                                                 absl::string_view what) {
+  const ClientId owner = OwnerOfId(id);
+  if (session.clients.contains(owner)) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      what, " ", id, " belongs to ", owner.ToString(), ", not to a client of this connection"));
+}
+
+absl::Status CoordinatorServer::Impl::CheckRun(const ClientSession& session,
+                                               const RunRequest& run) {
+  if (!session.clients.contains(run.client)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(run.client.ToString(), " is not a client of this connection"));
+  }
+  CW_RETURN_IF_ERROR(CheckOwned(session, run.run.value(), "run"));
+  CW_RETURN_IF_ERROR(CheckOwned(session, run.program.value(), "program"));
+  for (ArrayId a : run.arguments) CW_RETURN_IF_ERROR(CheckOwned(session, a.value(), "array"));
+  for (ArrayId a : run.outputs) CW_RETURN_IF_ERROR(CheckOwned(session, a.value(), "array"));
+  return absl::OkStatus();
+}
+
+void CoordinatorServer::Impl::HandleClient(ClientSession& session,
+                                           const std::shared_ptr<ClientSession>& shared,
+                                           cluster::ClientMessage& message) {
+  const uint64_t id = message.id();
+  switch (message.body_case()) {
+    case cluster::ClientMessage::kRegisterClient: {
+      absl::StatusOr<ClientId> client = resources_.RegisterClient();
+      if (client.ok()) session.clients.insert(*client);
+      ReplyTo(session, id, client.status(),
+              [&](cluster::Reply& r) { r.set_client(client->value()); });
+      return;
+    }
+    case cluster::ClientMessage::kUnregisterClient: {
+      const ClientId client(message.unregister_client());
+      if (session.clients.erase(client) > 0) resources_.UnregisterClient(client);
+      return;
+    }
+    case cluster::ClientMessage::kAllocateMesh: {
+      const ClientId client(message.client());
+      if (!session.clients.contains(client)) {
+        ReplyTo(session, id, absl::PermissionDeniedError(absl::StrCat(
+                                 client.ToString(), " is not a client of this connection")));
+        return;
+      }
+      absl::StatusOr<MeshRequest> request = wire::DecodeMeshRequest(message.allocate_mesh());
+      absl::StatusOr<Mesh> mesh =
+          request.ok() ? resources_.AllocateMesh(client, *request) : request.status();
+      ReplyTo(session, id, mesh.status(),
+              [&](cluster::Reply& r) { wire::EncodeMesh(*mesh, r.mutable_mesh()); });
+      return;
+    }
+    case cluster::ClientMessage::kScheduler:
+      HandleScheduler(session, id, *message.mutable_scheduler());
+      return;
+    case cluster::ClientMessage::kSubmitRun: {
+      absl::StatusOr<RunRequest> run = wire::DecodeRun(message.submit_run().run());
+      absl::Status status = run.ok() ? CheckRun(session, *run) : run.status();
+      if (status.ok()) {
+        MutexLock lock(&multi_island_mu_);
+        for (int64_t i : message.submit_run().islands()) {
+          IslandScheduler* s = Scheduler(IslandId(i));
+          status = s == nullptr ? absl::NotFoundError(absl::StrCat("unknown ", IslandId(i).ToString()))
+                                : s->SubmitRun(*run);
+          if (!status.ok()) break;
+        }
+      }
+      ReplyTo(session, id, status);
+      return;
+    }
+    case cluster::ClientMessage::kHost:
+      HandleHostCall(session, shared, id, *message.mutable_host());
+      return;
+    case cluster::ClientMessage::BODY_NOT_SET:
+      ReplyTo(session, id, absl::InvalidArgumentError("empty client message"));
+      return;
+  }
+}
+
+void CoordinatorServer::Impl::HandleScheduler(ClientSession& session, uint64_t id,
+                                              cluster::SchedulerCall& call) {
+  const IslandId island(call.island());
+  IslandScheduler* scheduler = Scheduler(island);
+  if (scheduler == nullptr) {
+    ReplyTo(session, id, absl::NotFoundError(absl::StrCat("no scheduler for ", island.ToString())));
+    return;
+  }
+  switch (call.call_case()) {
+    case cluster::SchedulerCall::kRegisterProgram: {
+      absl::StatusOr<std::shared_ptr<const ProgramPlan>> plan =
+          wire::DecodePlan(call.register_program(), wire::CompileMode::kSkip);
+      absl::Status status = plan.status();
+      if (status.ok() && !session.clients.contains((*plan)->client)) {
+        status = absl::PermissionDeniedError(
+            absl::StrCat((*plan)->client.ToString(), " is not a client of this connection"));
+      }
+      if (status.ok()) status = CheckOwned(session, (*plan)->id.value(), "program");
+      if (status.ok()) {
+        for (HostId h : (*plan)->hosts) {
+          if (Host(h) == nullptr) {
+            status = absl::NotFoundError(absl::StrCat("plan names unknown ", h.ToString()));
+            break;
+          }
+        }
+      }
+      if (status.ok()) status = scheduler->RegisterProgram(*plan);
+      if (status.ok()) session.scheduler_programs.insert({island, (*plan)->id});
+      ReplyTo(session, id, status);
+      return;
+    }
+    case cluster::SchedulerCall::kUnregisterProgram: {
+      const ProgramId program(call.unregister_program());
+      if (session.scheduler_programs.erase({island, program}) > 0) {
+        scheduler->UnregisterProgram(program);
+      }
+      return;
+    }
+    case cluster::SchedulerCall::kSubmitRuns: {
+      std::vector<RunRequest> runs;
+      std::vector<absl::Status> statuses(call.submit_runs().runs_size());
+      std::vector<int> index;
+      for (int i = 0; i < call.submit_runs().runs_size(); ++i) {
+        absl::StatusOr<RunRequest> run = wire::DecodeRun(call.submit_runs().runs(i));
+        statuses[i] = run.ok() ? CheckRun(session, *run) : run.status();
+        if (statuses[i].ok()) {
+          runs.push_back(*std::move(run));
+          index.push_back(i);
+        }
+      }
+      const std::vector<absl::Status> submitted = scheduler->SubmitRuns(std::move(runs));
+      for (size_t k = 0; k < index.size(); ++k) statuses[index[k]] = submitted[k];
+      ReplyTo(session, id, absl::OkStatus(), [&](cluster::Reply& r) {
+        for (const absl::Status& s : statuses) wire::EncodeStatus(s, r.mutable_statuses()->add_statuses());
+      });
+      return;
+    }
+    case cluster::SchedulerCall::CALL_NOT_SET:
+      ReplyTo(session, id, absl::InvalidArgumentError("empty scheduler call"));
+      return;
+  }
+}
+
+void CoordinatorServer::Impl::HandleHostCall(ClientSession& session,
+                                             const std::shared_ptr<ClientSession>& shared,
+                                             uint64_t id, cluster::HostCall& call) {
+  const HostId h(call.host());
+  RemoteHost* host = Host(h);
+  if (host == nullptr) {
+    ReplyTo(session, id, absl::NotFoundError(absl::StrCat("unknown ", h.ToString())));
+    return;
+  }
+  // A client names only its own ids.
+  absl::Status status;
+  switch (call.call_case()) {
+    case cluster::HostCall::kRegisterProgram:
+      status = CheckOwned(session, call.register_program().id(), "program");
+      if (status.ok() && !session.clients.contains(ClientId(call.register_program().client()))) {
+        status = absl::PermissionDeniedError("plan of another client");
+      }
+      if (status.ok()) session.host_programs.insert({h, ProgramId(call.register_program().id())});
+      break;
+    case cluster::HostCall::kUnregisterProgram:
+      status = CheckOwned(session, call.unregister_program(), "program");
+      session.host_programs.erase({h, ProgramId(call.unregister_program())});
+      break;
+    case cluster::HostCall::kEnqueueRuns:
+      for (const wire::Run& r : call.enqueue_runs().runs()) {
+        absl::StatusOr<RunRequest> run = wire::DecodeRun(r);
+        status = run.ok() ? CheckRun(session, *run) : run.status();
+        if (!status.ok()) break;
+      }
+      break;
+    case cluster::HostCall::kPutShard:
+      status = CheckOwned(session, call.put_shard().array(), "array");
+      if (status.ok() && !session.clients.contains(ClientId(call.put_shard().owner()))) {
+        status = absl::PermissionDeniedError("put on behalf of another client");
+      }
+      break;
+    case cluster::HostCall::kFetchShard:
+      status = CheckOwned(session, call.fetch_shard().array(), "array");
+      break;
+    case cluster::HostCall::kAwaitShard:
+      status = CheckOwned(session, call.await_shard().array(), "array");
+      break;
+    case cluster::HostCall::kReleaseArrays:
+      for (int64_t a : call.release_arrays().arrays()) {
+        status = CheckOwned(session, a, "array");
+        if (!status.ok()) break;
+      }
+      break;
+    case cluster::HostCall::kReleaseOwner:
+      if (!session.clients.contains(ClientId(call.release_owner()))) {
+        status = absl::PermissionDeniedError("release of another client's arrays");
+      }
+      break;
+    case cluster::HostCall::CALL_NOT_SET:
+      status = absl::InvalidArgumentError("empty host call");
+      break;
+  }
+  if (!status.ok()) {
+    if (id != 0) {
+      ReplyTo(session, id, status);
+    } else {
+      CW_LOG(kWarning) << "refused a client call: " << status;
+    }
+    return;
+  }
+  ReplyFn on_reply;
+  if (id != 0) {
+    on_reply = [shared, id](const cluster::Reply& reply) {
+      cluster::ClientEvent event;
+      *event.mutable_reply() = reply;
+      event.mutable_reply()->set_id(id);
+      shared->writer.Post(std::move(event));
+    };
+  }
+  host->Forward(std::move(call), std::move(on_reply));
+}
+
+absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
+    const CoordinatorOptions& options) {
+  auto impl = std::make_unique<Impl>(options);
+  CW_RETURN_IF_ERROR(impl->Start());
+  return std::unique_ptr<CoordinatorServer>(new CoordinatorServer(std::move(impl)));
+}
+
+CoordinatorServer::CoordinatorServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CoordinatorServer::~CoordinatorServer() { Shutdown(); }
+std::string CoordinatorServer::address() const { return impl_->address(); }
+Topology CoordinatorServer::topology() const { return impl_->topology(); }
+void CoordinatorServer::Shutdown() { impl_->Shutdown(); }
+void CoordinatorServer::Wait() { impl_->Wait(); }
+
+}  // namespace causeway

@@ -1,0 +1,63 @@
+// CoordinatorServer: the coordinator of the distributed cluster, as run by
+// `causeway coordinator`. Holds the resource manager and one island
+// scheduler per island. Workers join over a long-lived bidirectional stream
+// (Coordinator.Join) and are hosts from then on; clients connect over
+// another (Coordinator.Connect) and reach schedulers and hosts through it.
+// Calls from one client reach a host in the order the client made them:
+// its runs (forwarded by the scheduler) and its host calls share the
+// client's stream and the host's stream.
+//
+// Liveness: a worker that misses heartbeats for `heartbeat_timeout`, or
+// whose connection breaks, is lost at once: its pending calls fail with
+// UNAVAILABLE naming it, it leaves the topology, every other worker is told
+// (their transfers and collectives waiting on it fail), and every client
+// gets the new topology. A restarted worker joins as a new host. A client
+// whose connection ends has its arrays and programs reclaimed everywhere.
+#ifndef CAUSEWAY_CLUSTER_COORDINATOR_SERVER_H_
+#define CAUSEWAY_CLUSTER_COORDINATOR_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "causeway/topology/topology.h"
+#include "causeway/transport/grpc/grpc_common.h"
+
+namespace causeway {
+
+struct CoordinatorOptions {
+  std::string listen = "127.0.0.1:0";  // port 0 picks a free one
+  // Required: every client and worker must present it.
+  std::string token;
+  grpc_transport::TlsFiles tls;  // cert/key
+  absl::Duration heartbeat_timeout = absl::Seconds(3);
+};
+
+// Thread-safe.
+class CoordinatorServer {
+ public:
+  // INVALID_ARGUMENT without a token or with bad TLS files; UNAVAILABLE if
+  // the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
+      const CoordinatorOptions& options);
+  ~CoordinatorServer();
+
+  // host:port as bound.
+  std::string address() const;
+  Topology topology() const;
+  // Ends every stream and stops serving. Idempotent.
+  void Shutdown();
+  // Blocks until Shutdown().
+  void Wait();
+
+  class Impl;
+
+ private:
+  explicit CoordinatorServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace causeway
+
+#endif  // CAUSEWAY_CLUSTER_COORDINATOR_SERVER_H_

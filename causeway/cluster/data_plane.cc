@@ -1,0 +1,317 @@
+#include "causeway/cluster/data_plane.h"
+
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "causeway/base/check.h"
+#include "causeway/transport/grpc/wire_codec.h"
+
+namespace causeway {
+
+using grpc_transport::BatchWriter;
+
+// The sending half of the stream to one peer. The stream opens on the
+// writer thread at the first write, so no caller waits for a connection.
+class DataPlane::Sender {
+ public:
+  Sender(std::shared_ptr<grpc::Channel> channel, const std::string& token)
+      : stub_(cluster::Data::NewStub(channel)) {
+    grpc_transport::AddCallMetadata(context_, token);
+    writer_ = std::make_unique<BatchWriter<cluster::DataBatch, cluster::DataMessage>>(
+        [this](const cluster::DataBatch& batch) {
+          if (stream_ == nullptr) stream_ = stub_->Push(&context_, &ack_);
+          return stream_->Write(batch);
+        });
+  }
+
+  ~Sender() {
+    writer_->Close();  // the writer thread is gone: stream_ is ours
+    if (stream_ != nullptr) {
+      stream_->WritesDone();
+      context_.TryCancel();
+      stream_->Finish().IgnoreError();
+    }
+  }
+
+  bool Post(cluster::DataMessage message) { return writer_->Post(std::move(message)); }
+  // Unblocks a write to a peer that stopped reading.
+  void Cancel() { context_.TryCancel(); }
+
+ private:
+  std::unique_ptr<cluster::Data::Stub> stub_;
+  grpc::ClientContext context_;
+  cluster::DataAck ack_;
+  std::unique_ptr<grpc::ClientWriter<cluster::DataBatch>> stream_;  // writer thread only
+  std::unique_ptr<BatchWriter<cluster::DataBatch, cluster::DataMessage>> writer_;
+};
+
+// The receiving half: one Push stream per sending peer. Chunks of one
+// payload arrive in order on one stream and are reassembled per stream.
+class DataPlane::Service final : public cluster::Data::Service {
+ public:
+  explicit Service(DataPlane* plane) : plane_(plane) {}
+
+  grpc::Status Push(grpc::ServerContext* context, grpc::ServerReader<cluster::DataBatch>* reader,
+                    cluster::DataAck*) override {
+    grpc::Status auth = grpc_transport::CheckCallMetadata(*context, plane_->token_);
+    if (!auth.ok()) return auth;
+    using PieceKey = std::tuple<int64_t, int, int, int>;
+    using ContributionKey = std::tuple<int64_t, int, int, int, int>;
+    absl::flat_hash_map<PieceKey, std::string> pieces;
+    absl::flat_hash_map<ContributionKey, std::string> contributions;
+    cluster::DataBatch batch;
+    while (reader->Read(&batch)) {
+      HostExecutor* host;
+      CollectiveHub* hub;
+      {
+        MutexLock lock(&plane_->mu_);
+        host = plane_->host_;
+        hub = plane_->hub_;
+      }
+      if (host == nullptr || hub == nullptr) {
+        return grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker not started");
+      }
+      for (cluster::DataMessage& m : *batch.mutable_messages()) {
+        switch (m.body_case()) {
+          case cluster::DataMessage::kPiece: {
+            cluster::PieceChunk& c = *m.mutable_piece();
+            std::string bytes;
+            if (!Assemble(pieces, PieceKey{c.run(), c.node(), c.dst_shard(), c.piece()},
+                          c.offset(), c.total_bytes(), std::move(*c.mutable_data()), bytes)) {
+              break;
+            }
+            host->DeliverPiece(ShardPieceMessage{RunId(c.run()), c.node(), c.dst_shard(),
+                                                 c.piece(), wire::DecodeStatus(c.status()),
+                                                 std::move(bytes)});
+            break;
+          }
+          case cluster::DataMessage::kContribution: {
+            cluster::ContributionChunk& c = *m.mutable_contribution();
+            std::string bytes;
+            if (!Assemble(contributions,
+                          ContributionKey{c.run(), c.node(), c.index(), c.group_leader(),
+                                          c.rank()},
+                          c.offset(), c.total_bytes(), std::move(*c.mutable_data()), bytes)) {
+              break;
+            }
+            hub->DeliverContribution(
+                CollectiveKey{RunId(c.run()), c.node(), c.index(), c.group_leader()}, c.rank(),
+                std::move(bytes));
+            break;
+          }
+          case cluster::DataMessage::kAbort:
+            hub->AbortGangFromPeer(RunId(m.abort().run()), m.abort().node(),
+                                   wire::DecodeStatus(m.abort().status()));
+            break;
+          case cluster::DataMessage::BODY_NOT_SET:
+            break;
+        }
+      }
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  // Adds a chunk; true (with the payload in `out`) once the payload is whole.
+  template <typename Key>
+  static bool Assemble(absl::flat_hash_map<Key, std::string>& partial, const Key& key,
+                       int64_t offset, int64_t total, std::string chunk, std::string& out) {
+    if (offset == 0 && static_cast<int64_t>(chunk.size()) == total) {
+      out = std::move(chunk);
+      return true;
+    }
+    std::string& buffer = partial[key];
+    if (offset == 0) buffer.reserve(static_cast<size_t>(std::max<int64_t>(total, 0)));
+    if (static_cast<int64_t>(buffer.size()) != offset) {
+      // Out of order: a sender bug; drop the payload (its consumer fails by
+      // timeout or by the sender's loss).
+      CW_LOG(kWarning) << "data plane: chunk at offset " << offset << " after " << buffer.size()
+                      << " bytes; payload dropped";
+      partial.erase(key);
+      return false;
+    }
+    buffer.append(chunk);
+    if (static_cast<int64_t>(buffer.size()) < total) return false;
+    out = std::move(buffer);
+    partial.erase(key);
+    return true;
+  }
+
+  DataPlane* const plane_;
+};
+
+DataPlane::DataPlane(std::string token, std::shared_ptr<grpc::ChannelCredentials> creds)
+    : token_(std::move(token)), creds_(std::move(creds)),
+      service_(std::make_unique<Service>(this)) {}
+
+DataPlane::~DataPlane() { Shutdown(); }
+
+grpc::Service* DataPlane::service() { return service_.get(); }
+
+HostId DataPlane::self() const {
+  MutexLock lock(&mu_);
+  return self_;
+}
+
+void DataPlane::Attach(HostId self, HostExecutor* host, CollectiveHub* hub) {
+  MutexLock lock(&mu_);
+  self_ = self;
+  host_ = host;
+  hub_ = hub;
+}
+
+void DataPlane::UpdatePeers(const cluster::PeerTable& table) {
+  std::vector<std::pair<HostId, absl::Status>> newly_lost;
+  std::vector<std::shared_ptr<Sender>> closing;
+  HostExecutor* host;
+  CollectiveHub* hub;
+  {
+    MutexLock lock(&mu_);
+    host = host_;
+    hub = hub_;
+    for (const cluster::Peer& p : table.peers()) {
+      const HostId h(p.host());
+      PeerInfo& info = peers_[h];
+      const bool was_lost = info.lost;
+      info.address = p.data_address();
+      info.lost = p.lost();
+      for (int64_t d : p.devices()) device_hosts_[DeviceId(d)] = h;
+      if (p.lost() && !was_lost) {
+        newly_lost.emplace_back(h, absl::UnavailableError(p.lost_reason()));
+        if (auto it = senders_.find(h); it != senders_.end()) {
+          closing.push_back(std::move(it->second));
+          senders_.erase(it);
+        }
+      }
+    }
+  }
+  for (auto& s : closing) s->Cancel();
+  closing.clear();  // joins their writer threads
+  for (const auto& [h, status] : newly_lost) {
+    if (host != nullptr) host->PeerLost(h, status);
+    if (hub != nullptr) hub->HostLost(h, status);
+  }
+}
+
+HostId DataPlane::HostOf(DeviceId device) const {
+  MutexLock lock(&mu_);
+  auto it = device_hosts_.find(device);
+  return it == device_hosts_.end() ? HostId() : it->second;
+}
+
+std::shared_ptr<DataPlane::Sender> DataPlane::SenderFor(HostId to) {
+  MutexLock lock(&mu_);
+  if (shut_down_) return nullptr;
+  auto peer = peers_.find(to);
+  if (peer == peers_.end() || peer->second.lost) return nullptr;
+  std::shared_ptr<Sender>& sender = senders_[to];
+  if (sender == nullptr) {
+    sender = std::make_shared<Sender>(grpc_transport::MakeChannel(peer->second.address, creds_),
+                                      token_);
+  }
+  return sender;
+}
+
+void DataPlane::Post(HostId to, cluster::DataMessage message) {
+  std::shared_ptr<Sender> sender = SenderFor(to);
+  if (sender == nullptr) return;  // lost: its consumers fail through the peer table
+  sender->Post(std::move(message));
+}
+
+void DataPlane::SendPiece(HostId from, HostId to, ShardPieceMessage piece) {
+  HostExecutor* local = nullptr;
+  {
+    MutexLock lock(&mu_);
+    if (to == self_) local = host_;
+  }
+  if (local != nullptr) {
+    local->DeliverPiece(std::move(piece));
+    return;
+  }
+  const int64_t total = static_cast<int64_t>(piece.bytes.size());
+  {
+    MutexLock lock(&mu_);
+    bytes_sent_ += total;
+  }
+  int64_t offset = 0;
+  do {
+    cluster::DataMessage m;
+    cluster::PieceChunk& c = *m.mutable_piece();
+    c.set_run(piece.run.value());
+    c.set_node(piece.node);
+    c.set_dst_shard(piece.dst_shard);
+    c.set_piece(piece.piece);
+    wire::EncodeStatus(piece.status, c.mutable_status());
+    c.set_total_bytes(total);
+    c.set_offset(offset);
+    const int64_t n = std::min(kDataChunkBytes, total - offset);
+    if (n == total) {
+      *c.mutable_data() = std::move(piece.bytes);  // one chunk: no copy
+    } else {
+      c.set_data(piece.bytes.data() + offset, static_cast<size_t>(n));
+    }
+    offset += n;
+    Post(to, std::move(m));
+  } while (offset < total);
+}
+
+void DataPlane::SendContribution(HostId to, const CollectiveKey& key, int rank,
+                                 const void* data, int64_t bytes) {
+  {
+    MutexLock lock(&mu_);
+    bytes_sent_ += bytes;
+  }
+  const char* p = static_cast<const char*>(data);
+  int64_t offset = 0;
+  do {
+    cluster::DataMessage m;
+    cluster::ContributionChunk& c = *m.mutable_contribution();
+    c.set_run(key.run.value());
+    c.set_node(key.node);
+    c.set_index(key.index);
+    c.set_group_leader(key.group_leader);
+    c.set_rank(rank);
+    c.set_total_bytes(bytes);
+    c.set_offset(offset);
+    const int64_t n = std::min(kDataChunkBytes, bytes - offset);
+    if (n > 0) c.set_data(p + offset, static_cast<size_t>(n));
+    offset += n;
+    Post(to, std::move(m));
+  } while (offset < bytes);
+}
+
+void DataPlane::BroadcastAbort(RunId run, int node, const absl::Status& status) {
+  std::vector<HostId> targets;
+  {
+    MutexLock lock(&mu_);
+    for (const auto& [h, info] : peers_) {
+      if (h != self_ && !info.lost) targets.push_back(h);
+    }
+  }
+  for (HostId h : targets) {
+    cluster::DataMessage m;
+    m.mutable_abort()->set_run(run.value());
+    m.mutable_abort()->set_node(node);
+    wire::EncodeStatus(status, m.mutable_abort()->mutable_status());
+    Post(h, std::move(m));
+  }
+}
+
+void DataPlane::Shutdown() {
+  absl::flat_hash_map<HostId, std::shared_ptr<Sender>> senders;
+  {
+    MutexLock lock(&mu_);
+    shut_down_ = true;
+    senders.swap(senders_);
+  }
+  for (auto& [h, s] : senders) s->Cancel();
+}
+
+int64_t DataPlane::bytes_sent() const {
+  MutexLock lock(&mu_);
+  return bytes_sent_;
+}
+
+}  // namespace causeway

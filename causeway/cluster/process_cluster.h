@@ -1,0 +1,99 @@
+// ProcessCluster: a distributed cluster on this machine — one coordinator
+// process and one worker process per host, all on 127.0.0.1 — started from
+// the `causeway` binary. What `causeway cluster up` runs, and what the
+// multi-process integration tests use. Children get the token through the
+// environment (never on the command line) and die with this process
+// (PR_SET_PDEATHSIG), so none outlive it even if it is killed.
+#ifndef CAUSEWAY_CLUSTER_PROCESS_CLUSTER_H_
+#define CAUSEWAY_CLUSTER_PROCESS_CLUSTER_H_
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "causeway/base/ids.h"
+
+namespace causeway {
+
+struct ProcessClusterOptions {
+  std::string binary;  // the `causeway` executable
+  int islands = 2;
+  int hosts_per_island = 2;
+  int devices_per_host = 4;
+  int64_t memory_bytes = int64_t{1} << 30;
+  int port = 0;         // the coordinator's; 0 picks a free one
+  std::string token;    // empty: a random one
+  absl::Duration heartbeat_timeout = absl::Seconds(3);
+  // TLS: the coordinator and workers serve with cert/key; workers trust ca.
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_ca;
+  absl::Duration start_timeout = absl::Seconds(30);
+};
+
+// Thread-compatible (one owner).
+class ProcessCluster {
+ public:
+  // Starts the coordinator, then every worker, and waits until every worker
+  // has joined. UNAVAILABLE (with the child's output) if a process exits
+  // early or the cluster is not up within `start_timeout`.
+  static absl::StatusOr<std::unique_ptr<ProcessCluster>> Start(
+      const ProcessClusterOptions& options);
+  // Stop().
+  ~ProcessCluster();
+
+  // grpc://127.0.0.1:PORT
+  std::string url() const { return url_; }
+  const std::string& token() const { return token_; }
+  int num_workers() const { return static_cast<int>(workers_.size()); }
+  int64_t num_devices() const;
+
+  // Kills worker `index` with SIGKILL and reaps it.
+  void KillWorker(int index);
+  // Starts worker `index` again (it joins as a new host).
+  absl::Status RestartWorker(int index);
+  bool WorkerRunning(int index) const { return workers_[index].pid > 0; }
+  // The host id worker `index` joined as (its latest start).
+  HostId worker_host(int index) const { return workers_[index].host; }
+  pid_t worker_pid(int index) const { return workers_[index].pid; }
+  // Every child process currently running.
+  std::vector<pid_t> pids() const;
+
+  // SIGTERM to every child, SIGKILL to any still running after 5 s; reaps
+  // them all. Idempotent.
+  void Stop();
+  // Reaps children that exited on their own; describes them ("worker 2
+  // (pid 123) exited with status 1"), or returns an empty string.
+  std::string ReapExited();
+
+ private:
+  struct Child {
+    pid_t pid = -1;
+    std::vector<std::string> argv;
+    std::string log_path;
+    HostId host;  // workers
+  };
+  // Spawns a worker and waits for it to report the host id it joined as.
+  absl::Status SpawnWorker(Child& worker);
+  // Reads one line from `fd` (closing it) within the start timeout.
+  absl::StatusOr<std::string> ReadReadyLine(int fd, const Child& child);
+  explicit ProcessCluster(const ProcessClusterOptions& options) : options_(options) {}
+  // `ready_fd`, if >= 0, becomes the child's fd 3.
+  absl::Status Spawn(Child& child, int ready_fd);
+  std::string Tail(const Child& child) const;
+
+  const ProcessClusterOptions options_;
+  std::string token_;
+  std::string url_;
+  std::string log_dir_;
+  Child coordinator_;
+  std::vector<Child> workers_;
+};
+
+}  // namespace causeway
+
+#endif  // CAUSEWAY_CLUSTER_PROCESS_CLUSTER_H_

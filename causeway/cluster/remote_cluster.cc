@@ -1,0 +1,430 @@
+#include "causeway/cluster/remote_cluster.h"
+
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "causeway/base/check.h"
+#include "causeway/base/status_macros.h"
+#include "causeway/transport/grpc/cluster.grpc.pb.h"
+#include "causeway/transport/grpc/wire_codec.h"
+
+namespace causeway {
+
+using grpc_transport::BatchWriter;
+
+absl::StatusOr<std::string> ParseGrpcAddress(const std::string& url) {
+  absl::string_view a = url;
+  if (absl::StartsWith(a, "grpc://")) a.remove_prefix(7);
+  const size_t colon = a.rfind(':');
+  int port = 0;
+  if (colon == absl::string_view::npos || colon == 0 ||
+      !absl::SimpleAtoi(a.substr(colon + 1), &port) || port < 1 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", url, "' is not a cluster address (grpc://HOST:PORT)"));
+  }
+  return std::string(a);
+}
+
+class RemoteCluster::Impl {
+ public:
+  explicit Impl(const RemoteClusterOptions& options) : options_(options) {}
+  ~Impl() { Close(); }
+
+  absl::Status Connect();
+  void Close();
+
+  // Queues `message`; its reply (or the connection's loss) settles the future.
+  Future<cluster::Reply> Call(cluster::ClientMessage message) {
+    Promise<cluster::Reply> promise;
+    absl::Status broken;
+    {
+      MutexLock lock(&mu_);
+      broken = broken_;
+      if (broken.ok()) {
+        const uint64_t id = next_id_++;
+        message.set_id(id);
+        pending_[id] = promise;
+        if (!writer_->Post(std::move(message))) {
+          pending_.erase(id);
+          broken = absl::UnavailableError("connection to the coordinator is closed");
+        }
+      }
+    }
+    if (!broken.ok()) promise.Set(broken);
+    return promise.future();
+  }
+  absl::StatusOr<cluster::Reply> CallAndWait(cluster::ClientMessage message,
+                                             absl::string_view what) {
+    Future<cluster::Reply> f = Call(std::move(message));
+    const absl::StatusOr<cluster::Reply>* r = f.AwaitWithTimeout(options_.timeout);
+    if (r == nullptr) {
+      return absl::DeadlineExceededError(absl::StrCat("the coordinator at ", address_,
+                                                      " did not answer ", what, " within ",
+                                                      absl::FormatDuration(options_.timeout)));
+    }
+    return *r;
+  }
+  void Send(cluster::ClientMessage message) { writer_->Post(std::move(message)); }
+
+  Topology topology() const {
+    MutexLock lock(&mu_);
+    return topology_;
+  }
+  absl::Status status() const {
+    MutexLock lock(&mu_);
+    return broken_;
+  }
+  absl::Status WaitForTopology(const std::function<bool(const Topology&)>& done,
+                               absl::Duration timeout) {
+    MutexLock lock(&mu_);
+    const bool met = mu_.AwaitWithTimeout(
+        [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !broken_.ok() || done(topology_); },
+        timeout);
+    if (!broken_.ok()) return broken_;
+    if (!met) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "the cluster at ", address_, " did not reach the expected topology within ",
+          absl::FormatDuration(timeout), " (it has ", topology_.num_devices(), " devices)"));
+    }
+    return absl::OkStatus();
+  }
+
+  ResourceService* resources();
+  SchedulerService* scheduler(IslandId island);
+  HostService* host(HostId host);
+
+ private:
+  class Resources;
+  class Scheduler;
+  class Host;
+
+  void ReadLoop();
+
+  const RemoteClusterOptions options_;
+  std::string address_;
+  std::unique_ptr<cluster::Coordinator::Stub> stub_;
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReaderWriter<cluster::ClientBatch, cluster::ToClient>> stream_;
+  std::unique_ptr<BatchWriter<cluster::ClientBatch, cluster::ClientMessage>> writer_;
+  std::thread reader_;
+  Notification reader_done_;
+  std::unique_ptr<Resources> resources_;
+
+  mutable Mutex mu_;
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::flat_hash_map<uint64_t, Promise<cluster::Reply>> pending_ ABSL_GUARDED_BY(mu_);
+  Topology topology_ ABSL_GUARDED_BY(mu_);
+  absl::Status broken_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  absl::flat_hash_map<IslandId, std::unique_ptr<Scheduler>> schedulers_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<HostId, std::unique_ptr<Host>> hosts_ ABSL_GUARDED_BY(mu_);
+};
+
+namespace {
+
+absl::Status ReplyStatus(const absl::StatusOr<cluster::Reply>& r) {
+  return r.ok() ? absl::OkStatus() : r.status();
+}
+
+}  // namespace
+
+class RemoteCluster::Impl::Resources final : public ResourceService {
+ public:
+  explicit Resources(Impl* impl) : impl_(impl) {}
+  absl::StatusOr<ClientId> RegisterClient() override {
+    cluster::ClientMessage m;
+    m.set_register_client(true);
+    CW_ASSIGN_OR_RETURN(cluster::Reply r, impl_->CallAndWait(std::move(m), "RegisterClient"));
+    return ClientId(r.client());
+  }
+  void UnregisterClient(ClientId client) override {
+    cluster::ClientMessage m;
+    m.set_unregister_client(client.value());
+    impl_->Send(std::move(m));
+  }
+  absl::StatusOr<Mesh> AllocateMesh(ClientId client, const MeshRequest& request) override {
+    cluster::ClientMessage m;
+    m.set_client(client.value());
+    wire::EncodeMeshRequest(request, m.mutable_allocate_mesh());
+    CW_ASSIGN_OR_RETURN(cluster::Reply r, impl_->CallAndWait(std::move(m), "AllocateMesh"));
+    return wire::DecodeMesh(r.mesh());
+  }
+  Topology GetTopology() const override { return impl_->topology(); }
+
+ private:
+  Impl* const impl_;
+};
+
+class RemoteCluster::Impl::Scheduler final : public SchedulerService {
+ public:
+  Scheduler(Impl* impl, IslandId island) : impl_(impl), island_(island) {}
+  absl::Status RegisterProgram(std::shared_ptr<const ProgramPlan> plan) override {
+    cluster::ClientMessage m;
+    m.mutable_scheduler()->set_island(island_.value());
+    wire::EncodePlan(*plan, m.mutable_scheduler()->mutable_register_program());
+    return ReplyStatus(impl_->CallAndWait(std::move(m), "RegisterProgram"));
+  }
+  void UnregisterProgram(ProgramId program) override {
+    cluster::ClientMessage m;
+    m.mutable_scheduler()->set_island(island_.value());
+    m.mutable_scheduler()->set_unregister_program(program.value());
+    impl_->Send(std::move(m));
+  }
+  absl::Status SubmitRun(RunRequest run) override {
+    std::vector<RunRequest> runs;
+    runs.push_back(std::move(run));
+    return SubmitRuns(std::move(runs))[0];
+  }
+  std::vector<absl::Status> SubmitRuns(std::vector<RunRequest> runs) override {
+    cluster::ClientMessage m;
+    m.mutable_scheduler()->set_island(island_.value());
+    for (const RunRequest& r : runs) {
+      wire::EncodeRun(r, m.mutable_scheduler()->mutable_submit_runs()->add_runs());
+    }
+    absl::StatusOr<cluster::Reply> r = impl_->CallAndWait(std::move(m), "SubmitRuns");
+    std::vector<absl::Status> out(runs.size(), r.status());
+    if (r.ok()) {
+      for (size_t i = 0; i < runs.size(); ++i) {
+        out[i] = static_cast<int>(i) < r->statuses().statuses_size()
+                     ? wire::DecodeStatus(r->statuses().statuses(static_cast<int>(i)))
+                     : absl::InternalError("the coordinator answered too few statuses");
+      }
+    }
+    return out;
+  }
+
+ private:
+  Impl* const impl_;
+  const IslandId island_;
+};
+
+class RemoteCluster::Impl::Host final : public HostService {
+ public:
+  Host(Impl* impl, HostId id) : impl_(impl), id_(id) {}
+  HostId id() const override { return id_; }
+
+  absl::Status RegisterProgram(std::shared_ptr<const ProgramPlan> plan) override {
+    cluster::ClientMessage m = Message();
+    wire::EncodePlan(*plan, m.mutable_host()->mutable_register_program());
+    return ReplyStatus(impl_->CallAndWait(std::move(m), "RegisterProgram"));
+  }
+  void UnregisterProgram(ProgramId program) override {
+    cluster::ClientMessage m = Message();
+    m.mutable_host()->set_unregister_program(program.value());
+    impl_->Send(std::move(m));
+  }
+  void EnqueueRun(const RunRequest& run) override { EnqueueRuns({run}); }
+  void EnqueueRuns(const std::vector<RunRequest>& runs) override {
+    cluster::ClientMessage m = Message();
+    for (const RunRequest& r : runs) {
+      wire::EncodeRun(r, m.mutable_host()->mutable_enqueue_runs()->add_runs());
+    }
+    impl_->Send(std::move(m));
+  }
+  absl::Status PutShard(ArrayId array, int shard, int local_device, ClientId owner,
+                        ir::Literal value) override {
+    cluster::ClientMessage m = Message();
+    cluster::PutShard& p = *m.mutable_host()->mutable_put_shard();
+    p.set_array(array.value());
+    p.set_shard(shard);
+    p.set_local_device(local_device);
+    p.set_owner(owner.value());
+    wire::EncodeLiteral(value, p.mutable_value());
+    return ReplyStatus(impl_->CallAndWait(std::move(m), "PutShard"));
+  }
+  Future<ir::Literal> FetchShard(ArrayId array, int shard) override {
+    cluster::ClientMessage m = Message();
+    m.mutable_host()->mutable_fetch_shard()->set_array(array.value());
+    m.mutable_host()->mutable_fetch_shard()->set_shard(shard);
+    return impl_->Call(std::move(m))
+        .Then([](const absl::StatusOr<cluster::Reply>& r) -> absl::StatusOr<ir::Literal> {
+          if (!r.ok()) return r.status();
+          return wire::DecodeLiteral(r->literal());
+        });
+  }
+  Future<Unit> AwaitShard(ArrayId array, int shard) override {
+    cluster::ClientMessage m = Message();
+    m.mutable_host()->mutable_await_shard()->set_array(array.value());
+    m.mutable_host()->mutable_await_shard()->set_shard(shard);
+    return impl_->Call(std::move(m))
+        .Then([](const absl::StatusOr<cluster::Reply>& r) -> absl::StatusOr<Unit> {
+          if (!r.ok()) return r.status();
+          return Unit{};
+        });
+  }
+  void ReleaseArrays(absl::Span<const ArrayId> arrays) override {
+    cluster::ClientMessage m = Message();
+    for (ArrayId a : arrays) m.mutable_host()->mutable_release_arrays()->add_arrays(a.value());
+    impl_->Send(std::move(m));
+  }
+  void ReleaseOwner(ClientId owner) override {
+    cluster::ClientMessage m = Message();
+    m.mutable_host()->set_release_owner(owner.value());
+    impl_->Send(std::move(m));
+  }
+  void DeliverPiece(ShardPieceMessage) override {
+    CW_CHECK(false) << "pieces move between workers, never through a client";
+  }
+
+ private:
+  cluster::ClientMessage Message() const {
+    cluster::ClientMessage m;
+    m.mutable_host()->set_host(id_.value());
+    return m;
+  }
+  Impl* const impl_;
+  const HostId id_;
+};
+
+absl::Status RemoteCluster::Impl::Connect() {
+  CW_ASSIGN_OR_RETURN(address_, ParseGrpcAddress(options_.address));
+  CW_ASSIGN_OR_RETURN(auto creds, grpc_transport::MakeChannelCredentials(
+                                      grpc_transport::TlsFromEnvironment(options_.tls)));
+  auto channel = grpc_transport::MakeChannel(address_, creds);
+  if (!channel->WaitForConnected(std::chrono::system_clock::now() +
+                                 absl::ToChronoNanoseconds(options_.timeout))) {
+    return absl::UnavailableError(absl::StrCat("cannot reach the coordinator at ", address_,
+                                               " within ", absl::FormatDuration(options_.timeout)));
+  }
+  stub_ = cluster::Coordinator::NewStub(channel);
+  grpc_transport::AddCallMetadata(context_, grpc_transport::TokenFromEnvironment(options_.token));
+  stream_ = stub_->Connect(&context_);
+  cluster::ToClient first;
+  if (!stream_->Read(&first) || first.messages_size() == 0 ||
+      !first.messages(0).has_topology()) {
+    context_.TryCancel();
+    const absl::Status status = grpc_transport::FromGrpc(stream_->Finish());
+    stream_.reset();
+    return Annotate(status.ok() ? absl::UnavailableError("no topology") : status,
+                    absl::StrCat("connecting to the coordinator at ", address_));
+  }
+  CW_ASSIGN_OR_RETURN(Topology topology, wire::DecodeTopology(first.messages(0).topology()));
+  {
+    MutexLock lock(&mu_);
+    topology_ = std::move(topology);
+  }
+  resources_ = std::make_unique<Resources>(this);
+  writer_ = std::make_unique<BatchWriter<cluster::ClientBatch, cluster::ClientMessage>>(
+      [this](const cluster::ClientBatch& b) { return stream_->Write(b); });
+  reader_ = std::thread([this] { ReadLoop(); });
+  return absl::OkStatus();
+}
+
+void RemoteCluster::Impl::ReadLoop() {
+  cluster::ToClient batch;
+  while (stream_->Read(&batch)) {
+    for (cluster::ClientEvent& e : *batch.mutable_messages()) {
+      if (e.has_topology()) {
+        absl::StatusOr<Topology> t = wire::DecodeTopology(e.topology());
+        if (!t.ok()) {
+          CW_LOG(kError) << "bad topology from the coordinator: " << t.status();
+          continue;
+        }
+        MutexLock lock(&mu_);
+        topology_ = *std::move(t);
+        continue;
+      }
+      if (!e.has_reply()) continue;
+      Promise<cluster::Reply> promise;
+      {
+        MutexLock lock(&mu_);
+        auto it = pending_.find(e.reply().id());
+        if (it == pending_.end()) continue;
+        promise = std::move(it->second);
+        pending_.erase(it);
+      }
+      const absl::Status status = wire::DecodeStatus(e.reply().status());
+      if (status.ok()) {
+        promise.Set(std::move(*e.mutable_reply()));
+      } else {
+        promise.Set(status);
+      }
+    }
+  }
+  const absl::Status finish = grpc_transport::FromGrpc(stream_->Finish());
+  absl::flat_hash_map<uint64_t, Promise<cluster::Reply>> pending;
+  absl::Status broken;
+  {
+    MutexLock lock(&mu_);
+    broken_ = absl::UnavailableError(
+        absl::StrCat("connection to the coordinator at ", address_, " lost",
+                     finish.ok() ? std::string() : absl::StrCat(": ", finish.ToString())));
+    broken = broken_;
+    pending.swap(pending_);
+  }
+  for (auto& [id, p] : pending) p.Set(broken);
+  reader_done_.Notify();
+}
+
+void RemoteCluster::Impl::Close() {
+  {
+    MutexLock lock(&mu_);
+    if (closed_) return;
+    closed_ = true;
+  }
+  if (stream_ == nullptr) return;
+  writer_->Close();
+  stream_->WritesDone();
+  // The coordinator ends the stream once it has reclaimed this connection's
+  // clients; do not wait for a coordinator that stopped answering.
+  if (!reader_done_.WaitForNotificationWithTimeout(absl::Seconds(5))) context_.TryCancel();
+  reader_.join();
+}
+
+ResourceService* RemoteCluster::Impl::resources() { return resources_.get(); }
+
+SchedulerService* RemoteCluster::Impl::scheduler(IslandId island) {
+  MutexLock lock(&mu_);
+  if (!topology_.island(island).ok() && !schedulers_.contains(island)) return nullptr;
+  std::unique_ptr<Scheduler>& s = schedulers_[island];
+  if (s == nullptr) s = std::make_unique<Scheduler>(this, island);
+  return s.get();
+}
+
+HostService* RemoteCluster::Impl::host(HostId host) {
+  MutexLock lock(&mu_);
+  auto it = hosts_.find(host);
+  if (it != hosts_.end()) return it->second.get();
+  if (!topology_.host(host).ok()) return nullptr;
+  return (hosts_[host] = std::make_unique<Host>(this, host)).get();
+}
+
+absl::StatusOr<std::unique_ptr<RemoteCluster>> RemoteCluster::Connect(
+    const RemoteClusterOptions& options) {
+  auto impl = std::make_unique<Impl>(options);
+  CW_RETURN_IF_ERROR(impl->Connect());
+  return std::unique_ptr<RemoteCluster>(new RemoteCluster(std::move(impl)));
+}
+
+RemoteCluster::RemoteCluster(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+RemoteCluster::~RemoteCluster() = default;
+ResourceService* RemoteCluster::resources() { return impl_->resources(); }
+SchedulerService* RemoteCluster::scheduler(IslandId island) { return impl_->scheduler(island); }
+HostService* RemoteCluster::host(HostId host) { return impl_->host(host); }
+
+absl::Status RemoteCluster::SubmitRun(const RunRequest& run,
+                                      const std::vector<IslandId>& islands) {
+  cluster::ClientMessage m;
+  wire::EncodeRun(run, m.mutable_submit_run()->mutable_run());
+  for (IslandId i : islands) m.mutable_submit_run()->add_islands(i.value());
+  return ReplyStatus(impl_->CallAndWait(std::move(m), "SubmitRun"));
+}
+
+absl::Status RemoteCluster::WaitForDevices(int64_t devices, absl::Duration timeout) {
+  return impl_->WaitForTopology(
+      [devices](const Topology& t) { return t.num_devices() >= devices; }, timeout);
+}
+
+absl::Status RemoteCluster::WaitForTopology(const std::function<bool(const Topology&)>& done,
+                                            absl::Duration timeout) {
+  return impl_->WaitForTopology(done, timeout);
+}
+
+absl::Status RemoteCluster::status() const { return impl_->status(); }
+
+}  // namespace causeway

@@ -1,0 +1,74 @@
+// RemoteCluster: what a client connects to when the cluster runs as
+// separate processes (`grpc://HOST:PORT`). It implements ClusterConnection
+// over one long-lived bidirectional stream to the coordinator: the
+// resource manager, every island scheduler and every host are reached
+// through it, so calls keep the order in which they were made (the ordering
+// contract of causeway/transport/services.h). Calls that return a status
+// wait for the coordinator's reply (bounded by `timeout`); the others only
+// queue a message. The topology is pushed by the coordinator on connect and
+// whenever a host joins or is lost, so GetTopology() never makes a round
+// trip.
+#ifndef CAUSEWAY_CLUSTER_REMOTE_CLUSTER_H_
+#define CAUSEWAY_CLUSTER_REMOTE_CLUSTER_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "causeway/transport/grpc/grpc_common.h"
+#include "causeway/transport/services.h"
+
+namespace causeway {
+
+struct RemoteClusterOptions {
+  // "grpc://host:port" or "host:port".
+  std::string address;
+  // The cluster token; empty: CAUSEWAY_TOKEN.
+  std::string token;
+  // `ca` set (or CAUSEWAY_TLS_CA): connect over TLS, trusting that CA.
+  grpc_transport::TlsFiles tls;
+  // Bound on connecting and on every call that waits for a reply.
+  absl::Duration timeout = absl::Seconds(30);
+};
+
+// Thread-safe.
+class RemoteCluster final : public ClusterConnection {
+ public:
+  // UNAVAILABLE if the coordinator cannot be reached within the timeout;
+  // UNAUTHENTICATED for a wrong token; FAILED_PRECONDITION for another
+  // protocol version; INVALID_ARGUMENT for a malformed address.
+  static absl::StatusOr<std::unique_ptr<RemoteCluster>> Connect(
+      const RemoteClusterOptions& options);
+  // Ends the stream: the coordinator reclaims every array of its clients.
+  ~RemoteCluster() override;
+
+  ResourceService* resources() override;
+  SchedulerService* scheduler(IslandId island) override;
+  HostService* host(HostId host) override;
+  absl::Status SubmitRun(const RunRequest& run, const std::vector<IslandId>& islands) override;
+
+  // Blocks until the topology has at least `devices` devices.
+  // DEADLINE_EXCEEDED after `timeout`; UNAVAILABLE if the connection ends.
+  absl::Status WaitForDevices(int64_t devices, absl::Duration timeout);
+  // Blocks until `done(topology)` holds (it runs under a lock: keep it
+  // short). Errors as WaitForDevices.
+  absl::Status WaitForTopology(const std::function<bool(const Topology&)>& done,
+                               absl::Duration timeout);
+  // UNAVAILABLE once the connection to the coordinator is gone.
+  absl::Status status() const;
+
+  class Impl;
+
+ private:
+  explicit RemoteCluster(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Strips "grpc://"; INVALID_ARGUMENT unless what remains is HOST:PORT.
+absl::StatusOr<std::string> ParseGrpcAddress(const std::string& url);
+
+}  // namespace causeway
+
+#endif  // CAUSEWAY_CLUSTER_REMOTE_CLUSTER_H_

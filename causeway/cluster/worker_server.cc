@@ -1,0 +1,311 @@
+#include "causeway/cluster/worker_server.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "causeway/base/check.h"
+#include "causeway/base/status_macros.h"
+#include "causeway/cluster/data_plane.h"
+#include "causeway/transport/grpc/cluster.grpc.pb.h"
+#include "causeway/transport/grpc/wire_codec.h"
+#include "causeway/worker/collective_hub.h"
+#include "causeway/worker/host_executor.h"
+#include "causeway/worker/trace.h"
+
+namespace causeway {
+
+using grpc_transport::BatchWriter;
+
+class WorkerServer::Impl {
+ public:
+  explicit Impl(const WorkerServerOptions& options) : options_(options) {}
+  ~Impl() { Shutdown(); }
+
+  absl::Status Start();
+  HostId host() const { return host_; }
+
+  absl::Status Wait() {
+    stopped_.WaitForNotification();
+    MutexLock lock(&mu_);
+    return exit_status_;
+  }
+
+  void Shutdown() {
+    {
+      MutexLock lock(&mu_);
+      if (shut_down_) return;
+      shut_down_ = true;
+      if (exit_status_.ok()) exit_status_ = absl::CancelledError("worker shut down");
+    }
+    stop_heartbeat_.Notify();
+    if (heartbeat_.joinable()) heartbeat_.join();
+    if (stream_ != nullptr) context_.TryCancel();
+    if (reader_.joinable()) reader_.join();
+    if (writer_ != nullptr) writer_->Close();
+    if (data_ != nullptr) data_->Shutdown();
+    if (server_ != nullptr) server_->Shutdown(std::chrono::system_clock::now());
+    if (hub_ != nullptr) hub_->Shutdown();
+    if (executor_ != nullptr) {
+      executor_->store().Shutdown();
+      executor_->Shutdown();
+    }
+    if (!stopped_.HasBeenNotified()) stopped_.Notify();
+  }
+
+ private:
+  void ReadLoop();
+  void Handle(cluster::ToWorker& message);
+  void HandleCall(uint64_t id, cluster::HostCall& call);
+  void Reply(uint64_t id, const absl::Status& status,
+             const std::function<void(cluster::Reply&)>& fill = nullptr);
+  void Stop(const absl::Status& why) {
+    {
+      MutexLock lock(&mu_);
+      if (exit_status_.ok()) exit_status_ = why;
+    }
+    if (!stopped_.HasBeenNotified()) stopped_.Notify();
+  }
+
+  const WorkerServerOptions options_;
+  std::string token_;
+  HostId host_;
+  std::shared_ptr<grpc::ChannelCredentials> channel_creds_;
+  std::unique_ptr<DataPlane> data_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<TraceRecorder> trace_;
+  std::unique_ptr<CollectiveHub> hub_;
+  std::unique_ptr<HostExecutor> executor_;
+
+  std::unique_ptr<cluster::Coordinator::Stub> stub_;
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReaderWriter<cluster::WorkerBatch, cluster::ToWorkerBatch>> stream_;
+  std::unique_ptr<BatchWriter<cluster::WorkerBatch, cluster::FromWorker>> writer_;
+  std::thread reader_;
+  std::thread heartbeat_;
+  Notification stop_heartbeat_;
+  Notification stopped_;
+
+  Mutex mu_;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status exit_status_ ABSL_GUARDED_BY(mu_);
+};
+
+absl::Status WorkerServer::Impl::Start() {
+  if (options_.devices < 1 || options_.devices > 4096) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a worker needs 1 to 4096 devices; given ", options_.devices));
+  }
+  if (options_.memory_bytes < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device memory must be positive; given ", options_.memory_bytes));
+  }
+  if (options_.island < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("island must be >= 0; given ", options_.island));
+  }
+  if (options_.coordinator.empty()) {
+    return absl::InvalidArgumentError(
+        "no coordinator address (--coordinator or CAUSEWAY_COORDINATOR)");
+  }
+  token_ = grpc_transport::TokenFromEnvironment(options_.token);
+  const grpc_transport::TlsFiles tls = grpc_transport::TlsFromEnvironment(options_.tls);
+  CW_ASSIGN_OR_RETURN(channel_creds_, grpc_transport::MakeChannelCredentials(tls));
+  CW_ASSIGN_OR_RETURN(auto server_creds, grpc_transport::MakeServerCredentials(tls));
+
+  // The data server first: its port goes into the hello. It refuses pushes
+  // until the data plane is attached, which happens before the coordinator
+  // tells anyone about this host.
+  data_ = std::make_unique<DataPlane>(token_, channel_creds_);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  grpc_transport::ConfigureServer(builder);
+  builder.AddListeningPort(options_.listen, server_creds, &port);
+  builder.RegisterService(data_->service());
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve the data plane on ", options_.listen));
+  }
+
+  auto channel = grpc_transport::MakeChannel(options_.coordinator, channel_creds_);
+  if (!channel->WaitForConnected(std::chrono::system_clock::now() +
+                                 absl::ToChronoNanoseconds(options_.connect_timeout))) {
+    return absl::UnavailableError(absl::StrCat("cannot reach the coordinator at ",
+                                               options_.coordinator, " within ",
+                                               absl::FormatDuration(options_.connect_timeout)));
+  }
+  stub_ = cluster::Coordinator::NewStub(channel);
+  grpc_transport::AddCallMetadata(context_, token_);
+  stream_ = stub_->Join(&context_);
+  cluster::WorkerBatch hello;
+  cluster::WorkerHello& h = *hello.add_messages()->mutable_hello();
+  h.set_island(options_.island);
+  h.set_devices(options_.devices);
+  h.set_memory_bytes(options_.memory_bytes);
+  h.set_data_address(absl::StrCat(options_.advertise, ":", port));
+  cluster::ToWorkerBatch first;
+  if (!stream_->Write(hello) || !stream_->Read(&first) || first.messages_size() == 0 ||
+      !first.messages(0).has_welcome()) {
+    context_.TryCancel();
+    const absl::Status status = grpc_transport::FromGrpc(stream_->Finish());
+    stream_.reset();
+    return Annotate(status.ok() ? absl::UnavailableError("no welcome") : status,
+                    absl::StrCat("joining the coordinator at ", options_.coordinator));
+  }
+  const cluster::Welcome& welcome = first.messages(0).welcome();
+  host_ = HostId(welcome.host());
+  if (welcome.devices_size() != options_.devices) {
+    return absl::InternalError("the coordinator's welcome names the wrong number of devices");
+  }
+
+  HostExecutorOptions ho;
+  ho.host.id = host_;
+  ho.host.island = IslandId(options_.island);
+  for (int i = 0; i < options_.devices; ++i) {
+    DeviceInfo d;
+    d.id = DeviceId(welcome.devices(i));
+    d.host = host_;
+    d.island = IslandId(options_.island);
+    d.local_index = i;
+    d.memory_bytes = options_.memory_bytes;
+    ho.host.devices.push_back(d.id);
+    ho.devices.push_back(d);
+  }
+  ho.device_memory_bytes = options_.memory_bytes;
+  trace_ = std::make_unique<TraceRecorder>(false);
+  hub_ = std::make_unique<CollectiveHub>(options_.collective_timeout, data_.get());
+  ho.trace = trace_.get();
+  ho.collectives = hub_.get();
+  ho.transport = data_.get();
+  executor_ = std::make_unique<HostExecutor>(std::move(ho));
+  data_->Attach(host_, executor_.get(), hub_.get());
+
+  writer_ = std::make_unique<BatchWriter<cluster::WorkerBatch, cluster::FromWorker>>(
+      [this](const cluster::WorkerBatch& batch) { return stream_->Write(batch); });
+  // The rest of the first batch (the peer table follows the welcome).
+  for (int i = 1; i < first.messages_size(); ++i) Handle(*first.mutable_messages(i));
+  reader_ = std::thread([this] { ReadLoop(); });
+  heartbeat_ = std::thread([this] {
+    while (!stop_heartbeat_.WaitForNotificationWithTimeout(options_.heartbeat_interval)) {
+      cluster::FromWorker beat;
+      beat.set_heartbeat(true);
+      writer_->Post(std::move(beat));
+    }
+  });
+  return absl::OkStatus();
+}
+
+void WorkerServer::Impl::ReadLoop() {
+  cluster::ToWorkerBatch batch;
+  while (stream_->Read(&batch)) {
+    for (cluster::ToWorker& m : *batch.mutable_messages()) Handle(m);
+  }
+  const absl::Status status = grpc_transport::FromGrpc(stream_->Finish());
+  Stop(absl::UnavailableError(absl::StrCat("the coordinator at ", options_.coordinator,
+                                           " ended the connection: ",
+                                           status.ok() ? "closed" : status.ToString())));
+}
+
+void WorkerServer::Impl::Reply(uint64_t id, const absl::Status& status,
+                               const std::function<void(cluster::Reply&)>& fill) {
+  if (id == 0) return;
+  cluster::FromWorker m;
+  cluster::Reply& r = *m.mutable_reply();
+  r.set_id(id);
+  wire::EncodeStatus(status, r.mutable_status());
+  if (status.ok() && fill) fill(r);
+  writer_->Post(std::move(m));
+}
+
+void WorkerServer::Impl::Handle(cluster::ToWorker& message) {
+  switch (message.body_case()) {
+    case cluster::ToWorker::kPeers:
+      data_->UpdatePeers(message.peers());
+      break;
+    case cluster::ToWorker::kCall:
+      HandleCall(message.id(), *message.mutable_call());
+      break;
+    case cluster::ToWorker::kWelcome:
+    case cluster::ToWorker::BODY_NOT_SET:
+      Reply(message.id(), absl::InvalidArgumentError("unexpected message from the coordinator"));
+      break;
+  }
+}
+
+void WorkerServer::Impl::HandleCall(uint64_t id, cluster::HostCall& call) {
+  switch (call.call_case()) {
+    case cluster::HostCall::kRegisterProgram: {
+      absl::StatusOr<std::shared_ptr<const ProgramPlan>> plan =
+          wire::DecodePlan(call.register_program(), wire::CompileMode::kCompile);
+      Reply(id, plan.ok() ? executor_->RegisterProgram(*std::move(plan)) : plan.status());
+      break;
+    }
+    case cluster::HostCall::kUnregisterProgram:
+      executor_->UnregisterProgram(ProgramId(call.unregister_program()));
+      break;
+    case cluster::HostCall::kEnqueueRuns: {
+      std::vector<RunRequest> runs;
+      runs.reserve(call.enqueue_runs().runs_size());
+      for (const wire::Run& r : call.enqueue_runs().runs()) {
+        absl::StatusOr<RunRequest> run = wire::DecodeRun(r);
+        if (!run.ok()) {
+          CW_LOG(kError) << host_.ToString() << ": dropped a malformed run: " << run.status();
+          continue;
+        }
+        runs.push_back(*std::move(run));
+      }
+      executor_->EnqueueRuns(runs);
+      break;
+    }
+    case cluster::HostCall::kPutShard: {
+      cluster::PutShard& p = *call.mutable_put_shard();
+      absl::StatusOr<ir::Literal> value = wire::DecodeLiteral(p.value());
+      Reply(id, value.ok() ? executor_->PutShard(ArrayId(p.array()), p.shard(), p.local_device(),
+                                                 ClientId(p.owner()), *std::move(value))
+                           : value.status());
+      break;
+    }
+    case cluster::HostCall::kFetchShard:
+      executor_->FetchShard(ArrayId(call.fetch_shard().array()), call.fetch_shard().shard())
+          .OnReady([this, id](const absl::StatusOr<ir::Literal>& value) {
+            Reply(id, value.status(), [&](cluster::Reply& r) {
+              wire::EncodeLiteral(*value, r.mutable_literal());
+            });
+          });
+      break;
+    case cluster::HostCall::kAwaitShard:
+      executor_->AwaitShard(ArrayId(call.await_shard().array()), call.await_shard().shard())
+          .OnReady([this, id](const absl::StatusOr<Unit>& ready) { Reply(id, ready.status()); });
+      break;
+    case cluster::HostCall::kReleaseArrays: {
+      std::vector<ArrayId> ids;
+      for (int64_t a : call.release_arrays().arrays()) ids.push_back(ArrayId(a));
+      executor_->ReleaseArrays(ids);
+      break;
+    }
+    case cluster::HostCall::kReleaseOwner:
+      executor_->ReleaseOwner(ClientId(call.release_owner()));
+      break;
+    case cluster::HostCall::CALL_NOT_SET:
+      Reply(id, absl::InvalidArgumentError("empty host call"));
+      break;
+  }
+}
+
+absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
+    const WorkerServerOptions& options) {
+  auto impl = std::make_unique<Impl>(options);
+  CW_RETURN_IF_ERROR(impl->Start());
+  return std::unique_ptr<WorkerServer>(new WorkerServer(std::move(impl)));
+}
+
+WorkerServer::WorkerServer(std::unique_ptr<Impl> impl)
+    : impl_(std::move(impl)), host_(impl_->host()) {}
+
+WorkerServer::~WorkerServer() { Shutdown(); }
+
+absl::Status WorkerServer::Wait() { return impl_->Wait(); }
+
+void WorkerServer::Shutdown() { impl_->Shutdown(); }
+
+}  // namespace causeway

@@ -1,0 +1,69 @@
+// WorkerServer: one host of the distributed cluster, as run by
+// `causeway worker`. Joins the coordinator over one long-lived
+// bidirectional stream (hello, heartbeats and replies up; the host's calls
+// and the peer table down), runs the host executor, device streams and
+// object store, and serves the data plane to other workers.
+#ifndef CAUSEWAY_CLUSTER_WORKER_SERVER_H_
+#define CAUSEWAY_CLUSTER_WORKER_SERVER_H_
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "causeway/base/ids.h"
+#include "causeway/base/mutex.h"
+#include "causeway/transport/grpc/grpc_common.h"
+
+namespace causeway {
+
+class CollectiveHub;
+class DataPlane;
+class HostExecutor;
+class TraceRecorder;
+
+struct WorkerServerOptions {
+  std::string coordinator;  // host:port
+  int64_t island = 0;
+  int devices = 4;
+  int64_t memory_bytes = int64_t{1} << 30;
+  // The data-plane server's address; port 0 picks a free one.
+  std::string listen = "0.0.0.0:0";
+  // The host name peers use to reach the data plane; empty: the address
+  // the coordinator sees this worker connect from.
+  std::string advertise;
+  std::string token;
+  grpc_transport::TlsFiles tls;  // cert/key: data server; ca: channels
+  absl::Duration heartbeat_interval = absl::Milliseconds(500);
+  absl::Duration connect_timeout = absl::Seconds(10);
+  absl::Duration collective_timeout = absl::Seconds(60);
+};
+
+// Thread-safe.
+class WorkerServer {
+ public:
+  // Starts the data server, joins the coordinator and waits for its
+  // welcome. UNAVAILABLE if the coordinator cannot be reached in time;
+  // UNAUTHENTICATED / FAILED_PRECONDITION if it refuses the token or the
+  // protocol version; INVALID_ARGUMENT for bad options.
+  static absl::StatusOr<std::unique_ptr<WorkerServer>> Start(const WorkerServerOptions& options);
+  ~WorkerServer();
+
+  HostId host() const { return host_; }
+  // Blocks until the coordinator ends the connection or Shutdown() is
+  // called; returns why the worker stopped.
+  absl::Status Wait();
+  // Stops everything; pending work fails. Idempotent.
+  void Shutdown();
+
+ private:
+  class Impl;
+  explicit WorkerServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  HostId host_;
+};
+
+}  // namespace causeway
+
+#endif  // CAUSEWAY_CLUSTER_WORKER_SERVER_H_

@@ -1,0 +1,144 @@
+#include "causeway/transport/grpc/grpc_common.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace causeway::grpc_transport {
+namespace {
+
+constexpr char kTokenKey[] = "x-causeway-token";
+constexpr char kVersionKey[] = "x-causeway-protocol";
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? std::string() : std::string(v);
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read ", what, " '", path, "'"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+TlsFiles TlsFromEnvironment(TlsFiles files) {
+  if (files.cert.empty()) files.cert = Env("CAUSEWAY_TLS_CERT");
+  if (files.key.empty()) files.key = Env("CAUSEWAY_TLS_KEY");
+  if (files.ca.empty()) files.ca = Env("CAUSEWAY_TLS_CA");
+  return files;
+}
+
+std::string TokenFromEnvironment(const std::string& token) {
+  return token.empty() ? Env("CAUSEWAY_TOKEN") : token;
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
+    const TlsFiles& files) {
+  if (files.cert.empty() && files.key.empty()) return grpc::InsecureServerCredentials();
+  if (files.cert.empty() || files.key.empty()) {
+    return absl::InvalidArgumentError("TLS needs both a certificate and a key");
+  }
+  auto cert = ReadFile(files.cert, "TLS certificate");
+  if (!cert.ok()) return cert.status();
+  auto key = ReadFile(files.key, "TLS key");
+  if (!key.ok()) return key.status();
+  grpc::SslServerCredentialsOptions options;
+  options.pem_key_cert_pairs.push_back({*key, *cert});
+  return grpc::SslServerCredentials(options);
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
+    const TlsFiles& files) {
+  if (files.ca.empty()) return grpc::InsecureChannelCredentials();
+  auto ca = ReadFile(files.ca, "TLS CA certificate");
+  if (!ca.ok()) return ca.status();
+  grpc::SslCredentialsOptions options;
+  options.pem_root_certs = *ca;
+  return grpc::SslCredentials(options);
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(
+    const std::string& address, const std::shared_ptr<grpc::ChannelCredentials>& creds) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 1000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 2000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  // Distinct channels to one address must not share a connection: a data
+  // stream must not queue behind a control stream.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return grpc::CreateCustomChannel(address, creds, args);
+}
+
+void ConfigureServer(grpc::ServerBuilder& builder) {
+  builder.SetMaxReceiveMessageSize(-1);
+  builder.SetMaxSendMessageSize(-1);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 500);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+}
+
+void AddCallMetadata(grpc::ClientContext& context, const std::string& token) {
+  context.AddMetadata(kTokenKey, token);
+  context.AddMetadata(kVersionKey, absl::StrCat(kProtocolVersion));
+}
+
+grpc::Status CheckCallMetadata(const grpc::ServerContext& context, const std::string& token) {
+  const auto& md = context.client_metadata();
+  auto version = md.find(kVersionKey);
+  int v = 0;
+  if (version == md.end() ||
+      !absl::SimpleAtoi(absl::string_view(version->second.data(), version->second.size()), &v) ||
+      v != kProtocolVersion) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrCat("protocol version mismatch: this server speaks version ",
+                                     kProtocolVersion));
+  }
+  auto given = md.find(kTokenKey);
+  const std::string presented =
+      given == md.end() ? std::string() : std::string(given->second.data(), given->second.size());
+  // Constant time in the token's contents.
+  unsigned char diff = presented.size() == token.size() ? 0 : 1;
+  for (size_t i = 0; i < presented.size(); ++i) {
+    diff |= static_cast<unsigned char>(presented[i] ^ token[i % std::max<size_t>(1, token.size())]);
+  }
+  if (diff != 0 || token.empty()) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        "connection refused: missing or wrong cluster token");
+  }
+  return grpc::Status::OK;
+}
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+grpc::Status ToGrpc(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+std::string PeerHost(const std::string& peer) {
+  absl::string_view p = peer;
+  if (p.substr(0, 5) == "ipv4:") {
+    p.remove_prefix(5);
+    return std::string(p.substr(0, p.rfind(':')));
+  }
+  if (p.substr(0, 5) == "ipv6:") {
+    p.remove_prefix(5);
+    return std::string(p.substr(0, p.rfind(':')));  // keeps the brackets
+  }
+  return "127.0.0.1";
+}
+
+}  // namespace causeway::grpc_transport

@@ -1,0 +1,139 @@
+// What every gRPC endpoint of the distributed cluster shares: the protocol
+// version and token carried in each stream's metadata, TLS credentials,
+// channel settings, status conversion, and BatchWriter — the single writer
+// thread of a stream, which sends whatever has queued as one batch.
+#ifndef CAUSEWAY_TRANSPORT_GRPC_GRPC_COMMON_H_
+#define CAUSEWAY_TRANSPORT_GRPC_GRPC_COMMON_H_
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "causeway/base/mutex.h"
+#include "grpcpp/grpcpp.h"
+
+namespace causeway::grpc_transport {
+
+// Bumped on any incompatible change to cluster.proto or wire.proto.
+inline constexpr int kProtocolVersion = 1;
+
+// TLS material, as PEM file paths. Empty cert/key: a plaintext server; empty
+// ca: a plaintext channel.
+struct TlsFiles {
+  std::string cert;
+  std::string key;
+  std::string ca;
+};
+
+// Fills empty fields from CAUSEWAY_TLS_CERT, CAUSEWAY_TLS_KEY, CAUSEWAY_TLS_CA.
+TlsFiles TlsFromEnvironment(TlsFiles files);
+// `token` if non-empty, else CAUSEWAY_TOKEN (empty if neither).
+std::string TokenFromEnvironment(const std::string& token);
+
+// INVALID_ARGUMENT if only one of cert/key is given or a file is unreadable.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
+    const TlsFiles& files);
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
+    const TlsFiles& files);
+
+// A channel to `address` with unbounded message sizes and keepalive pings,
+// so a dead peer is noticed even on an idle connection.
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
+                                           const std::shared_ptr<grpc::ChannelCredentials>& creds);
+// Applies the same message-size limits to a server.
+void ConfigureServer(grpc::ServerBuilder& builder);
+
+// Attaches the token and protocol version to an outgoing call.
+void AddCallMetadata(grpc::ClientContext& context, const std::string& token);
+// UNAUTHENTICATED for a missing or wrong token; FAILED_PRECONDITION for
+// another protocol version. Compares the token in constant time.
+grpc::Status CheckCallMetadata(const grpc::ServerContext& context, const std::string& token);
+
+absl::Status FromGrpc(const grpc::Status& status);
+grpc::Status ToGrpc(const absl::Status& status);
+
+// "host:port" from a peer string such as "ipv4:127.0.0.1:5000" or
+// "ipv6:[::1]:5000"; the host part only.
+std::string PeerHost(const std::string& peer);
+
+// The writing half of one stream. Post() queues a message and returns at
+// once; one thread writes everything queued since its last write as one
+// batch (at most kMaxBatchBytes, unless one message is larger). Thread-safe.
+template <typename Batch, typename Message>
+class BatchWriter {
+ public:
+  static constexpr size_t kMaxBatchBytes = size_t{4} << 20;
+
+  // `write` runs on the writer thread and returns false once the stream is
+  // broken; the writer then drops everything queued and later posts.
+  explicit BatchWriter(std::function<bool(const Batch&)> write)
+      : write_(std::move(write)), thread_([this] { Loop(); }) {}
+  BatchWriter(const BatchWriter&) = delete;
+  BatchWriter& operator=(const BatchWriter&) = delete;
+  ~BatchWriter() { Close(); }
+
+  // False if the writer is closed or the stream broken (the message is dropped).
+  bool Post(Message message) {
+    MutexLock lock(&mu_);
+    if (closed_ || broken_) return false;
+    queue_.push_back(std::move(message));
+    return true;
+  }
+
+  // Writes what is queued, then stops the thread. Idempotent.
+  void Close() {
+    {
+      MutexLock lock(&mu_);
+      closed_ = true;
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+
+  bool broken() const {
+    MutexLock lock(&mu_);
+    return broken_;
+  }
+
+ private:
+  void Loop() {
+    while (true) {
+      Batch batch;
+      {
+        MutexLock lock(&mu_);
+        mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return closed_ || broken_ || !queue_.empty();
+        });
+        if (broken_ || queue_.empty()) return;  // closed and drained
+        size_t bytes = 0;
+        while (!queue_.empty() && (batch.messages_size() == 0 || bytes < kMaxBatchBytes)) {
+          bytes += queue_.front().ByteSizeLong();
+          *batch.add_messages() = std::move(queue_.front());
+          queue_.pop_front();
+        }
+      }
+      if (!write_(batch)) {
+        MutexLock lock(&mu_);
+        broken_ = true;
+        queue_.clear();
+        return;
+      }
+    }
+  }
+
+  const std::function<bool(const Batch&)> write_;
+  mutable Mutex mu_;
+  std::deque<Message> queue_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool broken_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace causeway::grpc_transport
+
+#endif  // CAUSEWAY_TRANSPORT_GRPC_GRPC_COMMON_H_

@@ -1,0 +1,46 @@
+// The two ways a client reaches a cluster, for suites that must behave the
+// same over both: the embedded LocalCluster, and a distributed cluster of
+// real processes on 127.0.0.1 (one coordinator, one worker per host,
+// started from the `causeway` binary) reached over gRPC.
+#ifndef CAUSEWAY_TESTS_INTEGRATION_CLUSTER_KINDS_H_
+#define CAUSEWAY_TESTS_INTEGRATION_CLUSTER_KINDS_H_
+
+#include <memory>
+#include <string>
+
+#include "causeway/cluster/local_cluster.h"
+#include "causeway/cluster/process_cluster.h"
+#include "causeway/cluster/remote_cluster.h"
+#include "tests/integration/test_util.h"
+
+namespace causeway::testing {
+
+enum class ClusterKind { kEmbedded, kProcesses };
+
+inline std::string KindName(const ::testing::TestParamInfo<ClusterKind>& info) {
+  return info.param == ClusterKind::kEmbedded ? "Embedded" : "Processes";
+}
+
+// The `causeway` binary of this build (set by CMake).
+inline std::string CausewayBinary() { return CAUSEWAY_BINARY; }
+
+// Starts a process cluster of the given shape; fails the test if it cannot.
+inline std::unique_ptr<ProcessCluster> StartProcesses(ProcessClusterOptions options) {
+  options.binary = CausewayBinary();
+  auto cluster = ProcessCluster::Start(options);
+  CW_CHECK_OK(cluster.status());
+  return std::move(*cluster);
+}
+
+inline std::unique_ptr<RemoteCluster> ConnectRemote(const ProcessCluster& cluster) {
+  RemoteClusterOptions o;
+  o.address = cluster.url();
+  o.token = cluster.token();
+  auto remote = RemoteCluster::Connect(o);
+  CW_CHECK_OK(remote.status());
+  return std::move(*remote);
+}
+
+}  // namespace causeway::testing
+
+#endif  // CAUSEWAY_TESTS_INTEGRATION_CLUSTER_KINDS_H_

@@ -1,0 +1,222 @@
+// `causeway coordinator`, `causeway worker` and `causeway cluster up`:
+// flag parsing and wiring of the distributed cluster's processes.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "causeway/cluster/coordinator_server.h"
+#include "causeway/cluster/process_cluster.h"
+#include "causeway/cluster/worker_server.h"
+#include "nlohmann/json.hpp"
+#include "tools/commands.h"
+
+namespace causeway::tools {
+namespace {
+
+// Blocks SIGINT and SIGTERM in this thread and every thread it starts
+// later, so that only WaitForSignal sees them.
+sigset_t BlockStopSignals(bool with_children) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  if (with_children) sigaddset(&set, SIGCHLD);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  return set;
+}
+
+// Runs `stop` on the first SIGINT or SIGTERM, from a thread of its own.
+std::thread StopOnSignal(sigset_t set, std::function<void()> stop) {
+  return std::thread([set, stop = std::move(stop)] {
+    int sig = 0;
+    sigwait(&set, &sig);
+    stop();
+  });
+}
+
+int Fail(const char* command, const absl::Status& status) {
+  std::fprintf(stderr, "causeway %s: %s\n", command, status.ToString().c_str());
+  return 2;
+}
+
+}  // namespace
+
+void AddCoordinatorCommand(CLI::App& app, int* exit_code) {
+  auto o = std::make_shared<CoordinatorOptions>();
+  auto ready_fd = std::make_shared<int>(-1);
+  auto heartbeat_ms = std::make_shared<int64_t>(3000);
+  CLI::App* cmd = app.add_subcommand(
+      "coordinator",
+      "Serve the resource manager and island schedulers of a distributed cluster; workers join "
+      "it and clients connect to it (grpc://HOST:PORT)");
+  cmd->add_option("--listen", o->listen, "Address to serve on, HOST:PORT (port 0: any free one)")
+      ->required();
+  cmd->add_option("--token", o->token, "Cluster token (default: $CAUSEWAY_TOKEN); required");
+  cmd->add_option("--tls-cert", o->tls.cert, "PEM certificate: serve over TLS");
+  cmd->add_option("--tls-key", o->tls.key, "PEM private key of --tls-cert");
+  cmd->add_option("--heartbeat-timeout-ms", *heartbeat_ms,
+                  "Drop a worker after this long without a heartbeat")
+      ->check(CLI::Range(int64_t{100}, int64_t{600000}));
+  cmd->add_option("--ready-fd", *ready_fd, "Write the bound address to this descriptor once serving");
+  cmd->callback([o, ready_fd, heartbeat_ms, exit_code] {
+    const sigset_t set = BlockStopSignals(false);
+    o->heartbeat_timeout = absl::Milliseconds(*heartbeat_ms);
+    auto server = CoordinatorServer::Start(*o);
+    if (!server.ok()) {
+      *exit_code = Fail("coordinator", server.status());
+      return;
+    }
+    std::printf("coordinator listening on %s\n", (*server)->address().c_str());
+    std::fflush(stdout);
+    if (*ready_fd >= 0) {
+      const std::string line = (*server)->address() + "\n";
+      if (write(*ready_fd, line.data(), line.size()) < 0) std::perror("--ready-fd");
+      close(*ready_fd);
+    }
+    CoordinatorServer* raw = server->get();
+    std::thread stopper = StopOnSignal(set, [raw] { raw->Shutdown(); });
+    raw->Wait();
+    stopper.join();
+    *exit_code = 0;
+  });
+}
+
+void AddWorkerCommand(CLI::App& app, int* exit_code) {
+  auto o = std::make_shared<WorkerServerOptions>();
+  auto ready_fd = std::make_shared<int>(-1);
+  CLI::App* cmd = app.add_subcommand(
+      "worker",
+      "Run one host of a distributed cluster: its devices, object store, host executor and "
+      "data-plane server; joins the coordinator");
+  cmd->add_option("--coordinator", o->coordinator,
+                  "Coordinator address HOST:PORT (default: $CAUSEWAY_COORDINATOR)");
+  cmd->add_option("--island", o->island, "Island this host belongs to")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  cmd->add_option("--devices", o->devices, "Devices on this host")->check(CLI::Range(1, 4096));
+  cmd->add_option("--memory", o->memory_bytes, "Memory per device, bytes")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--listen", o->listen, "Data-plane address HOST:PORT (port 0: any free one)");
+  cmd->add_option("--advertise", o->advertise,
+                  "Host name peers use to reach the data plane (default: as the coordinator "
+                  "sees this worker)");
+  cmd->add_option("--token", o->token, "Cluster token (default: $CAUSEWAY_TOKEN)");
+  cmd->add_option("--tls-cert", o->tls.cert, "PEM certificate: serve the data plane over TLS");
+  cmd->add_option("--tls-key", o->tls.key, "PEM private key of --tls-cert");
+  cmd->add_option("--tls-ca", o->tls.ca, "PEM CA to trust: connect over TLS");
+  cmd->add_option("--ready-fd", *ready_fd,
+                  "Write the host id this worker joined as to this descriptor");
+  cmd->callback([o, ready_fd, exit_code] {
+    const sigset_t set = BlockStopSignals(false);
+    if (o->coordinator.empty()) {
+      if (const char* env = std::getenv("CAUSEWAY_COORDINATOR")) o->coordinator = env;
+    }
+    auto server = WorkerServer::Start(*o);
+    if (!server.ok()) {
+      *exit_code = Fail("worker", server.status());
+      return;
+    }
+    std::printf("worker %s joined the coordinator at %s (island %lld, %d devices)\n",
+                (*server)->host().ToString().c_str(), o->coordinator.c_str(),
+                static_cast<long long>(o->island), o->devices);
+    std::fflush(stdout);
+    if (*ready_fd >= 0) {
+      const std::string line = absl::StrCat((*server)->host().value(), "\n");
+      if (write(*ready_fd, line.data(), line.size()) < 0) std::perror("--ready-fd");
+      close(*ready_fd);
+    }
+    WorkerServer* raw = server->get();
+    // A signal ends the worker; so does losing the coordinator. The stopper
+    // thread is released by a signal sent to ourselves in the second case.
+    std::thread stopper = StopOnSignal(set, [raw] { raw->Shutdown(); });
+    const absl::Status why = raw->Wait();
+    kill(getpid(), SIGTERM);
+    stopper.join();
+    raw->Shutdown();
+    if (!why.ok() && !absl::IsCancelled(why)) {
+      std::fprintf(stderr, "causeway worker: %s\n", why.ToString().c_str());
+      *exit_code = 1;
+      return;
+    }
+    *exit_code = 0;
+  });
+}
+
+void AddClusterCommand(CLI::App& app, int* exit_code) {
+  CLI::App* group = app.add_subcommand("cluster", "Run a distributed cluster on this machine");
+  group->require_subcommand(1);
+  auto o = std::make_shared<ProcessClusterOptions>();
+  auto json = std::make_shared<bool>(false);
+  CLI::App* up = group->add_subcommand(
+      "up",
+      "Start a coordinator and one worker process per host on 127.0.0.1, print the cluster's "
+      "address and token, and stop them all on Ctrl-C");
+  up->add_option("--islands", o->islands, "Islands")->check(CLI::Range(1, 64));
+  up->add_option("--hosts-per-island", o->hosts_per_island, "Worker processes per island")
+      ->check(CLI::Range(1, 64));
+  up->add_option("--devices-per-host", o->devices_per_host, "Devices per worker")
+      ->check(CLI::Range(1, 4096));
+  up->add_option("--memory", o->memory_bytes, "Memory per device, bytes")
+      ->check(CLI::PositiveNumber);
+  up->add_option("--port", o->port, "Coordinator port (0: any free one)")
+      ->check(CLI::Range(0, 65535));
+  up->add_option("--token", o->token, "Cluster token (default: $CAUSEWAY_TOKEN, else random)");
+  up->add_flag("--json", *json, "Print the address and token as JSON");
+  up->callback([o, json, exit_code] {
+    const sigset_t set = BlockStopSignals(true);
+    char self[4096];
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0) {
+      *exit_code = Fail("cluster up", absl::InternalError("cannot find the causeway binary"));
+      return;
+    }
+    o->binary.assign(self, static_cast<size_t>(n));
+    if (o->token.empty()) {
+      if (const char* env = std::getenv("CAUSEWAY_TOKEN")) o->token = env;
+    }
+    auto cluster = ProcessCluster::Start(*o);
+    if (!cluster.ok()) {
+      *exit_code = Fail("cluster up", cluster.status());
+      return;
+    }
+    if (*json) {
+      nlohmann::json j;
+      j["address"] = (*cluster)->url();
+      j["token"] = (*cluster)->token();
+      j["islands"] = o->islands;
+      j["hosts"] = (*cluster)->num_workers();
+      j["devices"] = (*cluster)->num_devices();
+      std::printf("%s\n", j.dump().c_str());
+    } else {
+      std::printf("cluster up: %s (%d island(s), %d worker process(es), %lld devices)\n"
+                  "token: %s\n"
+                  "try: CAUSEWAY_TOKEN=%s causeway demo --cluster %s\n"
+                  "Ctrl-C stops every process.\n",
+                  (*cluster)->url().c_str(), o->islands, (*cluster)->num_workers(),
+                  static_cast<long long>((*cluster)->num_devices()), (*cluster)->token().c_str(),
+                  (*cluster)->token().c_str(), (*cluster)->url().c_str());
+    }
+    std::fflush(stdout);
+    int code = 0;
+    while (true) {
+      int sig = 0;
+      sigwait(&set, &sig);
+      if (sig != SIGCHLD) break;
+      const std::string exited = (*cluster)->ReapExited();
+      if (!exited.empty()) {
+        std::fprintf(stderr, "causeway cluster up: %s; stopping the cluster\n", exited.c_str());
+        code = 1;
+        break;
+      }
+    }
+    (*cluster)->Stop();
+    std::printf("cluster stopped\n");
+    *exit_code = code;
+  });
+}
+
+}  // namespace causeway::tools
