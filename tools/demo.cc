@@ -279,8 +279,10 @@ int RunDemo(const DemoOptions& options) {
     j["dispatch_us_per_step"] = dispatch_us;
     j["max_relative_error"] = std::max(max_err, total_err);
     if (cluster != nullptr) j["dcn_bytes"] = cluster->transport().bytes_sent_between_islands();
-    j["mean_utilization"] = util_sum / std::max<size_t>(1, report.size());
-    j["devices"] = devices;
+    if (cluster != nullptr) {
+      j["mean_utilization"] = util_sum / std::max<size_t>(1, report.size());
+      j["devices"] = devices;
+    }
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("Causeway demo on %s: %d island(s) x %lld device(s)\n",

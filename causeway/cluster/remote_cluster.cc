@@ -295,9 +295,10 @@ absl::Status RemoteCluster::Impl::Connect() {
   grpc_transport::AddCallMetadata(context_, grpc_transport::TokenFromEnvironment(options_.token));
   stream_ = stub_->Connect(&context_);
   cluster::ToClient first;
-  if (!stream_->Read(&first) || first.messages_size() == 0 ||
-      !first.messages(0).has_topology()) {
-    context_.TryCancel();
+  const bool read = stream_->Read(&first);
+  if (!read || first.messages_size() == 0 || !first.messages(0).has_topology()) {
+    // A refused stream has ended already: Finish() gives the reason.
+    if (read) context_.TryCancel();
     const absl::Status status = grpc_transport::FromGrpc(stream_->Finish());
     stream_.reset();
     return Annotate(status.ok() ? absl::UnavailableError("no topology") : status,

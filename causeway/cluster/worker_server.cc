@@ -144,9 +144,10 @@ absl::Status WorkerServer::Impl::Start() {
   h.set_memory_bytes(options_.memory_bytes);
   h.set_data_address(absl::StrCat(options_.advertise, ":", port));
   cluster::ToWorkerBatch first;
-  if (!stream_->Write(hello) || !stream_->Read(&first) || first.messages_size() == 0 ||
-      !first.messages(0).has_welcome()) {
-    context_.TryCancel();
+  const bool read = stream_->Write(hello) && stream_->Read(&first);
+  if (!read || first.messages_size() == 0 || !first.messages(0).has_welcome()) {
+    // A refused stream has ended already: Finish() gives the reason.
+    if (read) context_.TryCancel();
     const absl::Status status = grpc_transport::FromGrpc(stream_->Finish());
     stream_.reset();
     return Annotate(status.ok() ? absl::UnavailableError("no welcome") : status,

@@ -1,0 +1,286 @@
+// What only a distributed cluster of real processes can show: tokens and
+// TLS on every connection, a client naming only its own arrays, a worker
+// killed (or hung) in the middle of a run — its dependents fail with
+// UNAVAILABLE naming it, the others keep going, and a restarted worker
+// rejoins — and no process or port outliving the cluster.
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+
+#include "gmock/gmock.h"
+#include "tests/integration/cluster_kinds.h"
+#include "causeway/base/status_macros.h"
+#include "causeway/cluster/worker_server.h"
+
+namespace causeway::testing {
+namespace {
+
+using ir::DType;
+using ir::FunctionBuilder;
+using ir::Literal;
+using ir::Shape;
+using ir::Value;
+using ::testing::HasSubstr;
+
+const Sharding kSplit(std::vector<std::vector<std::string>>{{"x", "y"}});
+
+std::string TestData(const std::string& name) {
+  return std::string(CAUSEWAY_SOURCE_DIR) + "/tests/testdata/tls/" + name;
+}
+
+// The devices of `hosts`, in host order.
+std::vector<DeviceId> DevicesOf(const Topology& t, std::vector<HostId> hosts) {
+  std::vector<DeviceId> out;
+  for (HostId h : hosts) {
+    absl::StatusOr<HostInfo> info = t.host(h);
+    CW_CHECK_OK(info.status());
+    out.insert(out.end(), info->devices.begin(), info->devices.end());
+  }
+  return out;
+}
+
+absl::StatusOr<Mesh> MeshOn(Client& client, const Topology& t, std::vector<HostId> hosts) {
+  MeshRequest r;
+  r.devices = DevicesOf(t, hosts);
+  r.axes = {{"x", static_cast<int64_t>(hosts.size())},
+            {"y", static_cast<int64_t>(r.devices.size() / hosts.size())}};
+  r.island = t.host(hosts[0])->island;
+  return client.AllocateMesh(r);
+}
+
+TEST(DistributedTest, ConnectionsWithoutTheTokenAreRefused) {
+  ProcessClusterOptions o;
+  o.islands = 1;
+  o.hosts_per_island = 1;
+  o.devices_per_host = 1;
+  auto cluster = StartProcesses(o);
+  RemoteClusterOptions ro;
+  ro.address = cluster->url();
+  ro.token = "not-the-token";
+  ro.timeout = absl::Seconds(5);
+  auto bad = RemoteCluster::Connect(ro);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kUnauthenticated) << bad.status();
+  EXPECT_THAT(bad.status().message(), HasSubstr("token"));
+  // A worker with the wrong token cannot join either.
+  WorkerServerOptions wo;
+  wo.coordinator = cluster->url().substr(7);
+  wo.token = "not-the-token";
+  wo.devices = 1;
+  wo.listen = "127.0.0.1:0";
+  auto worker = WorkerServer::Start(wo);
+  EXPECT_EQ(worker.status().code(), absl::StatusCode::kUnauthenticated) << worker.status();
+  // With it, a client gets in and sees one device.
+  ro.token = cluster->token();
+  ASSERT_OK_AND_ASSIGN(auto good, RemoteCluster::Connect(ro));
+  EXPECT_EQ(good->resources()->GetTopology().num_devices(), 1);
+}
+
+TEST(DistributedTest, AClientNamesOnlyItsOwnArrays) {
+  ProcessClusterOptions o;
+  o.islands = 1;
+  o.hosts_per_island = 2;
+  o.devices_per_host = 1;
+  auto cluster = StartProcesses(o);
+  auto a_conn = ConnectRemote(*cluster);
+  auto b_conn = ConnectRemote(*cluster);
+  auto a = Connect(a_conn.get());
+  auto b = Connect(b_conn.get());
+  ASSERT_OK_AND_ASSIGN(Mesh mesh, a->AllocateMesh({{"x", 2}}));
+  ASSERT_OK_AND_ASSIGN(Array x, a->Put(Literal::F32({2}, {1, 2}), mesh, Sharding({{"x"}})));
+  ASSERT_OK(AwaitOrHang(x.Ready()).status());
+  // B's connection asks the host for A's shard, and to release it.
+  const HostId h = a_conn->resources()->GetTopology().device(mesh.devices()[0])->host;
+  HostService* host = b_conn->host(h);
+  ASSERT_NE(host, nullptr);
+  absl::StatusOr<Literal> stolen = AwaitOrHang(host->FetchShard(x.id(), 0));
+  EXPECT_EQ(stolen.status().code(), absl::StatusCode::kPermissionDenied) << stolen.status();
+  EXPECT_THAT(stolen.status().message(), HasSubstr(a->id().ToString()));
+  host->ReleaseArrays({x.id()});
+  host->ReleaseOwner(a->id());
+  // A's array is untouched.
+  ASSERT_OK_AND_ASSIGN(Literal mine, AwaitOrHang(x.Fetch()));
+  EXPECT_EQ(mine.values<float>(), (std::vector<float>{1, 2}));
+}
+
+TEST(DistributedTest, TlsClusterServesClientsThatTrustItsCertificateOnly) {
+  ProcessClusterOptions o;
+  o.islands = 1;
+  o.hosts_per_island = 2;
+  o.devices_per_host = 1;
+  o.tls_cert = TestData("server.pem");
+  o.tls_key = TestData("server.key");
+  o.tls_ca = TestData("ca.pem");
+  auto cluster = StartProcesses(o);
+  RemoteClusterOptions ro;
+  ro.address = cluster->url();
+  ro.token = cluster->token();
+  ro.timeout = absl::Seconds(3);
+  // Plaintext to a TLS server, and TLS trusting another CA: both refused.
+  EXPECT_FALSE(RemoteCluster::Connect(ro).ok());
+  ro.tls.ca = TestData("other_ca.pem");
+  EXPECT_FALSE(RemoteCluster::Connect(ro).ok());
+  ro.tls.ca = TestData("ca.pem");
+  ro.timeout = absl::Seconds(30);
+  ASSERT_OK_AND_ASSIGN(auto conn, RemoteCluster::Connect(ro));
+  auto client = Connect(conn.get());
+  // Data crosses the two workers (TLS data plane) in an all-reduce.
+  ASSERT_OK_AND_ASSIGN(Mesh mesh, client->AllocateMesh({{"x", 2}}));
+  ASSERT_OK_AND_ASSIGN(CompiledFunction f, client->Compile(AllReduceSum(2, {"x"}), mesh,
+                                                           {{Sharding({{"x"}})},
+                                                            {Sharding({{"x"}})}}));
+  ASSERT_OK_AND_ASSIGN(Array in, client->Put(Literal::F32({4}, {1, 2, 3, 4}), mesh,
+                                             Sharding({{"x"}})));
+  ASSERT_OK_AND_ASSIGN(std::vector<Array> out, client->Call(f, {in}));
+  ASSERT_OK_AND_ASSIGN(Literal v, AwaitOrHang(out[0].Fetch()));
+  EXPECT_EQ(v.values<float>(), (std::vector<float>{4, 6, 4, 6}));
+}
+
+class WorkerFaultTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ProcessClusterOptions o;
+    o.islands = 1;
+    o.hosts_per_island = 3;
+    o.devices_per_host = 2;
+    o.heartbeat_timeout = absl::Seconds(1);
+    cluster_ = StartProcesses(o);
+    conn_ = ConnectRemote(*cluster_);
+    client_ = Connect(conn_.get());
+    other_ = cluster_->worker_host(0);
+    victim_ = cluster_->worker_host(1);
+    survivor_ = cluster_->worker_host(2);
+  }
+
+  // f(x) = delay(all_reduce(x) over every device, micros).
+  absl::StatusOr<CompiledFunction> Slow(const Mesh& mesh, int64_t micros) {
+    FunctionBuilder b("slow_all_reduce");
+    Value x = b.Parameter(Shape(DType::kF32, {2}));
+    CW_ASSIGN_OR_RETURN(ir::Function f, b.Build({b.Delay(b.AllReduce(x, {"x", "y"}), micros)}));
+    return client_->Compile(f, mesh, {{kSplit}, {kSplit}});
+  }
+
+  // Every result of a run on `mesh` from ones: all_reduce over its devices.
+  void ExpectWorks(const Mesh& mesh) {
+    ASSERT_OK_AND_ASSIGN(CompiledFunction f, Slow(mesh, 0));
+    const int64_t n = 2 * mesh.size();
+    ASSERT_OK_AND_ASSIGN(Array in, client_->Put(Literal::F32({n}, std::vector<float>(n, 1.0f)),
+                                                mesh, kSplit));
+    ASSERT_OK_AND_ASSIGN(std::vector<Array> out, client_->Call(f, {in}));
+    ASSERT_OK_AND_ASSIGN(Literal v, AwaitOrHang(out[0].Fetch()));
+    EXPECT_EQ(v.values<float>(), std::vector<float>(n, static_cast<float>(mesh.size())));
+  }
+
+  std::unique_ptr<ProcessCluster> cluster_;
+  std::unique_ptr<RemoteCluster> conn_;
+  std::unique_ptr<Client> client_;
+  HostId other_, victim_, survivor_;
+};
+
+TEST_F(WorkerFaultTest, KilledWorkerFailsItsDependentsFastSparesOthersAndRejoins) {
+  const Topology t = conn_->resources()->GetTopology();
+  ASSERT_EQ(t.num_devices(), 6);
+  ASSERT_OK_AND_ASSIGN(Mesh shared, MeshOn(*client_, t, {other_, victim_}));
+  ASSERT_OK_AND_ASSIGN(Mesh alone, MeshOn(*client_, t, {survivor_}));
+  ExpectWorks(shared);
+
+  // Two chained runs across the victim's and another host: the first is
+  // running (a 1 s delay after its all-reduce) when the victim dies.
+  ASSERT_OK_AND_ASSIGN(CompiledFunction slow, Slow(shared, 1'000'000));
+  ASSERT_OK_AND_ASSIGN(Array in, client_->Put(Literal::F32({8}, std::vector<float>(8, 1.0f)),
+                                              shared, kSplit));
+  ASSERT_OK_AND_ASSIGN(std::vector<Array> first, client_->Call(slow, {in}));
+  ASSERT_OK_AND_ASSIGN(std::vector<Array> second, client_->Call(slow, {first[0]}));
+  ASSERT_OK(AwaitOrHang(client_->Flush()).status());
+  const auto killed_at = std::chrono::steady_clock::now();
+  cluster_->KillWorker(1);
+
+  // The dependent result fails with UNAVAILABLE naming the victim, in time.
+  absl::StatusOr<Literal> lost = AwaitOrHang(second[0].Fetch());
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  EXPECT_EQ(lost.status().code(), absl::StatusCode::kUnavailable) << lost.status();
+  EXPECT_THAT(lost.status().message(), HasSubstr(victim_.ToString()));
+  EXPECT_LT(seconds, 5.0) << lost.status();
+  absl::StatusOr<Literal> first_lost = AwaitOrHang(first[0].Fetch());
+  EXPECT_EQ(first_lost.status().code(), absl::StatusCode::kUnavailable) << first_lost.status();
+
+  // The coordinator dropped the host; the survivor keeps computing.
+  ASSERT_OK(conn_->WaitForTopology(
+      [&](const Topology& now) { return !now.host(victim_).ok(); }, absl::Seconds(5)));
+  EXPECT_EQ(conn_->resources()->GetTopology().num_devices(), 4);
+  ExpectWorks(alone);
+  // A mesh allocated now avoids the lost host.
+  ASSERT_OK_AND_ASSIGN(Mesh fresh, client_->AllocateMesh({{"x", 4}}));
+  for (DeviceId d : fresh.devices()) {
+    EXPECT_NE(conn_->resources()->GetTopology().device(d)->host, victim_);
+  }
+  ExpectWorks(*client_->AllocateMesh(MeshRequest{{{"x", 2}, {"y", 2}}, IslandId(),
+                                                  fresh.devices()}));
+
+  // The restarted worker rejoins as a new host and works with the others.
+  ASSERT_OK(cluster_->RestartWorker(1));
+  const HostId rejoined = cluster_->worker_host(1);
+  EXPECT_NE(rejoined, victim_);
+  ASSERT_OK(conn_->WaitForDevices(6, absl::Seconds(10)));
+  ASSERT_OK_AND_ASSIGN(Mesh again,
+                       MeshOn(*client_, conn_->resources()->GetTopology(), {other_, rejoined}));
+  ExpectWorks(again);
+}
+
+TEST_F(WorkerFaultTest, HungWorkerIsDroppedAfterMissedHeartbeats) {
+  const pid_t pid = cluster_->worker_pid(1);
+  ASSERT_EQ(kill(pid, SIGSTOP), 0);
+  // Its connection stays open; only the heartbeats stop (timeout 1 s).
+  ASSERT_OK(conn_->WaitForTopology(
+      [&](const Topology& now) { return !now.host(victim_).ok(); }, absl::Seconds(10)));
+  cluster_->KillWorker(1);  // SIGKILL ends a stopped process too
+  ASSERT_OK_AND_ASSIGN(Mesh alone,
+                       MeshOn(*client_, conn_->resources()->GetTopology(), {survivor_}));
+  ExpectWorks(alone);
+}
+
+bool PortIsFree(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  return ok;
+}
+
+TEST(DistributedTest, StoppingTheClusterLeavesNoProcessOrPortBehind) {
+  ProcessClusterOptions o;
+  o.islands = 2;
+  o.hosts_per_island = 1;
+  o.devices_per_host = 1;
+  auto cluster = StartProcesses(o);
+  const std::vector<pid_t> pids = cluster->pids();
+  ASSERT_EQ(pids.size(), 3u);
+  const int port = std::stoi(cluster->url().substr(cluster->url().rfind(':') + 1));
+  EXPECT_FALSE(PortIsFree(port));
+  {
+    auto conn = ConnectRemote(*cluster);
+    auto client = Connect(conn.get());
+    ASSERT_OK_AND_ASSIGN(Mesh mesh, client->AllocateMesh({{"x", 1}}));
+    ASSERT_OK_AND_ASSIGN(Array a, client->Put(Literal::F32({1}, {7}), mesh, Sharding::Replicated(1)));
+    ASSERT_OK(AwaitOrHang(a.Ready()).status());
+    // The client is still connected when the cluster stops below.
+    cluster->Stop();
+    // The client sees its connection end instead of hanging.
+    EXPECT_EQ(AwaitOrHang(a.Fetch()).status().code(), absl::StatusCode::kUnavailable);
+  }
+  for (pid_t p : pids) {
+    EXPECT_EQ(kill(p, 0), -1) << "process " << p << " still exists";
+    EXPECT_EQ(errno, ESRCH);
+  }
+  EXPECT_TRUE(PortIsFree(port));
+}
+
+}  // namespace
+}  // namespace causeway::testing
