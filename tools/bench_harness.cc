@@ -10,6 +10,7 @@
 #include "causeway/base/status_macros.h"
 #include "causeway/client/client.h"
 #include "causeway/cluster/local_cluster.h"
+#include "causeway/cluster/remote_cluster.h"
 #include "causeway/ir/builder.h"
 
 namespace causeway::tools {
@@ -39,7 +40,9 @@ absl::StatusOr<ir::Function> StepFunction(const DispatchBenchOptions& o, int ste
 }
 
 struct Bench {
-  std::unique_ptr<LocalCluster> cluster;
+  std::unique_ptr<LocalCluster> cluster;  // embedded
+  std::unique_ptr<RemoteCluster> remote;  // distributed
+  ClusterConnection* connection = nullptr;
   std::unique_ptr<Client> client;
   CompiledFunction step;      // one computation (opbyop)
   Program program;            // what one dispatch runs
@@ -54,12 +57,20 @@ absl::StatusOr<Bench> Setup(const DispatchBenchOptions& o) {
   }
   if (o.chain < 1) return absl::InvalidArgumentError("--chain must be >= 1");
   Bench bench;
-  LocalClusterOptions co;
-  co.islands = 1;
-  co.hosts_per_island = o.hosts;
-  co.devices_per_host = o.devices / o.hosts;
-  CW_ASSIGN_OR_RETURN(bench.cluster, LocalCluster::Create(co));
-  CW_ASSIGN_OR_RETURN(bench.client, Client::Connect(bench.cluster.get()));
+  if (o.cluster == "local") {
+    LocalClusterOptions co;
+    co.islands = 1;
+    co.hosts_per_island = o.hosts;
+    co.devices_per_host = o.devices / o.hosts;
+    CW_ASSIGN_OR_RETURN(bench.cluster, LocalCluster::Create(co));
+    bench.connection = bench.cluster.get();
+  } else {
+    RemoteClusterOptions ro;
+    ro.address = o.cluster;
+    CW_ASSIGN_OR_RETURN(bench.remote, RemoteCluster::Connect(ro));
+    bench.connection = bench.remote.get();
+  }
+  CW_ASSIGN_OR_RETURN(bench.client, Client::Connect(bench.connection));
   CW_ASSIGN_OR_RETURN(Mesh mesh, bench.client->AllocateMesh({{"x", o.devices}}));
   CW_ASSIGN_OR_RETURN(ir::Function step, StepFunction(o, 1));
   CW_ASSIGN_OR_RETURN(bench.step, bench.client->Compile(step, mesh, {}));
@@ -111,43 +122,27 @@ absl::Status RunSingle(Bench& bench, const DispatchBenchOptions& o, int64_t unit
 }
 
 // Multi-controller baseline: every host runs the same loop over the same
-// registered plan, enqueuing straight onto its own devices. Run ids and
-// array ids are derived from the step number, so the hosts agree without
-// talking — as SPMD programs do.
+// registered plan, enqueuing straight onto its own devices
+// (HostService::DriveSpmd); run and array ids come from the step number, so
+// the hosts agree without talking — as SPMD programs do. Only the start and
+// the end of each loop cross the control plane.
 absl::Status RunMulti(Bench& bench, int64_t units, int64_t* next_step) {
   const std::shared_ptr<const ProgramPlan> plan = bench.program.plan();
-  const int64_t base = ((bench.client->id().value() + 1) << 40) | (int64_t{1} << 38);
-  const int64_t first = *next_step;
+  SpmdLoop loop;
+  loop.program = plan->id;
+  loop.client = bench.client->id();
+  loop.id_base = ClientIdBase(bench.client->id()) | (int64_t{1} << 38);
+  loop.input = bench.input.id();
+  loop.first = *next_step;
+  loop.count = units;
   *next_step += units;
-  std::vector<std::thread> loops;
-  std::vector<absl::Status> status(bench.cluster->executors().size());
-  for (size_t h = 0; h < bench.cluster->executors().size(); ++h) {
-    loops.emplace_back([&, h] {
-      HostExecutor* host = bench.cluster->executors()[h].get();
-      ArrayId prev = first == 0 ? bench.input.id() : ArrayId(base + first - 1);
-      for (int64_t k = first; k < first + units; ++k) {
-        RunRequest run;
-        run.program = plan->id;
-        run.run = RunId(base + k);
-        run.client = bench.client->id();
-        run.arguments = {prev};
-        run.outputs = {ArrayId(base + k)};
-        host->EnqueueRun(run);
-        if (prev != bench.input.id() && k > first) host->ReleaseArrays({prev});
-        prev = ArrayId(base + k);
-      }
-      // Every device of the host holds a shard; waiting on one of them
-      // waits for the host's last step.
-      int shard = -1;
-      for (int s = 0; s < static_cast<int>(plan->values[plan->outputs[0]].shard_hosts.size()); ++s) {
-        if (plan->values[plan->outputs[0]].shard_hosts[s] == host->id()) shard = s;
-      }
-      status[h] = host->AwaitShard(prev, shard).Await().status();
-    });
+  std::vector<Future<Unit>> done;
+  for (HostId h : plan->hosts) {
+    HostService* host = bench.connection->host(h);
+    if (host == nullptr) return absl::UnavailableError(absl::StrCat(h.ToString(), " is gone"));
+    done.push_back(host->DriveSpmd(loop));
   }
-  for (auto& t : loops) t.join();
-  for (const absl::Status& s : status) CW_RETURN_IF_ERROR(s);
-  return absl::OkStatus();
+  return WhenAll(done).Await().status();
 }
 
 }  // namespace
@@ -184,16 +179,19 @@ absl::StatusOr<DispatchBenchResult> RunDispatchBench(const DispatchBenchOptions&
   const int64_t units =
       std::max<int64_t>(2, static_cast<int64_t>(o.seconds * warm / warm_seconds));
 
-  bench.cluster->ResetStats();
+  if (bench.cluster != nullptr) bench.cluster->ResetStats();
   start = SteadyClock::now();
   CW_RETURN_IF_ERROR(run(units));
   DispatchBenchResult result;
   result.seconds = SecondsSince(start);
   result.computations = units * bench.computations_per_unit;
   result.computations_per_second = result.computations / result.seconds;
-  int64_t busy = 0;
-  for (const DeviceReport& r : bench.cluster->Report()) busy += r.stats.busy_us;
-  result.utilization = busy / (1e6 * result.seconds * o.devices);
+  result.hosts = static_cast<int>(bench.program.plan()->hosts.size());
+  if (bench.cluster != nullptr) {
+    int64_t busy = 0;
+    for (const DeviceReport& r : bench.cluster->Report()) busy += r.stats.busy_us;
+    result.utilization = busy / (1e6 * result.seconds * o.devices);
+  }
   bench.client->Disconnect();
   return result;
 }

@@ -29,14 +29,21 @@ struct DispatchBenchOptions {
   // Each computation also keeps its device busy this long (0: trivial).
   int64_t compute_us = 0;
   double seconds = 2.0;
+  // "local": a fresh embedded cluster of `hosts` hosts. grpc://HOST:PORT: a
+  // running distributed cluster (token from CAUSEWAY_TOKEN); the mesh takes
+  // `devices` devices of one island and `hosts` is ignored.
+  std::string cluster = "local";
 };
 
 struct DispatchBenchResult {
   int64_t computations = 0;
   double seconds = 0;
   double computations_per_second = 0;
-  // Sum of device busy time / (devices x wall time).
-  double utilization = 0;
+  // Sum of device busy time / (devices x wall time); negative where the
+  // device counters are not visible (a distributed cluster).
+  double utilization = -1;
+  // Hosts the mesh spans.
+  int hosts = 0;
 };
 
 // Runs one configuration on a fresh embedded cluster of `hosts` hosts with

@@ -191,6 +191,21 @@ class RemoteHost final : public HostService {
   void DeliverPiece(ShardPieceMessage) override {
     CW_CHECK(false) << "pieces move between workers, never through the coordinator";
   }
+  Future<Unit> DriveSpmd(const SpmdLoop& loop) override {
+    cluster::HostCall call;
+    cluster::SpmdLoop& l = *call.mutable_drive_spmd();
+    l.set_program(loop.program.value());
+    l.set_client(loop.client.value());
+    l.set_id_base(loop.id_base);
+    l.set_input(loop.input.value());
+    l.set_first(loop.first);
+    l.set_count(loop.count);
+    return Call(std::move(call)).Then(
+        [](const absl::StatusOr<cluster::Reply>& r) -> absl::StatusOr<Unit> {
+          if (!r.ok()) return r.status();
+          return Unit{};
+        });
+  }
 
  private:
   // The reply as a future: failed with the reply's status if not OK.
@@ -728,6 +743,16 @@ void CoordinatorServer::Impl::HandleHostCall(ClientSession& session,
         status = absl::PermissionDeniedError("release of another client's arrays");
       }
       break;
+    case cluster::HostCall::kDriveSpmd: {
+      const cluster::SpmdLoop& l = call.drive_spmd();
+      status = CheckOwned(session, l.program(), "program");
+      if (status.ok()) status = CheckOwned(session, l.id_base(), "run");
+      if (status.ok()) status = CheckOwned(session, l.input(), "array");
+      if (status.ok() && !session.clients.contains(ClientId(l.client()))) {
+        status = absl::PermissionDeniedError("a loop on behalf of another client");
+      }
+      break;
+    }
     case cluster::HostCall::CALL_NOT_SET:
       status = absl::InvalidArgumentError("empty host call");
       break;

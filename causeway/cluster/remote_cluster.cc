@@ -270,6 +270,21 @@ class RemoteCluster::Impl::Host final : public HostService {
   void DeliverPiece(ShardPieceMessage) override {
     CW_CHECK(false) << "pieces move between workers, never through a client";
   }
+  Future<Unit> DriveSpmd(const SpmdLoop& loop) override {
+    cluster::ClientMessage m = Message();
+    cluster::SpmdLoop& l = *m.mutable_host()->mutable_drive_spmd();
+    l.set_program(loop.program.value());
+    l.set_client(loop.client.value());
+    l.set_id_base(loop.id_base);
+    l.set_input(loop.input.value());
+    l.set_first(loop.first);
+    l.set_count(loop.count);
+    return impl_->Call(std::move(m))
+        .Then([](const absl::StatusOr<cluster::Reply>& r) -> absl::StatusOr<Unit> {
+          if (!r.ok()) return r.status();
+          return Unit{};
+        });
+  }
 
  private:
   cluster::ClientMessage Message() const {

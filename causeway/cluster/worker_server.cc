@@ -287,6 +287,19 @@ void WorkerServer::Impl::HandleCall(uint64_t id, cluster::HostCall& call) {
     case cluster::HostCall::kReleaseOwner:
       executor_->ReleaseOwner(ClientId(call.release_owner()));
       break;
+    case cluster::HostCall::kDriveSpmd: {
+      const cluster::SpmdLoop& l = call.drive_spmd();
+      SpmdLoop loop;
+      loop.program = ProgramId(l.program());
+      loop.client = ClientId(l.client());
+      loop.id_base = l.id_base();
+      loop.input = ArrayId(l.input());
+      loop.first = l.first();
+      loop.count = l.count();
+      executor_->DriveSpmd(loop).OnReady(
+          [this, id](const absl::StatusOr<Unit>& done) { Reply(id, done.status()); });
+      break;
+    }
     case cluster::HostCall::CALL_NOT_SET:
       Reply(id, absl::InvalidArgumentError("empty host call"));
       break;

@@ -37,6 +37,22 @@ struct ShardPieceMessage {
   std::string bytes;
 };
 
+// The multi-controller baseline (`causeway bench dispatch --controller
+// multi`): one host runs `count` steps of a registered plan with one
+// parameter and one output, enqueuing straight onto its own devices with no
+// scheduler in the path. Step k (run id `id_base + k`, output array
+// `id_base + k`) consumes the output of step k - 1, or `input` for the first
+// step of the first loop. Every host of the plan runs the same loop, and
+// they agree on ids without talking — as SPMD programs do.
+struct SpmdLoop {
+  ProgramId program;
+  ClientId client;
+  int64_t id_base = 0;  // in the client's id space
+  ArrayId input;
+  int64_t first = 0;
+  int64_t count = 0;
+};
+
 // A host: its executor and object store. Thread-safe.
 class HostService {
  public:
@@ -68,6 +84,12 @@ class HostService {
 
   // Data plane: a piece of a reshard from another host.
   virtual void DeliverPiece(ShardPieceMessage piece) = 0;
+
+  // Runs `loop` on a thread of the host's own; ready when this host's shard
+  // of the last step's output is (or with the first error). Each step's
+  // input is released once the next step is enqueued. INVALID_ARGUMENT for
+  // an unknown plan or one that is not single-input, single-output.
+  virtual Future<Unit> DriveSpmd(const SpmdLoop& loop) = 0;
 };
 
 // An island's gang scheduler. Thread-safe.

@@ -23,11 +23,15 @@ HostExecutor::HostExecutor(HostExecutorOptions options)
 HostExecutor::~HostExecutor() { Shutdown(); }
 
 void HostExecutor::Shutdown() {
+  stop_loops_ = true;
+  std::vector<std::thread> loops;
   {
     MutexLock lock(&mu_);
     if (shut_down_) return;
     shut_down_ = true;
+    loops.swap(loops_);
   }
+  for (std::thread& t : loops) t.join();
   store_.Shutdown();
   // Slots never filled (their source is gone or shutting down too) fail
   // before the streams drain, so that no launch waits on them forever.
@@ -66,6 +70,55 @@ absl::Status HostExecutor::RegisterProgram(std::shared_ptr<const ProgramPlan> pl
 void HostExecutor::UnregisterProgram(ProgramId program) {
   MutexLock lock(&mu_);
   programs_.erase(program);
+}
+
+Future<Unit> HostExecutor::DriveSpmd(const SpmdLoop& loop) {
+  std::shared_ptr<const ProgramPlan> plan;
+  Promise<Unit> done;
+  {
+    MutexLock lock(&mu_);
+    auto it = programs_.find(loop.program);
+    if (it != programs_.end()) plan = it->second;
+    if (plan == nullptr || shut_down_ || plan->parameters.size() != 1 ||
+        plan->outputs.size() != 1 || loop.count < 1) {
+      return Future<Unit>::Ready(absl::InvalidArgumentError(
+          absl::StrCat(id().ToString(), ": cannot drive ", loop.program.ToString(),
+                       " as an SPMD loop (unknown, shut down, or not one input and one output)")));
+    }
+    // This host's shard of the output: waiting on it waits for the host's
+    // last step (every device of the mesh holds one).
+    const PlanValue& out = plan->values[plan->outputs[0]];
+    int shard = -1;
+    for (size_t s = 0; s < out.shard_hosts.size() && shard < 0; ++s) {
+      if (out.shard_hosts[s] == id()) shard = static_cast<int>(s);
+    }
+    if (shard < 0) {
+      return Future<Unit>::Ready(absl::InvalidArgumentError(
+          absl::StrCat(id().ToString(), " holds no shard of ", loop.program.ToString())));
+    }
+    loops_.emplace_back([this, loop, shard, done]() mutable {
+      ArrayId prev = loop.first == 0 ? loop.input : ArrayId(loop.id_base + loop.first - 1);
+      for (int64_t k = loop.first; k < loop.first + loop.count; ++k) {
+        if (stop_loops_.load(std::memory_order_relaxed)) {
+          done.Set(absl::AbortedError(absl::StrCat(id().ToString(), " shut down")));
+          return;
+        }
+        RunRequest run;
+        run.program = loop.program;
+        run.run = RunId(loop.id_base + k);
+        run.client = loop.client;
+        run.arguments = {prev};
+        run.outputs = {ArrayId(loop.id_base + k)};
+        EnqueueRun(run);
+        if (k > loop.first) ReleaseArrays({prev});
+        prev = run.outputs[0];
+      }
+      AwaitShard(prev, shard).OnReady([done](const absl::StatusOr<Unit>& r) mutable {
+        done.Set(r.status().ok() ? absl::StatusOr<Unit>(Unit{}) : r.status());
+      });
+    });
+  }
+  return done.future();
 }
 
 void HostExecutor::EnqueueRun(const RunRequest& run) {

@@ -7,7 +7,9 @@
 #ifndef CAUSEWAY_WORKER_HOST_EXECUTOR_H_
 #define CAUSEWAY_WORKER_HOST_EXECUTOR_H_
 
+#include <atomic>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -53,6 +55,7 @@ class HostExecutor final : public HostService {
   void ReleaseArrays(absl::Span<const ArrayId> arrays) override;
   void ReleaseOwner(ClientId owner) override;
   void DeliverPiece(ShardPieceMessage piece) override;
+  Future<Unit> DriveSpmd(const SpmdLoop& loop) override;
 
   // Host `host` (another process) is gone: every posted receive still
   // waiting for a piece from it fails with `status`, and so does every
@@ -124,6 +127,10 @@ class HostExecutor final : public HostService {
   // Pieces that arrived before their run was enqueued here.
   absl::flat_hash_map<SlotKey, std::vector<ShardPieceMessage>> early_ ABSL_GUARDED_BY(mu_);
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  // Threads running SpmdLoops; joined by Shutdown(), which first tells
+  // them to stop enqueuing.
+  std::vector<std::thread> loops_ ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> stop_loops_{false};
   absl::flat_hash_map<HostId, absl::Status> lost_peers_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -93,6 +93,9 @@ class RecordingHost final : public HostService {
   void ReleaseArrays(absl::Span<const ArrayId>) override {}
   void ReleaseOwner(ClientId) override {}
 
+  Future<Unit> DriveSpmd(const SpmdLoop&) override {
+    return Future<Unit>::Ready(absl::UnimplementedError("not used by these tests"));
+  }
   void DeliverPiece(ShardPieceMessage piece) override {
     log_->Add(Delivery{id_, std::move(piece), std::this_thread::get_id(),
                        Clock::Real()->NowMicros()});
