@@ -39,4 +39,19 @@ for dispatch in parallel sequential; do
   run bench pipeline --stages 16 --microbatches 64 --compute-us 100 --runs 4 --dispatch "$dispatch"
 done
 
+# The distributed cluster: 4 worker processes x 2 devices on 127.0.0.1.
+exec 3< <("$bin" cluster up --islands 1 --hosts-per-island 4 --devices-per-host 2 --json)
+up_pid=$!
+trap 'kill -INT "$up_pid" 2>/dev/null || true' EXIT
+read -r -t 60 -u 3 line
+address=$(/usr/bin/python3 -c 'import json,sys; print(json.loads(sys.argv[1])["address"])' "$line")
+export CAUSEWAY_TOKEN=$(/usr/bin/python3 -c 'import json,sys; print(json.loads(sys.argv[1])["token"])' "$line")
+for mode in opbyop chained fused; do
+  for controller in single multi; do
+    run bench dispatch --cluster "$address" --mode "$mode" --controller "$controller" \
+      --devices 8 --seconds "$secs" --repeat 3
+  done
+done
+kill -INT "$up_pid"
+
 /usr/bin/python3 scripts/plot_bench.py "$out" "$(dirname "$out")"

@@ -33,13 +33,17 @@ def plot_dispatch(rows, outdir):
         return
     fig, ax = plt.subplots(figsize=(8, 4))
     labels, values, colors = [], [], []
-    for r in sorted(rows, key=lambda r: (r["hosts"], r["mode"], r["controller"])):
-        labels.append(f'{r["mode"]}\n{r["controller"]}\n{r["hosts"]}h')
+    def where(r):
+        return "grpc" if r.get("cluster", "local") != "local" else "local"
+    for r in sorted(rows, key=lambda r: (where(r), r["hosts"], r["mode"], r["controller"])):
+        labels.append(f'{r["mode"]}\n{r["controller"]}\n{r["hosts"]}h {where(r)}')
         values.append(r["computations_per_second"])
         colors.append("tab:blue" if r["controller"] == "single" else "tab:gray")
     ax.bar(range(len(values)), values, color=colors)
     ax.set_xticks(range(len(values)), labels, fontsize=7)
     ax.set_ylabel("computations / s")
+    if max(values) > 10 * min(values):
+        ax.set_yscale("log")  # embedded and distributed differ by an order of magnitude
     ax.set_title("Dispatch, 8 devices (blue: single controller, grey: multi)")
     fig.tight_layout()
     fig.savefig(os.path.join(outdir, "dispatch.png"), dpi=120)
@@ -47,7 +51,7 @@ def plot_dispatch(rows, outdir):
 
 def plot_scaling(rows, outdir):
     rows = [r for r in rows if r.get("bench") == "dispatch" and r["mode"] == "chained"
-            and r["hosts"] == 1 and r.get("repeat", 1) == 1]
+            and r["hosts"] == 1 and r.get("cluster", "local") == "local" and r.get("repeat", 1) == 1]
     if not rows:
         return
     fig, ax = plt.subplots(figsize=(6, 4))

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "causeway/cluster/coordinator_server.h"
 #include "causeway/cluster/process_cluster.h"
+#include "causeway/cluster/remote_cluster.h"
 #include "causeway/cluster/worker_server.h"
 #include "nlohmann/json.hpp"
 #include "tools/commands.h"
@@ -166,6 +167,75 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(0, 65535));
   up->add_option("--token", o->token, "Cluster token (default: $CAUSEWAY_TOKEN, else random)");
   up->add_flag("--json", *json, "Print the address and token as JSON");
+
+  struct StatusFlags {
+    std::string cluster;
+    int64_t wait_devices = 0;
+    double timeout_s = 60;
+    bool json = false;
+  };
+  auto sf = std::make_shared<StatusFlags>();
+  CLI::App* status = group->add_subcommand(
+      "status",
+      "Print a running cluster's islands, hosts and devices; optionally wait until it has a "
+      "number of devices (for scripts that start workers)");
+  status->add_option("--cluster", sf->cluster, "grpc://HOST:PORT (token from $CAUSEWAY_TOKEN)")
+      ->required();
+  status->add_option("--wait-devices", sf->wait_devices,
+                     "Wait until the cluster has at least this many devices")
+      ->check(CLI::NonNegativeNumber);
+  status->add_option("--timeout", sf->timeout_s, "Seconds to wait (connecting and for devices)")
+      ->check(CLI::PositiveNumber);
+  status->add_flag("--json", sf->json, "Print one JSON object");
+  status->callback([sf, exit_code] {
+    RemoteClusterOptions ro;
+    ro.address = sf->cluster;
+    ro.timeout = absl::Seconds(sf->timeout_s);
+    auto remote = RemoteCluster::Connect(ro);
+    if (!remote.ok()) {
+      *exit_code = Fail("cluster status", remote.status());
+      return;
+    }
+    if (sf->wait_devices > 0) {
+      absl::Status s = (*remote)->WaitForDevices(sf->wait_devices, absl::Seconds(sf->timeout_s));
+      if (!s.ok()) {
+        *exit_code = Fail("cluster status", s);
+        return;
+      }
+    }
+    const Topology t = (*remote)->resources()->GetTopology();
+    nlohmann::json islands = nlohmann::json::array();
+    for (IslandId i : t.islands()) {
+      const IslandInfo island = *t.island(i);
+      nlohmann::json hosts = nlohmann::json::array();
+      for (HostId h : island.hosts) {
+        nlohmann::json devices = nlohmann::json::array();
+        const HostInfo info = *t.host(h);
+        for (DeviceId d : info.devices) devices.push_back(d.value());
+        hosts.push_back({{"host", h.value()}, {"devices", devices}});
+      }
+      islands.push_back({{"island", i.value()}, {"hosts", hosts}});
+    }
+    if (sf->json) {
+      std::printf("%s\n", nlohmann::json({{"cluster", sf->cluster},
+                                          {"devices", t.num_devices()},
+                                          {"islands", islands}})
+                                .dump()
+                                .c_str());
+    } else {
+      std::printf("%s: %d device(s) in %zu island(s)\n", sf->cluster.c_str(), t.num_devices(),
+                  t.islands().size());
+      for (const auto& i : islands) {
+        std::printf("  island %lld:", static_cast<long long>(i["island"].get<int64_t>()));
+        for (const auto& h : i["hosts"]) {
+          std::printf(" host %lld (%zu devices)", static_cast<long long>(h["host"].get<int64_t>()),
+                      h["devices"].size());
+        }
+        std::printf("\n");
+      }
+    }
+    *exit_code = 0;
+  });
   up->callback([o, json, exit_code] {
     const sigset_t set = BlockStopSignals(true);
     char self[4096];
