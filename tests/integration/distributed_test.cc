@@ -243,13 +243,19 @@ TEST_F(WorkerFaultTest, HungWorkerIsDroppedAfterMissedHeartbeats) {
   ExpectWorks(alone);
 }
 
+// Whether a server could listen on `port` again: nothing listens there
+// (connections closed by the stop may linger in TIME_WAIT, which servers,
+// gRPC's included, bind over with SO_REUSEADDR).
 bool PortIsFree(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  const int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+                  listen(fd, 1) == 0;
   close(fd);
   return ok;
 }
