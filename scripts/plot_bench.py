@@ -36,7 +36,7 @@ def plot_dispatch(rows, outdir):
     def where(r):
         return "grpc" if r.get("cluster", "local") != "local" else "local"
     for r in sorted(rows, key=lambda r: (where(r), r["hosts"], r["mode"], r["controller"])):
-        labels.append(f'{r["mode"]}\n{r["controller"]}\n{r["hosts"]}h {where(r)}')
+        labels.append(f'{r["mode"]}\n{r["controller"]}\n{r["hosts"]}h\n{where(r)}')
         values.append(r["computations_per_second"])
         colors.append("tab:blue" if r["controller"] == "single" else "tab:gray")
     ax.bar(range(len(values)), values, color=colors)
