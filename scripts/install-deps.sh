@@ -28,6 +28,7 @@ PACKAGES=(
   libgrpc++-dev
   protobuf-compiler-grpc
   python3
+  procps                # pgrep, in tests/integration/cluster_up_test.sh
   python3-matplotlib    # docs/ benchmark plots
 )
 

@@ -272,8 +272,12 @@ void ProcessCluster::Stop() {
     c->pid = -1;
   }
   if (!log_dir_.empty()) {
-    std::error_code ec;
-    std::filesystem::remove_all(log_dir_, ec);
+    if (std::getenv("CAUSEWAY_KEEP_CLUSTER_LOGS") != nullptr) {
+      std::fprintf(stderr, "cluster logs kept in %s\n", log_dir_.c_str());
+    } else {
+      std::error_code ec;
+      std::filesystem::remove_all(log_dir_, ec);
+    }
     log_dir_.clear();
   }
 }

@@ -64,7 +64,8 @@ class ProcessCluster {
   std::vector<pid_t> pids() const;
 
   // SIGTERM to every child, SIGKILL to any still running after 5 s; reaps
-  // them all. Idempotent.
+  // them all and removes their logs (kept, and their directory printed, if
+  // CAUSEWAY_KEEP_CLUSTER_LOGS is set). Idempotent.
   void Stop();
   // Reaps children that exited on their own; describes them ("worker 2
   // (pid 123) exited with status 1"), or returns an empty string.
