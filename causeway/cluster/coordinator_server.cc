@@ -336,6 +336,7 @@ class CoordinatorServer::Impl final : public cluster::Coordinator::Service {
 };
 
 absl::Status CoordinatorServer::Impl::Start() {
+  grpc_transport::ConfigureAbseilForGrpc();
   token_ = grpc_transport::TokenFromEnvironment(options_.token);
   if (token_.empty()) {
     return absl::InvalidArgumentError(

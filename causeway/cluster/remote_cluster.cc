@@ -297,6 +297,7 @@ class RemoteCluster::Impl::Host final : public HostService {
 };
 
 absl::Status RemoteCluster::Impl::Connect() {
+  grpc_transport::ConfigureAbseilForGrpc();
   CW_ASSIGN_OR_RETURN(address_, ParseGrpcAddress(options_.address));
   CW_ASSIGN_OR_RETURN(auto creds, grpc_transport::MakeChannelCredentials(
                                       grpc_transport::TlsFromEnvironment(options_.tls)));

@@ -92,6 +92,7 @@ class WorkerServer::Impl {
 };
 
 absl::Status WorkerServer::Impl::Start() {
+  grpc_transport::ConfigureAbseilForGrpc();
   if (options_.devices < 1 || options_.devices > 4096) {
     return absl::InvalidArgumentError(
         absl::StrCat("a worker needs 1 to 4096 devices; given ", options_.devices));

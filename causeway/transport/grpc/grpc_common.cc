@@ -6,6 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 
 namespace causeway::grpc_transport {
 namespace {
@@ -62,6 +63,10 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials
   grpc::SslCredentialsOptions options;
   options.pem_root_certs = *ca;
   return grpc::SslCredentials(options);
+}
+
+void ConfigureAbseilForGrpc() {
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 }
 
 std::shared_ptr<grpc::Channel> MakeChannel(

@@ -42,6 +42,12 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
     const TlsFiles& files);
 
+// Turns off abseil's mutex deadlock detection for the process. gRPC's locks
+// are absl::Mutex, and Debian's abseil checks every acquisition against a
+// lock graph; Causeway itself does not use absl::Mutex. Idempotent; called
+// by every gRPC endpoint.
+void ConfigureAbseilForGrpc();
+
 // A channel to `address` with unbounded message sizes and keepalive pings,
 // so a dead peer is noticed even on an idle connection.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
