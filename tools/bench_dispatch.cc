@@ -78,8 +78,7 @@ int RunDispatch(const DispatchFlags& f) {
                       {"computations_per_second", r->computations_per_second},
                       {"us_per_computation", 1e6 / r->computations_per_second},
                       {"handoff_us", handoff},
-                      {"utilization",
-                       r->utilization < 0 ? nlohmann::json() : nlohmann::json(r->utilization)},
+                      {"utilization", r->utilization},
                       {"repeat", f.repeat},
                       {"computations_per_second_samples", samples}};
   if (f.json) {
@@ -102,6 +101,7 @@ struct UtilizationFlags {
   int chain = 16;
   double seconds = 1.0;
   double target = 0.98;
+  std::string cluster = "local";
   bool json = false;
 };
 
@@ -122,6 +122,7 @@ int RunUtilization(const UtilizationFlags& f) {
   for (const std::string& controller : controllers) {
     nlohmann::json rows = nlohmann::json::array();
     int64_t smallest = -1;
+    int hosts = f.hosts;
     for (int64_t us : lengths) {
       DispatchBenchOptions o;
       o.mode = kModes.at(f.mode);
@@ -129,6 +130,7 @@ int RunUtilization(const UtilizationFlags& f) {
       o.computation = Computation::kAllReduceAdd;
       o.devices = f.devices;
       o.hosts = f.hosts;
+      o.cluster = f.cluster;
       o.chain = f.chain;
       o.compute_us = us;
       o.seconds = f.seconds;
@@ -138,6 +140,7 @@ int RunUtilization(const UtilizationFlags& f) {
         return 2;
       }
       if (smallest < 0 && r->utilization >= f.target) smallest = us;
+      hosts = r->hosts;
       // Busy time counts time in collectives; compute_fraction counts only the
       // requested computation time (each computation occupies every device).
       rows.push_back({{"compute_us", us},
@@ -147,13 +150,14 @@ int RunUtilization(const UtilizationFlags& f) {
       if (!f.json) {
         std::printf("%s controller, %s, %d devices / %d hosts, %lld us computations: "
                     "utilisation %.2f%%\n",
-                    controller.c_str(), f.mode.c_str(), f.devices, f.hosts, (long long)us,
+                    controller.c_str(), f.mode.c_str(), f.devices, r->hosts, (long long)us,
                     100 * r->utilization);
       }
     }
     nlohmann::json j = {{"bench", "utilization"}, {"mode", f.mode},
                         {"controller", controller}, {"devices", f.devices},
-                        {"hosts", f.hosts},        {"target", f.target},
+                        {"hosts", hosts},          {"target", f.target},
+                        {"cluster", f.cluster},
                         {"rows", rows},
                         {"smallest_compute_us_reaching_target",
                          smallest < 0 ? nlohmann::json(nullptr) : nlohmann::json(smallest)}};
@@ -217,6 +221,9 @@ void AddBenchDispatchCommands(CLI::App* bench, int* exit_code) {
       ->check(CLI::IsMember({"single", "multi", "both"}));
   ucmd->add_option("--devices", u->devices, "Devices in the mesh")->check(CLI::Range(1, 1024));
   ucmd->add_option("--hosts", u->hosts, "Hosts")->check(CLI::Range(1, 256));
+  ucmd->add_option("--cluster", u->cluster,
+                   "local (a fresh embedded cluster) or grpc://HOST:PORT of a running distributed "
+                   "cluster (token from $CAUSEWAY_TOKEN)");
   ucmd->add_option("--chain", u->chain, "Computations per program (chained) or function (fused)")
       ->check(CLI::Range(1, 100000));
   ucmd->add_option("--seconds", u->seconds, "Measured time per length")

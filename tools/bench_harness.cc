@@ -9,6 +9,7 @@
 #include "causeway/base/mutex.h"
 #include "causeway/base/status_macros.h"
 #include "causeway/client/client.h"
+#include "causeway/cluster/counters.h"
 #include "causeway/cluster/local_cluster.h"
 #include "causeway/cluster/remote_cluster.h"
 #include "causeway/ir/builder.h"
@@ -179,7 +180,7 @@ absl::StatusOr<DispatchBenchResult> RunDispatchBench(const DispatchBenchOptions&
   const int64_t units =
       std::max<int64_t>(2, static_cast<int64_t>(o.seconds * warm / warm_seconds));
 
-  if (bench.cluster != nullptr) bench.cluster->ResetStats();
+  CW_RETURN_IF_ERROR(ClusterCounters(*bench.connection, /*reset=*/true).status());
   start = SteadyClock::now();
   CW_RETURN_IF_ERROR(run(units));
   DispatchBenchResult result;
@@ -187,11 +188,15 @@ absl::StatusOr<DispatchBenchResult> RunDispatchBench(const DispatchBenchOptions&
   result.computations = units * bench.computations_per_unit;
   result.computations_per_second = result.computations / result.seconds;
   result.hosts = static_cast<int>(bench.program.plan()->hosts.size());
-  if (bench.cluster != nullptr) {
-    int64_t busy = 0;
-    for (const DeviceReport& r : bench.cluster->Report()) busy += r.stats.busy_us;
-    result.utilization = busy / (1e6 * result.seconds * o.devices);
+  // Busy time of the mesh's devices (a distributed cluster may have more).
+  CW_ASSIGN_OR_RETURN(std::vector<DeviceCounters> counters,
+                      ClusterCounters(*bench.connection, /*reset=*/false));
+  const std::vector<DeviceId>& mesh = bench.program.plan()->values[0].mesh.devices();
+  int64_t busy = 0;
+  for (const DeviceCounters& c : counters) {
+    if (std::find(mesh.begin(), mesh.end(), c.device) != mesh.end()) busy += c.busy_us;
   }
+  result.utilization = busy / (1e6 * result.seconds * o.devices);
   bench.client->Disconnect();
   return result;
 }

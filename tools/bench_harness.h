@@ -39,9 +39,8 @@ struct DispatchBenchResult {
   int64_t computations = 0;
   double seconds = 0;
   double computations_per_second = 0;
-  // Sum of device busy time / (devices x wall time); negative where the
-  // device counters are not visible (a distributed cluster).
-  double utilization = -1;
+  // Sum of the mesh's device busy time / (devices x wall time).
+  double utilization = 0;
   // Hosts the mesh spans.
   int hosts = 0;
 };

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "causeway/client/client.h"
+#include "causeway/cluster/counters.h"
 #include "causeway/cluster/local_cluster.h"
 #include "causeway/cluster/remote_cluster.h"
 #include "causeway/ir/builder.h"
@@ -116,8 +117,8 @@ int RunDemo(const DemoOptions& options) {
   co.dcn.latency = absl::Microseconds(options.dcn_latency_us);
   co.dcn.bytes_per_second = options.dcn_gbps * 1e9 / 8;
   co.trace = !options.trace_path.empty();
-  // The embedded cluster reports per-device counters; a distributed one
-  // keeps them in its workers, so only the results and timings are shown.
+  // Per-device counters come from the embedded cluster directly, or from a
+  // distributed cluster's workers (HostService::GetCounters).
   std::unique_ptr<LocalCluster> cluster;
   std::unique_ptr<RemoteCluster> remote;
   ClusterConnection* connection;
@@ -208,6 +209,8 @@ int RunDemo(const DemoOptions& options) {
   if (cluster != nullptr) {
     cluster->ResetStats();
     cluster->trace().Clear();
+  } else if (auto reset = ClusterCounters(*connection, /*reset=*/true); !reset.ok()) {
+    return Fail(reset.status());
   }
 
   const auto start = Clock::now();
@@ -242,8 +245,24 @@ int RunDemo(const DemoOptions& options) {
   const bool ok = max_err < 1e-3 && total_err < 1e-3;
 
   const Topology topology = connection->resources()->GetTopology();
-  const std::vector<DeviceReport> report =
-      cluster != nullptr ? cluster->Report() : std::vector<DeviceReport>{};
+  std::vector<DeviceReport> report;
+  if (cluster != nullptr) {
+    report = cluster->Report();
+  } else {
+    // A distributed cluster's workers report their devices' counters.
+    auto counters = ClusterCounters(*connection, /*reset=*/false);
+    if (!counters.ok()) return Fail(counters.status());
+    for (const DeviceCounters& c : *counters) {
+      DeviceReport r;
+      if (auto info = topology.device(c.device); info.ok()) r.device = *info;
+      r.stats.launches = c.launches;
+      r.stats.failed = c.failed;
+      r.stats.busy_us = c.busy_us;
+      r.memory_in_use = c.memory_in_use;
+      r.memory_peak = c.memory_peak;
+      report.push_back(r);
+    }
+  }
   const int64_t wall_us = static_cast<int64_t>(seconds * 1e6);
   nlohmann::json devices = nlohmann::json::array();
   double util_sum = 0;
@@ -279,10 +298,8 @@ int RunDemo(const DemoOptions& options) {
     j["dispatch_us_per_step"] = dispatch_us;
     j["max_relative_error"] = std::max(max_err, total_err);
     if (cluster != nullptr) j["dcn_bytes"] = cluster->transport().bytes_sent_between_islands();
-    if (cluster != nullptr) {
-      j["mean_utilization"] = util_sum / std::max<size_t>(1, report.size());
-      j["devices"] = devices;
-    }
+    j["mean_utilization"] = util_sum / std::max<size_t>(1, report.size());
+    j["devices"] = devices;
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("Causeway demo on %s: %d island(s) x %lld device(s)\n",
@@ -303,10 +320,8 @@ int RunDemo(const DemoOptions& options) {
       std::printf("%lld bytes crossed islands\n",
                   (long long)cluster->transport().bytes_sent_between_islands());
     }
-    if (!report.empty()) {
-      std::printf("%-8s %-6s %-7s %-9s %-10s %s\n", "device", "host", "island", "launches",
-                  "busy_ms", "utilisation");
-    }
+    std::printf("%-8s %-6s %-7s %-9s %-10s %s\n", "device", "host", "island", "launches",
+                "busy_ms", "utilisation");
     for (const DeviceReport& r : report) {
       std::printf("%-8lld %-6lld %-7lld %-9lld %-10.2f %.1f%%\n", (long long)r.device.id.value(),
                   (long long)r.device.host.value(), (long long)r.device.island.value(),

@@ -12,6 +12,7 @@
 #include "causeway/resource/resource_manager.h"
 #include "causeway/scheduler/island_scheduler.h"
 #include "causeway/transport/grpc/cluster.grpc.pb.h"
+#include "causeway/transport/grpc/cluster_codec.h"
 #include "causeway/transport/grpc/wire_codec.h"
 
 namespace causeway {
@@ -193,17 +194,21 @@ class RemoteHost final : public HostService {
   }
   Future<Unit> DriveSpmd(const SpmdLoop& loop) override {
     cluster::HostCall call;
-    cluster::SpmdLoop& l = *call.mutable_drive_spmd();
-    l.set_program(loop.program.value());
-    l.set_client(loop.client.value());
-    l.set_id_base(loop.id_base);
-    l.set_input(loop.input.value());
-    l.set_first(loop.first);
-    l.set_count(loop.count);
+    grpc_transport::EncodeSpmdLoop(loop, call.mutable_drive_spmd());
     return Call(std::move(call)).Then(
         [](const absl::StatusOr<cluster::Reply>& r) -> absl::StatusOr<Unit> {
           if (!r.ok()) return r.status();
           return Unit{};
+        });
+  }
+  Future<std::vector<DeviceCounters>> GetCounters(bool reset) override {
+    cluster::HostCall call;
+    call.set_get_counters(reset);
+    return Call(std::move(call)).Then(
+        [](const absl::StatusOr<cluster::Reply>& r)
+            -> absl::StatusOr<std::vector<DeviceCounters>> {
+          if (!r.ok()) return r.status();
+          return grpc_transport::DecodeCounters(r->counters());
         });
   }
 
@@ -744,6 +749,8 @@ void CoordinatorServer::Impl::HandleHostCall(ClientSession& session,
         status = absl::PermissionDeniedError("release of another client's arrays");
       }
       break;
+    case cluster::HostCall::kGetCounters:
+      break;  // counters name no client's data
     case cluster::HostCall::kDriveSpmd: {
       const cluster::SpmdLoop& l = call.drive_spmd();
       status = CheckOwned(session, l.program(), "program");

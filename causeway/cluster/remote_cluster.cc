@@ -11,6 +11,7 @@
 #include "causeway/base/check.h"
 #include "causeway/base/status_macros.h"
 #include "causeway/transport/grpc/cluster.grpc.pb.h"
+#include "causeway/transport/grpc/cluster_codec.h"
 #include "causeway/transport/grpc/wire_codec.h"
 
 namespace causeway {
@@ -272,17 +273,21 @@ class RemoteCluster::Impl::Host final : public HostService {
   }
   Future<Unit> DriveSpmd(const SpmdLoop& loop) override {
     cluster::ClientMessage m = Message();
-    cluster::SpmdLoop& l = *m.mutable_host()->mutable_drive_spmd();
-    l.set_program(loop.program.value());
-    l.set_client(loop.client.value());
-    l.set_id_base(loop.id_base);
-    l.set_input(loop.input.value());
-    l.set_first(loop.first);
-    l.set_count(loop.count);
+    grpc_transport::EncodeSpmdLoop(loop, m.mutable_host()->mutable_drive_spmd());
     return impl_->Call(std::move(m))
         .Then([](const absl::StatusOr<cluster::Reply>& r) -> absl::StatusOr<Unit> {
           if (!r.ok()) return r.status();
           return Unit{};
+        });
+  }
+  Future<std::vector<DeviceCounters>> GetCounters(bool reset) override {
+    cluster::ClientMessage m = Message();
+    m.mutable_host()->set_get_counters(reset);
+    return impl_->Call(std::move(m))
+        .Then([](const absl::StatusOr<cluster::Reply>& r)
+                  -> absl::StatusOr<std::vector<DeviceCounters>> {
+          if (!r.ok()) return r.status();
+          return grpc_transport::DecodeCounters(r->counters());
         });
   }
 

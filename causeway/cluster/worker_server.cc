@@ -8,6 +8,7 @@
 #include "causeway/base/status_macros.h"
 #include "causeway/cluster/data_plane.h"
 #include "causeway/transport/grpc/cluster.grpc.pb.h"
+#include "causeway/transport/grpc/cluster_codec.h"
 #include "causeway/transport/grpc/wire_codec.h"
 #include "causeway/worker/collective_hub.h"
 #include "causeway/worker/host_executor.h"
@@ -288,19 +289,18 @@ void WorkerServer::Impl::HandleCall(uint64_t id, cluster::HostCall& call) {
     case cluster::HostCall::kReleaseOwner:
       executor_->ReleaseOwner(ClientId(call.release_owner()));
       break;
-    case cluster::HostCall::kDriveSpmd: {
-      const cluster::SpmdLoop& l = call.drive_spmd();
-      SpmdLoop loop;
-      loop.program = ProgramId(l.program());
-      loop.client = ClientId(l.client());
-      loop.id_base = l.id_base();
-      loop.input = ArrayId(l.input());
-      loop.first = l.first();
-      loop.count = l.count();
-      executor_->DriveSpmd(loop).OnReady(
-          [this, id](const absl::StatusOr<Unit>& done) { Reply(id, done.status()); });
+    case cluster::HostCall::kDriveSpmd:
+      executor_->DriveSpmd(grpc_transport::DecodeSpmdLoop(call.drive_spmd()))
+          .OnReady([this, id](const absl::StatusOr<Unit>& done) { Reply(id, done.status()); });
       break;
-    }
+    case cluster::HostCall::kGetCounters:
+      executor_->GetCounters(call.get_counters())
+          .OnReady([this, id](const absl::StatusOr<std::vector<DeviceCounters>>& counters) {
+            Reply(id, counters.status(), [&](cluster::Reply& r) {
+              grpc_transport::EncodeCounters(*counters, r.mutable_counters());
+            });
+          });
+      break;
     case cluster::HostCall::CALL_NOT_SET:
       Reply(id, absl::InvalidArgumentError("empty host call"));
       break;

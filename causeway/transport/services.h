@@ -53,6 +53,16 @@ struct SpmdLoop {
   int64_t count = 0;
 };
 
+// One device's counters, as its host reports them.
+struct DeviceCounters {
+  DeviceId device;
+  int64_t launches = 0;
+  int64_t failed = 0;
+  int64_t busy_us = 0;  // time spent running kernels
+  int64_t memory_in_use = 0;
+  int64_t memory_peak = 0;
+};
+
 // A host: its executor and object store. Thread-safe.
 class HostService {
  public:
@@ -90,6 +100,10 @@ class HostService {
   // input is released once the next step is enqueued. INVALID_ARGUMENT for
   // an unknown plan or one that is not single-input, single-output.
   virtual Future<Unit> DriveSpmd(const SpmdLoop& loop) = 0;
+
+  // Every device's counters, in local order; then, if `reset`, zeroes the
+  // launch and busy-time counters (memory is never reset).
+  virtual Future<std::vector<DeviceCounters>> GetCounters(bool reset) = 0;
 };
 
 // An island's gang scheduler. Thread-safe.

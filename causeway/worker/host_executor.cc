@@ -121,6 +121,23 @@ Future<Unit> HostExecutor::DriveSpmd(const SpmdLoop& loop) {
   return done.future();
 }
 
+Future<std::vector<DeviceCounters>> HostExecutor::GetCounters(bool reset) {
+  std::vector<DeviceCounters> out;
+  for (int i = 0; i < num_devices(); ++i) {
+    const DeviceStreamStats s = streams_[i]->stats();
+    if (reset) streams_[i]->ResetStats();
+    DeviceCounters c;
+    c.device = options_.devices[i].id;
+    c.launches = s.launches;
+    c.failed = s.failed;
+    c.busy_us = s.busy_us;
+    c.memory_in_use = store_.memory(i)->in_use();
+    c.memory_peak = store_.memory(i)->peak();
+    out.push_back(c);
+  }
+  return Future<std::vector<DeviceCounters>>::Ready(std::move(out));
+}
+
 void HostExecutor::EnqueueRun(const RunRequest& run) {
   std::vector<std::vector<Launch>> launches(streams_.size());
   PrepareRun(run, launches);

@@ -56,6 +56,7 @@ class HostExecutor final : public HostService {
   void ReleaseOwner(ClientId owner) override;
   void DeliverPiece(ShardPieceMessage piece) override;
   Future<Unit> DriveSpmd(const SpmdLoop& loop) override;
+  Future<std::vector<DeviceCounters>> GetCounters(bool reset) override;
 
   // Host `host` (another process) is gone: every posted receive still
   // waiting for a piece from it fails with `status`, and so does every

@@ -96,6 +96,10 @@ class RecordingHost final : public HostService {
   Future<Unit> DriveSpmd(const SpmdLoop&) override {
     return Future<Unit>::Ready(absl::UnimplementedError("not used by these tests"));
   }
+  Future<std::vector<DeviceCounters>> GetCounters(bool) override {
+    return Future<std::vector<DeviceCounters>>::Ready(
+        absl::UnimplementedError("not used by these tests"));
+  }
   void DeliverPiece(ShardPieceMessage piece) override {
     log_->Add(Delivery{id_, std::move(piece), std::this_thread::get_id(),
                        Clock::Real()->NowMicros()});

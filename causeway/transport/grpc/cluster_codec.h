@@ -1,0 +1,64 @@
+// Conversions between services.h types and cluster.proto messages that
+// more than one endpoint needs (the client's connection, the coordinator
+// and the worker all speak them).
+#ifndef CAUSEWAY_TRANSPORT_GRPC_CLUSTER_CODEC_H_
+#define CAUSEWAY_TRANSPORT_GRPC_CLUSTER_CODEC_H_
+
+#include <vector>
+
+#include "causeway/transport/grpc/cluster.pb.h"
+#include "causeway/transport/services.h"
+
+namespace causeway::grpc_transport {
+
+inline void EncodeSpmdLoop(const SpmdLoop& loop, cluster::SpmdLoop* out) {
+  out->set_program(loop.program.value());
+  out->set_client(loop.client.value());
+  out->set_id_base(loop.id_base);
+  out->set_input(loop.input.value());
+  out->set_first(loop.first);
+  out->set_count(loop.count);
+}
+
+inline SpmdLoop DecodeSpmdLoop(const cluster::SpmdLoop& in) {
+  SpmdLoop loop;
+  loop.program = ProgramId(in.program());
+  loop.client = ClientId(in.client());
+  loop.id_base = in.id_base();
+  loop.input = ArrayId(in.input());
+  loop.first = in.first();
+  loop.count = in.count();
+  return loop;
+}
+
+inline void EncodeCounters(const std::vector<DeviceCounters>& counters,
+                           cluster::CounterList* out) {
+  for (const DeviceCounters& c : counters) {
+    cluster::DeviceCounters& d = *out->add_devices();
+    d.set_device(c.device.value());
+    d.set_launches(c.launches);
+    d.set_failed(c.failed);
+    d.set_busy_us(c.busy_us);
+    d.set_memory_in_use(c.memory_in_use);
+    d.set_memory_peak(c.memory_peak);
+  }
+}
+
+inline std::vector<DeviceCounters> DecodeCounters(const cluster::CounterList& in) {
+  std::vector<DeviceCounters> out;
+  for (const cluster::DeviceCounters& d : in.devices()) {
+    DeviceCounters c;
+    c.device = DeviceId(d.device());
+    c.launches = d.launches();
+    c.failed = d.failed();
+    c.busy_us = d.busy_us();
+    c.memory_in_use = d.memory_in_use();
+    c.memory_peak = d.memory_peak();
+    out.push_back(c);
+  }
+  return out;
+}
+
+}  // namespace causeway::grpc_transport
+
+#endif  // CAUSEWAY_TRANSPORT_GRPC_CLUSTER_CODEC_H_
