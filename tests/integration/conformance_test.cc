@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
+#include "causeway/cluster/counters.h"
 #include "tests/integration/cluster_kinds.h"
 
 namespace causeway::testing {
@@ -352,6 +353,32 @@ TEST_P(ConformanceTest, ReleasedAndDisconnectedArraysFreeTheirMemoryOnEveryHost)
     ASSERT_OK(AwaitOrHang(b0.Ready()).status());
     ASSERT_OK_AND_ASSIGN(Literal v, AwaitOrHang(b1.Fetch()));
     EXPECT_EQ(v.values<float>()[n - 1], 2.0f);
+  }
+}
+
+TEST_P(ConformanceTest, DeviceCountersCountLaunchesAndMemoryOnEveryHost) {
+  ASSERT_OK_AND_ASSIGN(std::vector<DeviceCounters> before,
+                       ClusterCounters(*connection_, /*reset=*/true));
+  EXPECT_EQ(before.size(), 8u);
+  const Mesh mesh = TwoByTwo(1);
+  FunctionBuilder b("twice");
+  Value x = b.Parameter(Shape(DType::kF32, {4}));
+  ASSERT_OK_AND_ASSIGN(ir::Function f, b.Build({b.Add(x, x)}));
+  const Sharding split(std::vector<std::vector<std::string>>{{"x", "y"}});
+  ASSERT_OK_AND_ASSIGN(CompiledFunction cf, client_->Compile(f, mesh, {{split}, {split}}));
+  ASSERT_OK_AND_ASSIGN(Array in, client_->Put(Literal::F32({16}, Iota(16)), mesh, split));
+  ASSERT_OK_AND_ASSIGN(std::vector<Array> out, client_->Call(cf, {in}));
+  ASSERT_OK(AwaitOrHang(out[0].Ready()).status());
+  ASSERT_OK_AND_ASSIGN(std::vector<DeviceCounters> after,
+                       ClusterCounters(*connection_, /*reset=*/false));
+  ASSERT_EQ(after.size(), 8u);
+  for (const DeviceCounters& c : after) {
+    const bool on_mesh = mesh.IndexOf(c.device) >= 0;
+    EXPECT_EQ(c.launches, on_mesh ? 1 : 0) << c.device.ToString();
+    // The input and the output shard, f32[4] each.
+    if (on_mesh) {
+      EXPECT_GE(c.memory_in_use, 32) << c.device.ToString();
+    }
   }
 }
 
