@@ -8,6 +8,7 @@
 #include "causeway/ir/builder.h"
 #include "causeway/ir/serialization.h"
 #include "causeway/testing/status_matchers.h"
+#include "causeway/testing/two_mesh_plan.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -17,73 +18,7 @@ namespace {
 using ::causeway::testing::StatusIs;
 using ::testing::HasSubstr;
 
-std::shared_ptr<const backend::cpu::Executable> Compile(absl::StatusOr<ir::Function> f) {
-  CW_CHECK_OK(f.status());
-  auto exe = backend::cpu::Executable::Compile(*f);
-  CW_CHECK_OK(exe.status());
-  return *exe;
-}
-
-// x * 2 over f32[2,4] shards.
-std::shared_ptr<const backend::cpu::Executable> Scale() {
-  ir::FunctionBuilder b("scale");
-  ir::Value x = b.Parameter(ir::Shape(ir::DType::kF32, {2, 4}));
-  return Compile(b.Build({b.Mul(x, b.Full(2, {2, 4}))}));
-}
-
-// -x over f32[4,2] shards.
-std::shared_ptr<const backend::cpu::Executable> Negate() {
-  ir::FunctionBuilder b("negate");
-  return Compile(b.Build({b.Neg(b.Parameter(ir::Shape(ir::DType::kF32, {4, 2})))}));
-}
-
-causeway::PlanValue Value(const causeway::Mesh& mesh, causeway::Sharding sharding, int64_t host) {
-  causeway::PlanValue v;
-  v.shape = ir::Shape(ir::DType::kF32, {4, 4});
-  v.mesh = mesh;
-  v.sharding = std::move(sharding);
-  v.shard_shape = v.sharding.ShardShape(v.shape, mesh);
-  v.shard_hosts = {HostId(host), HostId(host)};
-  v.shard_local_device = {0, 1};
-  return v;
-}
-
-// f32[4,4] row-sharded on host 0's two devices, scaled twice (one shared
-// executable), resharded by columns onto host 1's two devices, negated.
-ProgramPlan TwoMeshPlan() {
-  const causeway::Mesh a(MeshId(1), IslandId(0), {{"data", 2}}, {DeviceId(0), DeviceId(1)});
-  const causeway::Mesh b(MeshId(2), IslandId(0), {{"x", 2}}, {DeviceId(2), DeviceId(3)});
-  const causeway::Sharding rows({{"data"}, {}});
-  const causeway::Sharding cols({{}, {"x"}});
-  ProgramPlan plan;
-  plan.id = ProgramId(7);
-  plan.client = ClientId(3);
-  plan.name = "two_meshes";
-  plan.values = {Value(a, rows, 0), Value(a, rows, 0), Value(a, rows, 0), Value(b, cols, 1),
-                 Value(b, cols, 1)};
-  plan.parameters = {0};
-  plan.outputs = {4};
-  auto scale = Scale();
-  causeway::PlanNode call{PlanNodeKind::kCall, "scale", {0}, {1}, scale, false, {}};
-  plan.nodes.push_back(call);
-  call.inputs = {1};
-  call.outputs = {2};
-  plan.nodes.push_back(call);
-  causeway::PlanNode reshard{PlanNodeKind::kReshard, "reshard", {2}, {3}, nullptr, false, {}};
-  for (int d = 0; d < 2; ++d) {
-    reshard.pieces.emplace_back();
-    for (int s = 0; s < 2; ++s) {
-      reshard.pieces.back().push_back(causeway::ReshardPiece{s, {0, 2 * d}, {2 * s, 0}, {2, 2}});
-    }
-  }
-  plan.nodes.push_back(reshard);
-  plan.nodes.push_back(
-      causeway::PlanNode{PlanNodeKind::kCall, "negate", {3}, {4}, Negate(), false, {}});
-  plan.islands = {IslandId(0)};
-  plan.hosts = {HostId(0), HostId(1)};
-  plan.hosts_by_island = {{HostId(0), HostId(1)}};
-  return plan;
-}
+using ::causeway::testing::TwoMeshPlan;
 
 Plan Encoded() {
   Plan p;
