@@ -74,12 +74,25 @@ class RemoteHost final : public HostService {
     if (on_reply) on_reply(ErrorReply(lost));
   }
 
-  void OnReply(const cluster::Reply& reply) {
+  // A reply from the worker; the parts of a chunked one are joined first.
+  void OnReply(cluster::Reply reply) {
     ReplyFn fn;
     {
       MutexLock lock(&mu_);
       auto it = pending_.find(reply.id());
       if (it == pending_.end()) return;
+      auto part = partial_.find(reply.id());
+      if (reply.partial() || part != partial_.end()) {
+        if (part == partial_.end()) {
+          partial_.emplace(reply.id(), std::move(reply));
+          return;
+        }
+        part->second.mutable_literal()->mutable_data()->append(reply.literal().data());
+        if (reply.partial()) return;
+        reply = std::move(part->second);
+        reply.set_partial(false);
+        partial_.erase(part);
+      }
       fn = std::move(it->second);
       pending_.erase(it);
     }
@@ -94,6 +107,7 @@ class RemoteHost final : public HostService {
       if (!lost_.ok()) return;
       lost_ = status;
       pending.swap(pending_);
+      partial_.clear();
     }
     const cluster::Reply reply = ErrorReply(status);
     for (auto& [id, fn] : pending) fn(reply);
@@ -244,6 +258,8 @@ class RemoteHost final : public HostService {
   mutable Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<uint64_t, ReplyFn> pending_ ABSL_GUARDED_BY(mu_);
+  // Chunked replies still arriving.
+  absl::flat_hash_map<uint64_t, cluster::Reply> partial_ ABSL_GUARDED_BY(mu_);
   absl::Status lost_ ABSL_GUARDED_BY(mu_);
   absl::Time last_seen_ ABSL_GUARDED_BY(mu_);
   std::string cancel_reason_ ABSL_GUARDED_BY(mu_);
@@ -485,8 +501,8 @@ grpc::Status CoordinatorServer::Impl::Join(
   cluster::WorkerBatch batch;
   while (stream->Read(&batch)) {
     host->Touch();
-    for (const cluster::FromWorker& m : batch.messages()) {
-      if (m.has_reply()) host->OnReply(m.reply());
+    for (cluster::FromWorker& m : *batch.mutable_messages()) {
+      if (m.has_reply()) host->OnReply(std::move(*m.mutable_reply()));
     }
   }
   std::string reason = host->cancel_reason();

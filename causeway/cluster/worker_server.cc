@@ -1,5 +1,6 @@
 #include "causeway/cluster/worker_server.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -60,6 +61,8 @@ class WorkerServer::Impl {
   void HandleCall(uint64_t id, cluster::HostCall& call);
   void Reply(uint64_t id, const absl::Status& status,
              const std::function<void(cluster::Reply&)>& fill = nullptr);
+  // An OK reply carrying `value`, in chunks when it is large.
+  void ReplyLiteral(uint64_t id, const ir::Literal& value);
   void Stop(const absl::Status& why) {
     {
       MutexLock lock(&mu_);
@@ -192,7 +195,7 @@ absl::Status WorkerServer::Impl::Start() {
     while (!stop_heartbeat_.WaitForNotificationWithTimeout(options_.heartbeat_interval)) {
       cluster::FromWorker beat;
       beat.set_heartbeat(true);
-      writer_->Post(std::move(beat));
+      writer_->PostUrgent(std::move(beat));
     }
   });
   return absl::OkStatus();
@@ -218,6 +221,30 @@ void WorkerServer::Impl::Reply(uint64_t id, const absl::Status& status,
   wire::EncodeStatus(status, r.mutable_status());
   if (status.ok() && fill) fill(r);
   writer_->Post(std::move(m));
+}
+
+void WorkerServer::Impl::ReplyLiteral(uint64_t id, const ir::Literal& value) {
+  // In chunks, so that heartbeats (queued ahead of them) are never held
+  // back by more than one batch of a large reply.
+  constexpr size_t kChunk = size_t{1} << 20;
+  const size_t total = static_cast<size_t>(value.byte_size());
+  const char* data = reinterpret_cast<const char*>(value.data());
+  std::vector<cluster::FromWorker> messages;
+  size_t offset = 0;
+  do {
+    cluster::FromWorker& m = messages.emplace_back();
+    cluster::Reply& r = *m.mutable_reply();
+    r.set_id(id);
+    const size_t n = std::min(kChunk, total - offset);
+    if (offset == 0) {
+      wire::EncodeStatus(absl::OkStatus(), r.mutable_status());
+      wire::EncodeShape(value.shape(), r.mutable_literal()->mutable_shape());
+    }
+    r.mutable_literal()->set_data(data + offset, n);
+    offset += n;
+    r.set_partial(offset < total);
+  } while (offset < total);
+  writer_->PostAll(std::move(messages));
 }
 
 void WorkerServer::Impl::Handle(cluster::ToWorker& message) {
@@ -271,9 +298,11 @@ void WorkerServer::Impl::HandleCall(uint64_t id, cluster::HostCall& call) {
     case cluster::HostCall::kFetchShard:
       executor_->FetchShard(ArrayId(call.fetch_shard().array()), call.fetch_shard().shard())
           .OnReady([this, id](const absl::StatusOr<ir::Literal>& value) {
-            Reply(id, value.status(), [&](cluster::Reply& r) {
-              wire::EncodeLiteral(*value, r.mutable_literal());
-            });
+            if (!value.ok()) {
+              Reply(id, value.status());
+            } else {
+              ReplyLiteral(id, *value);
+            }
           });
       break;
     case cluster::HostCall::kAwaitShard:

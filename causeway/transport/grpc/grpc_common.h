@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -89,6 +90,24 @@ class BatchWriter {
     MutexLock lock(&mu_);
     if (closed_ || broken_) return false;
     queue_.push_back(std::move(message));
+    return true;
+  }
+
+  // Queues every message at once, in order. False (all dropped) as Post.
+  bool PostAll(std::vector<Message> messages) {
+    MutexLock lock(&mu_);
+    if (closed_ || broken_) return false;
+    for (Message& m : messages) queue_.push_back(std::move(m));
+    return true;
+  }
+
+  // Queues `message` ahead of everything queued: for messages that carry no
+  // order with the others (heartbeats), so that they wait for at most the
+  // batch being written.
+  bool PostUrgent(Message message) {
+    MutexLock lock(&mu_);
+    if (closed_ || broken_) return false;
+    queue_.push_front(std::move(message));
     return true;
   }
 
