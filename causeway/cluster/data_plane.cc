@@ -36,6 +36,7 @@ class DataPlane::Sender {
   }
 
   bool Post(cluster::DataMessage message) { return writer_->Post(std::move(message)); }
+  bool broken() const { return writer_->broken(); }
   // Unblocks a write to a peer that stopped reading.
   void Cancel() { context_.TryCancel(); }
 
@@ -217,6 +218,19 @@ std::shared_ptr<DataPlane::Sender> DataPlane::SenderFor(HostId to) {
 void DataPlane::Post(HostId to, cluster::DataMessage message) {
   std::shared_ptr<Sender> sender = SenderFor(to);
   if (sender == nullptr) return;  // lost: its consumers fail through the peer table
+  if (sender->broken()) {
+    // The stream broke while the peer is still in the table: later messages
+    // go on a fresh stream (what was in flight on the broken one is lost).
+    CW_LOG(kWarning) << "data stream to " << to.ToString() << " broke; reopening it";
+    {
+      MutexLock lock(&mu_);
+      if (auto it = senders_.find(to); it != senders_.end() && it->second == sender) {
+        senders_.erase(it);
+      }
+    }
+    sender = SenderFor(to);
+    if (sender == nullptr) return;
+  }
   sender->Post(std::move(message));
 }
 
