@@ -81,7 +81,7 @@ absl::Status CollectiveHub::AllReduce(const CollectiveKey& key, DeviceId self, i
                                       const std::string& what) {
   return Meet(key, self, rank, members, ir::OpKind::kAllReduce, data, shape.byte_size(), data,
               shape.byte_size(), what,
-              [this, &shape, kind](State& state) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+              [&shape, kind](State& state) ABSL_NO_THREAD_SAFETY_ANALYSIS {
                 Reduce(state, shape, kind);
                 return absl::OkStatus();
               });
