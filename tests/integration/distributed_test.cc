@@ -205,6 +205,7 @@ TEST_F(WorkerFaultTest, KilledWorkerFailsItsDependentsFastSparesOthersAndRejoins
   EXPECT_EQ(lost.status().code(), absl::StatusCode::kUnavailable) << lost.status();
   EXPECT_THAT(lost.status().message(), HasSubstr(victim_.ToString()));
   EXPECT_LT(seconds, 5.0) << lost.status();
+  RecordProperty("seconds_from_kill_to_failure", std::to_string(seconds));
   absl::StatusOr<Literal> first_lost = AwaitOrHang(first[0].Fetch());
   EXPECT_EQ(first_lost.status().code(), absl::StatusCode::kUnavailable) << first_lost.status();
 

@@ -94,7 +94,8 @@ TEST(OpsTest, CompareAndSelect) {
       {Comparison::kEq, {0, 0, 1, 0}}, {Comparison::kNe, {1, 1, 0, 1}},
       {Comparison::kLt, {1, 0, 0, 0}}, {Comparison::kLe, {1, 0, 1, 0}},
       {Comparison::kGt, {0, 1, 0, 1}}, {Comparison::kGe, {0, 1, 1, 1}}};
-  for (const auto& [cmp, expected] : cases) {
+  for (const auto& [comparison, expected] : cases) {
+    const Comparison cmp = comparison;  // clang 15 cannot capture a structured binding
     EXPECT_EQ(P(Eval({kA, kB}, [&](auto& b, auto& p) { return b.Compare(p[0], p[1], cmp); })),
               expected);
   }
