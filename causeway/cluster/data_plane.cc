@@ -12,6 +12,22 @@ namespace causeway {
 
 using grpc_transport::BatchWriter;
 
+namespace {
+
+// Calls `emit(offset, length)` for each chunk of at most kDataChunkBytes of a
+// `total`-byte payload, in order; once, with length 0, for an empty one.
+template <typename Emit>
+void ForEachChunk(int64_t total, Emit emit) {
+  int64_t offset = 0;
+  do {
+    const int64_t n = std::min(kDataChunkBytes, total - offset);
+    emit(offset, n);
+    offset += n;
+  } while (offset < total);
+}
+
+}  // namespace
+
 // The sending half of the stream to one peer. The stream opens on the
 // writer thread at the first write, so no caller waits for a connection.
 class DataPlane::Sender {
@@ -249,8 +265,7 @@ void DataPlane::SendPiece(HostId from, HostId to, ShardPieceMessage piece) {
     MutexLock lock(&mu_);
     bytes_sent_ += total;
   }
-  int64_t offset = 0;
-  do {
+  ForEachChunk(total, [&](int64_t offset, int64_t n) {
     cluster::DataMessage m;
     cluster::PieceChunk& c = *m.mutable_piece();
     c.set_run(piece.run.value());
@@ -260,15 +275,13 @@ void DataPlane::SendPiece(HostId from, HostId to, ShardPieceMessage piece) {
     wire::EncodeStatus(piece.status, c.mutable_status());
     c.set_total_bytes(total);
     c.set_offset(offset);
-    const int64_t n = std::min(kDataChunkBytes, total - offset);
     if (n == total) {
       *c.mutable_data() = std::move(piece.bytes);  // one chunk: no copy
     } else {
       c.set_data(piece.bytes.data() + offset, static_cast<size_t>(n));
     }
-    offset += n;
     Post(to, std::move(m));
-  } while (offset < total);
+  });
 }
 
 void DataPlane::SendContribution(HostId to, const CollectiveKey& key, int rank,
@@ -278,8 +291,7 @@ void DataPlane::SendContribution(HostId to, const CollectiveKey& key, int rank,
     bytes_sent_ += bytes;
   }
   const char* p = static_cast<const char*>(data);
-  int64_t offset = 0;
-  do {
+  ForEachChunk(bytes, [&](int64_t offset, int64_t n) {
     cluster::DataMessage m;
     cluster::ContributionChunk& c = *m.mutable_contribution();
     c.set_run(key.run.value());
@@ -289,11 +301,9 @@ void DataPlane::SendContribution(HostId to, const CollectiveKey& key, int rank,
     c.set_rank(rank);
     c.set_total_bytes(bytes);
     c.set_offset(offset);
-    const int64_t n = std::min(kDataChunkBytes, bytes - offset);
-    if (n > 0) c.set_data(p + offset, static_cast<size_t>(n));
-    offset += n;
+    c.set_data(p + offset, static_cast<size_t>(n));
     Post(to, std::move(m));
-  } while (offset < bytes);
+  });
 }
 
 void DataPlane::BroadcastAbort(RunId run, int node, const absl::Status& status) {

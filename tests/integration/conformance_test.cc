@@ -273,6 +273,37 @@ TEST_P(ConformanceTest, ProgramSpanningIslandsReshardsBetweenThem) {
   }
 }
 
+// 2 MiB pieces between islands: more than one data-plane chunk each.
+TEST_P(ConformanceTest, LargeReshardBetweenIslandsArrivesWhole) {
+  const Mesh m0 = TwoByTwo(0);
+  const Mesh m1 = TwoByTwo(1);
+  constexpr int64_t kRows = 2048, kCols = 1024;
+  FunctionBuilder b1("double");
+  Value x = b1.Parameter(Shape(DType::kF32, {kRows / 4, kCols}));
+  ASSERT_OK_AND_ASSIGN(ir::Function f1, b1.Build({b1.Add(x, x)}));
+  FunctionBuilder b2("total");
+  Value y = b2.Parameter(Shape(DType::kF32, {kRows / 2, kCols}));
+  ASSERT_OK_AND_ASSIGN(ir::Function f2,
+                       b2.Build({b2.AllReduce(b2.ReduceSum(y, {0, 1}), {"x"})}));
+  const Sharding by_4(std::vector<std::vector<std::string>>{{"x", "y"}, {}});
+  const Sharding by_x(std::vector<std::vector<std::string>>{{"x"}, {}});
+  ASSERT_OK_AND_ASSIGN(CompiledFunction c1, client_->Compile(f1, m0, {{by_4}, {by_4}}));
+  ASSERT_OK_AND_ASSIGN(CompiledFunction c2,
+                       client_->Compile(f2, m1, {{by_x}, {Sharding::Replicated(0)}}));
+  ProgramBuilder pb = client_->NewProgram("large_reshard");
+  ASSERT_OK_AND_ASSIGN(auto p, pb.Parameter(Shape(DType::kF32, {kRows, kCols}), m0, by_4));
+  ASSERT_OK_AND_ASSIGN(auto s1, pb.Call(c1, {p}));
+  ASSERT_OK_AND_ASSIGN(auto s2, pb.Call(c2, {s1[0]}));
+  ASSERT_OK_AND_ASSIGN(Program program, pb.Build({s2[0]}));
+  ASSERT_OK_AND_ASSIGN(
+      Array in, client_->Put(Literal::F32({kRows, kCols},
+                                          std::vector<float>(static_cast<size_t>(kRows * kCols), 1.0f)),
+                             m0, by_4));
+  ASSERT_OK_AND_ASSIGN(std::vector<Array> out, program.Run({in}));
+  ASSERT_OK_AND_ASSIGN(Literal v, AwaitOrHang(out[0].Fetch()));
+  EXPECT_EQ(v.values<float>()[0], 2.0f * kRows * kCols);
+}
+
 TEST_P(ConformanceTest, ChainedCallsWithoutWaitingComputeInOrder) {
   const Mesh mesh = TwoByTwo();
   FunctionBuilder b("step");
