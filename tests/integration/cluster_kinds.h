@@ -24,6 +24,17 @@ inline std::string KindName(const ::testing::TestParamInfo<ClusterKind>& info) {
 // The `causeway` binary of this build (set by CMake).
 inline std::string CausewayBinary() { return CAUSEWAY_BINARY; }
 
+// Options for a process cluster of `islands` x `hosts_per_island` workers
+// with `devices_per_host` devices each.
+inline ProcessClusterOptions ProcessShape(int islands, int hosts_per_island,
+                                          int devices_per_host) {
+  ProcessClusterOptions o;
+  o.islands = islands;
+  o.hosts_per_island = hosts_per_island;
+  o.devices_per_host = devices_per_host;
+  return o;
+}
+
 // Starts a process cluster of the given shape; fails the test if it cannot.
 inline std::unique_ptr<ProcessCluster> StartProcesses(ProcessClusterOptions options) {
   options.binary = CausewayBinary();

@@ -33,10 +33,7 @@ class ConformanceTest : public ::testing::TestWithParam<ClusterKind> {
     lo.device_memory_bytes = kDeviceMemory;
     lo.collective_timeout = absl::Seconds(30);
     local_ = MakeCluster(lo).release();
-    ProcessClusterOptions po;
-    po.islands = 2;
-    po.hosts_per_island = 2;
-    po.devices_per_host = 2;
+    ProcessClusterOptions po = ProcessShape(2, 2, 2);
     po.memory_bytes = kDeviceMemory;
     processes_ = StartProcesses(po).release();
   }

@@ -53,10 +53,7 @@ absl::StatusOr<Mesh> MeshOn(Client& client, const Topology& t, std::vector<HostI
 }
 
 TEST(DistributedTest, ConnectionsWithoutTheTokenAreRefused) {
-  ProcessClusterOptions o;
-  o.islands = 1;
-  o.hosts_per_island = 1;
-  o.devices_per_host = 1;
+  ProcessClusterOptions o = ProcessShape(1, 1, 1);
   auto cluster = StartProcesses(o);
   RemoteClusterOptions ro;
   ro.address = cluster->url();
@@ -80,10 +77,7 @@ TEST(DistributedTest, ConnectionsWithoutTheTokenAreRefused) {
 }
 
 TEST(DistributedTest, AClientNamesOnlyItsOwnArrays) {
-  ProcessClusterOptions o;
-  o.islands = 1;
-  o.hosts_per_island = 2;
-  o.devices_per_host = 1;
+  ProcessClusterOptions o = ProcessShape(1, 2, 1);
   auto cluster = StartProcesses(o);
   auto a_conn = ConnectRemote(*cluster);
   auto b_conn = ConnectRemote(*cluster);
@@ -107,10 +101,7 @@ TEST(DistributedTest, AClientNamesOnlyItsOwnArrays) {
 }
 
 TEST(DistributedTest, TlsClusterServesClientsThatTrustItsCertificateOnly) {
-  ProcessClusterOptions o;
-  o.islands = 1;
-  o.hosts_per_island = 2;
-  o.devices_per_host = 1;
+  ProcessClusterOptions o = ProcessShape(1, 2, 1);
   o.tls_cert = TestData("server.pem");
   o.tls_key = TestData("server.key");
   o.tls_ca = TestData("ca.pem");
@@ -142,10 +133,7 @@ TEST(DistributedTest, TlsClusterServesClientsThatTrustItsCertificateOnly) {
 class WorkerFaultTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ProcessClusterOptions o;
-    o.islands = 1;
-    o.hosts_per_island = 3;
-    o.devices_per_host = 2;
+    ProcessClusterOptions o = ProcessShape(1, 3, 2);
     o.heartbeat_timeout = absl::Seconds(1);
     cluster_ = StartProcesses(o);
     conn_ = ConnectRemote(*cluster_);
@@ -262,10 +250,7 @@ bool PortIsFree(int port) {
 }
 
 TEST(DistributedTest, StoppingTheClusterLeavesNoProcessOrPortBehind) {
-  ProcessClusterOptions o;
-  o.islands = 2;
-  o.hosts_per_island = 1;
-  o.devices_per_host = 1;
+  ProcessClusterOptions o = ProcessShape(2, 1, 1);
   auto cluster = StartProcesses(o);
   const std::vector<pid_t> pids = cluster->pids();
   ASSERT_EQ(pids.size(), 3u);
