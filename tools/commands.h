@@ -11,8 +11,11 @@ namespace causeway::tools {
 
 // Each sets `*exit_code` when its subcommand runs.
 void AddDemoCommand(CLI::App& app, int* exit_code);
-// `causeway train mlp` (tools/train.cc).
+// `causeway train mlp` (tools/train.cc) and `causeway train lm`.
 void AddTrainCommand(CLI::App& app, int* exit_code);
+// `causeway train lm` under `train`, and `causeway sample` (tools/train_lm.cc).
+void AddTrainLmCommand(CLI::App* train, int* exit_code);
+void AddSampleCommand(CLI::App& app, int* exit_code);
 
 // `causeway coordinator`, `causeway worker`, `causeway cluster up`
 // (tools/cluster_commands.cc).

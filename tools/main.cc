@@ -8,6 +8,7 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   causeway::tools::AddDemoCommand(app, &exit_code);
   causeway::tools::AddTrainCommand(app, &exit_code);
+  causeway::tools::AddSampleCommand(app, &exit_code);
   causeway::tools::AddCoordinatorCommand(app, &exit_code);
   causeway::tools::AddWorkerCommand(app, &exit_code);
   causeway::tools::AddClusterCommand(app, &exit_code);

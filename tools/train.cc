@@ -88,6 +88,7 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
   mlp->add_option("--seed", options->mlp.seed, "Seed of the weights and the task");
   mlp->add_flag("--json", options->json, "One JSON object per step");
   mlp->callback([options, exit_code] { *exit_code = RunTrainMlp(*options); });
+  AddTrainLmCommand(train, exit_code);
 }
 
 }  // namespace causeway::tools

@@ -1,0 +1,404 @@
+#include "causeway/models/gpt.h"
+
+#include <cmath>
+#include <map>
+#include <random>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "causeway/base/status_macros.h"
+#include "causeway/ir/autodiff.h"
+#include "causeway/ir/builder.h"
+#include "causeway/ir/composites.h"
+
+namespace causeway::models {
+namespace {
+
+using ir::DType;
+using ir::FunctionBuilder;
+using ir::Shape;
+using ir::Value;
+
+std::vector<int64_t> LocalDims(const ParamSpec& spec, const GptLayout& layout) {
+  std::vector<int64_t> dims = spec.dims;
+  if (spec.model_dim >= 0) dims[spec.model_dim] /= layout.model;
+  return dims;
+}
+
+int64_t NumElements(const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  return n;
+}
+
+// Adds one parameter per spec, with its local shape.
+std::vector<Value> AddParams(FunctionBuilder& b, const GptConfig& c, const GptLayout& l) {
+  std::vector<Value> params;
+  for (const ParamSpec& spec : GptParams(c)) {
+    params.push_back(b.Parameter(Shape(DType::kF32, LocalDims(spec, l))));
+  }
+  return params;
+}
+
+// Walks the parameters in GptParams order.
+class ParamCursor {
+ public:
+  ParamCursor(const std::vector<Value>& params, bool bias) : params_(params), bias_(bias) {}
+  Value Next() { return params_[next_++]; }
+  // The next parameter if the model has biases, else an invalid Value.
+  Value NextBias() { return bias_ ? Next() : Value(); }
+
+ private:
+  const std::vector<Value>& params_;
+  const bool bias_;
+  size_t next_ = 0;
+};
+
+Value AddBias(FunctionBuilder& b, Value x, Value bias) {
+  if (bias.id < 0) return x;
+  return b.Add(x, b.Broadcast(bias, b.shape(x).dims, {b.shape(x).rank() - 1}));
+}
+
+Value Norm(FunctionBuilder& b, Value x, Value gamma, Value beta) {
+  if (beta.id < 0) beta = b.Full(0.0f, b.shape(gamma).dims);
+  return ir::LayerNorm(b, x, gamma, beta);
+}
+
+// x [n, c_out] summed over the model axis (row-parallel output).
+Value ModelSum(FunctionBuilder& b, Value x, const GptLayout& l) {
+  return l.model > 1 ? b.AllReduce(x, {kModelAxis}) : x;
+}
+
+// The transformer up to the final LayerNorm: returns h [batch * t, embed]
+// and the token embedding (for the tied head).
+std::pair<Value, Value> Trunk(FunctionBuilder& b, const GptConfig& c, const GptLayout& l,
+                              const std::vector<Value>& params, Value tokens, int64_t batch,
+                              int64_t t) {
+  ParamCursor p(params, c.bias);
+  const int64_t n = batch * t;
+  const int64_t cl = c.embed / l.model;   // local attention width
+  const int64_t hl = c.heads / l.model;   // local heads
+  const int64_t hd = c.embed / c.heads;   // head size
+  const int64_t fl = 4 * c.embed / l.model;  // local MLP hidden
+  Value wte = p.Next();
+  Value wpe = p.Next();
+  Value x = b.Gather(wte, b.Reshape(tokens, {n}), 0);  // [n, C]
+  Value pos = b.Slice(wpe, {0, 0}, {t, c.embed});
+  x = b.Add(x, b.Reshape(b.Broadcast(pos, {batch, t, c.embed}, {1, 2}), {n, c.embed}));
+  for (int64_t layer = 0; layer < c.layers; ++layer) {
+    Value ln1_w = p.Next();
+    Value ln1_b = p.NextBias();
+    Value qkv_w = p.Next();
+    Value qkv_b = p.NextBias();
+    Value proj_w = p.Next();
+    Value proj_b = p.NextBias();
+    Value ln2_w = p.Next();
+    Value ln2_b = p.NextBias();
+    Value fc_w = p.Next();
+    Value fc_b = p.NextBias();
+    Value mproj_w = p.Next();
+    Value mproj_b = p.NextBias();
+
+    // Attention over this device's heads.
+    Value h = Norm(b, x, ln1_w, ln1_b);
+    Value qkv = b.Matmul(h, b.Reshape(qkv_w, {c.embed, 3 * cl}));
+    if (qkv_b.id >= 0) qkv = AddBias(b, qkv, b.Reshape(qkv_b, {3 * cl}));
+    qkv = b.Reshape(qkv, {batch, t, 3, hl, hd});
+    qkv = b.Reshape(b.Transpose(qkv, {2, 0, 3, 1, 4}), {3, batch * hl, t, hd});
+    auto part = [&](int64_t i) {
+      return b.Reshape(b.Slice(qkv, {i, 0, 0, 0}, {i + 1, batch * hl, t, hd}),
+                       {batch * hl, t, hd});
+    };
+    Value att = ir::CausalAttention(b, part(0), part(1), part(2));  // [b*hl, t, hd]
+    att = b.Transpose(b.Reshape(att, {batch, hl, t, hd}), {0, 2, 1, 3});
+    att = b.Reshape(att, {n, cl});
+    x = b.Add(x, AddBias(b, ModelSum(b, b.Matmul(att, proj_w), l), proj_b));
+
+    // MLP over this device's hidden units.
+    Value h2 = Norm(b, x, ln2_w, ln2_b);
+    Value f = ir::Gelu(b, AddBias(b, b.Matmul(h2, fc_w), fc_b));  // [n, fl]
+    (void)fl;
+    x = b.Add(x, AddBias(b, ModelSum(b, b.Matmul(f, mproj_w), l), mproj_b));
+  }
+  Value lnf_w = p.Next();
+  Value lnf_b = p.NextBias();
+  return {Norm(b, x, lnf_w, lnf_b), wte};
+}
+
+// Logits [n, vocab] of the tied head.
+Value Head(FunctionBuilder& b, Value h, Value wte) {
+  return b.DotGeneral(h, wte, {}, {}, {1}, {1});
+}
+
+// Appends the per-device loss share (see gpt.h).
+Value LossShare(FunctionBuilder& b, const GptConfig& c, const GptLayout& l,
+                const std::vector<Value>& params, Value tokens, Value targets, int64_t batch,
+                int64_t t) {
+  auto [h, wte] = Trunk(b, c, l, params, tokens, batch, t);
+  Value ce = ir::CrossEntropy(b, Head(b, h, wte), b.Reshape(targets, {batch * t}));
+  return b.Mul(ce, b.ConstantF32(1.0f / static_cast<float>(l.devices())));
+}
+
+std::vector<std::string> Axes(const GptLayout& l, bool over_model) {
+  std::vector<std::string> axes;
+  if (l.data > 1) axes.push_back(kDataAxis);
+  if (over_model && l.model > 1) axes.push_back(kModelAxis);
+  return axes;
+}
+
+Value Scalar(FunctionBuilder& b, Value v, int64_t i) {
+  return b.Reshape(b.Slice(v, {i}, {i + 1}), {});
+}
+
+Value ScalarTo(FunctionBuilder& b, Value s, const std::vector<int64_t>& dims) {
+  return b.Broadcast(s, dims, {});
+}
+
+absl::Status CheckBatch(const GptConfig& c, int64_t local_batch, int64_t t) {
+  CW_RETURN_IF_ERROR(c.Validate());
+  if (local_batch < 1) return absl::InvalidArgumentError("batch must be >= 1");
+  if (t < 1 || t > c.context) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sequence length ", t, " outside [1, context ", c.context, "]"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status GptConfig::Validate() const {
+  if (vocab < 1 || context < 1 || layers < 1 || heads < 1 || embed < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model sizes must be positive (vocab ", vocab, ", context ", context,
+                     ", layers ", layers, ", heads ", heads, ", embed ", embed, ")"));
+  }
+  if (embed % heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("embedding ", embed, " does not divide into ", heads, " heads"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateLayout(const GptConfig& c, const GptLayout& l, int64_t batch) {
+  CW_RETURN_IF_ERROR(c.Validate());
+  if (l.data < 1 || l.model < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("mesh axes must be >= 1 (data ", l.data,
+                                                   ", model ", l.model, ")"));
+  }
+  if (batch % l.data != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "batch ", batch, " is not divisible by the data axis (", l.data, " devices)"));
+  }
+  if (c.heads % l.model != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        c.heads, " heads are not divisible by the model axis (", l.model, " devices)"));
+  }
+  if ((4 * c.embed) % l.model != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("MLP hidden size ", 4 * c.embed,
+                                                   " is not divisible by the model axis (",
+                                                   l.model, " devices)"));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<ParamSpec> GptParams(const GptConfig& c) {
+  const int64_t e = c.embed;
+  std::vector<ParamSpec> specs;
+  specs.push_back({"wte", {c.vocab, e}, -1, true, Init::kNormal});
+  specs.push_back({"wpe", {c.context, e}, -1, true, Init::kNormal});
+  auto bias = [&](std::string name, std::vector<int64_t> dims, int model_dim) {
+    if (c.bias) specs.push_back({std::move(name), std::move(dims), model_dim, false, Init::kZeros});
+  };
+  for (int64_t i = 0; i < c.layers; ++i) {
+    const std::string h = absl::StrCat("h.", i, ".");
+    specs.push_back({h + "ln_1.w", {e}, -1, false, Init::kOnes});
+    bias(h + "ln_1.b", {e}, -1);
+    // [in, q|k|v, out]: the heads of q, k and v split together over "model".
+    specs.push_back({h + "attn.qkv.w", {e, 3, e}, 2, true, Init::kNormal});
+    bias(h + "attn.qkv.b", {3, e}, 1);
+    specs.push_back({h + "attn.proj.w", {e, e}, 0, true, Init::kResidualNormal});
+    bias(h + "attn.proj.b", {e}, -1);
+    specs.push_back({h + "ln_2.w", {e}, -1, false, Init::kOnes});
+    bias(h + "ln_2.b", {e}, -1);
+    specs.push_back({h + "mlp.fc.w", {e, 4 * e}, 1, true, Init::kNormal});
+    bias(h + "mlp.fc.b", {4 * e}, 0);
+    specs.push_back({h + "mlp.proj.w", {4 * e, e}, 0, true, Init::kResidualNormal});
+    bias(h + "mlp.proj.b", {e}, -1);
+  }
+  specs.push_back({"ln_f.w", {e}, -1, false, Init::kOnes});
+  bias("ln_f.b", {e}, -1);
+  return specs;
+}
+
+Sharding ParamSharding(const ParamSpec& spec) {
+  std::vector<std::vector<std::string>> dims(spec.dims.size());
+  if (spec.model_dim >= 0) dims[spec.model_dim] = {kModelAxis};
+  return Sharding(std::move(dims));
+}
+
+std::vector<ir::Literal> InitGptParams(const GptConfig& c, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<ir::Literal> out;
+  const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(c.layers));
+  for (const ParamSpec& spec : GptParams(c)) {
+    ir::Literal lit(Shape(DType::kF32, spec.dims));
+    absl::Span<float> v = lit.mutable_values<float>();
+    switch (spec.init) {
+      case Init::kNormal:
+      case Init::kResidualNormal: {
+        std::normal_distribution<float> dist(
+            0.0f, spec.init == Init::kNormal ? 0.02f : residual_std);
+        for (float& x : v) x = dist(rng);
+        break;
+      }
+      case Init::kOnes:
+        for (float& x : v) x = 1.0f;
+        break;
+      case Init::kZeros:
+        break;
+    }
+    out.push_back(std::move(lit));
+  }
+  return out;
+}
+
+absl::StatusOr<ir::Function> GptLossFunction(const GptConfig& c, const GptLayout& l,
+                                             int64_t local_batch) {
+  CW_RETURN_IF_ERROR(CheckBatch(c, local_batch, c.context));
+  CW_RETURN_IF_ERROR(ValidateLayout(c, l, local_batch * l.data));
+  FunctionBuilder b("gpt_loss");
+  std::vector<Value> params = AddParams(b, c, l);
+  Value tokens = b.Parameter(Shape(DType::kI32, {local_batch, c.context}));
+  Value targets = b.Parameter(Shape(DType::kI32, {local_batch, c.context}));
+  return b.Build({LossShare(b, c, l, params, tokens, targets, local_batch, c.context)});
+}
+
+absl::StatusOr<ir::Function> GptLogitsFunction(const GptConfig& c, const GptLayout& l,
+                                               int64_t local_batch) {
+  CW_RETURN_IF_ERROR(CheckBatch(c, local_batch, c.context));
+  CW_RETURN_IF_ERROR(ValidateLayout(c, l, local_batch * l.data));
+  FunctionBuilder b("gpt_logits");
+  std::vector<Value> params = AddParams(b, c, l);
+  Value tokens = b.Parameter(Shape(DType::kI32, {local_batch, c.context}));
+  auto [h, wte] = Trunk(b, c, l, params, tokens, local_batch, c.context);
+  return b.Build({b.Reshape(Head(b, h, wte), {local_batch, c.context, c.vocab})});
+}
+
+absl::StatusOr<ir::Function> GptEvalFunction(const GptConfig& c, const GptLayout& l,
+                                             int64_t local_batch) {
+  CW_ASSIGN_OR_RETURN(ir::Function loss, GptLossFunction(c, l, local_batch));
+  FunctionBuilder b("gpt_eval");
+  std::vector<Value> args;
+  for (int i = 0; i < loss.num_parameters(); ++i) args.push_back(b.Parameter(loss.parameter_shape(i)));
+  Value share = b.Call(loss, args)[0];
+  const std::vector<std::string> all = Axes(l, /*over_model=*/true);
+  return b.Build({all.empty() ? share : b.AllReduce(share, all)});
+}
+
+absl::StatusOr<ir::Function> GptTrainStepFunction(const GptConfig& c, const GptLayout& l,
+                                                  int64_t local_batch, const AdamWConfig& o) {
+  CW_ASSIGN_OR_RETURN(ir::Function loss, GptLossFunction(c, l, local_batch));
+  const std::vector<ParamSpec> specs = GptParams(c);
+  const int np = static_cast<int>(specs.size());
+  std::vector<int> wrt(static_cast<size_t>(np));
+  for (int i = 0; i < np; ++i) wrt[i] = i;
+  CW_ASSIGN_OR_RETURN(ir::Function grad, ir::Grad(loss, wrt));
+
+  FunctionBuilder b("gpt_train_step");
+  std::vector<Value> p, m, v;
+  for (int i = 0; i < np; ++i) p.push_back(b.Parameter(loss.parameter_shape(i)));
+  for (int i = 0; i < np; ++i) m.push_back(b.Parameter(loss.parameter_shape(i)));
+  for (int i = 0; i < np; ++i) v.push_back(b.Parameter(loss.parameter_shape(i)));
+  Value tokens = b.Parameter(loss.parameter_shape(np));
+  Value targets = b.Parameter(loss.parameter_shape(np + 1));
+  Value hyper = b.Parameter(Shape(DType::kF32, {2}));
+
+  std::vector<Value> args = p;
+  args.push_back(tokens);
+  args.push_back(targets);
+  std::vector<Value> out = b.Call(grad, args);  // (loss share, grads...)
+
+  // Gradients are reduced in one flat vector per set of axes: parameters
+  // held whole by a model group are summed over data and model, split ones
+  // over data only. The loss share rides along with the first group.
+  std::map<std::vector<std::string>, std::vector<int>> groups;
+  for (int i = 0; i < np; ++i) groups[Axes(l, specs[i].model_dim < 0)].push_back(i);
+  const std::vector<std::string> loss_axes = Axes(l, /*over_model=*/true);
+  std::vector<Value> grads(static_cast<size_t>(np));
+  Value loss_value;
+  Value sumsq = b.ConstantF32(0.0f);
+  for (const auto& [axes, members] : groups) {
+    std::vector<Value> parts;
+    int64_t total = 0;
+    for (int i : members) {
+      const int64_t n = NumElements(b.shape(p[i]).dims);
+      parts.push_back(b.Reshape(out[1 + i], {n}));
+      total += n;
+    }
+    const bool with_loss = axes == loss_axes;
+    if (with_loss) parts.push_back(b.Reshape(out[0], {1}));
+    Value flat = b.Concatenate(parts, 0);
+    if (!axes.empty()) flat = b.AllReduce(flat, axes);
+    if (with_loss) loss_value = Scalar(b, flat, total);
+    Value g = b.Slice(flat, {0}, {total});
+    Value sq = b.ReduceSum(b.Mul(g, g), {0});
+    // A group split over "model" holds 1/model of each gradient per device.
+    bool split = false;
+    for (int i : members) split = split || specs[i].model_dim >= 0;
+    if (split && l.model > 1) sq = b.AllReduce(sq, {kModelAxis});
+    sumsq = b.Add(sumsq, sq);
+    int64_t offset = 0;
+    for (int i : members) {
+      const std::vector<int64_t> dims = b.shape(p[i]).dims;
+      const int64_t n = NumElements(dims);
+      grads[i] = b.Reshape(b.Slice(g, {offset}, {offset + n}), dims);
+      offset += n;
+    }
+  }
+  Value norm = b.Sqrt(sumsq);
+  Value clip = b.ConstantF32(1.0f);
+  if (o.grad_clip > 0) {
+    clip = b.Min(clip, b.Div(b.ConstantF32(o.grad_clip), b.Add(norm, b.ConstantF32(1e-6f))));
+  }
+
+  // AdamW, as torch.optim.AdamW: p *= 1 - lr wd; p -= lr/c1 * m / (sqrt(v/c2) + eps).
+  Value step = Scalar(b, hyper, 0);
+  Value lr = Scalar(b, hyper, 1);
+  Value c1 = b.Sub(b.ConstantF32(1), b.Pow(b.ConstantF32(o.beta1), step));
+  Value c2 = b.Sub(b.ConstantF32(1), b.Pow(b.ConstantF32(o.beta2), step));
+  Value step_size = b.Div(lr, c1);
+  Value inv_sqrt_c2 = b.Rsqrt(c2);
+  Value decay = b.Sub(b.ConstantF32(1), b.Mul(lr, b.ConstantF32(o.weight_decay)));
+  std::vector<Value> new_p, new_m, new_v;
+  for (int i = 0; i < np; ++i) {
+    const std::vector<int64_t> dims = b.shape(p[i]).dims;
+    Value g = b.Mul(grads[i], ScalarTo(b, clip, dims));
+    Value mi = b.Add(b.Mul(b.Full(o.beta1, dims), m[i]), b.Mul(b.Full(1 - o.beta1, dims), g));
+    Value vi = b.Add(b.Mul(b.Full(o.beta2, dims), v[i]),
+                     b.Mul(b.Full(1 - o.beta2, dims), b.Mul(g, g)));
+    Value denom = b.Add(b.Mul(b.Sqrt(vi), ScalarTo(b, inv_sqrt_c2, dims)),
+                        b.Full(o.epsilon, dims));
+    Value pi = specs[i].decay ? b.Mul(p[i], ScalarTo(b, decay, dims)) : p[i];
+    pi = b.Sub(pi, b.Mul(ScalarTo(b, step_size, dims), b.Div(mi, denom)));
+    new_p.push_back(pi);
+    new_m.push_back(mi);
+    new_v.push_back(vi);
+  }
+  std::vector<Value> results = new_p;
+  results.insert(results.end(), new_m.begin(), new_m.end());
+  results.insert(results.end(), new_v.begin(), new_v.end());
+  results.push_back(loss_value);
+  results.push_back(norm);
+  return b.Build(results);
+}
+
+double GptTrainFlopsPerStep(const GptConfig& c, int64_t batch) {
+  const double e = static_cast<double>(c.embed);
+  const double matrix_params = 12.0 * static_cast<double>(c.layers) * e * e +
+                               static_cast<double>(c.vocab) * e;
+  const double attention = 12.0 * static_cast<double>(c.layers) *
+                           static_cast<double>(c.context) * e;
+  return static_cast<double>(batch * c.context) * (6.0 * matrix_params + attention);
+}
+
+}  // namespace causeway::models

@@ -1,0 +1,174 @@
+// LM checkpoints as tensor files: see lm_trainer.h for the contents.
+#include <filesystem>
+#include <system_error>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "causeway/base/status_macros.h"
+#include "causeway/models/lm_checkpoint_format.h"
+#include "causeway/models/tensor_file.h"
+#include "nlohmann/json.hpp"
+
+namespace causeway::models {
+namespace {
+
+using nlohmann::json;
+
+std::string ConfigJson(const GptConfig& c) {
+  return json{{"vocab", c.vocab},   {"context", c.context}, {"layers", c.layers},
+              {"heads", c.heads},   {"embed", c.embed},     {"bias", c.bias}}
+      .dump();
+}
+
+std::string TokenizerJson(const Tokenizer& t) {
+  json j = {{"kind", t.kind() == TokenizerKind::kBytes ? "bytes" : "chars"}};
+  if (t.kind() == TokenizerKind::kChars) j["code_points"] = t.code_points();
+  return j.dump();
+}
+
+absl::Status Bad(const std::string& path, const std::string& what) {
+  return absl::DataLossError(absl::StrCat(path, ": ", what));
+}
+
+absl::StatusOr<int64_t> PositiveField(const json& j, const char* key, const std::string& path) {
+  if (!j.contains(key) || !j[key].is_number_integer() || j[key].get<int64_t>() < 1 ||
+      j[key].get<int64_t>() > (int64_t{1} << 24)) {
+    return Bad(path, absl::StrCat("config.", key, " is missing or out of range"));
+  }
+  return j[key].get<int64_t>();
+}
+
+absl::StatusOr<GptConfig> ParseConfig(const std::string& text, const std::string& path) {
+  const json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return Bad(path, "config is not a JSON object");
+  GptConfig c;
+  CW_ASSIGN_OR_RETURN(c.vocab, PositiveField(j, "vocab", path));
+  CW_ASSIGN_OR_RETURN(c.context, PositiveField(j, "context", path));
+  CW_ASSIGN_OR_RETURN(c.layers, PositiveField(j, "layers", path));
+  CW_ASSIGN_OR_RETURN(c.heads, PositiveField(j, "heads", path));
+  CW_ASSIGN_OR_RETURN(c.embed, PositiveField(j, "embed", path));
+  if (!j.contains("bias") || !j["bias"].is_boolean()) return Bad(path, "config.bias is missing");
+  c.bias = j["bias"].get<bool>();
+  absl::Status st = c.Validate();
+  if (!st.ok()) return Bad(path, std::string(st.message()));
+  return c;
+}
+
+absl::StatusOr<Tokenizer> ParseTokenizer(const std::string& text, const std::string& path) {
+  const json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("kind") || !j["kind"].is_string()) {
+    return Bad(path, "tokenizer is not a JSON object with a kind");
+  }
+  const std::string kind = j["kind"].get<std::string>();
+  if (kind == "bytes") return Tokenizer::Bytes();
+  if (kind != "chars" || !j.contains("code_points") || !j["code_points"].is_array()) {
+    return Bad(path, absl::StrCat("unknown tokenizer '", kind, "'"));
+  }
+  std::vector<int32_t> cps;
+  for (const json& v : j["code_points"]) {
+    if (!v.is_number_integer()) return Bad(path, "tokenizer code points must be integers");
+    const int64_t cp = v.get<int64_t>();
+    if (cp < 0 || cp > 0x10FFFF) return Bad(path, "tokenizer code point out of range");
+    cps.push_back(static_cast<int32_t>(cp));
+  }
+  absl::StatusOr<Tokenizer> t = Tokenizer::FromCodePoints(std::move(cps));
+  if (!t.ok()) return Bad(path, std::string(t.status().message()));
+  return t;
+}
+
+std::string Describe(const GptConfig& c) {
+  return absl::StrCat(c.layers, " layers, ", c.heads, " heads, embedding ", c.embed,
+                      ", context ", c.context, ", vocabulary ", c.vocab,
+                      c.bias ? "" : ", no biases");
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> WriteLmCheckpoint(const std::string& dir, const LmCheckpoint& c) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot create checkpoint directory ", dir, ": ", ec.message()));
+  }
+  const std::vector<ParamSpec> specs = GptParams(c.config);
+  TensorFile f;
+  f.metadata = {{"format", kCheckpointFormat},
+                {"config", ConfigJson(c.config)},
+                {"tokenizer", TokenizerJson(c.tokenizer)},
+                {"iteration", absl::StrCat(c.iteration)}};
+  for (const char* prefix : {"param/", "adam_m/", "adam_v/"}) {
+    const std::vector<ir::Literal>& group =
+        prefix[0] == 'p' ? c.params : (prefix[5] == 'm' ? c.adam_m : c.adam_v);
+    for (size_t i = 0; i < group.size() && i < specs.size(); ++i) {
+      f.tensors.emplace_back(prefix + specs[i].name, group[i]);
+    }
+  }
+  const std::string path = (std::filesystem::path(dir) / kCheckpointFile).string();
+  CW_RETURN_IF_ERROR(WriteTensorFile(path, f));
+  return path;
+}
+
+absl::StatusOr<LmCheckpoint> ReadLmCheckpoint(const std::string& dir) {
+  const std::string path = (std::filesystem::path(dir) / kCheckpointFile).string();
+  CW_ASSIGN_OR_RETURN(TensorFile f, ReadTensorFile(path));
+  auto meta = [&](const char* key) -> const std::string* {
+    auto it = f.metadata.find(key);
+    return it == f.metadata.end() ? nullptr : &it->second;
+  };
+  if (meta("format") == nullptr || *meta("format") != kCheckpointFormat) {
+    return Bad(path, absl::StrCat("not a Causeway LM checkpoint (format is not ",
+                                  kCheckpointFormat, ")"));
+  }
+  if (meta("config") == nullptr || meta("tokenizer") == nullptr || meta("iteration") == nullptr) {
+    return Bad(path, "metadata lacks config, tokenizer or iteration");
+  }
+  LmCheckpoint c;
+  CW_ASSIGN_OR_RETURN(c.config, ParseConfig(*meta("config"), path));
+  CW_ASSIGN_OR_RETURN(c.tokenizer, ParseTokenizer(*meta("tokenizer"), path));
+  if (!absl::SimpleAtoi(*meta("iteration"), &c.iteration) || c.iteration < 0) {
+    return Bad(path, "iteration is not a non-negative integer");
+  }
+  if (c.tokenizer.vocab_size() != c.config.vocab) {
+    return Bad(path, absl::StrCat("vocabulary of ", c.tokenizer.vocab_size(),
+                                  " tokens but the model's is ", c.config.vocab));
+  }
+  const std::vector<ParamSpec> specs = GptParams(c.config);
+  const bool has_moments = f.Find("adam_m/" + specs[0].name) != nullptr;
+  for (const char* prefix : {"param/", "adam_m/", "adam_v/"}) {
+    if (prefix[0] == 'a' && !has_moments) break;
+    std::vector<ir::Literal>& group =
+        prefix[0] == 'p' ? c.params : (prefix[5] == 'm' ? c.adam_m : c.adam_v);
+    for (const ParamSpec& s : specs) {
+      const ir::Literal* lit = f.Find(prefix + s.name);
+      const ir::Shape want(ir::DType::kF32, s.dims);
+      if (lit == nullptr) return Bad(path, absl::StrCat("tensor ", prefix, s.name, " is missing"));
+      if (lit->shape() != want) {
+        return Bad(path, absl::StrCat("tensor ", prefix, s.name, " is ",
+                                      lit->shape().ToString(), "; its config needs ",
+                                      want.ToString()));
+      }
+      group.push_back(*lit);
+    }
+  }
+  return c;
+}
+
+absl::Status CheckCheckpointFits(const LmCheckpoint& c, const GptConfig& config,
+                                 const Tokenizer& tokenizer) {
+  if (!(c.tokenizer == tokenizer)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the checkpoint has another vocabulary (", c.tokenizer.vocab_size(), " tokens, ",
+        c.tokenizer.kind() == TokenizerKind::kBytes ? "bytes" : "characters",
+        ") than this data (", tokenizer.vocab_size(), " tokens, ",
+        tokenizer.kind() == TokenizerKind::kBytes ? "bytes" : "characters", ")"));
+  }
+  if (!(c.config == config)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the checkpoint is of another model (", Describe(c.config),
+                     ") than requested (", Describe(config), ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace causeway::models

@@ -1,0 +1,28 @@
+// Internal to causeway/models: writing LM checkpoints and checking that one
+// fits a model (the reading side is ReadLmCheckpoint in lm_trainer.h).
+#ifndef CAUSEWAY_MODELS_LM_CHECKPOINT_FORMAT_H_
+#define CAUSEWAY_MODELS_LM_CHECKPOINT_FORMAT_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "causeway/models/lm_trainer.h"
+
+namespace causeway::models {
+
+inline constexpr char kCheckpointFile[] = "model.safetensors";
+inline constexpr char kCheckpointFormat[] = "causeway-lm/1";
+
+// Writes `checkpoint` to `dir`/model.safetensors atomically, creating `dir`
+// if needed. Returns the path written.
+absl::StatusOr<std::string> WriteLmCheckpoint(const std::string& dir,
+                                              const LmCheckpoint& checkpoint);
+
+// INVALID_ARGUMENT naming the first difference if `checkpoint` is of
+// another model shape or vocabulary than `config` / `tokenizer`.
+absl::Status CheckCheckpointFits(const LmCheckpoint& checkpoint, const GptConfig& config,
+                                 const Tokenizer& tokenizer);
+
+}  // namespace causeway::models
+
+#endif  // CAUSEWAY_MODELS_LM_CHECKPOINT_FORMAT_H_

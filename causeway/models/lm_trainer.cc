@@ -1,0 +1,278 @@
+#include "causeway/models/lm_trainer.h"
+
+#include <cmath>
+#include <deque>
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "causeway/base/status_macros.h"
+#include "causeway/models/lm_checkpoint_format.h"
+
+namespace causeway::models {
+namespace {
+
+constexpr double kPi = 3.14159265358979323846;
+
+Sharding BatchSharding() { return Sharding({{kDataAxis}, {}}); }
+
+std::vector<std::vector<std::string>> NoAxes(int rank) {
+  return std::vector<std::vector<std::string>>(static_cast<size_t>(rank));
+}
+
+}  // namespace
+
+absl::Status LmTrainOptions::Validate() const {
+  CW_RETURN_IF_ERROR(ValidateLayout(model, layout, batch));
+  if (batch < 1) return absl::InvalidArgumentError("batch must be >= 1");
+  if (iters < 0) return absl::InvalidArgumentError("iterations must be >= 0");
+  if (!(learning_rate > 0) || !std::isfinite(learning_rate) || !(min_learning_rate >= 0) ||
+      !std::isfinite(min_learning_rate)) {
+    return absl::InvalidArgumentError("learning rates must be finite, lr > 0, min lr >= 0");
+  }
+  if (warmup_iters < 0 || decay_iters < 0) {
+    return absl::InvalidArgumentError("warm-up and decay iterations must be >= 0");
+  }
+  if (eval_every < 0 || eval_batches < 1) {
+    return absl::InvalidArgumentError("eval-every must be >= 0 and eval batches >= 1");
+  }
+  if (max_in_flight < 1) return absl::InvalidArgumentError("max in flight must be >= 1");
+  if (checkpoint_every < 0) return absl::InvalidArgumentError("checkpoint-every must be >= 0");
+  if (!(adamw.beta1 >= 0 && adamw.beta1 < 1 && adamw.beta2 >= 0 && adamw.beta2 < 1)) {
+    return absl::InvalidArgumentError("AdamW betas must be in [0, 1)");
+  }
+  return absl::OkStatus();
+}
+
+float LearningRate(const LmTrainOptions& o, int64_t it) {
+  if (it < o.warmup_iters) {
+    return o.learning_rate * static_cast<float>(it + 1) / static_cast<float>(o.warmup_iters + 1);
+  }
+  if (it > o.decay_iters || o.decay_iters <= o.warmup_iters) return o.min_learning_rate;
+  const double ratio = static_cast<double>(it - o.warmup_iters) /
+                       static_cast<double>(o.decay_iters - o.warmup_iters);
+  const double coeff = 0.5 * (1.0 + std::cos(kPi * ratio));
+  return static_cast<float>(o.min_learning_rate + coeff * (o.learning_rate - o.min_learning_rate));
+}
+
+LmTrainer::LmTrainer(Client* client, const TextDataset* data, LmTrainOptions options)
+    : client_(client), data_(data), options_(std::move(options)) {}
+
+absl::StatusOr<std::unique_ptr<LmTrainer>> LmTrainer::Create(Client* client,
+                                                             const TextDataset* data,
+                                                             LmTrainOptions options,
+                                                             const LmCheckpoint* resume) {
+  options.model.vocab = data->tokenizer().vocab_size();
+  CW_RETURN_IF_ERROR(options.Validate());
+  if (data->train_tokens() <= options.model.context || data->val_tokens() <= options.model.context) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the data has ", data->train_tokens(), " training and ", data->val_tokens(),
+        " validation tokens; each split needs more than the context (",
+        options.model.context, ")"));
+  }
+  if (resume != nullptr) {
+    CW_RETURN_IF_ERROR(CheckCheckpointFits(*resume, options.model, data->tokenizer()));
+  }
+  std::unique_ptr<LmTrainer> t(new LmTrainer(client, data, std::move(options)));
+  CW_RETURN_IF_ERROR(t->Init(resume));
+  return t;
+}
+
+absl::Status LmTrainer::Init(const LmCheckpoint* resume) {
+  const LmTrainOptions& o = options_;
+  const int64_t local = o.batch / o.layout.data;
+  specs_ = GptParams(o.model);
+  CW_ASSIGN_OR_RETURN(mesh_, client_->AllocateMesh({{kDataAxis, o.layout.data},
+                                                    {kModelAxis, o.layout.model}}));
+  CW_ASSIGN_OR_RETURN(ir::Function step,
+                      GptTrainStepFunction(o.model, o.layout, local, o.adamw));
+  CW_ASSIGN_OR_RETURN(ir::Function eval, GptEvalFunction(o.model, o.layout, local));
+  CompileOptions step_options, eval_options;
+  for (int k = 0; k < 3; ++k) {
+    for (const ParamSpec& s : specs_) {
+      step_options.in_shardings.push_back(ParamSharding(s));
+      step_options.out_shardings.push_back(ParamSharding(s));
+      if (k == 0) eval_options.in_shardings.push_back(ParamSharding(s));
+    }
+  }
+  for (CompileOptions* c : {&step_options, &eval_options}) {
+    c->in_shardings.push_back(BatchSharding());
+    c->in_shardings.push_back(BatchSharding());
+  }
+  step_options.in_shardings.push_back(Sharding(NoAxes(1)));       // hyper
+  step_options.out_shardings.push_back(Sharding(NoAxes(0)));      // loss
+  step_options.out_shardings.push_back(Sharding(NoAxes(0)));      // grad norm
+  eval_options.out_shardings.push_back(Sharding(NoAxes(0)));
+  CW_ASSIGN_OR_RETURN(step_, client_->Compile(step, mesh_, step_options));
+  CW_ASSIGN_OR_RETURN(eval_, client_->Compile(eval, mesh_, eval_options));
+
+  std::vector<ir::Literal> params =
+      resume != nullptr ? resume->params : InitGptParams(o.model, o.seed);
+  iteration_ = resume != nullptr ? resume->iteration : 0;
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    const Sharding sharding = ParamSharding(specs_[i]);
+    const ir::Literal zeros(ir::Shape(ir::DType::kF32, specs_[i].dims));
+    const bool has_moments = resume != nullptr && !resume->adam_m.empty();
+    CW_ASSIGN_OR_RETURN(Array p, client_->Put(params[i], mesh_, sharding));
+    CW_ASSIGN_OR_RETURN(Array m, client_->Put(has_moments ? resume->adam_m[i] : zeros, mesh_, sharding));
+    CW_ASSIGN_OR_RETURN(Array v, client_->Put(has_moments ? resume->adam_v[i] : zeros, mesh_, sharding));
+    params_.push_back(std::move(p));
+    adam_m_.push_back(std::move(m));
+    adam_v_.push_back(std::move(v));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ir::Literal> LmTrainer::Get(const Array& array, const std::string& what) const {
+  Future<ir::Literal> f = array.Fetch();
+  const absl::StatusOr<ir::Literal>* v = f.AwaitWithTimeout(options_.result_timeout);
+  if (v == nullptr) {
+    return absl::DeadlineExceededError(
+        absl::StrCat(what, ": no result after ", absl::FormatDuration(options_.result_timeout)));
+  }
+  if (!v->ok()) {
+    return absl::Status(v->status().code(), absl::StrCat(what, ": ", v->status().message()));
+  }
+  return **v;
+}
+
+absl::Status LmTrainer::Train(const Hooks& hooks, int64_t stop_at) {
+  const LmTrainOptions& o = options_;
+  const int64_t end = stop_at >= 0 ? std::min(stop_at, o.iters) : o.iters;
+  const int64_t start = iteration_;
+  struct Pending {
+    int64_t iteration;
+    float learning_rate;
+    Array loss;
+    Array grad_norm;
+  };
+  std::deque<Pending> pending;
+  // Fetches the oldest step's loss: the devices have finished it, while
+  // later steps are already queued behind it.
+  auto drain_one = [&]() -> absl::Status {
+    Pending p = std::move(pending.front());
+    pending.pop_front();
+    const std::string what = absl::StrCat("iteration ", p.iteration);
+    CW_ASSIGN_OR_RETURN(ir::Literal loss, Get(p.loss, what));
+    CW_ASSIGN_OR_RETURN(ir::Literal norm, Get(p.grad_norm, what));
+    const float l = loss.values<float>()[0];
+    if (!std::isfinite(l)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "loss is ", l, " at iteration ", p.iteration, "; stopping (learning rate ",
+          p.learning_rate, " too high?)"));
+    }
+    if (hooks.on_step) hooks.on_step({p.iteration, l, norm.values<float>()[0], p.learning_rate});
+    return absl::OkStatus();
+  };
+  auto drain_all = [&]() -> absl::Status {
+    while (!pending.empty()) CW_RETURN_IF_ERROR(drain_one());
+    return absl::OkStatus();
+  };
+  auto evaluate = [&]() -> absl::Status {
+    CW_ASSIGN_OR_RETURN(EvalReport r, Evaluate());
+    if (hooks.on_eval) hooks.on_eval(r);
+    return absl::OkStatus();
+  };
+  auto checkpoint = [&]() -> absl::Status {
+    if (o.checkpoint_dir.empty()) return absl::OkStatus();
+    CW_ASSIGN_OR_RETURN(std::string path, SaveCheckpoint(o.checkpoint_dir));
+    if (hooks.on_checkpoint) hooks.on_checkpoint(iteration_, path);
+    return absl::OkStatus();
+  };
+
+  for (int64_t it = start; it < end; ++it) {
+    const bool eval_due = o.eval_every > 0 && it % o.eval_every == 0;
+    const bool checkpoint_due = o.checkpoint_every > 0 && it > start && it % o.checkpoint_every == 0;
+    if (eval_due || checkpoint_due) {
+      CW_RETURN_IF_ERROR(drain_all());
+      if (eval_due) CW_RETURN_IF_ERROR(evaluate());
+      if (checkpoint_due) CW_RETURN_IF_ERROR(checkpoint());
+    }
+    TokenBatch batch = data_->Sample(Split::kTrain, o.seed, 0, it, o.batch, o.model.context);
+    const float lr = LearningRate(o, it);
+    const ir::Literal hyper = ir::Literal::F32({2}, {static_cast<float>(it + 1), lr});
+    CW_ASSIGN_OR_RETURN(Array x, client_->Put(batch.inputs, mesh_, BatchSharding()));
+    CW_ASSIGN_OR_RETURN(Array y, client_->Put(batch.targets, mesh_, BatchSharding()));
+    CW_ASSIGN_OR_RETURN(Array h, client_->Put(hyper, mesh_, Sharding(NoAxes(1))));
+    std::vector<Array> args;
+    args.reserve(3 * specs_.size() + 3);
+    for (const auto* group : {&params_, &adam_m_, &adam_v_}) {
+      args.insert(args.end(), group->begin(), group->end());
+    }
+    args.push_back(std::move(x));
+    args.push_back(std::move(y));
+    args.push_back(std::move(h));
+    CW_ASSIGN_OR_RETURN(std::vector<Array> out, client_->Call(step_, args));
+    const size_t np = specs_.size();
+    params_.assign(out.begin(), out.begin() + np);
+    adam_m_.assign(out.begin() + np, out.begin() + 2 * np);
+    adam_v_.assign(out.begin() + 2 * np, out.begin() + 3 * np);
+    pending.push_back({it, lr, out[3 * np], out[3 * np + 1]});
+    iteration_ = it + 1;
+    while (static_cast<int64_t>(pending.size()) > o.max_in_flight) {
+      CW_RETURN_IF_ERROR(drain_one());
+    }
+  }
+  CW_RETURN_IF_ERROR(drain_all());
+  if (iteration_ == o.iters && o.eval_every > 0) CW_RETURN_IF_ERROR(evaluate());
+  if (iteration_ > start || o.iters == start) CW_RETURN_IF_ERROR(checkpoint());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<EvalReport> LmTrainer::Evaluate() {
+  const LmTrainOptions& o = options_;
+  const absl::Time begin = absl::Now();
+  EvalReport report;
+  report.iteration = iteration_;
+  for (Split split : {Split::kTrain, Split::kVal}) {
+    // All batches are dispatched before the first loss is read.
+    std::vector<Array> losses;
+    for (int64_t k = 0; k < o.eval_batches; ++k) {
+      TokenBatch batch = data_->Sample(split, o.seed, static_cast<uint64_t>(1 + iteration_), k,
+                                       o.batch, o.model.context);
+      CW_ASSIGN_OR_RETURN(Array x, client_->Put(batch.inputs, mesh_, BatchSharding()));
+      CW_ASSIGN_OR_RETURN(Array y, client_->Put(batch.targets, mesh_, BatchSharding()));
+      std::vector<Array> args = params_;
+      args.push_back(std::move(x));
+      args.push_back(std::move(y));
+      CW_ASSIGN_OR_RETURN(std::vector<Array> out, client_->Call(eval_, args));
+      losses.push_back(std::move(out[0]));
+    }
+    double sum = 0;
+    for (const Array& a : losses) {
+      CW_ASSIGN_OR_RETURN(ir::Literal l, Get(a, absl::StrCat("evaluation at iteration ", iteration_)));
+      sum += l.values<float>()[0];
+    }
+    const float mean = static_cast<float>(sum / static_cast<double>(o.eval_batches));
+    (split == Split::kTrain ? report.train_loss : report.val_loss) = mean;
+  }
+  report.seconds = absl::ToDoubleSeconds(absl::Now() - begin);
+  return report;
+}
+
+absl::StatusOr<std::vector<ir::Literal>> LmTrainer::Params() const {
+  std::vector<ir::Literal> out;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    CW_ASSIGN_OR_RETURN(ir::Literal l, Get(params_[i], specs_[i].name));
+    out.push_back(std::move(l));
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> LmTrainer::SaveCheckpoint(const std::string& dir) {
+  LmCheckpoint c;
+  c.config = options_.model;
+  c.tokenizer = data_->tokenizer();
+  c.iteration = iteration_;
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    CW_ASSIGN_OR_RETURN(ir::Literal p, Get(params_[i], specs_[i].name));
+    CW_ASSIGN_OR_RETURN(ir::Literal m, Get(adam_m_[i], specs_[i].name));
+    CW_ASSIGN_OR_RETURN(ir::Literal v, Get(adam_v_[i], specs_[i].name));
+    c.params.push_back(std::move(p));
+    c.adam_m.push_back(std::move(m));
+    c.adam_v.push_back(std::move(v));
+  }
+  return WriteLmCheckpoint(dir, c);
+}
+
+}  // namespace causeway::models

@@ -1,0 +1,168 @@
+// Training and sampling of the GPT model (gpt.h) on a text corpus
+// (text_data.h) through the Causeway client: the parameters and AdamW state
+// live on a {data, model} mesh as sharded arrays, every step is one call of
+// a compiled training step, and the loop runs ahead of the devices.
+//
+// Run-ahead: Train() dispatches step i+1 as soon as step i has been handed
+// to the client (calls return at once) and fetches losses behind the
+// dispatch front, at most `max_in_flight` steps behind, so the control
+// plane never waits for a step's loss before preparing the next one. Every
+// loss is checked (a non-finite loss stops training, naming its iteration).
+//
+// Checkpoints are tensor files (tensor_file.h) named `model.safetensors` in
+// the checkpoint directory: the parameters ("param/NAME"), the AdamW
+// moments ("adam_m/NAME", "adam_v/NAME"), and metadata: "format"
+// ("causeway-lm/1"), "config" and "tokenizer" (JSON), "iteration" (the
+// next iteration to run). Batches are a function of the seed and the
+// iteration, so that is the whole data-order state.
+#ifndef CAUSEWAY_MODELS_LM_TRAINER_H_
+#define CAUSEWAY_MODELS_LM_TRAINER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "causeway/client/client.h"
+#include "causeway/ir/literal.h"
+#include "causeway/models/gpt.h"
+#include "causeway/models/text_data.h"
+
+namespace causeway::models {
+
+struct LmTrainOptions {
+  GptConfig model;  // model.vocab is taken from the dataset
+  GptLayout layout;
+  AdamWConfig adamw;
+  int64_t batch = 12;  // global: sequences per step
+  int64_t iters = 2000;
+  float learning_rate = 1e-3f;
+  float min_learning_rate = 1e-4f;
+  int64_t warmup_iters = 100;
+  int64_t decay_iters = 2000;  // cosine decay ends here
+  int64_t eval_every = 250;    // 0: no evaluation
+  int64_t eval_batches = 20;
+  uint64_t seed = 1;
+  // Steps dispatched but whose loss is not yet fetched.
+  int64_t max_in_flight = 4;
+  // Bound on waiting for any one result (a step's loss, an evaluation, a
+  // checkpoint's arrays).
+  absl::Duration result_timeout = absl::Minutes(5);
+  std::string checkpoint_dir;    // empty: no checkpoints
+  int64_t checkpoint_every = 0;  // 0: only at the end (and at a stop)
+
+  // INVALID_ARGUMENT naming the first bad value (layout, sizes, rates).
+  absl::Status Validate() const;
+};
+
+// Linear warm-up to learning_rate over warmup_iters, cosine decay to
+// min_learning_rate at decay_iters, constant after.
+float LearningRate(const LmTrainOptions& options, int64_t iteration);
+
+struct StepReport {
+  int64_t iteration = 0;
+  float loss = 0;       // before this step's update
+  float grad_norm = 0;  // before clipping
+  float learning_rate = 0;
+};
+
+struct EvalReport {
+  int64_t iteration = 0;  // steps done when evaluated
+  float train_loss = 0;
+  float val_loss = 0;
+  double seconds = 0;  // wall time of the evaluation
+};
+
+struct LmCheckpoint {
+  GptConfig config;
+  Tokenizer tokenizer;
+  int64_t iteration = 0;
+  std::vector<ir::Literal> params;  // GptParams order, global
+  std::vector<ir::Literal> adam_m;  // empty if the file holds none
+  std::vector<ir::Literal> adam_v;
+};
+
+// Reads `dir`/model.safetensors. NOT_FOUND if absent; DATA_LOSS or
+// INVALID_ARGUMENT naming what is wrong if it is not a well-formed LM
+// checkpoint (missing tensors, shapes that do not fit its config).
+absl::StatusOr<LmCheckpoint> ReadLmCheckpoint(const std::string& dir);
+
+// Not thread-safe.
+class LmTrainer {
+ public:
+  struct Hooks {
+    std::function<void(const StepReport&)> on_step;  // every step, in order
+    std::function<void(const EvalReport&)> on_eval;
+    std::function<void(int64_t iteration, const std::string& path)> on_checkpoint;
+  };
+
+  // Allocates the mesh, compiles the step and evaluation functions and
+  // puts the initial parameters (from `resume` if given, which must be of
+  // the same model shape and vocabulary: INVALID_ARGUMENT naming the
+  // difference). `data` must outlive the trainer.
+  static absl::StatusOr<std::unique_ptr<LmTrainer>> Create(Client* client,
+                                                           const TextDataset* data,
+                                                           LmTrainOptions options,
+                                                           const LmCheckpoint* resume = nullptr);
+
+  const LmTrainOptions& options() const { return options_; }
+  // The next iteration to run.
+  int64_t iteration() const { return iteration_; }
+
+  // Trains from iteration() up to options().iters, or up to `stop_at` if
+  // smaller (as if interrupted there: a checkpoint is written if a
+  // directory is set). Evaluates every eval_every iterations and at the
+  // end. On error (a failed step, a non-finite loss) returns it; nothing
+  // is left running.
+  absl::Status Train(const Hooks& hooks, int64_t stop_at = -1);
+
+  // Mean loss over eval_batches batches of each split, drawn for
+  // iteration().
+  absl::StatusOr<EvalReport> Evaluate();
+
+  // Writes a checkpoint of the current state to `dir` (created if needed).
+  // Returns the file written.
+  absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir);
+
+  // The current parameters, fetched (global shapes, GptParams order).
+  absl::StatusOr<std::vector<ir::Literal>> Params() const;
+
+ private:
+  LmTrainer(Client* client, const TextDataset* data, LmTrainOptions options);
+  absl::Status Init(const LmCheckpoint* resume);
+  absl::StatusOr<ir::Literal> Get(const Array& array, const std::string& what) const;
+
+  Client* const client_;
+  const TextDataset* const data_;
+  const LmTrainOptions options_;
+  int64_t iteration_ = 0;
+  Mesh mesh_;
+  CompiledFunction step_;
+  CompiledFunction eval_;
+  std::vector<ParamSpec> specs_;
+  std::vector<Array> params_, adam_m_, adam_v_;
+};
+
+// Generates text from a trained model on a one-device mesh of `client`.
+struct SampleOptions {
+  int64_t tokens = 500;
+  float temperature = 0.8f;
+  int64_t top_k = 0;  // 0: all tokens
+  uint64_t seed = 1;
+  std::string prompt;  // empty: a newline if the vocabulary has one
+  absl::Duration result_timeout = absl::Minutes(1);
+};
+
+// Returns the prompt followed by the generated text; `on_text` (if set)
+// gets each new piece as it is made. INVALID_ARGUMENT for a prompt
+// outside the vocabulary or a non-positive temperature.
+absl::StatusOr<std::string> SampleText(Client* client, const LmCheckpoint& checkpoint,
+                                       const SampleOptions& options,
+                                       const std::function<void(const std::string&)>& on_text = {});
+
+}  // namespace causeway::models
+
+#endif  // CAUSEWAY_MODELS_LM_TRAINER_H_

@@ -1,0 +1,93 @@
+#!/bin/bash
+# `causeway train lm` and `causeway sample` end to end on a text file that
+# Debian ships (the GPL text): a tiny model trains, checkpoints, resumes and
+# samples on the embedded cluster and on a distributed one started with
+# `cluster up`; each bad input ends with one line on stderr naming the
+# problem and a non-zero exit. Usage: train_lm_cli_test.sh path/to/causeway
+set -euo pipefail
+bin=$1
+text=/usr/share/common-licenses/GPL-3
+dir=$(mktemp -d)
+up=
+cleanup() {
+  [ -n "$up" ] && kill -KILL "$up" 2>/dev/null || true
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+small=(--layers 1 --heads 2 --context 16 --batch 4 --eval-batches 2 --log-every 5)
+tiny=("${small[@]}" --embed 16)
+
+# Train, checkpoint at the end, read the JSON summary.
+"$bin" train lm --data "$text" "${tiny[@]}" --iters 10 --eval-every 5 \
+  --checkpoint "$dir/ck" --json >"$dir/train.json"
+python3 - "$dir/train.json" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+events = [l["event"] for l in lines]
+assert events[0] == "start" and events[-1] == "summary", events
+assert events.count("eval") == 3, events            # at 0, 5 and 10
+steps = [l for l in lines if l["event"] == "step"]
+assert [s["iteration"] for s in steps] == [0, 5, 9], steps
+s = lines[-1]
+assert s["iterations"] == 10 and s["tokens_per_s"] > 0 and s["val_loss"] < 5, s
+PY
+test -s "$dir/ck/model.safetensors"
+
+# Resume to 12 iterations: starts at 10.
+"$bin" train lm --data "$text" "${tiny[@]}" --iters 12 --eval-every 0 \
+  --checkpoint "$dir/ck" --resume --json >"$dir/resume.json"
+grep -q '"first_iteration":10' "$dir/resume.json"
+grep -q '"iterations":2' "$dir/resume.json"
+
+# Sampling is seeded.
+a=$("$bin" sample --checkpoint "$dir/ck" --tokens 30 --seed 3)
+b=$("$bin" sample --checkpoint "$dir/ck" --tokens 30 --seed 3)
+[ "$a" = "$b" ] || { echo "samples differ: '$a' vs '$b'"; exit 1; }
+[ "${#a}" -ge 30 ] || { echo "sample too short: '$a'"; exit 1; }
+
+# Bad input: a non-zero exit and one line on stderr that names the problem.
+expect_error() {
+  local want=$1; shift
+  if "$@" >"$dir/out" 2>"$dir/err"; then echo "succeeded: $*"; exit 1; fi
+  if [ "$(wc -l <"$dir/err")" -ne 1 ] || ! grep -q -- "$want" "$dir/err"; then
+    echo "for: $*"; echo "expected one line with '$want', got:"; cat "$dir/err"; exit 1
+  fi
+  echo "refused as expected: $(cat "$dir/err")"
+}
+printf 'short text' >"$dir/short.txt"
+: >"$dir/empty.txt"
+expect_error "cannot read data file" "$bin" train lm --data "$dir/none.txt" "${tiny[@]}"
+expect_error "is empty" "$bin" train lm --data "$dir/empty.txt" "${tiny[@]}"
+expect_error "too short" "$bin" train lm --data "$dir/short.txt" "${tiny[@]}"
+expect_error "not divisible by the data axis" \
+  "$bin" train lm --data "$text" "${tiny[@]}" --devices 3 --parallel data
+expect_error "heads are not divisible by the model axis" \
+  "$bin" train lm --data "$text" "${tiny[@]}" --mesh data=1,model=4
+expect_error "loss is .* at iteration 1" \
+  "$bin" train lm --data "$text" "${tiny[@]}" --iters 5 --lr 1e30 --warmup 0 --grad-clip 0
+expect_error "another model" \
+  "$bin" train lm --data "$text" "${small[@]}" --embed 32 --checkpoint "$dir/ck" --resume
+expect_error "another vocabulary" \
+  "$bin" train lm --data "$text" "${tiny[@]}" --tokenizer bytes --checkpoint "$dir/ck" --resume
+expect_error "not a Causeway LM checkpoint\|cannot open" \
+  "$bin" sample --checkpoint "$dir/none"
+
+# The same on a distributed cluster (coordinator and worker processes).
+mkfifo "$dir/up"
+"$bin" cluster up --islands 1 --hosts-per-island 2 --devices-per-host 1 --json \
+  >"$dir/up" 2>"$dir/up.err" &
+up=$!
+exec 3<"$dir/up"
+read -r -t 60 -u 3 line || { echo "cluster up printed nothing"; cat "$dir/up.err"; exit 1; }
+addr=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["address"])' "$line")
+export CAUSEWAY_TOKEN=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["token"])' "$line")
+"$bin" cluster status --cluster "$addr" --wait-devices 2 >/dev/null
+timeout 120 "$bin" train lm --cluster "$addr" --data "$text" "${tiny[@]}" --iters 4 \
+  --eval-every 2 --devices 2 --checkpoint "$dir/remote" --json >"$dir/remote.json"
+grep -q '"event":"summary"' "$dir/remote.json"
+r=$(timeout 60 "$bin" sample --cluster "$addr" --checkpoint "$dir/remote" --tokens 10)
+[ -n "$r" ] || { echo "no sample from the distributed cluster"; exit 1; }
+kill -INT "$up"
+timeout 30 tail --pid="$up" -f /dev/null
+up=
+echo "train lm CLI: OK"

@@ -1,0 +1,385 @@
+// `causeway train lm` and `causeway sample`: the GPT model of
+// causeway/models on a text file, on the embedded cluster or a distributed
+// one. Flag parsing, progress output and wiring only; the model, the data
+// and the training loop live in causeway/models.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "causeway/cluster/local_cluster.h"
+#include "causeway/cluster/remote_cluster.h"
+#include "causeway/models/lm_trainer.h"
+#include "nlohmann/json.hpp"
+#include "tools/commands.h"
+
+namespace causeway::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using models::LmTrainOptions;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+std::string Hms(double s) {
+  const int64_t t = static_cast<int64_t>(std::llround(s));
+  if (t >= 3600) return absl::StrCat(t / 3600, "h", (t / 60) % 60, "m");
+  if (t >= 60) return absl::StrCat(t / 60, "m", t % 60, "s");
+  return absl::StrCat(t, "s");
+}
+
+int Fail(const std::string& command, const absl::Status& status) {
+  std::fprintf(stderr, "causeway %s: %s\n", command.c_str(), std::string(status.message()).c_str());
+  return 1;
+}
+
+// The embedded cluster (`local`) or a connection to a distributed one.
+struct Connection {
+  std::unique_ptr<LocalCluster> local;
+  std::unique_ptr<RemoteCluster> remote;
+  std::unique_ptr<Client> client;
+};
+
+absl::StatusOr<Connection> Connect(const std::string& cluster, int64_t devices,
+                                   double timeout_s) {
+  Connection c;
+  ClusterConnection* connection = nullptr;
+  if (cluster == "local") {
+    LocalClusterOptions o;
+    o.islands = 1;
+    // Two hosts when the devices split evenly, so collectives cross hosts.
+    o.hosts_per_island = devices % 2 == 0 ? 2 : 1;
+    o.devices_per_host = static_cast<int>(devices / o.hosts_per_island);
+    absl::StatusOr<std::unique_ptr<LocalCluster>> l = LocalCluster::Create(o);
+    if (!l.ok()) return l.status();
+    c.local = *std::move(l);
+    connection = c.local.get();
+  } else {
+    RemoteClusterOptions o;
+    o.address = cluster;
+    o.timeout = absl::Seconds(timeout_s);
+    absl::StatusOr<std::unique_ptr<RemoteCluster>> r = RemoteCluster::Connect(o);
+    if (!r.ok()) return r.status();
+    c.remote = *std::move(r);
+    connection = c.remote.get();
+  }
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(connection);
+  if (!client.ok()) return client.status();
+  c.client = *std::move(client);
+  return c;
+}
+
+struct TrainLmFlags {
+  std::string data;
+  std::string tokenizer = "chars";
+  LmTrainOptions train;
+  int64_t devices = 1;
+  std::string parallel = "data";
+  std::string mesh;
+  int64_t decay_iters = -1;  // -1: --iters
+  int64_t log_every = 10;
+  bool no_bias = false;
+  bool resume = false;
+  int64_t stop_at = -1;
+  bool json = false;
+  std::string cluster = "local";
+  double timeout_s = 30;
+};
+
+// "data=2,model=2" into a layout.
+absl::StatusOr<models::GptLayout> ParseMesh(const std::string& text) {
+  models::GptLayout layout;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    std::vector<std::string> kv = absl::StrSplit(part, '=');
+    int64_t n = 0;
+    if (kv.size() != 2 || !absl::SimpleAtoi(kv[1], &n) || n < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("--mesh: '", part, "' is not AXIS=N (N >= 1)"));
+    }
+    if (kv[0] == models::kDataAxis) {
+      layout.data = n;
+    } else if (kv[0] == models::kModelAxis) {
+      layout.model = n;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--mesh: unknown axis '", kv[0], "' (axes are data and model)"));
+    }
+  }
+  return layout;
+}
+
+int RunTrainLm(TrainLmFlags f) {
+  const std::string cmd = "train lm";
+  LmTrainOptions& o = f.train;
+  o.model.bias = !f.no_bias;
+  o.decay_iters = f.decay_iters >= 0 ? f.decay_iters : o.iters;
+  if (!f.mesh.empty()) {
+    absl::StatusOr<models::GptLayout> layout = ParseMesh(f.mesh);
+    if (!layout.ok()) return Fail(cmd, layout.status());
+    o.layout = *layout;
+  } else if (f.parallel == "data") {
+    o.layout = {f.devices, 1};
+  } else {
+    o.layout = {1, f.devices};
+  }
+  if (f.resume && o.checkpoint_dir.empty()) {
+    return Fail(cmd, absl::InvalidArgumentError("--resume needs --checkpoint DIR"));
+  }
+  const auto kind = f.tokenizer == "bytes" ? models::TokenizerKind::kBytes
+                                           : models::TokenizerKind::kChars;
+  absl::StatusOr<models::TextDataset> data = models::TextDataset::Load(f.data, kind, o.model.context);
+  if (!data.ok()) return Fail(cmd, data.status());
+  o.model.vocab = data->tokenizer().vocab_size();
+  if (absl::Status st = o.Validate(); !st.ok()) return Fail(cmd, st);
+
+  std::unique_ptr<models::LmCheckpoint> resume;
+  if (f.resume) {
+    absl::StatusOr<models::LmCheckpoint> c = models::ReadLmCheckpoint(o.checkpoint_dir);
+    if (!c.ok()) return Fail(cmd, c.status());
+    resume = std::make_unique<models::LmCheckpoint>(*std::move(c));
+  }
+  absl::StatusOr<Connection> conn = Connect(f.cluster, o.layout.devices(), f.timeout_s);
+  if (!conn.ok()) return Fail(cmd, conn.status());
+  absl::StatusOr<std::unique_ptr<models::LmTrainer>> trainer =
+      models::LmTrainer::Create(conn->client.get(), &*data, o, resume.get());
+  if (!trainer.ok()) return Fail(cmd, trainer.status());
+
+  int64_t params = 0;
+  for (const models::ParamSpec& s : models::GptParams(o.model)) {
+    int64_t n = 1;
+    for (int64_t d : s.dims) n *= d;
+    params += n;
+  }
+  const double flops_per_step = models::GptTrainFlopsPerStep(o.model, o.batch);
+  const int64_t tokens_per_step = o.batch * o.model.context;
+  const int64_t first = (*trainer)->iteration();
+  if (f.json) {
+    nlohmann::json j = {{"event", "start"}, {"params", params}, {"vocab", o.model.vocab},
+                        {"train_tokens", data->train_tokens()}, {"val_tokens", data->val_tokens()},
+                        {"data_axis", o.layout.data}, {"model_axis", o.layout.model},
+                        {"first_iteration", first}, {"iters", o.iters}};
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("model: %lld layers, %lld heads, embedding %lld, context %lld, vocabulary %lld: "
+                "%.2fM parameters\n",
+                static_cast<long long>(o.model.layers), static_cast<long long>(o.model.heads),
+                static_cast<long long>(o.model.embed), static_cast<long long>(o.model.context),
+                static_cast<long long>(o.model.vocab), static_cast<double>(params) / 1e6);
+    std::printf("data: %lld training and %lld validation tokens; mesh data=%lld model=%lld; "
+                "iterations %lld..%lld\n",
+                static_cast<long long>(data->train_tokens()),
+                static_cast<long long>(data->val_tokens()), static_cast<long long>(o.layout.data),
+                static_cast<long long>(o.layout.model), static_cast<long long>(first),
+                static_cast<long long>(o.iters));
+  }
+  std::fflush(stdout);
+
+  const Clock::time_point start = Clock::now();
+  Clock::duration eval_time{};
+  Clock::time_point window_start = start;
+  Clock::duration window_eval{};
+  int64_t window_first = first;
+  int64_t done = 0;
+  float last_loss = NAN;
+  models::EvalReport last_eval{-1, NAN, NAN, 0};
+  models::LmTrainer::Hooks hooks;
+  hooks.on_step = [&](const models::StepReport& r) {
+    ++done;
+    last_loss = r.loss;
+    const bool last = r.iteration + 1 == o.iters;
+    if (f.log_every <= 0 || (r.iteration % f.log_every != 0 && !last)) return;
+    const Clock::time_point now = Clock::now();
+    const double window_s = std::max(1e-9, Seconds(now - window_start - window_eval));
+    const double tok_s =
+        static_cast<double>((r.iteration + 1 - window_first) * tokens_per_step) / window_s;
+    const double elapsed = Seconds(now - start);
+    const double eta = elapsed / static_cast<double>(done) *
+                       static_cast<double>(o.iters - r.iteration - 1);
+    if (f.json) {
+      nlohmann::json j = {{"event", "step"},       {"iteration", r.iteration},
+                          {"loss", r.loss},         {"grad_norm", r.grad_norm},
+                          {"lr", r.learning_rate},  {"tokens_per_s", tok_s},
+                          {"elapsed_s", elapsed},   {"eta_s", eta}};
+      std::printf("%s\n", j.dump().c_str());
+    } else {
+      std::printf("iter %5lld  loss %.4f  lr %.2e  %7.0f tok/s  elapsed %s  eta %s\n",
+                  static_cast<long long>(r.iteration), r.loss, r.learning_rate, tok_s,
+                  Hms(elapsed).c_str(), Hms(eta).c_str());
+    }
+    std::fflush(stdout);
+    window_start = now;
+    window_eval = {};
+    window_first = r.iteration + 1;
+  };
+  hooks.on_eval = [&](const models::EvalReport& r) {
+    // Evaluation time is kept out of the training throughput.
+    const auto seconds = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(r.seconds));
+    eval_time += seconds;
+    window_eval += seconds;
+    last_eval = r;
+    if (f.json) {
+      nlohmann::json j = {{"event", "eval"}, {"iteration", r.iteration},
+                          {"train_loss", r.train_loss}, {"val_loss", r.val_loss},
+                          {"seconds", r.seconds}};
+      std::printf("%s\n", j.dump().c_str());
+    } else {
+      std::printf("eval  %5lld  train loss %.4f  val loss %.4f\n",
+                  static_cast<long long>(r.iteration), r.train_loss, r.val_loss);
+    }
+    std::fflush(stdout);
+  };
+  hooks.on_checkpoint = [&](int64_t it, const std::string& path) {
+    if (f.json) {
+      nlohmann::json j = {{"event", "checkpoint"}, {"iteration", it}, {"path", path}};
+      std::printf("%s\n", j.dump().c_str());
+    } else {
+      std::printf("checkpoint %lld: %s\n", static_cast<long long>(it), path.c_str());
+    }
+    std::fflush(stdout);
+  };
+  absl::Status st = (*trainer)->Train(hooks, f.stop_at);
+  if (!st.ok()) return Fail(cmd, st);
+  const double wall = Seconds(Clock::now() - start);
+  const double train_s = std::max(1e-9, wall - Seconds(eval_time));
+  const double tok_s = static_cast<double>(done * tokens_per_step) / train_s;
+  const double flops = flops_per_step * static_cast<double>(done) / train_s;
+  if (f.json) {
+    nlohmann::json j = {{"event", "summary"},       {"iterations", done},
+                        {"wall_s", wall},           {"train_s", train_s},
+                        {"tokens_per_s", tok_s},
+                        {"model_flops_per_s", flops}, {"final_loss", last_loss},
+                        {"train_loss", last_eval.train_loss},
+                        {"val_loss", last_eval.val_loss},
+                        {"devices", o.layout.devices()}};
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("done: %lld iterations in %.1f s (%.1f s training, the rest evaluation); "
+                "training %.0f tokens/s, %.2f GFLOP/s of model work",
+                static_cast<long long>(done), wall, train_s, tok_s, flops / 1e9);
+    if (last_eval.iteration >= 0) {
+      std::printf("; val loss %.4f at iteration %lld", last_eval.val_loss,
+                  static_cast<long long>(last_eval.iteration));
+    }
+    std::printf("\n");
+  }
+  return 0;
+}
+
+struct SampleFlags {
+  std::string checkpoint;
+  models::SampleOptions sample;
+  std::string cluster = "local";
+  double timeout_s = 30;
+};
+
+int RunSample(const SampleFlags& f) {
+  const std::string cmd = "sample";
+  absl::StatusOr<models::LmCheckpoint> c = models::ReadLmCheckpoint(f.checkpoint);
+  if (!c.ok()) return Fail(cmd, c.status());
+  absl::StatusOr<Connection> conn = Connect(f.cluster, 1, f.timeout_s);
+  if (!conn.ok()) return Fail(cmd, conn.status());
+  absl::StatusOr<std::string> text =
+      models::SampleText(conn->client.get(), *c, f.sample, [](const std::string& piece) {
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+        std::fflush(stdout);
+      });
+  if (!text.ok()) {
+    std::printf("\n");
+    return Fail(cmd, text.status());
+  }
+  std::printf("\n");
+  return 0;
+}
+
+}  // namespace
+
+void AddTrainLmCommand(CLI::App* train, int* exit_code) {
+  auto f = std::make_shared<TrainLmFlags>();
+  LmTrainOptions& o = f->train;
+  CLI::App* lm = train->add_subcommand(
+      "lm",
+      "GPT-style language model on a text file (character or byte tokens), data- and/or "
+      "tensor-parallel, with AdamW, evaluation, checkpoints and resume");
+  lm->option_defaults()->always_capture_default();
+  lm->add_option("--data", f->data, "Text file to train on (first 90 % train, rest validation)")
+      ->required();
+  lm->add_option("--tokenizer", f->tokenizer, "chars (the file's characters) or bytes (256)")
+      ->check(CLI::IsMember({"chars", "bytes"}));
+  lm->add_option("--layers", o.model.layers, "Transformer blocks")->check(CLI::Range(1, 256));
+  lm->add_option("--heads", o.model.heads, "Attention heads")->check(CLI::Range(1, 1024));
+  lm->add_option("--embed", o.model.embed, "Embedding width")->check(CLI::Range(1, 1 << 14));
+  lm->add_option("--context", o.model.context, "Tokens per window")->check(CLI::Range(1, 1 << 14));
+  lm->add_flag("--no-bias", f->no_bias, "No biases in linear layers and LayerNorms");
+  lm->add_option("--batch", o.batch, "Windows per step (global; divisible by the data axis)")
+      ->check(CLI::Range(1, 1 << 20));
+  lm->add_option("--iters", o.iters, "Training iterations")->check(CLI::Range(0, 100000000));
+  lm->add_option("--lr", o.learning_rate, "Peak learning rate")->check(CLI::PositiveNumber);
+  lm->add_option("--min-lr", o.min_learning_rate, "Learning rate at the end of the decay")
+      ->check(CLI::NonNegativeNumber);
+  lm->add_option("--warmup", o.warmup_iters, "Linear warm-up iterations")
+      ->check(CLI::NonNegativeNumber);
+  lm->add_option("--lr-decay-iters", f->decay_iters,
+                 "Iteration where the cosine decay ends (-1: --iters)");
+  lm->add_option("--beta1", o.adamw.beta1, "AdamW beta1")->check(CLI::Range(0.0, 0.9999999));
+  lm->add_option("--beta2", o.adamw.beta2, "AdamW beta2")->check(CLI::Range(0.0, 0.9999999));
+  lm->add_option("--weight-decay", o.adamw.weight_decay,
+                 "AdamW weight decay (on the weight matrices and embeddings)")
+      ->check(CLI::NonNegativeNumber);
+  lm->add_option("--grad-clip", o.adamw.grad_clip, "Global gradient-norm clip (0: off)")
+      ->check(CLI::NonNegativeNumber);
+  lm->add_option("--eval-every", o.eval_every, "Evaluate every N iterations (0: never)")
+      ->check(CLI::NonNegativeNumber);
+  lm->add_option("--eval-batches", o.eval_batches, "Batches per split per evaluation")
+      ->check(CLI::Range(1, 100000));
+  lm->add_option("--log-every", f->log_every, "Progress line every N iterations (0: none)")
+      ->check(CLI::NonNegativeNumber);
+  lm->add_option("--seed", o.seed, "Seed of the initial weights and the batch order");
+  lm->add_option("--devices", f->devices, "Devices, used as --parallel says")
+      ->check(CLI::Range(1, 1024));
+  lm->add_option("--parallel", f->parallel,
+                 "data: batch split over the devices; tensor: heads and MLP split over them")
+      ->check(CLI::IsMember({"data", "tensor"}));
+  lm->add_option("--mesh", f->mesh, "Both at once, e.g. data=2,model=2 (overrides --devices)");
+  lm->add_option("--max-in-flight", o.max_in_flight,
+                 "Steps dispatched ahead of the oldest loss not yet read")
+      ->check(CLI::Range(1, 1024));
+  lm->add_option("--checkpoint", o.checkpoint_dir, "Checkpoint directory");
+  lm->add_option("--checkpoint-every", o.checkpoint_every,
+                 "Also checkpoint every N iterations (0: only at the end)")
+      ->check(CLI::NonNegativeNumber);
+  lm->add_flag("--resume", f->resume, "Continue from the checkpoint in --checkpoint");
+  lm->add_option("--stop-at", f->stop_at,
+                 "Stop after this iteration as if interrupted (checkpoint written)");
+  lm->add_flag("--json", f->json, "One JSON object per line");
+  lm->add_option("--cluster", f->cluster,
+                 "local (embedded) or grpc://HOST:PORT (token from $CAUSEWAY_TOKEN)");
+  lm->add_option("--timeout", f->timeout_s, "Seconds to wait for a distributed cluster")
+      ->check(CLI::PositiveNumber);
+  lm->callback([f, exit_code] { *exit_code = RunTrainLm(*f); });
+}
+
+void AddSampleCommand(CLI::App& app, int* exit_code) {
+  auto f = std::make_shared<SampleFlags>();
+  CLI::App* cmd = app.add_subcommand("sample", "Generate text from a `train lm` checkpoint");
+  cmd->option_defaults()->always_capture_default();
+  cmd->add_option("--checkpoint", f->checkpoint, "Checkpoint directory")->required();
+  cmd->add_option("--tokens", f->sample.tokens, "Tokens to generate")
+      ->check(CLI::Range(0, 1000000));
+  cmd->add_option("--temperature", f->sample.temperature, "Softmax temperature")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--top-k", f->sample.top_k, "Sample among the k likeliest tokens (0: all)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--seed", f->sample.seed, "Sampling seed");
+  cmd->add_option("--prompt", f->sample.prompt, "Text to continue (default: a newline)");
+  cmd->add_option("--cluster", f->cluster,
+                  "local (embedded) or grpc://HOST:PORT (token from $CAUSEWAY_TOKEN)");
+  cmd->add_option("--timeout", f->timeout_s, "Seconds to wait for a distributed cluster")
+      ->check(CLI::PositiveNumber);
+  cmd->callback([f, exit_code] { *exit_code = RunSample(*f); });
+}
+
+}  // namespace causeway::tools
