@@ -1,8 +1,10 @@
 // The `causeway` command: flag parsing and wiring only.
 #include "CLI/CLI.hpp"
+#include "tools/blas_kernels.h"
 #include "tools/commands.h"
 
 int main(int argc, char** argv) {
+  causeway::tools::SelectBlasKernels(argv);
   CLI::App app{"Causeway: a single-controller runtime for ML accelerators"};
   app.require_subcommand(1);
   int exit_code = 0;

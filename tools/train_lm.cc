@@ -86,6 +86,7 @@ struct TrainLmFlags {
   bool resume = false;
   int64_t stop_at = -1;
   bool json = false;
+  bool op_by_op = false;
   std::string cluster = "local";
   double timeout_s = 30;
 };
@@ -115,6 +116,7 @@ int RunTrainLm(TrainLmFlags f) {
   const std::string cmd = "train lm";
   LmTrainOptions& o = f.train;
   o.model.bias = !f.no_bias;
+  o.kernels = f.op_by_op ? models::GptKernels::kOpByOp : models::GptKernels::kFused;
   o.decay_iters = f.decay_iters >= 0 ? f.decay_iters : o.iters;
   if (!f.mesh.empty()) {
     absl::StatusOr<models::GptLayout> layout = ParseMesh(f.mesh);
@@ -355,6 +357,9 @@ void AddTrainLmCommand(CLI::App* train, int* exit_code) {
   lm->add_option("--stop-at", f->stop_at,
                  "Stop after this iteration as if interrupted (checkpoint written)");
   lm->add_flag("--json", f->json, "One JSON object per line");
+  lm->add_flag("--op-by-op", f->op_by_op,
+               "Build GELU, softmax and layer norm from elementwise ops instead of the fused "
+               "kernels (same model; to measure what fusion buys)");
   lm->add_option("--cluster", f->cluster,
                  "local (embedded) or grpc://HOST:PORT (token from $CAUSEWAY_TOKEN)");
   lm->add_option("--timeout", f->timeout_s, "Seconds to wait for a distributed cluster")

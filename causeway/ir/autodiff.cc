@@ -132,6 +132,13 @@ void Reverse::Rule(int i, const Instruction& inst, Value g) {
       return Acc(inst, 0, b_.Div(g, X(inst, 0)));
     case OpKind::kTanh:
       return Acc(inst, 0, b_.Mul(g, b_.Sub(Scalar(1, s), b_.Mul(y, y))));
+    case OpKind::kGelu:
+      return Acc(inst, 0, b_.GeluGrad(X(inst, 0), g));
+    case OpKind::kSoftmax:
+      return Acc(inst, 0, b_.SoftmaxGrad(y, g));
+    case OpKind::kNormalize:
+      if (Active(inst, 0)) Acc(inst, 0, b_.NormalizeGrad(X(inst, 0), X(inst, 1), g));
+      return;
     case OpKind::kLogistic:
       return Acc(inst, 0, b_.Mul(g, b_.Mul(y, b_.Sub(Scalar(1, s), y))));
     case OpKind::kSqrt:
@@ -260,6 +267,9 @@ void Reverse::Rule(int i, const Instruction& inst, Value g) {
     case OpKind::kIota:
     case OpKind::kRngUniform:
     case OpKind::kRngNormal:
+    case OpKind::kGeluGrad:
+    case OpKind::kSoftmaxGrad:
+    case OpKind::kNormalizeGrad:
       return;  // no gradient flows through
   }
 }

@@ -26,7 +26,7 @@ namespace causeway::ir {
 //
 // Differentiable ops propagate gradients; non-differentiable ones
 // (compare, sign, floor, iota, rng, conversions to or from integers, integer
-// values) pass none. Max/min and reduce_max/min send the gradient to every
+// values, the gelu/softmax/normalize gradient ops) pass none. Max/min and reduce_max/min send the gradient to every
 // operand equal to the result (ties each get all of it). Gather clamps
 // indices and scatter_add drops out-of-range ones, so their gradients agree
 // only for in-range indices.

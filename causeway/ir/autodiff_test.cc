@@ -75,6 +75,15 @@ const std::vector<int64_t> kDims = {2, 3};
 Literal Pos(uint32_t seed) { return Random(kDims, 0.5f, 1.5f, seed); }
 Literal Any(uint32_t seed) { return Random(kDims, -1.5f, 1.5f, seed, true); }
 
+TEST(AutodiffTest, FusedTransformerOps) {
+  CheckGrad({Any(11)}, [](auto& b, auto& p) { return b.Gelu(p[0]); }, {0});
+  CheckGrad({Any(12)}, [](auto& b, auto& p) { return b.Softmax(p[0]); }, {0});
+  // Layer normalisation over rows of 3: strongly curved, so the rows are
+  // spread out (no element near its row's mean).
+  CheckGrad({Literal::F32({2, 3}, {-1.0f, 0.2f, 1.3f, 0.9f, -0.6f, 2.0f})},
+            [](auto& b, auto& p) { return b.Normalize(p[0], b.ConstantF32(1e-5f)); }, {0});
+}
+
 TEST(AutodiffTest, BinaryArithmetic) {
   CheckGrad({Any(1), Any(2)}, [](auto& b, auto& p) { return b.Add(p[0], p[1]); }, {0, 1});
   CheckGrad({Any(1), Any(2)}, [](auto& b, auto& p) { return b.Sub(p[0], p[1]); }, {0, 1});

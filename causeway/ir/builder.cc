@@ -189,6 +189,20 @@ Value FunctionBuilder::Pow(Value a, Value b) { return Elementwise(OpKind::kPow, 
 Value FunctionBuilder::Abs(Value a) { return Unary(OpKind::kAbs, a); }
 Value FunctionBuilder::Log(Value a) { return Unary(OpKind::kLog, a); }
 Value FunctionBuilder::Tanh(Value a) { return Unary(OpKind::kTanh, a); }
+Value FunctionBuilder::Gelu(Value a) { return Unary(OpKind::kGelu, a); }
+Value FunctionBuilder::GeluGrad(Value x, Value g) {
+  return Elementwise(OpKind::kGeluGrad, {x, g});
+}
+Value FunctionBuilder::Softmax(Value a) { return Unary(OpKind::kSoftmax, a); }
+Value FunctionBuilder::SoftmaxGrad(Value y, Value g) {
+  return Elementwise(OpKind::kSoftmaxGrad, {y, g});
+}
+Value FunctionBuilder::Normalize(Value x, Value epsilon) {
+  return Elementwise(OpKind::kNormalize, {x, epsilon});
+}
+Value FunctionBuilder::NormalizeGrad(Value x, Value epsilon, Value g) {
+  return Elementwise(OpKind::kNormalizeGrad, {x, epsilon, g});
+}
 Value FunctionBuilder::Logistic(Value a) { return Unary(OpKind::kLogistic, a); }
 Value FunctionBuilder::Sqrt(Value a) { return Unary(OpKind::kSqrt, a); }
 Value FunctionBuilder::Rsqrt(Value a) { return Unary(OpKind::kRsqrt, a); }

@@ -99,6 +99,14 @@ class FunctionBuilder {
   Value CollectivePermute(Value a, std::vector<std::string> axes,
                           std::vector<std::pair<int64_t, int64_t>> source_target_pairs);
 
+  // Fused Transformer kernels (see OpKind); the composites use them.
+  Value Gelu(Value a);
+  Value GeluGrad(Value x, Value g);
+  Value Softmax(Value a);
+  Value SoftmaxGrad(Value y, Value g);
+  Value Normalize(Value x, Value epsilon);
+  Value NormalizeGrad(Value x, Value epsilon, Value g);
+
   // Conveniences.
   Value ConstantI32(int32_t v) { return Constant(Literal::I32({}, {v})); }
   // A scalar broadcast to `shape`.

@@ -26,7 +26,9 @@ Value Full(FunctionBuilder& b, float v, Value like) { return b.Full(v, b.shape(l
 
 }  // namespace
 
-Value Softmax(FunctionBuilder& b, Value x) {
+Value Softmax(FunctionBuilder& b, Value x) { return b.Softmax(x); }
+
+Value SoftmaxOpByOp(FunctionBuilder& b, Value x) {
   Value e = b.Exp(b.Sub(x, ReduceLastKeep(b, x, OpKind::kReduceMax)));
   return b.Div(e, ReduceLastKeep(b, e, OpKind::kReduceSum));
 }
@@ -37,6 +39,14 @@ Value LogSoftmax(FunctionBuilder& b, Value x) {
 }
 
 Value LayerNorm(FunctionBuilder& b, Value x, Value gamma, Value beta, float epsilon) {
+  const Shape s = b.shape(x);
+  const std::vector<int64_t> last_only = {s.rank() - 1};
+  Value normed = b.Normalize(x, b.ConstantF32(epsilon));
+  return b.Add(b.Mul(normed, b.Broadcast(gamma, s.dims, last_only)),
+               b.Broadcast(beta, s.dims, last_only));
+}
+
+Value LayerNormOpByOp(FunctionBuilder& b, Value x, Value gamma, Value beta, float epsilon) {
   const Shape s = b.shape(x);
   const int last = s.rank() - 1;
   const float inv_n = s.rank() > 0 && s.dims[last] > 0 ? 1.0f / s.dims[last] : 0.0f;
@@ -50,7 +60,9 @@ Value LayerNorm(FunctionBuilder& b, Value x, Value gamma, Value beta, float epsi
                b.Broadcast(beta, s.dims, last_only));
 }
 
-Value Gelu(FunctionBuilder& b, Value x) {
+Value Gelu(FunctionBuilder& b, Value x) { return b.Gelu(x); }
+
+Value GeluOpByOp(FunctionBuilder& b, Value x) {
   const float k = std::sqrt(2.0f / 3.14159265358979f);
   Value cube = b.Mul(x, b.Mul(x, x));
   Value inner = b.Mul(Full(b, k, x), b.Add(x, b.Mul(Full(b, 0.044715f, x), cube)));
@@ -68,7 +80,7 @@ Value CrossEntropy(FunctionBuilder& b, Value logits, Value labels) {
   return b.Mul(picked, b.ConstantF32(n > 0 ? -1.0f / n : 0.0f));
 }
 
-Value CausalAttention(FunctionBuilder& b, Value q, Value k, Value v) {
+Value CausalAttention(FunctionBuilder& b, Value q, Value k, Value v, bool fused) {
   const Shape s = b.shape(q);
   if (s.rank() != 3) return b.Reshape(q, {-1});  // records an error
   const int64_t batch = s.dims[0], t = s.dims[1], d = s.dims[2];
@@ -79,7 +91,7 @@ Value CausalAttention(FunctionBuilder& b, Value q, Value k, Value v) {
   Value col = b.Iota(Shape(DType::kI32, {batch, t, t}), 2);
   Value allowed = b.Compare(col, row, Comparison::kLe);
   scores = b.Select(allowed, scores, b.Full(-1e30f, {batch, t, t}));
-  Value p = Softmax(b, scores);
+  Value p = fused ? Softmax(b, scores) : SoftmaxOpByOp(b, scores);
   return b.DotGeneral(p, v, {0}, {0}, {2}, {1});  // [batch, t, d]
 }
 

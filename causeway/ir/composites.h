@@ -9,16 +9,26 @@
 
 namespace causeway::ir {
 
+// Softmax, LayerNorm and Gelu emit one fused op each (kSoftmax, kNormalize,
+// kGelu: one pass over the data, and one for the gradient). The *OpByOp
+// forms build the same function from elementwise, broadcast and reduce ops;
+// they are the reference the fused kernels are tested against, and what
+// the fused kernels are measured against.
+
 // Over the last dimension, shifted by the maximum for stability.
 Value Softmax(FunctionBuilder& b, Value x);
+Value SoftmaxOpByOp(FunctionBuilder& b, Value x);
 Value LogSoftmax(FunctionBuilder& b, Value x);
 
 // Normalises over the last dimension, then scales by `gamma` and shifts by
 // `beta` (both f32[last]).
 Value LayerNorm(FunctionBuilder& b, Value x, Value gamma, Value beta, float epsilon = 1e-5f);
+Value LayerNormOpByOp(FunctionBuilder& b, Value x, Value gamma, Value beta,
+                      float epsilon = 1e-5f);
 
 // GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 Value Gelu(FunctionBuilder& b, Value x);
+Value GeluOpByOp(FunctionBuilder& b, Value x);
 
 // Mean cross-entropy of `logits` f32[n, c] against class ids `labels`
 // i32[n]: -mean_i log_softmax(logits)[i, labels[i]]. Returns f32[].
@@ -26,7 +36,8 @@ Value CrossEntropy(FunctionBuilder& b, Value logits, Value labels);
 
 // Causal self-attention of q, k, v: f32[batch, t, d] ->
 // softmax(q k^T / sqrt(d) with position j > i masked) v, f32[batch, t, d].
-Value CausalAttention(FunctionBuilder& b, Value q, Value k, Value v);
+// `fused` picks Softmax or SoftmaxOpByOp.
+Value CausalAttention(FunctionBuilder& b, Value q, Value k, Value v, bool fused = true);
 
 struct AdamWOptions {
   float learning_rate = 1e-3f;

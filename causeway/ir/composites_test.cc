@@ -77,6 +77,44 @@ TEST(CompositesTest, LayerNormMatchesTheReference) {
   }
 }
 
+// The fused kernels compute what the op-by-op composites compute, forward
+// and backward (the gradient ops against the autodiff of the op-by-op form).
+TEST(CompositesTest, FusedKernelsMatchTheOpByOpComposites) {
+  using Composite = Value (*)(FunctionBuilder&, Value);
+  const auto layer_norm = [](FunctionBuilder& b, Value x) {
+    const Value ones = b.Full(1.0f, {6}), zeros = b.Full(0.0f, {6});
+    return LayerNorm(b, x, ones, zeros, 1e-5f);
+  };
+  const auto layer_norm_op_by_op = [](FunctionBuilder& b, Value x) {
+    const Value ones = b.Full(1.0f, {6}), zeros = b.Full(0.0f, {6});
+    return LayerNormOpByOp(b, x, ones, zeros, 1e-5f);
+  };
+  const std::vector<std::pair<Composite, Composite>> pairs = {
+      {Gelu, GeluOpByOp}, {Softmax, SoftmaxOpByOp}, {layer_norm, layer_norm_op_by_op}};
+  const std::vector<float> x = RandomVec(24, 7), w = RandomVec(24, 8);
+  for (const auto& [fused, op_by_op] : pairs) {
+    std::vector<std::vector<Literal>> results;
+    for (Composite c : {fused, op_by_op}) {
+      FunctionBuilder b("f");
+      Value p = b.Parameter(Shape(DType::kF32, {4, 6}));
+      Value y = c(b, p);
+      Value loss = b.ReduceSum(b.Mul(y, b.Constant(Literal::F32({4, 6}, w))), {0, 1});
+      ASSERT_OK_AND_ASSIGN(Function f, b.Build({y, loss}));
+      FunctionBuilder lb("loss");
+      Value lp = lb.Parameter(Shape(DType::kF32, {4, 6}));
+      ASSERT_OK_AND_ASSIGN(Function lf, lb.Build({lb.Call(f, {lp})[1]}));
+      ASSERT_OK_AND_ASSIGN(Function g, Grad(lf, {0}));
+      std::vector<Literal> out = RunFunction(f, {Literal::F32({4, 6}, x)});
+      out.push_back(RunFunction(g, {Literal::F32({4, 6}, x)})[1]);
+      results.push_back(std::move(out));
+    }
+    for (size_t i = 0; i < 24; ++i) {
+      EXPECT_NEAR(results[0][0].values<float>()[i], results[1][0].values<float>()[i], 1e-5f);
+      EXPECT_NEAR(results[0][2].values<float>()[i], results[1][2].values<float>()[i], 1e-4f);
+    }
+  }
+}
+
 TEST(CompositesTest, GeluMatchesKnownValues) {
   FunctionBuilder b("gelu");
   Value p = b.Parameter(Shape(DType::kF32, {4}));

@@ -97,6 +97,18 @@ const char* OpName(OpKind op) {
       return "all_to_all";
     case OpKind::kCollectivePermute:
       return "collective_permute";
+    case OpKind::kGelu:
+      return "gelu";
+    case OpKind::kGeluGrad:
+      return "gelu_grad";
+    case OpKind::kSoftmax:
+      return "softmax";
+    case OpKind::kSoftmaxGrad:
+      return "softmax_grad";
+    case OpKind::kNormalize:
+      return "normalize";
+    case OpKind::kNormalizeGrad:
+      return "normalize_grad";
   }
   return "unknown_op";
 }

@@ -74,13 +74,23 @@ enum class OpKind {
   kAllToAll,    // attrs: axes, dimension (split), concat_dimension
   kCollectivePermute,  // attrs: axes, source_target_pairs (group ranks);
                        // a rank no pair targets gets zeros
+  // --- Fused kernels of the Transformer composites (issue 9). Each has the
+  // same meaning as the composite it replaces; the *Grad ops are the
+  // gradients autodiff emits for them and are not differentiable. ---
+  kGelu,          // f32, elementwise: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+  kGeluGrad,      // (x, g) equal f32 shapes -> g * gelu'(x)
+  kSoftmax,       // f32, rank >= 1: softmax over the last dimension
+  kSoftmaxGrad,   // (y = softmax(x), g) -> y * (g - sum_last(g * y))
+  kNormalize,     // (x f32 rank >= 1, epsilon f32[]) -> (x - mean) / sqrt(var + epsilon)
+                  // over the last dimension (layer norm without scale and shift)
+  kNormalizeGrad, // (x, epsilon, g) -> d/dx of normalize(x) applied to g
 };
 
 enum class ReduceKind { kSum, kMax };
 enum class Comparison { kEq, kNe, kLt, kLe, kGt, kGe };
 
 // Number of OpKind values (for range checks of untrusted input).
-inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kCollectivePermute) + 1;
+inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kNormalizeGrad) + 1;
 
 // True for the collectives (ops that meet peers): they always run.
 bool IsCollective(OpKind op);

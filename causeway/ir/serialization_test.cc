@@ -49,7 +49,10 @@ Function KitchenSink() {
   Value rs = b.ReduceScatter(sc, {"data", "model"}, 1, 2);
   Value a2a = b.AllToAll(sc, {"model"}, 0, 1, 2);
   Value cp = b.CollectivePermute(sc, {"data"}, {{0, 1}, {1, 0}});
-  absl::StatusOr<Function> f = b.Build({ar, dot, mm, rng, ag, rs, a2a, cp});
+  Value eps = b.ConstantF32(1e-5f);
+  Value fused = b.Add(b.GeluGrad(b.Gelu(sc), sc), b.SoftmaxGrad(b.Softmax(sc), sc));
+  fused = b.Add(fused, b.NormalizeGrad(sc, eps, b.Normalize(sc, eps)));
+  absl::StatusOr<Function> f = b.Build({ar, dot, mm, rng, ag, rs, a2a, cp, fused});
   CW_CHECK_OK(f.status());
   return *f;
 }

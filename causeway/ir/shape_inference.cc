@@ -56,7 +56,15 @@ int ExpectedOperandCount(OpKind op) {
       return 2;
     case OpKind::kSelect:
     case OpKind::kScatterAdd:
+    case OpKind::kNormalizeGrad:
       return 3;
+    case OpKind::kGeluGrad:
+    case OpKind::kSoftmaxGrad:
+    case OpKind::kNormalize:
+      return 2;
+    case OpKind::kGelu:
+    case OpKind::kSoftmax:
+      return 1;
     case OpKind::kConcatenate:
       return -2;
     case OpKind::kNeg:
@@ -552,6 +560,36 @@ absl::StatusOr<Shape> InferShapeNoContext(const Instruction& inst,
     case OpKind::kAllToAll:
     case OpKind::kCollectivePermute:
       return InferCollective(inst, operands[0]);
+    case OpKind::kGelu:
+      CW_RETURN_IF_ERROR(RequireF32(operands[0], "operand"));
+      return operands[0];
+    case OpKind::kSoftmax:
+      CW_RETURN_IF_ERROR(RequireF32(operands[0], "operand"));
+      if (operands[0].rank() < 1) return Invalid("softmax of a scalar");
+      return operands[0];
+    case OpKind::kGeluGrad:
+    case OpKind::kSoftmaxGrad:
+      CW_RETURN_IF_ERROR(RequireF32(operands[0], "operands"));
+      if (operands[0] != operands[1]) {
+        return Invalid(absl::StrCat("operand shapes differ: ", operands[0].ToString(),
+                                    " and ", operands[1].ToString()));
+      }
+      if (inst.op == OpKind::kSoftmaxGrad && operands[0].rank() < 1) {
+        return Invalid("softmax_grad of a scalar");
+      }
+      return operands[0];
+    case OpKind::kNormalize:
+    case OpKind::kNormalizeGrad:
+      CW_RETURN_IF_ERROR(RequireF32(operands[0], "operand"));
+      if (operands[0].rank() < 1) return Invalid("normalize of a scalar");
+      if (operands[1] != Shape(DType::kF32, {})) {
+        return Invalid(absl::StrCat("epsilon must be f32[], got ", operands[1].ToString()));
+      }
+      if (inst.op == OpKind::kNormalizeGrad && operands[2] != operands[0]) {
+        return Invalid(absl::StrCat("gradient ", operands[2].ToString(), " does not match ",
+                                    operands[0].ToString()));
+      }
+      return operands[0];
   }
   return Invalid(absl::StrCat("invalid op ", static_cast<int>(inst.op)));
 }

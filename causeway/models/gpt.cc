@@ -59,9 +59,10 @@ Value AddBias(FunctionBuilder& b, Value x, Value bias) {
   return b.Add(x, b.Broadcast(bias, b.shape(x).dims, {b.shape(x).rank() - 1}));
 }
 
-Value Norm(FunctionBuilder& b, Value x, Value gamma, Value beta) {
+Value Norm(FunctionBuilder& b, Value x, Value gamma, Value beta, GptKernels k) {
   if (beta.id < 0) beta = b.Full(0.0f, b.shape(gamma).dims);
-  return ir::LayerNorm(b, x, gamma, beta);
+  return k == GptKernels::kFused ? ir::LayerNorm(b, x, gamma, beta)
+                                 : ir::LayerNormOpByOp(b, x, gamma, beta);
 }
 
 // x [n, c_out] summed over the model axis (row-parallel output).
@@ -73,13 +74,13 @@ Value ModelSum(FunctionBuilder& b, Value x, const GptLayout& l) {
 // and the token embedding (for the tied head).
 std::pair<Value, Value> Trunk(FunctionBuilder& b, const GptConfig& c, const GptLayout& l,
                               const std::vector<Value>& params, Value tokens, int64_t batch,
-                              int64_t t) {
+                              int64_t t, GptKernels k) {
+  const bool fused = k == GptKernels::kFused;
   ParamCursor p(params, c.bias);
   const int64_t n = batch * t;
   const int64_t cl = c.embed / l.model;   // local attention width
   const int64_t hl = c.heads / l.model;   // local heads
   const int64_t hd = c.embed / c.heads;   // head size
-  const int64_t fl = 4 * c.embed / l.model;  // local MLP hidden
   Value wte = p.Next();
   Value wpe = p.Next();
   Value x = b.Gather(wte, b.Reshape(tokens, {n}), 0);  // [n, C]
@@ -100,7 +101,7 @@ std::pair<Value, Value> Trunk(FunctionBuilder& b, const GptConfig& c, const GptL
     Value mproj_b = p.NextBias();
 
     // Attention over this device's heads.
-    Value h = Norm(b, x, ln1_w, ln1_b);
+    Value h = Norm(b, x, ln1_w, ln1_b, k);
     Value qkv = b.Matmul(h, b.Reshape(qkv_w, {c.embed, 3 * cl}));
     if (qkv_b.id >= 0) qkv = AddBias(b, qkv, b.Reshape(qkv_b, {3 * cl}));
     qkv = b.Reshape(qkv, {batch, t, 3, hl, hd});
@@ -109,20 +110,20 @@ std::pair<Value, Value> Trunk(FunctionBuilder& b, const GptConfig& c, const GptL
       return b.Reshape(b.Slice(qkv, {i, 0, 0, 0}, {i + 1, batch * hl, t, hd}),
                        {batch * hl, t, hd});
     };
-    Value att = ir::CausalAttention(b, part(0), part(1), part(2));  // [b*hl, t, hd]
+    Value att = ir::CausalAttention(b, part(0), part(1), part(2), fused);  // [b*hl, t, hd]
     att = b.Transpose(b.Reshape(att, {batch, hl, t, hd}), {0, 2, 1, 3});
     att = b.Reshape(att, {n, cl});
     x = b.Add(x, AddBias(b, ModelSum(b, b.Matmul(att, proj_w), l), proj_b));
 
     // MLP over this device's hidden units.
-    Value h2 = Norm(b, x, ln2_w, ln2_b);
-    Value f = ir::Gelu(b, AddBias(b, b.Matmul(h2, fc_w), fc_b));  // [n, fl]
-    (void)fl;
+    Value h2 = Norm(b, x, ln2_w, ln2_b, k);
+    Value f = AddBias(b, b.Matmul(h2, fc_w), fc_b);  // [n, fl]
+    f = fused ? ir::Gelu(b, f) : ir::GeluOpByOp(b, f);
     x = b.Add(x, AddBias(b, ModelSum(b, b.Matmul(f, mproj_w), l), mproj_b));
   }
   Value lnf_w = p.Next();
   Value lnf_b = p.NextBias();
-  return {Norm(b, x, lnf_w, lnf_b), wte};
+  return {Norm(b, x, lnf_w, lnf_b, k), wte};
 }
 
 // Logits [n, vocab] of the tied head.
@@ -133,8 +134,8 @@ Value Head(FunctionBuilder& b, Value h, Value wte) {
 // Appends the per-device loss share (see gpt.h).
 Value LossShare(FunctionBuilder& b, const GptConfig& c, const GptLayout& l,
                 const std::vector<Value>& params, Value tokens, Value targets, int64_t batch,
-                int64_t t) {
-  auto [h, wte] = Trunk(b, c, l, params, tokens, batch, t);
+                int64_t t, GptKernels k) {
+  auto [h, wte] = Trunk(b, c, l, params, tokens, batch, t, k);
   Value ce = ir::CrossEntropy(b, Head(b, h, wte), b.Reshape(targets, {batch * t}));
   return b.Mul(ce, b.ConstantF32(1.0f / static_cast<float>(l.devices())));
 }
@@ -263,30 +264,30 @@ std::vector<ir::Literal> InitGptParams(const GptConfig& c, uint64_t seed) {
 }
 
 absl::StatusOr<ir::Function> GptLossFunction(const GptConfig& c, const GptLayout& l,
-                                             int64_t local_batch) {
+                                             int64_t local_batch, GptKernels k) {
   CW_RETURN_IF_ERROR(CheckBatch(c, local_batch, c.context));
   CW_RETURN_IF_ERROR(ValidateLayout(c, l, local_batch * l.data));
   FunctionBuilder b("gpt_loss");
   std::vector<Value> params = AddParams(b, c, l);
   Value tokens = b.Parameter(Shape(DType::kI32, {local_batch, c.context}));
   Value targets = b.Parameter(Shape(DType::kI32, {local_batch, c.context}));
-  return b.Build({LossShare(b, c, l, params, tokens, targets, local_batch, c.context)});
+  return b.Build({LossShare(b, c, l, params, tokens, targets, local_batch, c.context, k)});
 }
 
 absl::StatusOr<ir::Function> GptLogitsFunction(const GptConfig& c, const GptLayout& l,
-                                               int64_t local_batch) {
+                                               int64_t local_batch, GptKernels k) {
   CW_RETURN_IF_ERROR(CheckBatch(c, local_batch, c.context));
   CW_RETURN_IF_ERROR(ValidateLayout(c, l, local_batch * l.data));
   FunctionBuilder b("gpt_logits");
   std::vector<Value> params = AddParams(b, c, l);
   Value tokens = b.Parameter(Shape(DType::kI32, {local_batch, c.context}));
-  auto [h, wte] = Trunk(b, c, l, params, tokens, local_batch, c.context);
+  auto [h, wte] = Trunk(b, c, l, params, tokens, local_batch, c.context, k);
   return b.Build({b.Reshape(Head(b, h, wte), {local_batch, c.context, c.vocab})});
 }
 
 absl::StatusOr<ir::Function> GptEvalFunction(const GptConfig& c, const GptLayout& l,
-                                             int64_t local_batch) {
-  CW_ASSIGN_OR_RETURN(ir::Function loss, GptLossFunction(c, l, local_batch));
+                                             int64_t local_batch, GptKernels k) {
+  CW_ASSIGN_OR_RETURN(ir::Function loss, GptLossFunction(c, l, local_batch, k));
   FunctionBuilder b("gpt_eval");
   std::vector<Value> args;
   for (int i = 0; i < loss.num_parameters(); ++i) args.push_back(b.Parameter(loss.parameter_shape(i)));
@@ -296,8 +297,9 @@ absl::StatusOr<ir::Function> GptEvalFunction(const GptConfig& c, const GptLayout
 }
 
 absl::StatusOr<ir::Function> GptTrainStepFunction(const GptConfig& c, const GptLayout& l,
-                                                  int64_t local_batch, const AdamWConfig& o) {
-  CW_ASSIGN_OR_RETURN(ir::Function loss, GptLossFunction(c, l, local_batch));
+                                                  int64_t local_batch, const AdamWConfig& o,
+                                                  GptKernels k) {
+  CW_ASSIGN_OR_RETURN(ir::Function loss, GptLossFunction(c, l, local_batch, k));
   const std::vector<ParamSpec> specs = GptParams(c);
   const int np = static_cast<int>(specs.size());
   std::vector<int> wrt(static_cast<size_t>(np));

@@ -47,6 +47,11 @@ struct GptConfig {
   friend bool operator==(const GptConfig&, const GptConfig&) = default;
 };
 
+// How the blocks' GELU, softmax and layer norms are built: as the fused ops
+// of the IR (one pass over the data each), or op by op from elementwise,
+// broadcast and reduce ops (the same function, to measure what fusion buys).
+enum class GptKernels { kFused, kOpByOp };
+
 // How one step's work is split: `data` x `model` devices.
 struct GptLayout {
   int64_t data = 1;
@@ -86,13 +91,15 @@ std::vector<ir::Literal> InitGptParams(const GptConfig& config, uint64_t seed);
 // (this device's share of the mean cross-entropy, f32[]), with b = the
 // local batch, t <= context. Parameters are the local shards.
 absl::StatusOr<ir::Function> GptLossFunction(const GptConfig& config, const GptLayout& layout,
-                                             int64_t local_batch);
+                                             int64_t local_batch,
+                                             GptKernels kernels = GptKernels::kFused);
 
 // Per-device logits: (params..., tokens i32[b, context]) -> f32[b, context,
 // vocab], the next-token logits at every position. Model axis of size 1 or
 // more; the data axis splits b.
 absl::StatusOr<ir::Function> GptLogitsFunction(const GptConfig& config,
-                                               const GptLayout& layout, int64_t local_batch);
+                                               const GptLayout& layout, int64_t local_batch,
+                                               GptKernels kernels = GptKernels::kFused);
 
 struct AdamWConfig {
   float beta1 = 0.9f;
@@ -113,11 +120,13 @@ struct AdamWConfig {
 absl::StatusOr<ir::Function> GptTrainStepFunction(const GptConfig& config,
                                                   const GptLayout& layout,
                                                   int64_t local_batch,
-                                                  const AdamWConfig& adamw);
+                                                  const AdamWConfig& adamw,
+                                                  GptKernels kernels = GptKernels::kFused);
 
 // Evaluation: (params..., tokens, targets) -> global mean loss f32[].
 absl::StatusOr<ir::Function> GptEvalFunction(const GptConfig& config, const GptLayout& layout,
-                                             int64_t local_batch);
+                                             int64_t local_batch,
+                                             GptKernels kernels = GptKernels::kFused);
 
 // FLOPs of one training step of `batch` sequences (forward and backward:
 // 6 per parameter and token for the matrices, plus attention), for

@@ -85,8 +85,8 @@ absl::Status LmTrainer::Init(const LmCheckpoint* resume) {
   CW_ASSIGN_OR_RETURN(mesh_, client_->AllocateMesh({{kDataAxis, o.layout.data},
                                                     {kModelAxis, o.layout.model}}));
   CW_ASSIGN_OR_RETURN(ir::Function step,
-                      GptTrainStepFunction(o.model, o.layout, local, o.adamw));
-  CW_ASSIGN_OR_RETURN(ir::Function eval, GptEvalFunction(o.model, o.layout, local));
+                      GptTrainStepFunction(o.model, o.layout, local, o.adamw, o.kernels));
+  CW_ASSIGN_OR_RETURN(ir::Function eval, GptEvalFunction(o.model, o.layout, local, o.kernels));
   CompileOptions step_options, eval_options;
   for (int k = 0; k < 3; ++k) {
     for (const ParamSpec& s : specs_) {

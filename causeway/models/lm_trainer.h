@@ -37,6 +37,7 @@ struct LmTrainOptions {
   GptConfig model;  // model.vocab is taken from the dataset
   GptLayout layout;
   AdamWConfig adamw;
+  GptKernels kernels = GptKernels::kFused;
   int64_t batch = 12;  // global: sequences per step
   int64_t iters = 2000;
   float learning_rate = 1e-3f;

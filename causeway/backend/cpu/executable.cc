@@ -1,6 +1,9 @@
 #include "causeway/backend/cpu/executable.h"
 
 #include <time.h>
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
 
 #include <cerrno>
 #include <cstddef>
@@ -43,6 +46,23 @@ timespec DeadlineAfterMicros(int64_t micros) {
   deadline.tv_nsec = static_cast<long>(nanos % 1'000'000'000);
   return deadline;
 }
+
+// Flushes denormal floats to zero (results and inputs) on this thread while
+// it lives, as XLA's CPU backend does: arithmetic on denormals is up to two
+// orders of magnitude slower, and training produces them (softmax tails,
+// small gradients). The previous mode is restored on exit.
+class FlushDenormals {
+ public:
+#if defined(__SSE__)
+  FlushDenormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | kFtz | kDaz); }
+  ~FlushDenormals() { _mm_setcsr(saved_); }
+
+ private:
+  static constexpr unsigned kFtz = 0x8000;  // flush-to-zero
+  static constexpr unsigned kDaz = 0x0040;  // denormals-are-zero
+  const unsigned saved_;
+#endif
+};
 
 void CopyBytes(void* dst, const void* src, int64_t bytes) {
   if (bytes > 0 && dst != src) std::memcpy(dst, src, static_cast<size_t>(bytes));
@@ -236,6 +256,38 @@ absl::Status CpuExecutable::RunStep(const Step& step, const Buffers& buffers,
       CopyBytes(out, a, inst.shape.byte_size());
       return context.collectives->AllReduce(step.collective_index, inst.axes,
                                             inst.reduce_kind, inst.shape, out);
+    case OpKind::kGelu:
+      kernels::Gelu(static_cast<const float*>(a), static_cast<float*>(out), n);
+      return absl::OkStatus();
+    case OpKind::kGeluGrad:
+      kernels::GeluGrad(static_cast<const float*>(a),
+                        static_cast<const float*>(Resolve(step.operands[1], buffers)),
+                        static_cast<float*>(out), n);
+      return absl::OkStatus();
+    case OpKind::kSoftmax:
+    case OpKind::kSoftmaxGrad:
+    case OpKind::kNormalize:
+    case OpKind::kNormalizeGrad: {
+      const int64_t cols = inst.shape.dims.back();
+      const int64_t rows = cols == 0 ? 0 : n / cols;
+      const float* x = static_cast<const float*>(a);
+      float* y = static_cast<float*>(out);
+      const auto* b = step.operands.size() > 1
+                          ? static_cast<const float*>(Resolve(step.operands[1], buffers))
+                          : nullptr;
+      if (inst.op == OpKind::kSoftmax) {
+        kernels::Softmax(x, y, rows, cols);
+      } else if (inst.op == OpKind::kSoftmaxGrad) {
+        kernels::SoftmaxGrad(x, b, y, rows, cols);
+      } else if (inst.op == OpKind::kNormalize) {
+        kernels::Normalize(x, *b, y, rows, cols);
+      } else {
+        kernels::NormalizeGrad(x, *b,
+                               static_cast<const float*>(Resolve(step.operands[2], buffers)),
+                               y, rows, cols);
+      }
+      return absl::OkStatus();
+    }
     case OpKind::kParameter:
     case OpKind::kConstant:
       break;
@@ -303,6 +355,7 @@ absl::Status CpuExecutable::Run(absl::Span<const void* const> inputs,
   }
   const Buffers buffers{inputs, outputs, arena.get()};
 
+  const FlushDenormals flush_denormals;
   for (const Step& step : plan_.steps) {
     absl::Status status = RunStep(step, buffers, context);
     if (!status.ok()) {

@@ -80,6 +80,16 @@ void DotGeneral(const ir::Instruction& inst, const ir::Shape& lhs, const ir::Sha
 void RngUniform(int32_t seed, int64_t n, float* out);
 void RngNormal(int32_t seed, int64_t n, float* out);
 
+// --- Fused Transformer kernels (f32; see ir::OpKind). `rows` x `cols` is
+// the operand viewed as rows of its last dimension. ---
+void Gelu(const float* x, float* out, int64_t n);
+void GeluGrad(const float* x, const float* g, float* out, int64_t n);
+void Softmax(const float* x, float* out, int64_t rows, int64_t cols);
+void SoftmaxGrad(const float* y, const float* g, float* out, int64_t rows, int64_t cols);
+void Normalize(const float* x, float epsilon, float* out, int64_t rows, int64_t cols);
+void NormalizeGrad(const float* x, float epsilon, const float* g, float* out, int64_t rows,
+                   int64_t cols);
+
 // Makes BLAS single-threaded in this process (each device computes on one
 // thread). Idempotent and thread-safe; called by Executable::Compile.
 void InitBlas();
