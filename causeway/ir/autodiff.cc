@@ -184,8 +184,10 @@ void Reverse::Rule(int i, const Instruction& inst, Value g) {
                  b_.Select(hit, b_.Broadcast(g, in.dims, kept), Zeros(in)));
     }
     case OpKind::kMatmul:
-      if (Active(inst, 0)) Acc(inst, 0, b_.Matmul(g, b_.Transpose(X(inst, 1), {1, 0})));
-      if (Active(inst, 1)) Acc(inst, 1, b_.Matmul(b_.Transpose(X(inst, 0), {1, 0}), g));
+      // g b^T and a^T g as dot_generals, which the backend runs with BLAS
+      // transposing in place (no transposed copy of a or b).
+      if (Active(inst, 0)) Acc(inst, 0, b_.DotGeneral(g, X(inst, 1), {}, {}, {1}, {1}));
+      if (Active(inst, 1)) Acc(inst, 1, b_.DotGeneral(X(inst, 0), g, {}, {}, {0}, {0}));
       return;
     case OpKind::kDotGeneral:
       return DotGeneralRule(inst, g);

@@ -102,13 +102,14 @@ std::pair<Value, Value> Trunk(FunctionBuilder& b, const GptConfig& c, const GptL
 
     // Attention over this device's heads.
     Value h = Norm(b, x, ln1_w, ln1_b, k);
-    Value qkv = b.Matmul(h, b.Reshape(qkv_w, {c.embed, 3 * cl}));
-    if (qkv_b.id >= 0) qkv = AddBias(b, qkv, b.Reshape(qkv_b, {3 * cl}));
-    qkv = b.Reshape(qkv, {batch, t, 3, hl, hd});
-    qkv = b.Reshape(b.Transpose(qkv, {2, 0, 3, 1, 4}), {3, batch * hl, t, hd});
+    // q, k and v each from its slice of the weight: slicing (and, in the
+    // backward pass, padding) the small weight instead of the activations.
     auto part = [&](int64_t i) {
-      return b.Reshape(b.Slice(qkv, {i, 0, 0, 0}, {i + 1, batch * hl, t, hd}),
-                       {batch * hl, t, hd});
+      Value w = b.Reshape(b.Slice(qkv_w, {0, i, 0}, {c.embed, i + 1, cl}), {c.embed, cl});
+      Value y = b.Matmul(h, w);
+      if (qkv_b.id >= 0) y = AddBias(b, y, b.Reshape(b.Slice(qkv_b, {i, 0}, {i + 1, cl}), {cl}));
+      y = b.Transpose(b.Reshape(y, {batch, t, hl, hd}), {0, 2, 1, 3});
+      return b.Reshape(y, {batch * hl, t, hd});
     };
     Value att = ir::CausalAttention(b, part(0), part(1), part(2), fused);  // [b*hl, t, hd]
     att = b.Transpose(b.Reshape(att, {batch, hl, t, hd}), {0, 2, 1, 3});

@@ -79,6 +79,68 @@ class ArenaAllocator {
 
 bool HasEffect(OpKind op) { return op == OpKind::kDelay || ir::IsCollective(op); }
 
+bool IsArithmetic(OpKind op) {
+  switch (op) {
+    case OpKind::kAdd:
+    case OpKind::kSub:
+    case OpKind::kMul:
+    case OpKind::kDiv:
+    case OpKind::kMax:
+    case OpKind::kMin:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// The row length if broadcast `inst` repeats its operand as the trailing
+// dimensions of its result (a scalar is a row of 1), else 0.
+int64_t FoldableRow(const Instruction& inst, const ir::Shape& operand) {
+  if (inst.op != OpKind::kBroadcast || inst.shape.dtype != ir::DType::kF32) return 0;
+  const int64_t elements = operand.num_elements();
+  if (elements == 1) return 1;
+  const int r = inst.shape.rank(), k = operand.rank();
+  if (elements == 0) return 0;
+  for (int i = 0; i < k; ++i) {
+    if (inst.dims[i] != r - k + i || operand.dims[i] != inst.shape.dims[r - k + i]) return 0;
+  }
+  return elements;
+}
+
+// For each instruction, the row length of its value if it is a broadcast
+// that can be folded into all of its readers, else 0. A reader must be
+// arithmetic whose other operand is not itself folded (one dense operand
+// gives the loop its shape).
+std::vector<int64_t> FoldedBroadcasts(const ir::Function& function) {
+  const std::vector<Instruction>& insts = function.instructions();
+  const int n = static_cast<int>(insts.size());
+  std::vector<int64_t> row(n, 0);
+  for (int i = 0; i < n; ++i) {
+    if (insts[i].op == OpKind::kBroadcast) {
+      row[i] = FoldableRow(insts[i], insts[insts[i].operands[0]].shape);
+    }
+  }
+  for (int o : function.outputs()) row[o] = 0;
+  std::vector<bool> ok(n, true);
+  for (int i = 0; i < n; ++i) {
+    const Instruction& inst = insts[i];
+    for (size_t k = 0; k < inst.operands.size(); ++k) {
+      const int o = inst.operands[k];
+      if (row[o] == 0) continue;
+      const bool fits = IsArithmetic(inst.op) && inst.operands.size() == 2 &&
+                        inst.shape.dtype == ir::DType::kF32 &&
+                        row[inst.operands[1 - k]] == 0;
+      if (!fits) ok[o] = false;
+    }
+  }
+  // Both operands of a reader may have been candidates: then neither folds
+  // (ok is cleared for both above), which keeps the rule simple.
+  for (int i = 0; i < n; ++i) {
+    if (!ok[i]) row[i] = 0;
+  }
+  return row;
+}
+
 }  // namespace
 
 ExecutionPlan PlanExecution(const ir::Function& function) {
@@ -86,18 +148,25 @@ ExecutionPlan PlanExecution(const ir::Function& function) {
   const int n = static_cast<int>(insts.size());
   const std::vector<int>& outputs = function.outputs();
 
+  // Readers of a folded broadcast read its operand instead.
+  const std::vector<int64_t> folded = FoldedBroadcasts(function);
+  std::vector<std::vector<int>> reads(n);
+  for (int i = 0; i < n; ++i) {
+    for (int o : insts[i].operands) reads[i].push_back(folded[o] > 0 ? insts[o].operands[0] : o);
+  }
+
   // Liveness: results and effectful instructions, and everything they read.
   std::vector<bool> live(n, false);
   for (int o : outputs) live[o] = true;
   for (int i = n - 1; i >= 0; --i) {
     if (HasEffect(insts[i].op)) live[i] = true;
     if (!live[i]) continue;
-    for (int o : insts[i].operands) live[o] = true;
+    for (int o : reads[i]) live[o] = true;
   }
   std::vector<int> last_use(n, -1);
   for (int i = 0; i < n; ++i) {
     if (!live[i]) continue;
-    for (int o : insts[i].operands) last_use[o] = i;
+    for (int o : reads[i]) last_use[o] = i;
   }
 
   // Where each value lives.
@@ -131,6 +200,20 @@ ExecutionPlan PlanExecution(const ir::Function& function) {
       continue;
     }
     const int64_t bytes = inst.shape.byte_size();
+    // A reshape is free when it can name its operand's bytes: an input,
+    // constant or result buffer (never written again), or an arena slice
+    // whose last reader it is (the slice passes to the reshape's value).
+    if (inst.op == OpKind::kReshape && !placed[i]) {
+      const int o = reads[i][0];
+      if (location[o].kind != BufferLocation::Kind::kArena || last_use[o] == i) {
+        location[i] = location[o];
+        placed[i] = true;
+        if (last_use[i] == -1 && location[i].kind == BufferLocation::Kind::kArena) {
+          arena.Free(location[i].index, bytes);
+        }
+        continue;
+      }
+    }
     if (!placed[i]) {
       // Allocated while the operands are still held, so never overlapping.
       location[i] = {BufferLocation::Kind::kArena, arena.Allocate(bytes)};
@@ -141,17 +224,18 @@ ExecutionPlan PlanExecution(const ir::Function& function) {
     step.instruction = i;
     step.result = location[i];
     step.collective_index = collective_index;
-    for (int o : inst.operands) step.operands.push_back(location[o]);
+    for (size_t k = 0; k < reads[i].size(); ++k) {
+      step.operands.push_back(location[reads[i][k]]);
+      if (k < 2) step.operand_row[k] = folded[inst.operands[k]];
+    }
     plan.steps.push_back(std::move(step));
 
     // Release operands read for the last time here (each once), and a value
     // nobody reads.
-    for (size_t k = 0; k < inst.operands.size(); ++k) {
-      const int o = inst.operands[k];
-      if (std::find(inst.operands.begin(), inst.operands.begin() + k, o) !=
-          inst.operands.begin() + k) {
-        continue;
-      }
+    const std::vector<int>& ops = reads[i];
+    for (size_t k = 0; k < ops.size(); ++k) {
+      const int o = ops[k];
+      if (std::find(ops.begin(), ops.begin() + k, o) != ops.begin() + k) continue;
       if (last_use[o] == i && location[o].kind == BufferLocation::Kind::kArena) {
         arena.Free(location[o].index, insts[o].shape.byte_size());
       }

@@ -6,7 +6,9 @@
 // alias their inputs), a caller's output buffer (a computed value that is a
 // result is written straight there), a constant's literal (read in place), or
 // a slice of one per-run arena. Arena slices are reused once the value's last
-// reader has run; a result never shares space with its own operands.
+// reader has run; a result never shares space with its own operands, except
+// a reshape, which runs no step and names its operand's bytes when they are
+// read-only or it is their last reader.
 #ifndef CAUSEWAY_BACKEND_CPU_BUFFER_PLAN_H_
 #define CAUSEWAY_BACKEND_CPU_BUFFER_PLAN_H_
 
@@ -33,6 +35,10 @@ struct Step {
   // For a collective, the number of collective instructions (of any kind)
   // before this one in the function; -1 otherwise.
   int collective_index = -1;
+  // For f32 add, sub, mul, div, max and min: 0 if operand k is dense (the
+  // result's shape); L > 0 if it is a broadcast folded into this step, read
+  // as a row of L elements repeated over the result (1: a scalar).
+  int64_t operand_row[2] = {0, 0};
 };
 
 // After all steps: copy `bytes` from `source` into output `output`. Used for
@@ -54,7 +60,9 @@ struct ExecutionPlan {
 
 // Plans `function`. Instructions that no result, delay or collective depends
 // on are skipped; delays and collectives always run (they have effects: time
-// on the device, and peers waiting for this device).
+// on the device, and peers waiting for this device). A broadcast of a scalar,
+// or of a row onto the trailing dimensions, that only f32 arithmetic reads is
+// folded into its readers (Step::operand_row) instead of being written out.
 // REQUIRES: Verify(function) is OK.
 ExecutionPlan PlanExecution(const ir::Function& function);
 

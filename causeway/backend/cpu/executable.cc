@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "causeway/backend/cpu/buffer_plan.h"
 #include "causeway/backend/cpu/kernels.h"
+#include "causeway/base/mutex.h"
 #include "causeway/base/status_macros.h"
 #include "causeway/ir/verifier.h"
 
@@ -96,8 +97,37 @@ class CpuExecutable final : public Executable {
     return function().instructions()[inst.operands[k]].shape;
   }
 
+  // Arenas of finished runs, kept for the next ones: a fresh arena of many
+  // megabytes costs a page fault per 4 KiB page on first touch, every run.
+  // At most kMaxCachedArenas are kept (one per concurrently running device
+  // is typical); a run that finds none allocates.
+  ArenaPtr AcquireArena() const;
+  void ReleaseArena(ArenaPtr arena) const;
+  static constexpr size_t kMaxCachedArenas = 4;
+
   const ExecutionPlan plan_;
+  mutable Mutex arenas_mu_;
+  mutable std::vector<ArenaPtr> free_arenas_ ABSL_GUARDED_BY(arenas_mu_);
 };
+
+ArenaPtr CpuExecutable::AcquireArena() const {
+  {
+    MutexLock lock(&arenas_mu_);
+    if (!free_arenas_.empty()) {
+      ArenaPtr arena = std::move(free_arenas_.back());
+      free_arenas_.pop_back();
+      return arena;
+    }
+  }
+  return ArenaPtr(static_cast<std::byte*>(::operator new[](
+      static_cast<size_t>(plan_.arena_bytes), kArenaAlignment, std::nothrow)));
+}
+
+void CpuExecutable::ReleaseArena(ArenaPtr arena) const {
+  if (arena == nullptr) return;
+  MutexLock lock(&arenas_mu_);
+  if (free_arenas_.size() < kMaxCachedArenas) free_arenas_.push_back(std::move(arena));
+}
 
 const void* CpuExecutable::Resolve(const BufferLocation& loc,
                                    const Buffers& buffers) const {
@@ -134,11 +164,14 @@ absl::Status CpuExecutable::RunStep(const Step& step, const Buffers& buffers,
     case OpKind::kMul:
     case OpKind::kDiv:
     case OpKind::kMax:
-      kernels::Binary(inst.op, inst.shape.dtype, a, Resolve(step.operands[1], buffers), out,
-                      n);
-      return absl::OkStatus();
     case OpKind::kMin:
     case OpKind::kPow:
+      if (step.operand_row[0] > 0 || step.operand_row[1] > 0) {
+        kernels::BinaryRepeated(inst.op, static_cast<const float*>(a), step.operand_row[0],
+                                static_cast<const float*>(Resolve(step.operands[1], buffers)),
+                                step.operand_row[1], static_cast<float*>(out), n);
+        return absl::OkStatus();
+      }
       kernels::Binary(inst.op, inst.shape.dtype, a, Resolve(step.operands[1], buffers), out,
                       n);
       return absl::OkStatus();
@@ -345,8 +378,7 @@ absl::Status CpuExecutable::Run(absl::Span<const void* const> inputs,
 
   ArenaPtr arena;
   if (plan_.arena_bytes > 0) {
-    arena.reset(static_cast<std::byte*>(::operator new[](
-        static_cast<size_t>(plan_.arena_bytes), kArenaAlignment, std::nothrow)));
+    arena = AcquireArena();
     if (arena == nullptr) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "function ", f.name(), ": cannot allocate ", plan_.arena_bytes,
@@ -368,6 +400,7 @@ absl::Status CpuExecutable::Run(absl::Span<const void* const> inputs,
   for (const FinalCopy& copy : plan_.final_copies) {
     CopyBytes(outputs[copy.output], Resolve(copy.source, buffers), copy.bytes);
   }
+  ReleaseArena(std::move(arena));
   return absl::OkStatus();
 }
 

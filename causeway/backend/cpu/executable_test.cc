@@ -544,6 +544,47 @@ TEST(CpuExecutableTest, PlanSkipsDeadCodeButKeepsEffects) {
   EXPECT_EQ(plan.steps[1].collective_index, 0);
 }
 
+TEST(CpuExecutableTest, BroadcastsFoldIntoArithmeticAndReshapesAreFree) {
+  const Literal x = Literal::F32({2, 3}, {1, 2, 4, -1, 8, 0.5f});
+  const Literal row = Literal::F32({3}, {2, -4, 8});
+  FunctionBuilder b("f");
+  Value p = b.Parameter(x.shape());
+  Value r = b.Parameter(row.shape());
+  Value rows = b.Broadcast(r, {2, 3}, {1});  // a row repeated: folds
+  Value two = b.Full(2.0f, {2, 3});          // a scalar: folds
+  Value cols = b.Broadcast(b.Slice(r, {0}, {2}), {2, 3}, {0});  // not trailing: written
+  std::vector<Value> results = {
+      b.Sub(two, p), b.Div(p, two), b.Div(rows, p), b.Sub(p, rows), b.Max(p, two),
+      b.Min(rows, p), b.Mul(p, cols), b.Exp(b.Reshape(b.Full(3.0f, {2, 3}), {6}))};
+  const Function f = BuildOrDie(b, results);
+  const std::vector<Literal> out = RunOrDie(f, {x, row});
+  const auto xv = x.values<float>(), rv = row.values<float>();
+  for (int i = 0; i < 6; ++i) {
+    const float xi = xv[i], ri = rv[i % 3], ci = rv[i / 3];
+    EXPECT_EQ(out[0].values<float>()[i], 2 - xi) << i;
+    EXPECT_EQ(out[1].values<float>()[i], xi / 2) << i;
+    EXPECT_EQ(out[2].values<float>()[i], ri / xi) << i;
+    EXPECT_EQ(out[3].values<float>()[i], xi - ri) << i;
+    EXPECT_EQ(out[4].values<float>()[i], std::max(xi, 2.0f)) << i;
+    EXPECT_EQ(out[5].values<float>()[i], std::min(ri, xi)) << i;
+    EXPECT_EQ(out[6].values<float>()[i], xi * ci) << i;
+  }
+  EXPECT_FLOAT_EQ(out[7].values<float>()[5], std::exp(3.0f));
+  // The row and scalar broadcasts run no step; the column one, and the
+  // scalar one read by exp (through a reshape, which runs no step), do.
+  const ExecutionPlan plan = PlanExecution(f);
+  int broadcasts = 0, reshapes = 0, folded = 0;
+  for (const Step& s : plan.steps) {
+    const OpKind op = f.instructions()[s.instruction].op;
+    broadcasts += op == OpKind::kBroadcast;
+    reshapes += op == OpKind::kReshape;
+    folded += (s.operand_row[0] > 0) + (s.operand_row[1] > 0);
+  }
+  EXPECT_EQ(broadcasts, 2);
+  EXPECT_EQ(reshapes, 0);
+  EXPECT_EQ(folded, 6);  // three readers each of `rows` and `two`
+}
+
 TEST(CpuExecutableTest, ConcurrentRunsDoNotShareTemporaries) {
   auto exe = CompileOrDie(LongChain());
   std::vector<std::thread> threads;

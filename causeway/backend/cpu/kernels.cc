@@ -264,6 +264,67 @@ void Binary(OpKind op, DType dtype, const void* a, const void* b, void* out, int
   }
 }
 
+namespace {
+
+// out = x OP y elementwise over equal-length Eigen expressions.
+template <typename X, typename Y, typename Out>
+void Arith(OpKind op, const X& x, const Y& y, Out&& out) {
+  switch (op) {
+    case OpKind::kAdd:
+      out = x + y;
+      return;
+    case OpKind::kSub:
+      out = x - y;
+      return;
+    case OpKind::kMul:
+      out = x * y;
+      return;
+    case OpKind::kDiv:
+      out = x / y;
+      return;
+    case OpKind::kMax:
+      out = x.max(y);
+      return;
+    case OpKind::kMin:
+      out = x.min(y);
+      return;
+    default:
+      CW_CHECK(false) << "not an arithmetic op: " << ir::OpName(op);
+  }
+}
+
+}  // namespace
+
+void BinaryRepeated(OpKind op, const float* a, int64_t a_row, const float* b, int64_t b_row,
+                    float* out, int64_t n) {
+  if (n == 0) return;
+  CW_CHECK(a_row == 0 || b_row == 0) << "both operands repeated";
+  const int64_t len = a_row > 0 ? a_row : b_row;
+  if (len == 0) return Binary(op, DType::kF32, a, b, out, n);
+  MutArray<float> o(out, n);
+  if (len == 1) {
+    // A scalar: Eigen broadcasts it with Constant, vectorised.
+    if (a_row == 1) {
+      Arith(op, ConstArray<float>::Constant(n, *a), ConstArray<float>(b, n), o);
+    } else {
+      Arith(op, ConstArray<float>(a, n), ConstArray<float>::Constant(n, *b), o);
+    }
+    return;
+  }
+  const float* row = a_row > 0 ? a : b;
+  const float* dense = a_row > 0 ? b : a;
+  const ConstArray<float> r(row, len);
+  for (int64_t i = 0; i < n; i += len) {
+    const ConstArray<float> d(dense + i, len);
+    MutArray<float> oi(out + i, len);
+    if (a_row > 0) {
+      Arith(op, r, d, oi);
+    } else {
+      Arith(op, d, r, oi);
+    }
+  }
+}
+
 void Unary(OpKind op, DType dtype, const void* a, void* out, int64_t n) {
   if (n == 0) return;
   if (dtype == DType::kI32) {

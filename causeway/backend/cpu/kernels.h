@@ -20,6 +20,13 @@ namespace causeway::backend::cpu::kernels {
 void Binary(ir::OpKind op, ir::DType dtype, const void* a, const void* b, void* out,
             int64_t n);
 
+// out = a OP b over `n` f32 elements, where an operand whose `*_row` is
+// L > 0 is a row of L elements repeated over the result (1: a scalar) and
+// one whose `*_row` is 0 is dense. At most one operand is repeated; L
+// divides n. `op` as for Binary.
+void BinaryRepeated(ir::OpKind op, const float* a, int64_t a_row, const float* b,
+                    int64_t b_row, float* out, int64_t n);
+
 // out = OP a over `n` elements. `op` is kNeg, kAbs, kSign (f32, i32) or
 // kExp, kLog, kTanh, kLogistic, kSqrt, kRsqrt, kFloor (f32).
 void Unary(ir::OpKind op, ir::DType dtype, const void* a, void* out, int64_t n);

@@ -292,6 +292,18 @@ void CopyInto(const ir::Shape& part, const void* in, const ir::Shape& whole,
 }
 
 void Fill(const void* value, int64_t element_bytes, int64_t n, void* out) {
+  // One typed store per element (not a memcpy call each).
+  if (element_bytes == 4) {
+    uint32_t v;
+    std::memcpy(&v, value, 4);
+    std::fill_n(static_cast<uint32_t*>(out), n, v);
+    return;
+  }
+  if (element_bytes == 1) {
+    std::memset(out, std::to_integer<int>(*static_cast<const std::byte*>(value)),
+                static_cast<size_t>(n));
+    return;
+  }
   std::byte* o = static_cast<std::byte*>(out);
   for (int64_t i = 0; i < n; ++i) {
     std::memcpy(o + i * element_bytes, value, static_cast<size_t>(element_bytes));
