@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "causeway/cluster/counters.h"
 #include "causeway/cluster/local_cluster.h"
 #include "causeway/cluster/remote_cluster.h"
 #include "causeway/models/lm_trainer.h"
@@ -41,6 +42,7 @@ int Fail(const std::string& command, const absl::Status& status) {
 struct Connection {
   std::unique_ptr<LocalCluster> local;
   std::unique_ptr<RemoteCluster> remote;
+  ClusterConnection* connection = nullptr;
   std::unique_ptr<Client> client;
 };
 
@@ -70,6 +72,7 @@ absl::StatusOr<Connection> Connect(const std::string& cluster, int64_t devices,
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(connection);
   if (!client.ok()) return client.status();
   c.client = *std::move(client);
+  c.connection = connection;
   return c;
 }
 
@@ -179,6 +182,8 @@ int RunTrainLm(TrainLmFlags f) {
   }
   std::fflush(stdout);
 
+  // Device counters from zero, so the busy time below is this run's.
+  const bool counters = ClusterCounters(*conn->connection, /*reset=*/true).ok();
   const Clock::time_point start = Clock::now();
   Clock::duration eval_time{};
   Clock::time_point window_start = start;
@@ -247,6 +252,24 @@ int RunTrainLm(TrainLmFlags f) {
   if (!st.ok()) return Fail(cmd, st);
   const double wall = Seconds(Clock::now() - start);
   const double train_s = std::max(1e-9, wall - Seconds(eval_time));
+  // Busy time counts a device from launch to finish of each step, so it
+  // includes time parked in a collective: an upper bound on kernel time.
+  double busy_s = 0;
+  int64_t busy_devices = 0;
+  if (absl::StatusOr<std::vector<DeviceCounters>> c = ClusterCounters(*conn->connection, false);
+      counters && c.ok()) {
+    for (const DeviceCounters& d : *c) {
+      if (d.launches == 0) continue;
+      busy_s += static_cast<double>(d.busy_us) / 1e6;
+      ++busy_devices;
+    }
+  }
+  const double busy_fraction =
+      busy_devices > 0 ? busy_s / (static_cast<double>(busy_devices) * wall) : 0.0;
+  const models::LmTrainer::LoopTimes& loop = (*trainer)->loop_times();
+  const double dispatch_ms =
+      loop.steps > 0 ? absl::ToDoubleMilliseconds(loop.dispatch) / static_cast<double>(loop.steps)
+                     : 0.0;
   const double tok_s = static_cast<double>(done * tokens_per_step) / train_s;
   const double flops = flops_per_step * static_cast<double>(done) / train_s;
   if (f.json) {
@@ -256,7 +279,10 @@ int RunTrainLm(TrainLmFlags f) {
                         {"model_flops_per_s", flops}, {"final_loss", last_loss},
                         {"train_loss", last_eval.train_loss},
                         {"val_loss", last_eval.val_loss},
-                        {"devices", o.layout.devices()}};
+                        {"devices", o.layout.devices()},
+                        {"device_busy_fraction", busy_fraction},
+                        {"dispatch_ms_per_step", dispatch_ms},
+                        {"step_ms", train_s * 1e3 / static_cast<double>(std::max<int64_t>(done, 1))}};
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("done: %lld iterations in %.1f s (%.1f s training, the rest evaluation); "
@@ -267,6 +293,10 @@ int RunTrainLm(TrainLmFlags f) {
                   static_cast<long long>(last_eval.iteration));
     }
     std::printf("\n");
+    std::printf("per step: %.1f ms; control plane (batch, put, call) %.2f ms; devices busy "
+                "%.1f %% of the wall time (busy includes collective waits)\n",
+                train_s * 1e3 / static_cast<double>(std::max<int64_t>(done, 1)), dispatch_ms,
+                100.0 * busy_fraction);
   }
   return 0;
 }

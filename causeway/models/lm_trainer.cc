@@ -123,7 +123,13 @@ absl::Status LmTrainer::Init(const LmCheckpoint* resume) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<ir::Literal> LmTrainer::Get(const Array& array, const std::string& what) const {
+absl::StatusOr<ir::Literal> LmTrainer::Get(const Array& array, const std::string& what) {
+  const absl::Time begin = absl::Now();
+  struct AddWait {
+    absl::Duration* total;
+    absl::Time begin;
+    ~AddWait() { *total += absl::Now() - begin; }
+  } add_wait{&loop_times_.waiting, begin};
   Future<ir::Literal> f = array.Fetch();
   const absl::StatusOr<ir::Literal>* v = f.AwaitWithTimeout(options_.result_timeout);
   if (v == nullptr) {
@@ -188,6 +194,7 @@ absl::Status LmTrainer::Train(const Hooks& hooks, int64_t stop_at) {
       if (eval_due) CW_RETURN_IF_ERROR(evaluate());
       if (checkpoint_due) CW_RETURN_IF_ERROR(checkpoint());
     }
+    const absl::Time dispatch_begin = absl::Now();
     TokenBatch batch = data_->Sample(Split::kTrain, o.seed, 0, it, o.batch, o.model.context);
     const float lr = LearningRate(o, it);
     const ir::Literal hyper = ir::Literal::F32({2}, {static_cast<float>(it + 1), lr});
@@ -209,6 +216,8 @@ absl::Status LmTrainer::Train(const Hooks& hooks, int64_t stop_at) {
     adam_v_.assign(out.begin() + 2 * np, out.begin() + 3 * np);
     pending.push_back({it, lr, out[3 * np], out[3 * np + 1]});
     iteration_ = it + 1;
+    ++loop_times_.steps;
+    loop_times_.dispatch += absl::Now() - dispatch_begin;
     while (static_cast<int64_t>(pending.size()) > o.max_in_flight) {
       CW_RETURN_IF_ERROR(drain_one());
     }
@@ -250,7 +259,7 @@ absl::StatusOr<EvalReport> LmTrainer::Evaluate() {
   return report;
 }
 
-absl::StatusOr<std::vector<ir::Literal>> LmTrainer::Params() const {
+absl::StatusOr<std::vector<ir::Literal>> LmTrainer::Params() {
   std::vector<ir::Literal> out;
   for (size_t i = 0; i < params_.size(); ++i) {
     CW_ASSIGN_OR_RETURN(ir::Literal l, Get(params_[i], specs_[i].name));

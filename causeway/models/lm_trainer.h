@@ -129,12 +129,23 @@ class LmTrainer {
   absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir);
 
   // The current parameters, fetched (global shapes, GptParams order).
-  absl::StatusOr<std::vector<ir::Literal>> Params() const;
+  absl::StatusOr<std::vector<ir::Literal>> Params();
+
+  // Where the training loop's own thread spent its time, for the control
+  // plane's share of a step: `dispatch` is drawing batches and handing
+  // steps to the client (Put and Call, which return before the devices
+  // run), `waiting` is blocked on a loss, evaluation or checkpoint.
+  struct LoopTimes {
+    int64_t steps = 0;
+    absl::Duration dispatch;
+    absl::Duration waiting;
+  };
+  const LoopTimes& loop_times() const { return loop_times_; }
 
  private:
   LmTrainer(Client* client, const TextDataset* data, LmTrainOptions options);
   absl::Status Init(const LmCheckpoint* resume);
-  absl::StatusOr<ir::Literal> Get(const Array& array, const std::string& what) const;
+  absl::StatusOr<ir::Literal> Get(const Array& array, const std::string& what);
 
   Client* const client_;
   const TextDataset* const data_;
@@ -145,6 +156,7 @@ class LmTrainer {
   CompiledFunction eval_;
   std::vector<ParamSpec> specs_;
   std::vector<Array> params_, adam_m_, adam_v_;
+  LoopTimes loop_times_;
 };
 
 // Generates text from a trained model on a one-device mesh of `client`.
