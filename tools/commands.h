@@ -33,6 +33,8 @@ void AddBenchMatmulCommand(CLI::App* bench, int* exit_code);
 void AddBenchDispatchCommands(CLI::App* bench, int* exit_code);
 // `causeway bench pipeline`.
 void AddBenchPipelineCommand(CLI::App* bench, int* exit_code);
+// `causeway bench lm` (tools/bench_lm.cc).
+void AddBenchLmCommand(CLI::App* bench, int* exit_code);
 
 }  // namespace causeway::tools
 

@@ -84,13 +84,18 @@ Value CausalAttention(FunctionBuilder& b, Value q, Value k, Value v, bool fused)
   const Shape s = b.shape(q);
   if (s.rank() != 3) return b.Reshape(q, {-1});  // records an error
   const int64_t batch = s.dims[0], t = s.dims[1], d = s.dims[2];
+  // The 1/sqrt(d) scale on q ([batch, t, d]) rather than on the scores
+  // ([batch, t, t]).
+  q = b.Mul(q, b.Full(d > 0 ? 1.0f / std::sqrt(static_cast<float>(d)) : 1.0f, {batch, t, d}));
   Value scores = b.DotGeneral(q, k, {0}, {0}, {2}, {2});  // [batch, t, t]
-  scores = b.Mul(scores, b.Full(d > 0 ? 1.0f / std::sqrt(static_cast<float>(d)) : 1.0f,
-                                {batch, t, t}));
-  Value row = b.Iota(Shape(DType::kI32, {batch, t, t}), 1);
-  Value col = b.Iota(Shape(DType::kI32, {batch, t, t}), 2);
-  Value allowed = b.Compare(col, row, Comparison::kLe);
-  scores = b.Select(allowed, scores, b.Full(-1e30f, {batch, t, t}));
+  // The causal mask as an additive [t, t] bias (0 where j <= i, -1e30
+  // above the diagonal), built once per call and broadcast over the batch;
+  // the backend folds that broadcast into the add.
+  Value row = b.Iota(Shape(DType::kI32, {t, t}), 0);
+  Value col = b.Iota(Shape(DType::kI32, {t, t}), 1);
+  Value mask = b.Select(b.Compare(col, row, Comparison::kLe), b.Full(0.0f, {t, t}),
+                        b.Full(-1e30f, {t, t}));
+  scores = b.Add(scores, b.Broadcast(mask, {batch, t, t}, {1, 2}));
   Value p = fused ? Softmax(b, scores) : SoftmaxOpByOp(b, scores);
   return b.DotGeneral(p, v, {0}, {0}, {2}, {1});  // [batch, t, d]
 }

@@ -364,25 +364,30 @@ absl::StatusOr<ir::Function> GptTrainStepFunction(const GptConfig& c, const GptL
     clip = b.Min(clip, b.Div(b.ConstantF32(o.grad_clip), b.Add(norm, b.ConstantF32(1e-6f))));
   }
 
-  // AdamW, as torch.optim.AdamW: p *= 1 - lr wd; p -= lr/c1 * m / (sqrt(v/c2) + eps).
+  // AdamW, as torch.optim.AdamW: p *= 1 - lr wd; p -= lr/c1 * m / (sqrt(v/c2) + eps),
+  // with the clip folded into the moments' scalar factors and the bias
+  // corrections into the step size and epsilon,
+  //   lr/c1 * m / (sqrt(v)/sqrt(c2) + eps) = (lr sqrt(c2)/c1) * m / (sqrt(v) + eps sqrt(c2)),
+  // so that each parameter takes 13 elementwise passes instead of 16.
   Value step = Scalar(b, hyper, 0);
   Value lr = Scalar(b, hyper, 1);
   Value c1 = b.Sub(b.ConstantF32(1), b.Pow(b.ConstantF32(o.beta1), step));
-  Value c2 = b.Sub(b.ConstantF32(1), b.Pow(b.ConstantF32(o.beta2), step));
-  Value step_size = b.Div(lr, c1);
-  Value inv_sqrt_c2 = b.Rsqrt(c2);
+  Value sqrt_c2 = b.Sqrt(b.Sub(b.ConstantF32(1), b.Pow(b.ConstantF32(o.beta2), step)));
+  Value step_size = b.Div(b.Mul(lr, sqrt_c2), c1);
+  Value epsilon = b.Mul(b.ConstantF32(o.epsilon), sqrt_c2);
+  Value m_scale = b.Mul(b.ConstantF32(1 - o.beta1), clip);
+  Value v_scale = b.Mul(b.ConstantF32(1 - o.beta2), b.Mul(clip, clip));
   Value decay = b.Sub(b.ConstantF32(1), b.Mul(lr, b.ConstantF32(o.weight_decay)));
   std::vector<Value> new_p, new_m, new_v;
   for (int i = 0; i < np; ++i) {
     const std::vector<int64_t> dims = b.shape(p[i]).dims;
-    Value g = b.Mul(grads[i], ScalarTo(b, clip, dims));
-    Value mi = b.Add(b.Mul(b.Full(o.beta1, dims), m[i]), b.Mul(b.Full(1 - o.beta1, dims), g));
-    Value vi = b.Add(b.Mul(b.Full(o.beta2, dims), v[i]),
-                     b.Mul(b.Full(1 - o.beta2, dims), b.Mul(g, g)));
-    Value denom = b.Add(b.Mul(b.Sqrt(vi), ScalarTo(b, inv_sqrt_c2, dims)),
-                        b.Full(o.epsilon, dims));
+    const Value g = grads[i];
+    Value mi = b.Add(b.Mul(m[i], b.Full(o.beta1, dims)), b.Mul(g, ScalarTo(b, m_scale, dims)));
+    Value vi = b.Add(b.Mul(v[i], b.Full(o.beta2, dims)),
+                     b.Mul(b.Mul(g, g), ScalarTo(b, v_scale, dims)));
+    Value denom = b.Add(b.Sqrt(vi), ScalarTo(b, epsilon, dims));
     Value pi = specs[i].decay ? b.Mul(p[i], ScalarTo(b, decay, dims)) : p[i];
-    pi = b.Sub(pi, b.Mul(ScalarTo(b, step_size, dims), b.Div(mi, denom)));
+    pi = b.Sub(pi, b.Mul(b.Div(mi, denom), ScalarTo(b, step_size, dims)));
     new_p.push_back(pi);
     new_m.push_back(mi);
     new_v.push_back(vi);

@@ -1,0 +1,153 @@
+// `causeway bench lm`: training throughput of the GPT model of
+// causeway/models for several layouts (and, optionally, the op-by-op build
+// of the model), measured in one process with the configurations
+// interleaved round by round, and reported as ratios to the first one.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "causeway/cluster/local_cluster.h"
+#include "causeway/models/lm_trainer.h"
+#include "nlohmann/json.hpp"
+#include "tools/commands.h"
+
+namespace causeway::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct BenchLmOptions {
+  std::string data;
+  std::string layouts = "1x1,2x1";
+  std::string kernels = "fused";
+  int64_t iters = 60;
+  int64_t warmup = 10;
+  int rounds = 3;
+  bool json = false;
+};
+
+struct Config {
+  models::GptLayout layout;
+  models::GptKernels kernels;
+  std::string name;
+  std::vector<double> tokens_per_s;
+};
+
+// Tokens per second of the steps after `warmup`, on a fresh embedded
+// cluster. Evaluation is off; every loss is still fetched and checked.
+absl::StatusOr<double> Measure(const models::TextDataset& data, const Config& config,
+                               const BenchLmOptions& o) {
+  LocalClusterOptions co;
+  co.islands = 1;
+  const int64_t devices = config.layout.devices();
+  co.hosts_per_island = devices % 2 == 0 ? 2 : 1;
+  co.devices_per_host = static_cast<int>(devices / co.hosts_per_island);
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Create(co);
+  if (!cluster.ok()) return cluster.status();
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(cluster->get());
+  if (!client.ok()) return client.status();
+  models::LmTrainOptions t;
+  t.layout = config.layout;
+  t.kernels = config.kernels;
+  t.iters = o.warmup + o.iters;
+  t.decay_iters = t.iters;
+  t.eval_every = 0;
+  absl::StatusOr<std::unique_ptr<models::LmTrainer>> trainer =
+      models::LmTrainer::Create(client->get(), &data, t);
+  if (!trainer.ok()) return trainer.status();
+  Clock::time_point start;
+  models::LmTrainer::Hooks hooks;
+  hooks.on_step = [&](const models::StepReport& r) {
+    if (r.iteration == o.warmup - 1) start = Clock::now();
+  };
+  if (o.warmup == 0) start = Clock::now();
+  if (absl::Status st = (*trainer)->Train(hooks); !st.ok()) return st;
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return static_cast<double>(o.iters * t.batch * t.model.context) / seconds;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+int RunBenchLm(const BenchLmOptions& o) {
+  auto fail = [](const absl::Status& st) {
+    std::fprintf(stderr, "causeway bench lm: %s\n", std::string(st.message()).c_str());
+    return 1;
+  };
+  absl::StatusOr<models::TextDataset> data =
+      models::TextDataset::Load(o.data, models::TokenizerKind::kChars, 64);
+  if (!data.ok()) return fail(data.status());
+  std::vector<Config> configs;
+  for (absl::string_view k : absl::StrSplit(o.kernels, ',')) {
+    if (k != "fused" && k != "op-by-op") {
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("--kernels: '", k, "' is neither fused nor op-by-op")));
+    }
+    for (absl::string_view l : absl::StrSplit(o.layouts, ',')) {
+      std::vector<std::string> dm = absl::StrSplit(l, 'x');
+      Config c;
+      if (dm.size() != 2 || !absl::SimpleAtoi(dm[0], &c.layout.data) ||
+          !absl::SimpleAtoi(dm[1], &c.layout.model) || c.layout.data < 1 ||
+          c.layout.model < 1 || c.layout.devices() > 64) {
+        return fail(absl::InvalidArgumentError(
+            absl::StrCat("--layouts: '", l, "' is not DATAxMODEL (e.g. 2x1)")));
+      }
+      c.kernels = k == "fused" ? models::GptKernels::kFused : models::GptKernels::kOpByOp;
+      c.name = absl::StrCat("data=", c.layout.data, ",model=", c.layout.model, " ", k);
+      configs.push_back(std::move(c));
+    }
+  }
+  for (int round = 0; round < o.rounds; ++round) {
+    for (Config& c : configs) {
+      absl::StatusOr<double> t = Measure(*data, c, o);
+      if (!t.ok()) return fail(t.status());
+      c.tokens_per_s.push_back(*t);
+    }
+  }
+  const double base = Median(configs[0].tokens_per_s);
+  for (const Config& c : configs) {
+    const double tps = Median(c.tokens_per_s);
+    const double step_ms = 1e3 * 12.0 * 64.0 / tps;
+    if (o.json) {
+      nlohmann::json j = {{"data", c.layout.data},     {"model", c.layout.model},
+                          {"kernels", c.kernels == models::GptKernels::kFused ? "fused" : "op-by-op"},
+                          {"tokens_per_s", tps},       {"tokens_per_s_runs", c.tokens_per_s},
+                          {"step_ms", step_ms},        {"ratio", tps / base},
+                          {"rounds", o.rounds},        {"iters", o.iters}};
+      std::printf("%s\n", j.dump().c_str());
+    } else {
+      std::printf("%-28s %8.0f tokens/s  %6.1f ms/step  x%.2f\n", c.name.c_str(), tps, step_ms,
+                  tps / base);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddBenchLmCommand(CLI::App* bench, int* exit_code) {
+  auto o = std::make_shared<BenchLmOptions>();
+  CLI::App* cmd = bench->add_subcommand(
+      "lm",
+      "GPT training throughput (the `train lm` defaults) per layout, configurations "
+      "interleaved round by round; medians and ratios to the first");
+  cmd->option_defaults()->always_capture_default();
+  cmd->add_option("--data", o->data, "Text file (character tokens)")->required();
+  cmd->add_option("--layouts", o->layouts, "Comma-separated DATAxMODEL meshes");
+  cmd->add_option("--kernels", o->kernels, "fused, op-by-op, or both comma-separated");
+  cmd->add_option("--iters", o->iters, "Timed iterations per run")->check(CLI::Range(1, 100000));
+  cmd->add_option("--warmup", o->warmup, "Untimed iterations first")->check(CLI::Range(0, 10000));
+  cmd->add_option("--rounds", o->rounds, "Runs of each configuration")->check(CLI::Range(1, 100));
+  cmd->add_flag("--json", o->json, "One JSON object per configuration");
+  cmd->callback([o, exit_code] { *exit_code = RunBenchLm(*o); });
+}
+
+}  // namespace causeway::tools
