@@ -62,14 +62,25 @@ std::vector<double> TimeInterleaved(double min_seconds,
 }
 
 int RunBenchMatmul(const MatmulOptions& o) {
-  std::vector<int64_t> sizes;
+  // N (square) or MxKxN: [m,k] x [k,n].
+  struct Dims {
+    int64_t m, k, n;
+  };
+  std::vector<Dims> sizes;
   for (absl::string_view s : absl::StrSplit(o.sizes, ',')) {
-    int64_t n;
-    if (!absl::SimpleAtoi(s, &n) || n <= 0 || n > 8192) {
-      std::fprintf(stderr, "bad size '%s'\n", std::string(s).c_str());
+    std::vector<int64_t> d;
+    bool ok = true;
+    for (absl::string_view part : absl::StrSplit(s, 'x')) {
+      int64_t v;
+      ok = ok && absl::SimpleAtoi(part, &v) && v > 0 && v <= 8192;
+      d.push_back(ok ? v : 0);
+    }
+    if (!ok || (d.size() != 1 && d.size() != 3)) {
+      std::fprintf(stderr, "bad size '%s' (N or MxKxN, each in [1, 8192])\n",
+                   std::string(s).c_str());
       return 2;
     }
-    sizes.push_back(n);
+    sizes.push_back(d.size() == 1 ? Dims{d[0], d[0], d[0]} : Dims{d[0], d[1], d[2]});
   }
   openblas_set_num_threads(1);
   LocalClusterOptions cluster_options;
@@ -84,19 +95,18 @@ int RunBenchMatmul(const MatmulOptions& o) {
   auto mesh = (*client)->AllocateMesh({{"d", 1}});
   if (!mesh.ok()) return 1;
   bool ok = true;
-  for (int64_t n : sizes) {
+  for (const Dims& size : sizes) {
+    const int64_t m = size.m, k = size.k, n = size.n;
     ir::FunctionBuilder b("matmul");
-    ir::Value x = b.Parameter(ir::Shape(ir::DType::kF32, {n, n}));
-    ir::Value y = b.Parameter(ir::Shape(ir::DType::kF32, {n, n}));
+    ir::Value x = b.Parameter(ir::Shape(ir::DType::kF32, {m, k}));
+    ir::Value y = b.Parameter(ir::Shape(ir::DType::kF32, {k, n}));
     auto fn = b.Build({b.Matmul(x, y)});
     auto compiled = (*client)->Compile(*fn, *mesh, {});
-    std::vector<float> av(n * n), bv(n * n), cv(n * n);
-    for (int64_t i = 0; i < n * n; ++i) {
-      av[i] = static_cast<float>((i * 7) % 13) / 13.0f;
-      bv[i] = static_cast<float>((i * 5) % 11) / 11.0f;
-    }
-    auto a = (*client)->Put(ir::Literal::F32({n, n}, av), *mesh, Sharding::Replicated(2));
-    auto bb = (*client)->Put(ir::Literal::F32({n, n}, bv), *mesh, Sharding::Replicated(2));
+    std::vector<float> av(m * k), bv(k * n), cv(m * n);
+    for (int64_t i = 0; i < m * k; ++i) av[i] = static_cast<float>((i * 7) % 13) / 13.0f;
+    for (int64_t i = 0; i < k * n; ++i) bv[i] = static_cast<float>((i * 5) % 11) / 11.0f;
+    auto a = (*client)->Put(ir::Literal::F32({m, k}, av), *mesh, Sharding::Replicated(2));
+    auto bb = (*client)->Put(ir::Literal::F32({k, n}, bv), *mesh, Sharding::Replicated(2));
     if (!compiled.ok() || !a.ok() || !bb.ok()) {
       std::fprintf(stderr, "setup failed\n");
       return 1;
@@ -118,7 +128,7 @@ int RunBenchMatmul(const MatmulOptions& o) {
     };
     auto blas_body = [&](int iterations) {
       for (int i = 0; i < iterations; ++i) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, av.data(), n,
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, av.data(), k,
                     bv.data(), n, 0.0f, cv.data(), n);
       }
     };
@@ -131,31 +141,32 @@ int RunBenchMatmul(const MatmulOptions& o) {
       for (int i = 0; i < iterations; ++i) (void)(*exe)->Run(ins, outs, {});
     };
     using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-    Eigen::Map<const RowMajor> ea(av.data(), n, n), eb(bv.data(), n, n);
-    Eigen::Map<RowMajor> ec(cv.data(), n, n);
+    Eigen::Map<const RowMajor> ea(av.data(), m, k), eb(bv.data(), k, n);
+    Eigen::Map<RowMajor> ec(cv.data(), m, n);
     auto eigen_body = [&](int iterations) {
       for (int i = 0; i < iterations; ++i) ec.noalias() = ea * eb;
     };
     const std::vector<double> t =
         TimeInterleaved(o.min_seconds, {fn_body, blas_body, exe_body, eigen_body});
     const double t_fn = t[0], t_blas = t[1], t_exe = t[2], t_eigen = t[3];
-    const double flops = 2.0 * n * n * n;
+    const double flops = 2.0 * m * k * n;
     const double g_exe = flops / t_exe / 1e9;
     const double g_fn = flops / t_fn / 1e9, g_blas = flops / t_blas / 1e9,
                  g_eigen = flops / t_eigen / 1e9;
     const double ratio = g_fn / g_blas;
     ok = ok && call_ok;
     if (o.json) {
-      nlohmann::json j = {{"benchmark", "matmul"},   {"size", n},
+      nlohmann::json j = {{"benchmark", "matmul"},   {"m", m}, {"k", k}, {"n", n},
                           {"gflops_function", g_fn}, {"gflops_blas", g_blas},
                           {"gflops_eigen", g_eigen}, {"gflops_executable", g_exe},
                           {"ratio", ratio},
                           {"ok", call_ok}};
       std::printf("%s\n", j.dump().c_str());
     } else {
-      std::printf("matmul %lldx%lld: function %.1f GFLOP/s, OpenBLAS %.1f GFLOP/s, Eigen %.1f "
-                  "GFLOP/s, ratio %.3f%s\n",
-                  static_cast<long long>(n), static_cast<long long>(n), g_fn, g_blas, g_eigen,
+      std::printf("matmul %lldx%lldx%lld: function %.1f GFLOP/s, OpenBLAS %.1f GFLOP/s, Eigen "
+                  "%.1f GFLOP/s, ratio %.3f%s\n",
+                  static_cast<long long>(m), static_cast<long long>(k),
+                  static_cast<long long>(n), g_fn, g_blas, g_eigen,
                   ratio, call_ok ? "" : " (CALL FAILED)");
     }
     std::fflush(stdout);
@@ -170,7 +181,8 @@ void AddBenchMatmulCommand(CLI::App* bench, int* exit_code) {
   CLI::App* cmd = bench->add_subcommand(
       "matmul",
       "Matmul through a compiled function on one device vs raw single-threaded OpenBLAS sgemm");
-  cmd->add_option("--sizes", options->sizes, "Comma-separated square sizes");
+  cmd->add_option("--sizes", options->sizes,
+                  "Comma-separated sizes: N (square) or MxKxN ([M,K] x [K,N])");
   cmd->add_option("--min-seconds", options->min_seconds, "Time per measurement")
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--json", options->json, "One JSON object per size");
