@@ -331,6 +331,24 @@ absl::StatusOr<ir::Function> GptTrainStepFunction(const GptConfig& c, const GptL
   Value loss_value;
   Value sumsq = b.ConstantF32(0.0f);
   for (const auto& [axes, members] : groups) {
+    // A split group holds 1/model of each gradient per device.
+    bool split = false;
+    for (int i : members) split = split || specs[i].model_dim >= 0;
+    const bool with_loss = axes == loss_axes;
+    if (axes.empty()) {
+      // Nothing to reduce: no flat copy, the squared norm per gradient.
+      Value sq = b.ConstantF32(0.0f);
+      for (int i : members) {
+        grads[i] = out[1 + i];
+        std::vector<int64_t> all(b.shape(p[i]).dims.size());
+        for (size_t d = 0; d < all.size(); ++d) all[d] = static_cast<int64_t>(d);
+        sq = b.Add(sq, b.ReduceSum(b.Mul(grads[i], grads[i]), all));
+      }
+      if (with_loss) loss_value = out[0];
+      if (split && l.model > 1) sq = b.AllReduce(sq, {kModelAxis});
+      sumsq = b.Add(sumsq, sq);
+      continue;
+    }
     std::vector<Value> parts;
     int64_t total = 0;
     for (int i : members) {
@@ -338,16 +356,12 @@ absl::StatusOr<ir::Function> GptTrainStepFunction(const GptConfig& c, const GptL
       parts.push_back(b.Reshape(out[1 + i], {n}));
       total += n;
     }
-    const bool with_loss = axes == loss_axes;
     if (with_loss) parts.push_back(b.Reshape(out[0], {1}));
     Value flat = b.Concatenate(parts, 0);
     if (!axes.empty()) flat = b.AllReduce(flat, axes);
     if (with_loss) loss_value = Scalar(b, flat, total);
     Value g = b.Slice(flat, {0}, {total});
     Value sq = b.ReduceSum(b.Mul(g, g), {0});
-    // A group split over "model" holds 1/model of each gradient per device.
-    bool split = false;
-    for (int i : members) split = split || specs[i].model_dim >= 0;
     if (split && l.model > 1) sq = b.AllReduce(sq, {kModelAxis});
     sumsq = b.Add(sumsq, sq);
     int64_t offset = 0;

@@ -14,11 +14,11 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT
-small=(--layers 1 --heads 2 --context 16 --batch 4 --eval-batches 2 --log-every 5)
+small=(--layers 1 --heads 2 --context 16 --batch 4 --eval-batches 2)
 tiny=("${small[@]}" --embed 16)
 
 # Train, checkpoint at the end, read the JSON summary.
-"$bin" train lm --data "$text" "${tiny[@]}" --iters 10 --eval-every 5 \
+"$bin" train lm --data "$text" "${tiny[@]}" --iters 10 --eval-every 5 --log-every 5 \
   --checkpoint "$dir/ck" --json >"$dir/train.json"
 python3 - "$dir/train.json" <<'PY'
 import json, sys
@@ -38,6 +38,20 @@ test -s "$dir/ck/model.safetensors"
   --checkpoint "$dir/ck" --resume --json >"$dir/resume.json"
 grep -q '"first_iteration":10' "$dir/resume.json"
 grep -q '"iterations":2' "$dir/resume.json"
+
+# Data- and tensor-parallel at once: the same losses as one device.
+"$bin" train lm --data "$text" "${tiny[@]}" --iters 6 --eval-every 0 --log-every 1 --json \
+  >"$dir/one.json"
+"$bin" train lm --data "$text" "${tiny[@]}" --iters 6 --eval-every 0 --log-every 1 --json \
+  --mesh data=2,model=2 >"$dir/mesh.json"
+python3 - "$dir/one.json" "$dir/mesh.json" <<'PY'
+import json, sys
+def losses(path):
+    return [l["loss"] for l in map(json.loads, open(path)) if l["event"] == "step"]
+one, mesh = losses(sys.argv[1]), losses(sys.argv[2])
+assert len(one) == 6 and len(mesh) == 6, (one, mesh)
+assert all(abs(a - b) < 1e-3 for a, b in zip(one, mesh)), (one, mesh)
+PY
 
 # Sampling is seeded.
 a=$("$bin" sample --checkpoint "$dir/ck" --tokens 30 --seed 3)
