@@ -29,6 +29,7 @@ struct BenchLmOptions {
   int64_t iters = 60;
   int64_t warmup = 10;
   int rounds = 3;
+  int64_t hosts = 1;
   bool json = false;
 };
 
@@ -46,8 +47,12 @@ absl::StatusOr<double> Measure(const models::TextDataset& data, const Config& co
   LocalClusterOptions co;
   co.islands = 1;
   const int64_t devices = config.layout.devices();
-  co.hosts_per_island = devices % 2 == 0 ? 2 : 1;
-  co.devices_per_host = static_cast<int>(devices / co.hosts_per_island);
+  if (devices % o.hosts != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(devices, " devices do not split evenly over --hosts ", o.hosts));
+  }
+  co.hosts_per_island = static_cast<int>(o.hosts);
+  co.devices_per_host = static_cast<int>(devices / o.hosts);
   absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Create(co);
   if (!cluster.ok()) return cluster.status();
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(cluster->get());
@@ -146,6 +151,8 @@ void AddBenchLmCommand(CLI::App* bench, int* exit_code) {
   cmd->add_option("--iters", o->iters, "Timed iterations per run")->check(CLI::Range(1, 100000));
   cmd->add_option("--warmup", o->warmup, "Untimed iterations first")->check(CLI::Range(0, 10000));
   cmd->add_option("--rounds", o->rounds, "Runs of each configuration")->check(CLI::Range(1, 100));
+  cmd->add_option("--hosts", o->hosts, "Hosts of the embedded cluster the devices split over")
+      ->check(CLI::Range(1, 64));
   cmd->add_flag("--json", o->json, "One JSON object per configuration");
   cmd->callback([o, exit_code] { *exit_code = RunBenchLm(*o); });
 }

@@ -46,16 +46,21 @@ struct Connection {
   std::unique_ptr<Client> client;
 };
 
-absl::StatusOr<Connection> Connect(const std::string& cluster, int64_t devices,
+// `hosts` applies to the embedded cluster: the devices split evenly over
+// that many hosts.
+absl::StatusOr<Connection> Connect(const std::string& cluster, int64_t devices, int64_t hosts,
                                    double timeout_s) {
   Connection c;
   ClusterConnection* connection = nullptr;
   if (cluster == "local") {
+    if (hosts < 1 || devices % hosts != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          devices, " devices do not split evenly over --hosts ", hosts));
+    }
     LocalClusterOptions o;
     o.islands = 1;
-    // Two hosts when the devices split evenly, so collectives cross hosts.
-    o.hosts_per_island = devices % 2 == 0 ? 2 : 1;
-    o.devices_per_host = static_cast<int>(devices / o.hosts_per_island);
+    o.hosts_per_island = static_cast<int>(hosts);
+    o.devices_per_host = static_cast<int>(devices / hosts);
     absl::StatusOr<std::unique_ptr<LocalCluster>> l = LocalCluster::Create(o);
     if (!l.ok()) return l.status();
     c.local = *std::move(l);
@@ -81,6 +86,7 @@ struct TrainLmFlags {
   std::string tokenizer = "chars";
   LmTrainOptions train;
   int64_t devices = 1;
+  int64_t hosts = 1;
   std::string parallel = "data";
   std::string mesh;
   int64_t decay_iters = -1;  // -1: --iters
@@ -146,7 +152,7 @@ int RunTrainLm(TrainLmFlags f) {
     if (!c.ok()) return Fail(cmd, c.status());
     resume = std::make_unique<models::LmCheckpoint>(*std::move(c));
   }
-  absl::StatusOr<Connection> conn = Connect(f.cluster, o.layout.devices(), f.timeout_s);
+  absl::StatusOr<Connection> conn = Connect(f.cluster, o.layout.devices(), f.hosts, f.timeout_s);
   if (!conn.ok()) return Fail(cmd, conn.status());
   absl::StatusOr<std::unique_ptr<models::LmTrainer>> trainer =
       models::LmTrainer::Create(conn->client.get(), &*data, o, resume.get());
@@ -312,7 +318,7 @@ int RunSample(const SampleFlags& f) {
   const std::string cmd = "sample";
   absl::StatusOr<models::LmCheckpoint> c = models::ReadLmCheckpoint(f.checkpoint);
   if (!c.ok()) return Fail(cmd, c.status());
-  absl::StatusOr<Connection> conn = Connect(f.cluster, 1, f.timeout_s);
+  absl::StatusOr<Connection> conn = Connect(f.cluster, 1, 1, f.timeout_s);
   if (!conn.ok()) return Fail(cmd, conn.status());
   absl::StatusOr<std::string> text =
       models::SampleText(conn->client.get(), *c, f.sample, [](const std::string& piece) {
@@ -371,6 +377,10 @@ void AddTrainLmCommand(CLI::App* train, int* exit_code) {
       ->check(CLI::NonNegativeNumber);
   lm->add_option("--seed", o.seed, "Seed of the initial weights and the batch order");
   lm->add_option("--devices", f->devices, "Devices, used as --parallel says")
+      ->check(CLI::Range(1, 1024));
+  lm->add_option("--hosts", f->hosts,
+                 "Embedded cluster: hosts the devices are split over (collectives then cross "
+                 "hosts)")
       ->check(CLI::Range(1, 1024));
   lm->add_option("--parallel", f->parallel,
                  "data: batch split over the devices; tensor: heads and MLP split over them")
