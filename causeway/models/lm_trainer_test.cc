@@ -182,6 +182,39 @@ TEST_F(LmTrainerTest, ACheckpointOfAnotherModelOrVocabularyIsRefused) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("another vocabulary")));
 }
 
+TEST_F(LmTrainerTest, ByteTokensTrainAndAMalformedCheckpointIsDataLoss) {
+  auto bytes = TextDataset::FromText(MakeText(6000), TokenizerKind::kBytes, 16);
+  ASSERT_OK(bytes.status());
+  data_ = std::make_unique<TextDataset>(*std::move(bytes));
+  LmTrainOptions o = SmallOptions();
+  o.iters = 3;
+  o.eval_every = 0;
+  o.checkpoint_dir = dir_.string();
+  TrainRun run = Train(o);
+  ASSERT_OK(run.status);
+  EXPECT_NEAR(run.losses.front(), std::log(256.0f), 0.3f);  // 256 tokens
+  ASSERT_OK_AND_ASSIGN(LmCheckpoint c, ReadLmCheckpoint(dir_.string()));
+  EXPECT_EQ(c.tokenizer.kind(), TokenizerKind::kBytes);
+  EXPECT_EQ(c.config.vocab, 256);
+
+  // A tensor file that is not an LM checkpoint, and one whose tensor does
+  // not fit its config, are refused by name.
+  const std::string path = (dir_ / "model.safetensors").string();
+  ASSERT_OK_AND_ASSIGN(TensorFile f, ReadTensorFile(path));
+  TensorFile other = f;
+  other.metadata["format"] = "something-else";
+  ASSERT_OK(WriteTensorFile(path, other));
+  EXPECT_THAT(ReadLmCheckpoint(dir_.string()).status(),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("not a Causeway LM checkpoint")));
+  TensorFile wrong = f;
+  for (auto& [name, lit] : wrong.tensors) {
+    if (name == "param/wpe") lit = ir::Literal(ir::Shape(ir::DType::kF32, {3, 3}));
+  }
+  ASSERT_OK(WriteTensorFile(path, wrong));
+  EXPECT_THAT(ReadLmCheckpoint(dir_.string()).status(),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("param/wpe is f32[3,3]")));
+}
+
 TEST_F(LmTrainerTest, ANonFiniteLossStopsTrainingNamingTheIteration) {
   LmTrainOptions o = SmallOptions();
   o.learning_rate = 1e30f;
@@ -223,6 +256,12 @@ TEST_F(LmTrainerTest, SamplingIsSeededAndStaysInTheVocabulary) {
   EXPECT_EQ(a.rfind("the cat", 0), 0u);
   EXPECT_EQ(a.size(), 7u + 40u);
   EXPECT_OK(data_->tokenizer().Encode(a).status());
+  // Top-1 is greedy: the seed no longer matters.
+  s.top_k = 1;
+  ASSERT_OK_AND_ASSIGN(std::string greedy, SampleText(client.get(), c, s));
+  s.seed = 99;
+  ASSERT_OK_AND_ASSIGN(std::string greedy2, SampleText(client.get(), c, s));
+  EXPECT_EQ(greedy, greedy2);
   s.prompt = "the cat!";  // '!' is not in the text
   EXPECT_THAT(SampleText(client.get(), c, s).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not in the vocabulary")));
