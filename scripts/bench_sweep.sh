@@ -2,9 +2,11 @@
 # Reproduces every `causeway bench` result in docs/BENCHMARKS.md: runs each
 # configuration, appends its JSON line to OUT (default
 # build/bench/results.jsonl), then draws the plots with plot_bench.py.
-# Takes a few minutes on a 2-core machine.
+# Takes a few minutes on a 2-core machine. With LM_DATA=path/to/text (the
+# language-model section uses tinyshakespeare.txt) it also runs the GPT
+# benchmarks into lm.jsonl beside OUT (about 20 more minutes).
 #
-#   scripts/bench_sweep.sh [OUT] [SECONDS_PER_CONFIGURATION]
+#   [LM_DATA=FILE] scripts/bench_sweep.sh [OUT] [SECONDS_PER_CONFIGURATION]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 out=${1:-build/bench/results.jsonl}
@@ -55,3 +57,16 @@ done
 kill -INT "$up_pid"
 
 /usr/bin/python3 scripts/plot_bench.py "$out" "$(dirname "$out")"
+
+# The language model (docs/BENCHMARKS.md, "Language model").
+if [[ -n "${LM_DATA:-}" ]]; then
+  lm_out="$(dirname "$out")/lm.jsonl"
+  : > "$lm_out"
+  lm() { echo "+ causeway $*" >&2; "$bin" "$@" --json | tee -a "$lm_out"; }
+  lm bench matmul --sizes 768x128x384,768x128x512,768x512x128,384x128x512,512
+  lm bench lm --data "$LM_DATA" --layouts 1x1,2x1,1x2 --kernels fused,op-by-op --iters 80 \
+    --warmup 10 --rounds 5
+  for devices in 1 2; do
+    lm train lm --data "$LM_DATA" --devices "$devices" --log-every 250
+  done
+fi
