@@ -137,7 +137,9 @@ absl::StatusOr<TensorFile> ReadTensorFile(const std::string& path) {
     ir::Shape shape;
   };
   std::vector<Entry> entries;
-  for (const auto& [name, value] : header.items()) {
+  for (const auto& item : header.items()) {
+    const std::string& name = item.key();
+    const json& value = item.value();
     if (name == "__metadata__") {
       if (!value.is_object()) return DataLoss(path, "__metadata__ is not an object");
       for (const auto& [k, v] : value.items()) {
