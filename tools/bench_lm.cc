@@ -88,7 +88,8 @@ int RunBenchLm(const BenchLmOptions& o) {
     return 1;
   };
   absl::StatusOr<models::TextDataset> data =
-      models::TextDataset::Load(o.data, models::TokenizerKind::kChars, 64);
+      models::TextDataset::Load(o.data, models::TokenizerKind::kChars,
+                                models::LmTrainOptions().model.context);
   if (!data.ok()) return fail(data.status());
   std::vector<Config> configs;
   for (absl::string_view k : absl::StrSplit(o.kernels, ',')) {
@@ -117,10 +118,12 @@ int RunBenchLm(const BenchLmOptions& o) {
       c.tokens_per_s.push_back(*t);
     }
   }
+  const models::LmTrainOptions defaults;  // what Measure trains
+  const double tokens_per_step = static_cast<double>(defaults.batch * defaults.model.context);
   const double base = Median(configs[0].tokens_per_s);
   for (const Config& c : configs) {
     const double tps = Median(c.tokens_per_s);
-    const double step_ms = 1e3 * 12.0 * 64.0 / tps;
+    const double step_ms = 1e3 * tokens_per_step / tps;
     if (o.json) {
       nlohmann::json j = {{"data", c.layout.data},     {"model", c.layout.model},
                           {"kernels", c.kernels == models::GptKernels::kFused ? "fused" : "op-by-op"},

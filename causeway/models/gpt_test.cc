@@ -66,7 +66,6 @@ TEST(GptTest, GradientsOfTheWholeModelMatchFiniteDifferences) {
 
     std::mt19937 rng(5);
     constexpr float kEps = 1e-2f;
-    int checked = 0;
     for (size_t p = 0; p < specs.size(); ++p) {
       const int64_t n = inputs[p].shape().num_elements();
       std::uniform_int_distribution<int64_t> pick(0, n - 1);
@@ -81,10 +80,8 @@ TEST(GptTest, GradientsOfTheWholeModelMatchFiniteDifferences) {
         const double g = out[1 + p].values<float>()[e];
         EXPECT_NEAR(g, fd, 3e-3 + 0.03 * std::abs(fd))
             << specs[p].name << "[" << e << "], bias " << bias;
-        ++checked;
       }
     }
-    EXPECT_EQ(checked, 3 * static_cast<int>(specs.size()));
   }
 }
 

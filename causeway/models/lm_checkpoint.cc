@@ -76,6 +76,15 @@ absl::StatusOr<Tokenizer> ParseTokenizer(const std::string& text, const std::str
   return t;
 }
 
+// The tensor groups of a checkpoint, by name prefix.
+struct Group {
+  const char* prefix;
+  std::vector<ir::Literal> LmCheckpoint::*tensors;
+};
+constexpr Group kGroups[] = {{"param/", &LmCheckpoint::params},
+                             {"adam_m/", &LmCheckpoint::adam_m},
+                             {"adam_v/", &LmCheckpoint::adam_v}};
+
 std::string Describe(const GptConfig& c) {
   return absl::StrCat(c.layers, " layers, ", c.heads, " heads, embedding ", c.embed,
                       ", context ", c.context, ", vocabulary ", c.vocab,
@@ -97,11 +106,10 @@ absl::StatusOr<std::string> WriteLmCheckpoint(const std::string& dir, const LmCh
                 {"config", ConfigJson(c.config)},
                 {"tokenizer", TokenizerJson(c.tokenizer)},
                 {"iteration", absl::StrCat(c.iteration)}};
-  for (const char* prefix : {"param/", "adam_m/", "adam_v/"}) {
-    const std::vector<ir::Literal>& group =
-        prefix[0] == 'p' ? c.params : (prefix[5] == 'm' ? c.adam_m : c.adam_v);
+  for (const Group& g : kGroups) {
+    const std::vector<ir::Literal>& group = c.*g.tensors;
     for (size_t i = 0; i < group.size() && i < specs.size(); ++i) {
-      f.tensors.emplace_back(prefix + specs[i].name, group[i]);
+      f.tensors.emplace_back(g.prefix + specs[i].name, group[i]);
     }
   }
   const std::string path = (std::filesystem::path(dir) / kCheckpointFile).string();
@@ -135,10 +143,10 @@ absl::StatusOr<LmCheckpoint> ReadLmCheckpoint(const std::string& dir) {
   }
   const std::vector<ParamSpec> specs = GptParams(c.config);
   const bool has_moments = f.Find("adam_m/" + specs[0].name) != nullptr;
-  for (const char* prefix : {"param/", "adam_m/", "adam_v/"}) {
-    if (prefix[0] == 'a' && !has_moments) break;
-    std::vector<ir::Literal>& group =
-        prefix[0] == 'p' ? c.params : (prefix[5] == 'm' ? c.adam_m : c.adam_v);
+  for (const Group& g : kGroups) {
+    if (g.tensors != &LmCheckpoint::params && !has_moments) break;
+    const std::string prefix = g.prefix;
+    std::vector<ir::Literal>& group = c.*g.tensors;
     for (const ParamSpec& s : specs) {
       const ir::Literal* lit = f.Find(prefix + s.name);
       const ir::Shape want(ir::DType::kF32, s.dims);

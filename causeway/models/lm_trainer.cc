@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <deque>
-#include <filesystem>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -15,10 +14,6 @@ namespace {
 constexpr double kPi = 3.14159265358979323846;
 
 Sharding BatchSharding() { return Sharding({{kDataAxis}, {}}); }
-
-std::vector<std::vector<std::string>> NoAxes(int rank) {
-  return std::vector<std::vector<std::string>>(static_cast<size_t>(rank));
-}
 
 }  // namespace
 
@@ -99,10 +94,10 @@ absl::Status LmTrainer::Init(const LmCheckpoint* resume) {
     c->in_shardings.push_back(BatchSharding());
     c->in_shardings.push_back(BatchSharding());
   }
-  step_options.in_shardings.push_back(Sharding(NoAxes(1)));       // hyper
-  step_options.out_shardings.push_back(Sharding(NoAxes(0)));      // loss
-  step_options.out_shardings.push_back(Sharding(NoAxes(0)));      // grad norm
-  eval_options.out_shardings.push_back(Sharding(NoAxes(0)));
+  step_options.in_shardings.push_back(Sharding::Replicated(1));       // hyper
+  step_options.out_shardings.push_back(Sharding::Replicated(0));      // loss
+  step_options.out_shardings.push_back(Sharding::Replicated(0));      // grad norm
+  eval_options.out_shardings.push_back(Sharding::Replicated(0));
   CW_ASSIGN_OR_RETURN(step_, client_->Compile(step, mesh_, step_options));
   CW_ASSIGN_OR_RETURN(eval_, client_->Compile(eval, mesh_, eval_options));
 
@@ -200,7 +195,7 @@ absl::Status LmTrainer::Train(const Hooks& hooks, int64_t stop_at) {
     const ir::Literal hyper = ir::Literal::F32({2}, {static_cast<float>(it + 1), lr});
     CW_ASSIGN_OR_RETURN(Array x, client_->Put(batch.inputs, mesh_, BatchSharding()));
     CW_ASSIGN_OR_RETURN(Array y, client_->Put(batch.targets, mesh_, BatchSharding()));
-    CW_ASSIGN_OR_RETURN(Array h, client_->Put(hyper, mesh_, Sharding(NoAxes(1))));
+    CW_ASSIGN_OR_RETURN(Array h, client_->Put(hyper, mesh_, Sharding::Replicated(1)));
     std::vector<Array> args;
     args.reserve(3 * specs_.size() + 3);
     for (const auto* group : {&params_, &adam_m_, &adam_v_}) {
