@@ -1,0 +1,47 @@
+// The compiled GPT training step (causeway train lm's defaults) run directly
+// on the calling thread through Executable::Run: no runtime, no other
+// device. What one device's step costs at a batch (12: one device; 6: each
+// of two data-parallel devices), the baseline the runtime figures of
+// docs/BENCHMARKS.md ("Language model") are compared with.
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "causeway/backend/cpu/executable.h"
+#include "causeway/base/check.h"
+#include "causeway/models/gpt.h"
+
+namespace causeway {
+namespace {
+
+void BM_GptTrainStep(benchmark::State& state) {
+  const int64_t batch = state.range(0);
+  models::GptConfig config;
+  absl::StatusOr<ir::Function> f =
+      models::GptTrainStepFunction(config, {}, batch, models::AdamWConfig{});
+  CW_CHECK_OK(f.status());
+  absl::StatusOr<std::shared_ptr<const backend::cpu::Executable>> exe =
+      backend::cpu::Executable::Compile(*f);
+  CW_CHECK_OK(exe.status());
+  // GPT-2 initial weights, zero moments, token ids 0, step 1 at lr 1e-3.
+  std::vector<ir::Literal> inputs = models::InitGptParams(config, 1);
+  for (int i = static_cast<int>(inputs.size()); i < f->num_parameters(); ++i) {
+    inputs.emplace_back(f->parameter_shape(i));
+  }
+  inputs.back().mutable_values<float>()[0] = 1.0f;
+  inputs.back().mutable_values<float>()[1] = 1e-3f;
+  std::vector<ir::Literal> outputs;
+  for (int i = 0; i < f->num_outputs(); ++i) outputs.emplace_back(f->output_shape(i));
+  std::vector<const void*> in;
+  for (const ir::Literal& l : inputs) in.push_back(l.data());
+  std::vector<void*> out;
+  for (ir::Literal& l : outputs) out.push_back(l.data());
+  for (auto _ : state) {
+    CW_CHECK_OK((*exe)->Run(in, out, {}));
+  }
+  state.counters["tokens_per_s"] = benchmark::Counter(
+      static_cast<double>(batch * config.context), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_GptTrainStep)->Arg(12)->Arg(6)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+}  // namespace causeway
