@@ -1,6 +1,9 @@
 #include "causeway/backend/cpu/executable.h"
 
 #include <time.h>
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
 
 #include <chrono>
 #include <cmath>
@@ -584,6 +587,25 @@ TEST(CpuExecutableTest, BroadcastsFoldIntoArithmeticAndReshapesAreFree) {
   EXPECT_EQ(reshapes, 0);
   EXPECT_EQ(folded, 6);  // three readers each of `rows` and `two`
 }
+
+#if defined(__SSE__)
+TEST(CpuExecutableTest, DenormalsAreFlushedDuringARunAndTheModeRestoredAfter) {
+  FunctionBuilder b("f");
+  Value x = b.Parameter(F32({2}));
+  Value y = b.Parameter(F32({2}));
+  const Function f = BuildOrDie(b, {b.Mul(x, y)});
+  const unsigned before = _mm_getcsr();
+  // 1e-30 * 1e-10 = 1e-40 is a denormal float: flushed to zero in a run.
+  std::vector<Literal> out =
+      RunOrDie(f, {Literal::F32({2}, {1e-30f, 2.0f}), Literal::F32({2}, {1e-10f, 3.0f})});
+  EXPECT_EQ(out[0].values<float>()[0], 0.0f);
+  EXPECT_EQ(out[0].values<float>()[1], 6.0f);
+  EXPECT_EQ(_mm_getcsr(), before);
+  // Outside a run this thread's arithmetic keeps denormals.
+  volatile float a = 1e-30f, c = 1e-10f;
+  EXPECT_GT(a * c, 0.0f);
+}
+#endif
 
 TEST(CpuExecutableTest, ConcurrentRunsDoNotShareTemporaries) {
   auto exe = CompileOrDie(LongChain());
