@@ -16,6 +16,7 @@
 #include "causeway/models/lm_trainer.h"
 #include "nlohmann/json.hpp"
 #include "tools/commands.h"
+#include "tools/lm_cluster.h"
 
 namespace causeway::tools {
 namespace {
@@ -44,16 +45,8 @@ struct Config {
 // cluster. Evaluation is off; every loss is still fetched and checked.
 absl::StatusOr<double> Measure(const models::TextDataset& data, const Config& config,
                                const BenchLmOptions& o) {
-  LocalClusterOptions co;
-  co.islands = 1;
-  const int64_t devices = config.layout.devices();
-  if (devices % o.hosts != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(devices, " devices do not split evenly over --hosts ", o.hosts));
-  }
-  co.hosts_per_island = static_cast<int>(o.hosts);
-  co.devices_per_host = static_cast<int>(devices / o.hosts);
-  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Create(co);
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
+      LmLocalCluster(config.layout.devices(), o.hosts);
   if (!cluster.ok()) return cluster.status();
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(cluster->get());
   if (!client.ok()) return client.status();

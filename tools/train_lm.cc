@@ -17,6 +17,7 @@
 #include "causeway/models/lm_trainer.h"
 #include "nlohmann/json.hpp"
 #include "tools/commands.h"
+#include "tools/lm_cluster.h"
 
 namespace causeway::tools {
 namespace {
@@ -53,15 +54,7 @@ absl::StatusOr<Connection> Connect(const std::string& cluster, int64_t devices, 
   Connection c;
   ClusterConnection* connection = nullptr;
   if (cluster == "local") {
-    if (hosts < 1 || devices % hosts != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          devices, " devices do not split evenly over --hosts ", hosts));
-    }
-    LocalClusterOptions o;
-    o.islands = 1;
-    o.hosts_per_island = static_cast<int>(hosts);
-    o.devices_per_host = static_cast<int>(devices / hosts);
-    absl::StatusOr<std::unique_ptr<LocalCluster>> l = LocalCluster::Create(o);
+    absl::StatusOr<std::unique_ptr<LocalCluster>> l = LmLocalCluster(devices, hosts);
     if (!l.ok()) return l.status();
     c.local = *std::move(l);
     connection = c.local.get();
