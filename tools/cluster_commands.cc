@@ -1,14 +1,18 @@
 // `causeway coordinator`, `causeway worker` and `causeway cluster up`:
 // flag parsing and wiring of the distributed cluster's processes.
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <memory>
 #include <string>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "causeway/base/check.h"
+#include "causeway/base/limits.h"
 #include "causeway/cluster/coordinator_server.h"
 #include "causeway/cluster/process_cluster.h"
 #include "causeway/cluster/remote_cluster.h"
@@ -19,23 +23,52 @@
 namespace causeway::tools {
 namespace {
 
-// Blocks SIGINT and SIGTERM in this thread and every thread it starts
-// later, so that only WaitForSignal sees them.
-sigset_t BlockStopSignals(bool with_children) {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  if (with_children) sigaddset(&set, SIGCHLD);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  return set;
+// Stop signals reach a pipe: the handler writes the signal's number, a
+// thread reads it. A handler (not sigwait on blocked signals) because
+// threads that libraries start before main (OpenBLAS's pool) do not block
+// them, and the kernel may deliver a process signal to any thread.
+int g_signal_pipe[2] = {-1, -1};
+
+extern "C" void WriteSignalToPipe(int sig) {
+  const int saved = errno;
+  const char c = static_cast<char>(sig);
+  [[maybe_unused]] const ssize_t n = write(g_signal_pipe[1], &c, 1);
+  errno = saved;
 }
 
-// Runs `stop` on the first SIGINT or SIGTERM, from a thread of its own.
-std::thread StopOnSignal(sigset_t set, std::function<void()> stop) {
-  return std::thread([set, stop = std::move(stop)] {
-    int sig = 0;
-    sigwait(&set, &sig);
+// Routes SIGINT, SIGTERM (and SIGCHLD if `with_children`) to the pipe.
+void CatchStopSignals(bool with_children) {
+  if (g_signal_pipe[0] < 0) {
+    if (pipe2(g_signal_pipe, O_CLOEXEC) != 0) std::perror("pipe2");
+    fcntl(g_signal_pipe[1], F_SETFL, O_NONBLOCK);
+  }
+  struct sigaction action {};
+  action.sa_handler = WriteSignalToPipe;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  if (with_children) sigaction(SIGCHLD, &action, nullptr);
+}
+
+// Blocks until a caught signal (or a Wake) arrives; returns its number.
+int WaitForSignal() {
+  char c = 0;
+  while (true) {
+    const ssize_t n = read(g_signal_pipe[0], &c, 1);
+    if (n == 1) return static_cast<unsigned char>(c);
+    if (n < 0 && errno == EINTR) continue;
+    return 0;
+  }
+}
+
+// Releases WaitForSignal as if by signal 0.
+void Wake() { WriteSignalToPipe(0); }
+
+// Runs `stop` on the first stop signal or Wake, from a thread of its own.
+std::thread StopOnSignal(std::function<void()> stop) {
+  return std::thread([stop = std::move(stop)] {
+    WaitForSignal();
     stop();
   });
 }
@@ -65,7 +98,7 @@ void AddCoordinatorCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(int64_t{100}, int64_t{600000}));
   cmd->add_option("--ready-fd", *ready_fd, "Write the bound address to this descriptor once serving");
   cmd->callback([o, ready_fd, heartbeat_ms, exit_code] {
-    const sigset_t set = BlockStopSignals(false);
+    CatchStopSignals(false);
     o->heartbeat_timeout = absl::Milliseconds(*heartbeat_ms);
     auto server = CoordinatorServer::Start(*o);
     if (!server.ok()) {
@@ -80,7 +113,10 @@ void AddCoordinatorCommand(CLI::App& app, int* exit_code) {
       close(*ready_fd);
     }
     CoordinatorServer* raw = server->get();
-    std::thread stopper = StopOnSignal(set, [raw] { raw->Shutdown(); });
+    std::thread stopper = StopOnSignal([raw] {
+      CW_LOG(kInfo) << "coordinator: stop signal; shutting down";
+      raw->Shutdown();
+    });
     raw->Wait();
     stopper.join();
     *exit_code = 0;
@@ -97,10 +133,10 @@ void AddWorkerCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--coordinator", o->coordinator,
                   "Coordinator address HOST:PORT (default: $CAUSEWAY_COORDINATOR)");
   cmd->add_option("--island", o->island, "Island this host belongs to")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+      ->check(CLI::Range(int64_t{0}, limits::kMaxIsland));
   cmd->add_option("--devices", o->devices, "Devices on this host")->check(CLI::Range(1, 4096));
   cmd->add_option("--memory", o->memory_bytes, "Memory per device, bytes")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(int64_t{1}, limits::kMaxDeviceMemoryBytes));
   cmd->add_option("--listen", o->listen, "Data-plane address HOST:PORT (port 0: any free one)");
   cmd->add_option("--advertise", o->advertise,
                   "Host name peers use to reach the data plane (default: as the coordinator "
@@ -109,10 +145,16 @@ void AddWorkerCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--tls-cert", o->tls.cert, "PEM certificate: serve the data plane over TLS");
   cmd->add_option("--tls-key", o->tls.key, "PEM private key of --tls-cert");
   cmd->add_option("--tls-ca", o->tls.ca, "PEM CA to trust: connect over TLS");
+  auto stall_ms = std::make_shared<int64_t>(60000);
+  cmd->add_option("--memory-stall-timeout-ms", *stall_ms,
+                  "Fail allocations waiting on a full device after this long with nothing freed")
+      ->check(CLI::Range(int64_t{100}, int64_t{3600000}))
+      ->capture_default_str();
   cmd->add_option("--ready-fd", *ready_fd,
                   "Write the host id this worker joined as to this descriptor");
-  cmd->callback([o, ready_fd, exit_code] {
-    const sigset_t set = BlockStopSignals(false);
+  cmd->callback([o, ready_fd, stall_ms, exit_code] {
+    o->memory_stall_timeout = absl::Milliseconds(*stall_ms);
+    CatchStopSignals(false);
     if (o->coordinator.empty()) {
       if (const char* env = std::getenv("CAUSEWAY_COORDINATOR")) o->coordinator = env;
     }
@@ -131,11 +173,11 @@ void AddWorkerCommand(CLI::App& app, int* exit_code) {
       close(*ready_fd);
     }
     WorkerServer* raw = server->get();
-    // A signal ends the worker; so does losing the coordinator. The stopper
-    // thread is released by a signal sent to ourselves in the second case.
-    std::thread stopper = StopOnSignal(set, [raw] { raw->Shutdown(); });
+    // A signal ends the worker; so does losing the coordinator, in which
+    // case the stopper thread is woken by hand.
+    std::thread stopper = StopOnSignal([raw] { raw->Shutdown(); });
     const absl::Status why = raw->Wait();
-    kill(getpid(), SIGTERM);
+    Wake();
     stopper.join();
     raw->Shutdown();
     if (!why.ok() && !absl::IsCancelled(why)) {
@@ -237,7 +279,7 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
     *exit_code = 0;
   });
   up->callback([o, json, exit_code] {
-    const sigset_t set = BlockStopSignals(true);
+    CatchStopSignals(true);
     char self[4096];
     const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
     if (n <= 0) {
@@ -273,8 +315,7 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
     std::fflush(stdout);
     int code = 0;
     while (true) {
-      int sig = 0;
-      sigwait(&set, &sig);
+      const int sig = WaitForSignal();
       if (sig != SIGCHLD) break;
       const std::string exited = (*cluster)->ReapExited();
       if (!exited.empty()) {

@@ -1,5 +1,6 @@
 #include "causeway/cluster/coordinator_server.h"
 
+#include <limits>
 #include <set>
 #include <thread>
 #include <utility>
@@ -8,6 +9,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "causeway/base/check.h"
+#include "causeway/base/limits.h"
 #include "causeway/base/status_macros.h"
 #include "causeway/cluster/remote_host.h"
 #include "causeway/resource/resource_manager.h"
@@ -215,18 +217,28 @@ grpc::Status CoordinatorServer::Impl::Join(
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a worker must say hello first");
   }
   const cluster::WorkerHello& hello = first.messages(0).hello();
-  if (hello.devices() < 1 || hello.devices() > 4096 || hello.memory_bytes() < 1 ||
-      hello.island() < 0) {
+  if (hello.devices() < 1 || hello.devices() > limits::kMaxDevicesPerHost ||
+      hello.memory_bytes() < 1 || hello.memory_bytes() > limits::kMaxDeviceMemoryBytes ||
+      hello.island() < 0 || hello.island() > limits::kMaxIsland) {
+    return grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("bad worker hello: ", hello.devices(), " devices (1 to ",
+                     limits::kMaxDevicesPerHost, "), ", hello.memory_bytes(),
+                     " bytes per device (1 to ", limits::kMaxDeviceMemoryBytes, "), island ",
+                     hello.island(), " (0 to ", limits::kMaxIsland, ")"));
+  }
+  absl::StatusOr<std::pair<std::string, int>> data_address =
+      grpc_transport::SplitHostPort(hello.data_address());
+  if (!data_address.ok()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("bad worker hello: ", hello.devices(), " devices, ",
-                                     hello.memory_bytes(), " bytes, island ", hello.island()));
+                        absl::StrCat("bad worker hello: data address: ",
+                                     data_address.status().message()));
   }
-  std::string address = hello.data_address();
-  const std::string host_part = address.substr(0, address.rfind(':'));
+  auto [host_part, data_port] = *data_address;
   if (host_part.empty() || host_part == "0.0.0.0" || host_part == "[::]") {
-    address = absl::StrCat(grpc_transport::PeerHost(context->peer()),
-                           address.substr(address.rfind(':')));
+    host_part = grpc_transport::PeerHost(context->peer());
   }
+  const std::string address = absl::StrCat(host_part, ":", data_port);
   const IslandId island(hello.island());
   std::shared_ptr<RemoteHost> host;
   {
@@ -246,7 +258,12 @@ grpc::Status CoordinatorServer::Impl::Join(
     if (!schedulers_.contains(island)) {
       IslandSchedulerOptions so;
       so.island = island;
-      so.host_lookup = [this](HostId h) -> HostService* { return Host(h); };
+      // Only this island's hosts: a plan that places island work on a host
+      // of another island is refused at registration.
+      so.host_lookup = [this, island](HostId h) -> HostService* {
+        RemoteHost* host = Host(h);
+        return host != nullptr && host->island() == island ? host : nullptr;
+      };
       schedulers_[island] = std::make_unique<IslandScheduler>(std::move(so));
     }
   }
@@ -386,13 +403,14 @@ void CoordinatorServer::Impl::HandleClient(ClientSession& session,
       absl::StatusOr<RunRequest> run = wire::DecodeRun(message.submit_run().run());
       absl::Status status = run.ok() ? CheckRun(session, *run) : run.status();
       if (status.ok()) {
-        MutexLock lock(&multi_island_mu_);
+        std::vector<IslandId> islands;
+        std::vector<IslandScheduler*> schedulers;
         for (int64_t i : message.submit_run().islands()) {
-          IslandScheduler* s = Scheduler(IslandId(i));
-          status = s == nullptr ? absl::NotFoundError(absl::StrCat("unknown ", IslandId(i).ToString()))
-                                : s->SubmitRun(*run);
-          if (!status.ok()) break;
+          islands.push_back(IslandId(i));
+          schedulers.push_back(Scheduler(IslandId(i)));
         }
+        MutexLock lock(&multi_island_mu_);
+        status = SubmitToIslands(*run, islands, schedulers);
       }
       ReplyTo(session, id, status);
       return;
@@ -527,7 +545,22 @@ void CoordinatorServer::Impl::HandleHostCall(ClientSession& session,
     case cluster::HostCall::kDriveSpmd: {
       const cluster::SpmdLoop& l = call.drive_spmd();
       status = CheckOwned(session, l.program(), "program");
-      if (status.ok()) status = CheckOwned(session, l.id_base(), "run");
+      // Every id the loop will make (id_base + first .. id_base + first +
+      // count - 1) must be this client's: the ids of one client are one
+      // contiguous range, so checking both ends checks them all.
+      if (status.ok() && (l.first() < 0 || l.count() < 1 ||
+                          l.count() > limits::kMaxSpmdLoopSteps || l.id_base() < 0 ||
+                          l.id_base() > std::numeric_limits<int64_t>::max() - l.first() -
+                                            l.count())) {
+        status = absl::InvalidArgumentError(absl::StrCat(
+            "an SPMD loop of ", l.count(), " steps from ", l.first(), " (1 to ",
+            limits::kMaxSpmdLoopSteps, " steps, from 0 or later, ids not overflowing)"));
+      }
+      if (status.ok()) status = CheckOwned(session, l.id_base() + l.first(), "run");
+      if (status.ok()) status = CheckOwned(session, l.id_base() + l.first() + l.count() - 1, "run");
+      if (status.ok() && l.first() > 0) {
+        status = CheckOwned(session, l.id_base() + l.first() - 1, "array");
+      }
       if (status.ok()) status = CheckOwned(session, l.input(), "array");
       if (status.ok() && !session.clients.contains(ClientId(l.client()))) {
         status = absl::PermissionDeniedError("a loop on behalf of another client");

@@ -1,11 +1,13 @@
 #include "causeway/cluster/data_plane.h"
 
+#include <algorithm>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "causeway/base/check.h"
+#include "causeway/base/limits.h"
 #include "causeway/transport/grpc/wire_codec.h"
 
 namespace causeway {
@@ -135,12 +137,27 @@ class DataPlane::Service final : public cluster::Data::Service {
   template <typename Key>
   static bool Assemble(absl::flat_hash_map<Key, std::string>& partial, const Key& key,
                        int64_t offset, int64_t total, std::string chunk, std::string& out) {
+    if (total < 0 || total > limits::kMaxPayloadBytes || offset < 0 ||
+        static_cast<int64_t>(chunk.size()) > total - std::min(offset, total)) {
+      CW_LOG(kWarning) << "data plane: a chunk of " << chunk.size() << " bytes at offset " << offset
+                       << " of a payload of " << total << " bytes (at most "
+                       << limits::kMaxPayloadBytes << "); payload dropped";
+      partial.erase(key);
+      return false;
+    }
     if (offset == 0 && static_cast<int64_t>(chunk.size()) == total) {
       out = std::move(chunk);
       return true;
     }
+    if (!partial.contains(key) &&
+        partial.size() >= static_cast<size_t>(limits::kMaxPartialPayloadsPerStream)) {
+      CW_LOG(kWarning) << "data plane: more than " << limits::kMaxPartialPayloadsPerStream
+                       << " payloads in flight on one stream; payload dropped";
+      return false;
+    }
     std::string& buffer = partial[key];
-    if (offset == 0) buffer.reserve(static_cast<size_t>(std::max<int64_t>(total, 0)));
+    // Grows as chunks come, rather than trusting the sender's total.
+    if (offset == 0) buffer.reserve(static_cast<size_t>(std::min<int64_t>(total, int64_t{1} << 24)));
     if (static_cast<int64_t>(buffer.size()) != offset) {
       // Out of order: a sender bug; drop the payload (its consumer fails by
       // timeout or by the sender's loss).

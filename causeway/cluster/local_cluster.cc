@@ -57,6 +57,9 @@ LocalCluster::LocalCluster(const LocalClusterOptions& options)
       ho.collectives = &hub_;
       ho.transport = &transport_;
       ho.fault_injector = options.fault_injector;
+      ho.memory_stall_timeout = options.memory_stall_timeout;
+      ho.early_piece_budget_bytes = options.early_piece_budget_bytes;
+      ho.housekeeping_period = absl::ZeroDuration();  // one thread below, for all hosts
       hosts_.push_back(std::make_unique<HostExecutor>(std::move(ho)));
       transport_.RegisterHost(hosts_.back().get(), island);
     }
@@ -66,11 +69,18 @@ LocalCluster::LocalCluster(const LocalClusterOptions& options)
     schedulers_.push_back(std::make_unique<IslandScheduler>(std::move(so)));
   }
   resources_ = std::make_unique<ResourceManager>(std::move(topology));
+  housekeeper_ = std::thread([this] {
+    while (!stop_housekeeping_.WaitForNotificationWithTimeout(absl::Seconds(1))) {
+      for (auto& h : hosts_) h->Housekeep(absl::Now());
+    }
+  });
 }
 
 LocalCluster::~LocalCluster() { Shutdown(); }
 
 void LocalCluster::Shutdown() {
+  stop_housekeeping_.Notify();
+  if (housekeeper_.joinable()) housekeeper_.join();
   // Delayed transfers are delivered at once; then collectives and waiting
   // allocations fail so that every queued launch can drain.
   transport_.Shutdown();
@@ -94,17 +104,17 @@ HostExecutor* LocalCluster::executor(HostId host) {
 }
 
 absl::Status LocalCluster::SubmitRun(const RunRequest& run, const std::vector<IslandId>& islands) {
-  auto submit = [&]() -> absl::Status {
-    for (IslandId island : islands) {
-      SchedulerService* s = scheduler(island);
-      if (s == nullptr) return absl::NotFoundError(absl::StrCat("unknown ", island.ToString()));
-      CW_RETURN_IF_ERROR(s->SubmitRun(run));
+  std::vector<IslandScheduler*> schedulers;
+  for (IslandId island : islands) {
+    IslandScheduler* found = nullptr;
+    for (auto& s : schedulers_) {
+      if (s->island() == island) found = s.get();
     }
-    return absl::OkStatus();
-  };
-  if (islands.size() <= 1) return submit();
+    schedulers.push_back(found);
+  }
+  if (islands.size() <= 1) return SubmitToIslands(run, islands, schedulers);
   MutexLock lock(&multi_island_mu_);
-  return submit();
+  return SubmitToIslands(run, islands, schedulers);
 }
 
 std::vector<DeviceReport> LocalCluster::Report() const {

@@ -6,6 +6,7 @@
 #define CAUSEWAY_CLUSTER_LOCAL_CLUSTER_H_
 
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -33,6 +34,9 @@ struct LocalClusterOptions {
   absl::Duration collective_timeout = absl::Seconds(60);
   FaultInjector fault_injector;
   Clock* clock = Clock::Real();
+  // Reclamation bounds of every host (see HostExecutorOptions).
+  absl::Duration memory_stall_timeout = absl::Seconds(60);
+  int64_t early_piece_budget_bytes = int64_t{256} << 20;
 };
 
 struct DeviceReport {
@@ -85,6 +89,9 @@ class LocalCluster final : public ClusterConnection {
   // Serialises submissions of runs that span islands (see
   // ClusterConnection::SubmitRun).
   Mutex multi_island_mu_;
+  // One housekeeping thread for every host (HostExecutor::Housekeep).
+  std::thread housekeeper_;
+  Notification stop_housekeeping_;
 };
 
 }  // namespace causeway

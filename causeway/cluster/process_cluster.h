@@ -28,6 +28,8 @@ struct ProcessClusterOptions {
   int port = 0;         // the coordinator's; 0 picks a free one
   std::string token;    // empty: a random one
   absl::Duration heartbeat_timeout = absl::Seconds(3);
+  // Workers' --memory-stall-timeout-ms.
+  absl::Duration memory_stall_timeout = absl::Seconds(60);
   // TLS: the coordinator and workers serve with cert/key; workers trust ca.
   std::string tls_cert;
   std::string tls_key;

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "causeway/base/check.h"
+#include "causeway/base/limits.h"
 #include "causeway/base/status_macros.h"
 #include "causeway/cluster/data_plane.h"
 #include "causeway/transport/grpc/cluster.grpc.pb.h"
@@ -105,8 +106,14 @@ absl::Status WorkerServer::Impl::Start() {
     return absl::InvalidArgumentError(
         absl::StrCat("device memory must be positive; given ", options_.memory_bytes));
   }
-  if (options_.island < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("island must be >= 0; given ", options_.island));
+  if (options_.island < 0 || options_.island > limits::kMaxIsland) {
+    return absl::InvalidArgumentError(absl::StrCat("island must be 0 to ", limits::kMaxIsland,
+                                                   "; given ", options_.island));
+  }
+  if (options_.memory_bytes > limits::kMaxDeviceMemoryBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("device memory must be at most ",
+                                                   limits::kMaxDeviceMemoryBytes, " bytes; given ",
+                                                   options_.memory_bytes));
   }
   if (options_.coordinator.empty()) {
     return absl::InvalidArgumentError(
@@ -178,6 +185,7 @@ absl::Status WorkerServer::Impl::Start() {
     ho.devices.push_back(d);
   }
   ho.device_memory_bytes = options_.memory_bytes;
+  ho.memory_stall_timeout = options_.memory_stall_timeout;
   trace_ = std::make_unique<TraceRecorder>(false);
   hub_ = std::make_unique<CollectiveHub>(options_.collective_timeout, data_.get());
   ho.trace = trace_.get();

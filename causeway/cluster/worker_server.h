@@ -38,6 +38,9 @@ struct WorkerServerOptions {
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   absl::Duration connect_timeout = absl::Seconds(10);
   absl::Duration collective_timeout = absl::Seconds(60);
+  // Allocations waiting on a full device with nothing freed for this long
+  // fail with RESOURCE_EXHAUSTED.
+  absl::Duration memory_stall_timeout = absl::Seconds(60);
 };
 
 // Thread-safe.

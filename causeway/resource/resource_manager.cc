@@ -2,6 +2,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "causeway/base/limits.h"
 #include "causeway/base/status_macros.h"
 
 namespace causeway {
@@ -30,6 +31,11 @@ absl::StatusOr<Mesh> ResourceManager::AllocateMesh(ClientId client, const MeshRe
     if (axis.size < 1) {
       return absl::InvalidArgumentError(
           absl::StrCat("mesh axis '", axis.name, "' has size ", axis.size, "; must be >= 1"));
+    }
+    if (size > limits::kMaxMeshDevices / axis.size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "mesh axes of more than ", limits::kMaxMeshDevices, " devices requested (axis '", axis.name,
+          "' of size ", axis.size, ")"));
     }
     size *= axis.size;
   }

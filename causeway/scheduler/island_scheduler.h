@@ -39,20 +39,46 @@ class IslandScheduler final : public SchedulerService {
 
   absl::Status RegisterProgram(std::shared_ptr<const ProgramPlan> plan) override;
   void UnregisterProgram(ProgramId program) override;
-  // NOT_FOUND for an unregistered program, INVALID_ARGUMENT if the program
-  // has no work on this island.
+  // INVALID_ARGUMENT if the program has no work on this island or names a
+  // host the lookup does not know.
+  //
+  // SubmitRun(s): NOT_FOUND for an unregistered program; INVALID_ARGUMENT
+  // for a run whose argument or output count differs from the program's;
+  // UNAVAILABLE if one of the run's hosts is gone. A refused run reaches no
+  // host.
   absl::Status SubmitRun(RunRequest run) override;
   std::vector<absl::Status> SubmitRuns(std::vector<RunRequest> runs) override;
+  // What SubmitRun would refuse `run` for, without submitting it: lets a
+  // run that spans islands be checked on every island before it is
+  // submitted to any.
+  absl::Status CheckRun(const RunRequest& run) const;
 
   IslandId island() const { return options_.island; }
 
  private:
+  struct Program {
+    std::vector<HostId> hosts;  // of this island, that the program touches
+    size_t arguments = 0;
+    size_t outputs = 0;
+  };
+  // The hosts `run` goes to, or why it cannot go.
+  absl::StatusOr<std::vector<HostService*>> Route(const RunRequest& run) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const IslandSchedulerOptions options_;
   mutable Mutex mu_;
-  // Per program: the hosts of this island it touches.
-  absl::flat_hash_map<ProgramId, std::vector<HostId>> programs_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<ProgramId, Program> programs_ ABSL_GUARDED_BY(mu_);
   int64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 0;
 };
+
+// Submits a run that spans the islands of `schedulers` (one per island, in
+// the client's order; null for an island that does not exist): checked on
+// every island first, so a run refused anywhere reaches no host (a
+// half-submitted run would leave its other islands waiting for pieces that
+// never come). The caller serialises multi-island submissions, which gives
+// such runs one global order.
+absl::Status SubmitToIslands(const RunRequest& run, const std::vector<IslandId>& islands,
+                             const std::vector<IslandScheduler*>& schedulers);
 
 }  // namespace causeway
 

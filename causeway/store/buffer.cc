@@ -5,12 +5,27 @@ namespace causeway {
 DeviceBuffer::DeviceBuffer(DeviceMemory* memory, ir::Shape shape, ClientId owner)
     : memory_(memory), shape_(std::move(shape)), owner_(owner), bytes_(shape_.byte_size()) {}
 
+std::shared_ptr<DeviceBuffer> DeviceBuffer::Reservation(DeviceMemory* memory, int64_t bytes,
+                                                        ClientId owner) {
+  std::shared_ptr<DeviceBuffer> buffer(
+      new DeviceBuffer(memory, ir::Shape(ir::DType::kPred, {bytes}), owner));
+  buffer->backed_ = false;
+  Reserve(buffer);
+  return buffer;
+}
+
 std::shared_ptr<DeviceBuffer> DeviceBuffer::Allocate(DeviceMemory* memory, ir::Shape shape,
                                                      ClientId owner) {
   std::shared_ptr<DeviceBuffer> buffer(new DeviceBuffer(memory, std::move(shape), owner));
+  Reserve(buffer);
+  return buffer;
+}
+
+void DeviceBuffer::Reserve(const std::shared_ptr<DeviceBuffer>& buffer) {
+  DeviceMemory* memory = buffer->memory_;
   if (memory->TryReserve(buffer->bytes_)) {
     buffer->OnGranted(absl::OkStatus());
-    return buffer;
+    return;
   }
   // The reservation may be granted long after this returns, by which time
   // the buffer may be gone: a weak reference lets the grant hand the memory
@@ -25,7 +40,6 @@ std::shared_ptr<DeviceBuffer> DeviceBuffer::Allocate(DeviceMemory* memory, ir::S
       mem->Free(bytes);
     }
   });
-  return buffer;
 }
 
 std::shared_ptr<DeviceBuffer> DeviceBuffer::Failed(ir::Shape shape, ClientId owner,
@@ -38,7 +52,7 @@ std::shared_ptr<DeviceBuffer> DeviceBuffer::Failed(ir::Shape shape, ClientId own
 
 void DeviceBuffer::OnGranted(absl::Status status) {
   if (status.ok()) {
-    data_.reset(new std::byte[static_cast<size_t>(bytes_ > 0 ? bytes_ : 1)]);
+    if (backed_) data_.reset(new std::byte[static_cast<size_t>(bytes_ > 0 ? bytes_ : 1)]);
     granted_ = true;
     allocated_.Set(Unit{});
   } else {

@@ -30,6 +30,11 @@ class DeviceBuffer : public std::enable_shared_from_this<DeviceBuffer> {
   // The returned buffer's allocated() future becomes ready when granted.
   static std::shared_ptr<DeviceBuffer> Allocate(DeviceMemory* memory, ir::Shape shape,
                                                 ClientId owner);
+  // A reservation of `bytes` on `memory` with no storage behind it (shape
+  // pred[bytes], data() null): a launch's temporaries, which the backend
+  // keeps itself, counted against the device's budget while it runs.
+  static std::shared_ptr<DeviceBuffer> Reservation(DeviceMemory* memory, int64_t bytes,
+                                                   ClientId owner);
   // A buffer that is already failed with `error` (allocated and ready both
   // carry it). Uses no memory.
   static std::shared_ptr<DeviceBuffer> Failed(ir::Shape shape, ClientId owner,
@@ -64,6 +69,8 @@ class DeviceBuffer : public std::enable_shared_from_this<DeviceBuffer> {
  private:
   DeviceBuffer(DeviceMemory* memory, ir::Shape shape, ClientId owner);
   void OnGranted(absl::Status status);
+  // Reserves the buffer's bytes on its memory, granting now or later.
+  static void Reserve(const std::shared_ptr<DeviceBuffer>& buffer);
 
   DeviceMemory* const memory_;
   const ir::Shape shape_;
@@ -72,6 +79,7 @@ class DeviceBuffer : public std::enable_shared_from_this<DeviceBuffer> {
   // Set once, before allocated_ is fulfilled; read only after it.
   std::unique_ptr<std::byte[]> data_;
   bool granted_ = false;
+  bool backed_ = true;  // false: a Reservation
   // The waiting reservation, withdrawn if the buffer dies before its grant.
   uint64_t ticket_ = 0;
   Promise<Unit> allocated_;

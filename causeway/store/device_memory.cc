@@ -25,6 +25,7 @@ uint64_t DeviceMemory::Reserve(int64_t bytes, Callback done) {
       peak_ = std::max(peak_, in_use_);
     } else {
       const uint64_t ticket = next_ticket_++;
+      if (waiting_.empty()) last_progress_ = absl::Now();
       waiting_.push_back(Waiter{bytes, std::move(done), ticket});
       return ticket;
     }
@@ -50,6 +51,7 @@ bool DeviceMemory::Cancel(uint64_t ticket) {
 }
 
 void DeviceMemory::GrantLocked(std::vector<Callback>& granted) {
+  if (!waiting_.empty()) last_progress_ = absl::Now();
   while (!waiting_.empty() && in_use_ + waiting_.front().bytes <= capacity_) {
     in_use_ += waiting_.front().bytes;
     peak_ = std::max(peak_, in_use_);
@@ -86,6 +88,24 @@ void DeviceMemory::Shutdown() {
   for (Waiter& w : cancelled) {
     w.done(absl::CancelledError(absl::StrCat(device_.ToString(), " is shut down")));
   }
+}
+
+int DeviceMemory::FailStalledWaiters(absl::Time now, absl::Duration stall) {
+  std::deque<Waiter> failed;
+  int64_t in_use = 0, waiting_bytes = 0;
+  {
+    MutexLock lock(&mu_);
+    if (waiting_.empty() || now - last_progress_ < stall) return 0;
+    failed.swap(waiting_);
+    in_use = in_use_;
+    for (const Waiter& w : failed) waiting_bytes += w.bytes;
+  }
+  const absl::Status status = absl::ResourceExhaustedError(absl::StrCat(
+      device_.ToString(), " is out of memory: ", in_use, " of ", capacity_,
+      " bytes held by live arrays and nothing freed for ", absl::FormatDuration(stall), "; ",
+      failed.size(), " allocations of ", waiting_bytes, " bytes in all failed"));
+  for (Waiter& w : failed) w.done(status);
+  return static_cast<int>(failed.size());
 }
 
 int64_t DeviceMemory::in_use() const {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "causeway/base/ids.h"
 #include "causeway/base/mutex.h"
 
@@ -55,6 +56,14 @@ class DeviceMemory {
   int64_t peak() const;
   int num_waiting() const;
 
+  // Fails every waiting reservation with RESOURCE_EXHAUSTED (naming the
+  // device, the bytes in use and the wait) if requests have been waiting
+  // and no memory has been freed or granted since `now - stall`: nothing
+  // in flight will make room, so without this they would wait forever
+  // (e.g. a client that puts more than the device holds). Returns how many
+  // it failed. Called periodically by the host's housekeeping.
+  int FailStalledWaiters(absl::Time now, absl::Duration stall);
+
   // Blocks until in_use() == 0 or `timeout` passes; returns whether it did.
   bool AwaitEmpty(absl::Duration timeout) const;
 
@@ -76,6 +85,9 @@ class DeviceMemory {
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 1;
   std::deque<Waiter> waiting_ ABSL_GUARDED_BY(mu_);
+  // When memory was last freed or granted, or a first request started
+  // waiting.
+  absl::Time last_progress_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 
 }  // namespace causeway

@@ -102,6 +102,32 @@ TEST(DeviceMemoryTest, ReservationThatDoesNotFitWaitsUntilMemoryIsFreed) {
   EXPECT_EQ(memory.num_waiting(), 0);
 }
 
+TEST(DeviceMemoryTest, WaitersFailOnlyWhenNothingHasBeenFreedForTheStallTimeout) {
+  DeviceMemory memory(DeviceId(3), 100);
+  Outcome a, b, c;
+  memory.Reserve(80, a.callback());
+  memory.Reserve(50, b.callback());
+  memory.Reserve(10, c.callback());
+  const absl::Time start = absl::Now();
+  // Not stalled yet: nothing fails.
+  EXPECT_EQ(memory.FailStalledWaiters(start, absl::Seconds(30)), 0);
+  EXPECT_FALSE(b.done());
+  // Progress (a free, even one that grants nobody) restarts the stall
+  // clock.
+  memory.Free(0);
+  EXPECT_EQ(memory.FailStalledWaiters(start + absl::Seconds(20), absl::Seconds(30)), 0);
+  // Nothing freed for longer than the timeout: every waiter fails, naming
+  // the device and what holds it; the granted reservation stays.
+  EXPECT_EQ(memory.FailStalledWaiters(absl::Now() + absl::Seconds(31), absl::Seconds(30)), 2);
+  ASSERT_TRUE(b.done() && c.done());
+  EXPECT_THAT(b.status(), StatusIs(absl::StatusCode::kResourceExhausted,
+                                   AllOf(HasSubstr("device 3"), HasSubstr("80 of 100"))));
+  EXPECT_EQ(memory.num_waiting(), 0);
+  EXPECT_EQ(memory.in_use(), 80);
+  // With nobody waiting there is nothing to fail.
+  EXPECT_EQ(memory.FailStalledWaiters(absl::Now() + absl::Hours(1), absl::Seconds(30)), 0);
+}
+
 TEST(DeviceMemoryTest, ABigRequestQueuedFirstBlocksLaterSmallOnes) {
   DeviceMemory memory(DeviceId(0), 100);
   std::vector<std::string> order;

@@ -541,6 +541,10 @@ TEST(TopologyTest, RemovingAnUnknownHostIsNotFound) {
 TEST(TopologyTest, AHostCanBeAddedBackAfterRemoval) {
   Topology t = TwoIslands();
   ASSERT_OK(t.RemoveHost(HostId(2)));
+  // It was island 1's only host: the island left with it.
+  EXPECT_EQ(t.island(IslandId(1)).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(t.islands(), ElementsAre(IslandId(0)));
+  t.AddIsland(IslandId(1));
   t.AddHost(HostId(2), IslandId(1));
   t.AddDevice(DeviceId(7), HostId(2), 500);
   ASSERT_OK_AND_ASSIGN(DeviceInfo d7, t.device(DeviceId(7)));

@@ -38,7 +38,14 @@ absl::Status Topology::RemoveHost(HostId id) {
     std::erase(island.devices, d);
     devices_.erase(d);
   }
+  const IslandId island_id = it->second.island;
   hosts_.erase(it);
+  // An island whose last host left is no longer part of the topology: a
+  // mesh request naming it fails as for any unknown island.
+  if (island.hosts.empty()) {
+    islands_.erase(island_id);
+    std::erase(island_order_, island_id);
+  }
   return absl::OkStatus();
 }
 

@@ -42,7 +42,8 @@ class Topology {
   void AddHost(HostId id, IslandId island);
   // REQUIRES: the host exists, the device does not.
   void AddDevice(DeviceId id, HostId host, int64_t memory_bytes);
-  // Removes the host and its devices. NOT_FOUND if unknown.
+  // Removes the host and its devices, and its island if it was the last
+  // host there. NOT_FOUND if unknown.
   absl::Status RemoveHost(HostId id);
 
   absl::StatusOr<DeviceInfo> device(DeviceId id) const;

@@ -93,6 +93,12 @@ static absl::Status AwaitDependencies(const Launch& launch, bool* own_failure) {
       return r.status();
     }
   }
+  if (launch.scratch != nullptr) {
+    if (const absl::StatusOr<Unit>& r = launch.scratch->allocated().Await(); !r.ok()) {
+      *own_failure = true;
+      return Annotate(r.status(), "temporaries");
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -121,6 +127,7 @@ void DeviceStream::Execute(Launch& launch) {
     backend::cpu::RunContext context;
     context.collectives = launch.collectives.get();
     status = launch.executable->Run(in, out, context);
+    launch.scratch.reset();
     ran = true;
   }
   if (!status.ok() && (ran || own_failure)) {

@@ -46,6 +46,9 @@ struct Launch {
   std::shared_ptr<const backend::cpu::Executable> executable;
   std::vector<BufferRef> inputs;
   std::vector<BufferRef> outputs;
+  // The device memory its temporaries take while it runs (a reservation);
+  // null if it needs none.
+  BufferRef scratch;
   // Null if the function has no collectives.
   std::unique_ptr<backend::cpu::CollectiveOps> collectives;
   // Runs on the device thread if the launch fails (input error, injected

@@ -1,11 +1,14 @@
 #include "causeway/worker/host_executor.h"
 
+#include <algorithm>
 #include <cstring>
+#include <limits>
 #include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "causeway/base/check.h"
+#include "causeway/base/limits.h"
 #include "causeway/base/status_macros.h"
 
 namespace causeway {
@@ -18,20 +21,75 @@ HostExecutor::HostExecutor(HostExecutorOptions options)
     streams_.push_back(std::make_unique<DeviceStream>(d, options_.clock, options_.trace,
                                                       options_.fault_injector));
   }
+  if (options_.housekeeping_period > absl::ZeroDuration()) {
+    housekeeper_ = std::thread([this] {
+      while (!stop_housekeeping_.WaitForNotificationWithTimeout(options_.housekeeping_period)) {
+        Housekeep(absl::Now());
+      }
+    });
+  }
+}
+
+void HostExecutor::Housekeep(absl::Time now) {
+  for (int i = 0; i < store_.num_devices(); ++i) {
+    const int failed = store_.memory(i)->FailStalledWaiters(now, options_.memory_stall_timeout);
+    if (failed > 0) {
+      CW_LOG(kWarning) << options_.host.id << ": failed " << failed
+                       << " allocations waiting on a full device " << i;
+    }
+  }
+  {
+    MutexLock lock(&mu_);
+    std::vector<SlotKey> expired;
+    for (const auto& [key, early] : early_) {
+      if (now - early.arrived > options_.early_piece_ttl) expired.push_back(key);
+    }
+    for (const SlotKey& key : expired) {
+      DropEarlyLocked(key, absl::DeadlineExceededError(absl::StrCat(
+                               "pieces for ", key.run.ToString(), " node ", key.node,
+                               " arrived but the run did not within ",
+                               absl::FormatDuration(options_.early_piece_ttl))));
+    }
+  }
+  ReapLoops();
+}
+
+int64_t HostExecutor::early_piece_bytes() const {
+  MutexLock lock(&mu_);
+  return early_bytes_;
+}
+
+void HostExecutor::DropEarlyLocked(const SlotKey& key, const absl::Status& why) {
+  auto it = early_.find(key);
+  if (it != early_.end()) {
+    for (const ShardPieceMessage& p : it->second.pieces) {
+      early_bytes_ -= static_cast<int64_t>(p.bytes.size());
+      --early_count_;
+    }
+    early_.erase(it);
+  }
+  CW_LOG(kWarning) << options_.host.id << ": dropped early pieces: " << why.message();
+  if (dropped_.insert_or_assign(key, why).second) dropped_order_.push_back(key);
+  while (dropped_order_.size() > kMaxDropped) {
+    dropped_.erase(dropped_order_.front());
+    dropped_order_.pop_front();
+  }
 }
 
 HostExecutor::~HostExecutor() { Shutdown(); }
 
 void HostExecutor::Shutdown() {
   stop_loops_ = true;
-  std::vector<std::thread> loops;
+  stop_housekeeping_.Notify();
+  if (housekeeper_.joinable()) housekeeper_.join();
+  std::vector<Loop> loops;
   {
     MutexLock lock(&mu_);
     if (shut_down_) return;
     shut_down_ = true;
     loops.swap(loops_);
   }
-  for (std::thread& t : loops) t.join();
+  for (Loop& l : loops) l.thread.join();
   store_.Shutdown();
   // Slots never filled (their source is gone or shutting down too) fail
   // before the streams drain, so that no launch waits on them forever.
@@ -41,6 +99,8 @@ void HostExecutor::Shutdown() {
     for (auto& [key, slot] : slots_) orphans.push_back(slot.buffer);
     slots_.clear();
     early_.clear();
+    early_bytes_ = 0;
+    early_count_ = 0;
   }
   for (const BufferRef& b : orphans) {
     b->SetReady(absl::UnavailableError(
@@ -62,6 +122,25 @@ absl::Status HostExecutor::RegisterProgram(std::shared_ptr<const ProgramPlan> pl
       }
     }
   }
+  // A call that cannot fit on a device even alone would wait for memory
+  // forever: refuse it now, naming it.
+  for (const PlanNode& node : plan->nodes) {
+    if (node.kind != PlanNodeKind::kCall || node.executable == nullptr) continue;
+    const PlanValue& first = plan->values[node.outputs.empty() ? node.inputs[0] : node.outputs[0]];
+    if (std::find(first.shard_hosts.begin(), first.shard_hosts.end(), id()) ==
+        first.shard_hosts.end()) {
+      continue;
+    }
+    int64_t bytes = node.executable->temporary_bytes();
+    for (int v : node.outputs) bytes += plan->values[v].shard_shape.byte_size();
+    const int64_t capacity = store_.memory(0)->capacity();
+    if (bytes > capacity) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "plan '", plan->name, "': node ", node.name, " needs ", bytes,
+          " bytes of device memory for its outputs and temporaries; a device of ",
+          id().ToString(), " has ", capacity));
+    }
+  }
   MutexLock lock(&mu_);
   programs_[plan->id] = std::move(plan);
   return absl::OkStatus();
@@ -72,7 +151,39 @@ void HostExecutor::UnregisterProgram(ProgramId program) {
   programs_.erase(program);
 }
 
+int HostExecutor::ReapLoops() {
+  std::vector<Loop> done;
+  int running = 0;
+  {
+    MutexLock lock(&mu_);
+    for (auto it = loops_.begin(); it != loops_.end();) {
+      if (it->finished->load()) {
+        done.push_back(std::move(*it));
+        it = loops_.erase(it);
+      } else {
+        ++it;
+        ++running;
+      }
+    }
+  }
+  for (Loop& l : done) l.thread.join();
+  return running;
+}
+
 Future<Unit> HostExecutor::DriveSpmd(const SpmdLoop& loop) {
+  if (loop.first < 0 || loop.count < 1 || loop.count > limits::kMaxSpmdLoopSteps ||
+      loop.id_base < 0 ||
+      loop.id_base > std::numeric_limits<int64_t>::max() - loop.first - loop.count) {
+    return Future<Unit>::Ready(absl::InvalidArgumentError(absl::StrCat(
+        id().ToString(), ": an SPMD loop of ", loop.count, " steps from ", loop.first,
+        " (1 to ", limits::kMaxSpmdLoopSteps, " steps, from 0 or later, ids not overflowing)")));
+  }
+  const int running = ReapLoops();
+  if (running >= limits::kMaxSpmdLoopsPerHost) {
+    return Future<Unit>::Ready(absl::ResourceExhaustedError(
+        absl::StrCat(id().ToString(), " already drives ", running, " SPMD loops (at most ",
+                     limits::kMaxSpmdLoopsPerHost, ")")));
+  }
   std::shared_ptr<const ProgramPlan> plan;
   Promise<Unit> done;
   {
@@ -80,7 +191,7 @@ Future<Unit> HostExecutor::DriveSpmd(const SpmdLoop& loop) {
     auto it = programs_.find(loop.program);
     if (it != programs_.end()) plan = it->second;
     if (plan == nullptr || shut_down_ || plan->parameters.size() != 1 ||
-        plan->outputs.size() != 1 || loop.count < 1) {
+        plan->outputs.size() != 1) {
       return Future<Unit>::Ready(absl::InvalidArgumentError(
           absl::StrCat(id().ToString(), ": cannot drive ", loop.program.ToString(),
                        " as an SPMD loop (unknown, shut down, or not one input and one output)")));
@@ -96,11 +207,16 @@ Future<Unit> HostExecutor::DriveSpmd(const SpmdLoop& loop) {
       return Future<Unit>::Ready(absl::InvalidArgumentError(
           absl::StrCat(id().ToString(), " holds no shard of ", loop.program.ToString())));
     }
-    loops_.emplace_back([this, loop, shard, done]() mutable {
+    auto stop = std::make_shared<std::atomic<bool>>(false);
+    auto finished = std::make_shared<std::atomic<bool>>(false);
+    std::thread thread([this, loop, shard, done, stop, finished]() mutable {
       ArrayId prev = loop.first == 0 ? loop.input : ArrayId(loop.id_base + loop.first - 1);
       for (int64_t k = loop.first; k < loop.first + loop.count; ++k) {
-        if (stop_loops_.load(std::memory_order_relaxed)) {
-          done.Set(absl::AbortedError(absl::StrCat(id().ToString(), " shut down")));
+        if (stop_loops_.load(std::memory_order_relaxed) || stop->load(std::memory_order_relaxed)) {
+          done.Set(absl::AbortedError(absl::StrCat(
+              id().ToString(), ": SPMD loop stopped at step ", k,
+              stop_loops_.load() ? " (shut down)" : " (its client's arrays were released)")));
+          finished->store(true);
           return;
         }
         RunRequest run;
@@ -116,7 +232,9 @@ Future<Unit> HostExecutor::DriveSpmd(const SpmdLoop& loop) {
       AwaitShard(prev, shard).OnReady([done](const absl::StatusOr<Unit>& r) mutable {
         done.Set(r.status().ok() ? absl::StatusOr<Unit>(Unit{}) : r.status());
       });
+      finished->store(true);
     });
+    loops_.push_back(Loop{std::move(thread), loop.client, std::move(stop), std::move(finished)});
   }
   return done.future();
 }
@@ -174,6 +292,44 @@ void HostExecutor::PrepareRun(const RunRequest& run, std::vector<std::vector<Lau
     return;
   }
   const HostId self = options_.host.id;
+  if (run.arguments.size() != plan->parameters.size() ||
+      run.outputs.size() != plan->outputs.size()) {
+    const absl::Status refused = absl::InvalidArgumentError(absl::StrCat(
+        run.run.ToString(), " of ", plan->name, " has ", run.arguments.size(), " arguments and ",
+        run.outputs.size(), " outputs; the program takes ", plan->parameters.size(),
+        " and returns ", plan->outputs.size()));
+    CW_LOG(kError) << self << ": refused " << refused;
+    // Where the outputs can be named, they carry the error to whoever
+    // fetches them.
+    if (run.outputs.size() == plan->outputs.size()) {
+      for (size_t k = 0; k < plan->outputs.size(); ++k) {
+        const PlanValue& value = plan->values[plan->outputs[k]];
+        for (int s = 0; s < value.mesh.size(); ++s) {
+          if (value.shard_hosts[s] != self) continue;
+          store_.Put(ShardKey{run.outputs[k], s},
+                     DeviceBuffer::Failed(value.shard_shape, run.client, refused))
+              .IgnoreError();
+        }
+      }
+    }
+    // Hosts waiting for this host's pieces of the run learn why none come.
+    for (size_t n = 0; n < plan->nodes.size(); ++n) {
+      const PlanNode& node = plan->nodes[n];
+      if (node.kind != PlanNodeKind::kReshard) continue;
+      const PlanValue& src = plan->values[node.inputs[0]];
+      const PlanValue& dst = plan->values[node.outputs[0]];
+      for (int d = 0; d < dst.mesh.size(); ++d) {
+        if (dst.shard_hosts[d] == self) continue;
+        for (size_t i = 0; i < node.pieces[d].size(); ++i) {
+          if (src.shard_hosts[node.pieces[d][i].src_shard] != self) continue;
+          options_.transport->SendPiece(
+              self, dst.shard_hosts[d],
+              ShardPieceMessage{run.run, static_cast<int>(n), d, static_cast<int>(i), refused, {}});
+        }
+      }
+    }
+    return;
+  }
   // values[v][position]: this host's shards of value v.
   std::vector<std::vector<BufferRef>> values(plan->values.size());
   for (size_t v = 0; v < plan->values.size(); ++v) {
@@ -233,6 +389,9 @@ void HostExecutor::EnqueueCall(const RunRequest& run,
       values[v][s] = out;
       launch.outputs.push_back(std::move(out));
     }
+    if (const int64_t temporaries = node.executable->temporary_bytes(); temporaries > 0) {
+      launch.scratch = DeviceBuffer::Reservation(store_.memory(local), temporaries, run.client);
+    }
     if (node.has_collectives) {
       auto hub = std::make_unique<HubCollectives>(options_.collectives, run.run, node_index,
                                                   &mesh, s, node.name);
@@ -275,8 +434,16 @@ void HostExecutor::EnqueueReshard(const RunRequest& run,
       if (lost != lost_peers_.end()) lost_pieces.emplace_back(key, i, lost->second);
     }
     if (auto it = early_.find(key); it != early_.end()) {
-      for (auto& p : it->second) early_pieces.push_back(std::move(p));
+      for (auto& p : it->second.pieces) {
+        early_bytes_ -= static_cast<int64_t>(p.bytes.size());
+        --early_count_;
+        early_pieces.push_back(std::move(p));
+      }
       early_.erase(it);
+    }
+    if (auto it = dropped_.find(key); it != dropped_.end()) {
+      for (int i = 0; i < n; ++i) lost_pieces.emplace_back(key, i, it->second);
+      dropped_.erase(it);
     }
   }
   for (ShardPieceMessage& p : early_pieces) DeliverPiece(std::move(p));
@@ -328,7 +495,23 @@ void HostExecutor::DeliverPiece(ShardPieceMessage message) {
     MutexLock lock(&mu_);
     auto it = slots_.find(key);
     if (it == slots_.end()) {
-      if (!shut_down_) early_[key].push_back(std::move(message));
+      if (shut_down_) return;
+      const int64_t bytes = static_cast<int64_t>(message.bytes.size());
+      if (early_bytes_ + bytes > options_.early_piece_budget_bytes ||
+          early_count_ + 1 > options_.early_piece_budget_count) {
+        DropEarlyLocked(key, absl::ResourceExhaustedError(absl::StrCat(
+                                 options_.host.id.ToString(), " holds ", early_count_,
+                                 " pieces (", early_bytes_, " bytes) for runs not yet here (at most ",
+                                 options_.early_piece_budget_count, " pieces, ",
+                                 options_.early_piece_budget_bytes, " bytes); a piece of ",
+                                 message.run.ToString(), " was dropped")));
+        return;
+      }
+      Early& early = early_[key];
+      if (early.pieces.empty()) early.arrived = absl::Now();
+      early_bytes_ += bytes;
+      ++early_count_;
+      early.pieces.push_back(std::move(message));
       return;
     }
     target = it->second.buffer;
@@ -469,6 +652,14 @@ Future<Unit> HostExecutor::AwaitShard(ArrayId array, int shard) {
 
 void HostExecutor::ReleaseArrays(absl::Span<const ArrayId> arrays) { store_.Release(arrays); }
 
-void HostExecutor::ReleaseOwner(ClientId owner) { store_.ReleaseOwner(owner); }
+void HostExecutor::ReleaseOwner(ClientId owner) {
+  {
+    MutexLock lock(&mu_);
+    for (Loop& l : loops_) {
+      if (l.client == owner) l.stop->store(true);
+    }
+  }
+  store_.ReleaseOwner(owner);
+}
 
 }  // namespace causeway

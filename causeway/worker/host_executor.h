@@ -8,6 +8,7 @@
 #define CAUSEWAY_WORKER_HOST_EXECUTOR_H_
 
 #include <atomic>
+#include <deque>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -33,6 +34,18 @@ struct HostExecutorOptions {
   CollectiveHub* collectives = nullptr;  // required
   DataTransport* transport = nullptr;  // required
   FaultInjector fault_injector;
+  // Allocations waiting on a device with nothing freed for this long fail
+  // with RESOURCE_EXHAUSTED (DeviceMemory::FailStalledWaiters).
+  absl::Duration memory_stall_timeout = absl::Seconds(60);
+  // Pieces that arrive before their run: kept at most this long, and at
+  // most this many bytes and pieces in all; beyond, they are dropped and
+  // the run's receive fails naming why when it is posted.
+  absl::Duration early_piece_ttl = absl::Seconds(60);
+  int64_t early_piece_budget_bytes = int64_t{256} << 20;
+  int64_t early_piece_budget_count = 65536;
+  // How often the housekeeping thread runs Housekeep(); zero: never (tests
+  // call Housekeep() themselves).
+  absl::Duration housekeeping_period = absl::Seconds(1);
 };
 
 // Thread-safe.
@@ -69,6 +82,12 @@ class HostExecutor final : public HostService {
 
   // Fails waiting allocations, then drains and stops the device streams.
   void Shutdown();
+
+  // Reclaims what nothing else will: fails memory waits that stalled,
+  // drops early pieces past their time to live, joins finished SPMD loops.
+  // `now` is real time (absl::Now() in production).
+  void Housekeep(absl::Time now);
+  int64_t early_piece_bytes() const;
 
  private:
   struct SlotKey {
@@ -121,16 +140,43 @@ class HostExecutor final : public HostService {
   ObjectStore store_;
   std::vector<std::unique_ptr<DeviceStream>> streams_;
 
-  Mutex mu_;
+  mutable Mutex mu_;
   absl::flat_hash_map<ProgramId, std::shared_ptr<const ProgramPlan>> programs_
       ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<SlotKey, Slot> slots_ ABSL_GUARDED_BY(mu_);
-  // Pieces that arrived before their run was enqueued here.
-  absl::flat_hash_map<SlotKey, std::vector<ShardPieceMessage>> early_ ABSL_GUARDED_BY(mu_);
+  // Pieces that arrived before their run was enqueued here, with when the
+  // first came; their bytes and count in all.
+  struct Early {
+    std::vector<ShardPieceMessage> pieces;
+    absl::Time arrived;
+  };
+  absl::flat_hash_map<SlotKey, Early> early_ ABSL_GUARDED_BY(mu_);
+  int64_t early_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t early_count_ ABSL_GUARDED_BY(mu_) = 0;
+  // Slots whose early pieces were dropped, and why: the receive fails at
+  // once when posted. Oldest forgotten first beyond kMaxDropped.
+  static constexpr size_t kMaxDropped = 4096;
+  absl::flat_hash_map<SlotKey, absl::Status> dropped_ ABSL_GUARDED_BY(mu_);
+  std::deque<SlotKey> dropped_order_ ABSL_GUARDED_BY(mu_);
+  // Drops the early pieces of `key` (erasing the entry), remembering why.
+  void DropEarlyLocked(const SlotKey& key, const absl::Status& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::thread housekeeper_;
+  Notification stop_housekeeping_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
-  // Threads running SpmdLoops; joined by Shutdown(), which first tells
-  // them to stop enqueuing.
-  std::vector<std::thread> loops_ ABSL_GUARDED_BY(mu_);
+  // A thread running an SpmdLoop. It stops enqueuing when `stop` is set
+  // (shutdown, or its client's arrays are released) and sets `finished`
+  // last; finished loops are joined by the next DriveSpmd or Shutdown().
+  struct Loop {
+    std::thread thread;
+    ClientId client;
+    std::shared_ptr<std::atomic<bool>> stop;
+    std::shared_ptr<std::atomic<bool>> finished;
+  };
+  // Joins loops that finished; returns how many still run. REQUIRES: mu_
+  // not held (joining may wait for a loop's last EnqueueRun).
+  int ReapLoops();
+  std::vector<Loop> loops_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> stop_loops_{false};
   absl::flat_hash_map<HostId, absl::Status> lost_peers_ ABSL_GUARDED_BY(mu_);
 };

@@ -22,8 +22,9 @@ TEST(MemoryTest, RunsWhoseOutputsExceedMemoryWaitAndCompleteAsArraysAreReleased)
   ASSERT_OK_AND_ASSIGN(Array in, client->Put(ir::Literal(ir::Shape(ir::DType::kF32, {kQuarter})),
                                              mesh, Sharding::Replicated(1)));
   ASSERT_OK(AwaitOrHang(in.Ready()));
-  // 20 outputs of 256 KiB against 1 MiB holding a 256 KiB input: only three
-  // fit at once. Every call still returns at once.
+  // 20 outputs of 256 KiB against 1 MiB holding a 256 KiB input: at most
+  // three fit at once (fewer, as each launch's temporaries are counted
+  // too). Every call still returns at once.
   constexpr int kRuns = 20;
   std::vector<Array> outs;
   for (int i = 0; i < kRuns; ++i) {
@@ -32,7 +33,7 @@ TEST(MemoryTest, RunsWhoseOutputsExceedMemoryWaitAndCompleteAsArraysAreReleased)
   }
   ASSERT_OK(AwaitOrHang(client->Flush()));
   DeviceMemory* memory = cluster->executor(HostId(0))->store().memory(0);
-  EXPECT_EQ(memory->num_waiting(), kRuns - 3);
+  EXPECT_GE(memory->num_waiting(), kRuns - 3);
   for (int i = 0; i < kRuns; ++i) {
     ASSERT_OK_AND_ASSIGN(ir::Literal v, AwaitOrHang(outs[i].Fetch()));
     EXPECT_EQ(v.values<float>()[0], 1.0f);
@@ -106,6 +107,26 @@ TEST(MemoryTest, DisconnectingAClientFreesEveryBufferItOwnedOnEveryHost) {
   held.clear();
   ASSERT_OK_AND_ASSIGN(ir::Literal v, AwaitOrHang(kept.Fetch()));
   EXPECT_EQ(v.values<float>()[1], 2.0f);
+}
+
+// Pieces of reshards that arrive for runs this host has not seen are held
+// for the run, but not without bound: beyond the budget they are dropped,
+// and past their time to live housekeeping drops them.
+TEST(MemoryTest, PiecesForRunsThatNeverArriveAreBoundedAndExpire) {
+  LocalClusterOptions o;
+  o.islands = o.hosts_per_island = o.devices_per_host = 1;
+  o.early_piece_budget_bytes = 4 * kMiB;
+  auto cluster = MakeCluster(o);
+  HostExecutor* host = cluster->executor(HostId(0));
+  for (int i = 0; i < 100; ++i) {
+    host->DeliverPiece(ShardPieceMessage{RunId(1000 + i), 0, 0, 0, absl::OkStatus(),
+                                         std::string(kMiB, 'x')});
+  }
+  EXPECT_EQ(host->early_piece_bytes(), 4 * kMiB);
+  host->Housekeep(absl::Now());  // too young to expire
+  EXPECT_EQ(host->early_piece_bytes(), 4 * kMiB);
+  host->Housekeep(absl::Now() + absl::Minutes(2));
+  EXPECT_EQ(host->early_piece_bytes(), 0);
 }
 
 }  // namespace

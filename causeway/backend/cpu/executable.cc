@@ -80,6 +80,7 @@ class CpuExecutable final : public Executable {
 
   absl::Status Run(absl::Span<const void* const> inputs, absl::Span<void* const> outputs,
                    const RunContext& context) const override;
+  int64_t temporary_bytes() const override { return plan_.arena_bytes; }
 
  private:
   // Pointers of one run.

@@ -74,6 +74,8 @@ class Executable {
   virtual ~Executable() = default;
 
   const ir::Function& function() const { return function_; }
+  // Bytes of temporaries one run uses besides its inputs and outputs.
+  virtual int64_t temporary_bytes() const { return 0; }
 
   // Runs the function. `inputs[i]` points at parameter i's bytes (row-major,
   // shape function().parameter_shape(i)); `outputs[i]` at preallocated space

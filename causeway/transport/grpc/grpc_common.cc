@@ -146,4 +146,17 @@ std::string PeerHost(const std::string& peer) {
   return "127.0.0.1";
 }
 
+absl::StatusOr<std::pair<std::string, int>> SplitHostPort(absl::string_view address) {
+  const size_t colon = address.rfind(':');
+  const absl::string_view port_text =
+      colon == absl::string_view::npos ? absl::string_view() : address.substr(colon + 1);
+  int port = 0;
+  if (port_text.empty() || port_text.size() > 5 || !absl::SimpleAtoi(port_text, &port) ||
+      port < 1 || port > 65535 || address.substr(0, colon).find_first_of(" \t/") != absl::string_view::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", address.substr(0, 100), "' is not HOST:PORT with a port in 1..65535"));
+  }
+  return std::make_pair(std::string(address.substr(0, colon)), port);
+}
+
 }  // namespace causeway::grpc_transport

@@ -69,6 +69,10 @@ grpc::Status ToGrpc(const absl::Status& status);
 // "ipv6:[::1]:5000"; the host part only.
 std::string PeerHost(const std::string& peer);
 
+// "host:port" (host may be empty or a bracketed IPv6 address) into host and
+// port; INVALID_ARGUMENT without a port in 1..65535.
+absl::StatusOr<std::pair<std::string, int>> SplitHostPort(absl::string_view address);
+
 // The writing half of one stream. Post() queues a message and returns at
 // once; one thread writes everything queued since its last write as one
 // batch (at most kMaxBatchBytes, unless one message is larger). Thread-safe.

@@ -268,6 +268,38 @@ absl::Status DecodePlanInto(const Plan& in, CompileMode mode, ProgramPlan& plan)
   if (in.hosts_by_island_size() != in.islands_size()) {
     return Invalid(in.hosts_by_island_size(), " host lists for ", in.islands_size(), " islands");
   }
+  // Hosts and islands: distinct, and every host named anywhere in the plan
+  // is one of its hosts, so that a scheduler or executor never looks up a
+  // host the plan did not declare.
+  CW_RETURN_IF_ERROR(ValidIds(in.hosts(), "host"));
+  CW_RETURN_IF_ERROR(ValidIds(in.islands(), "island"));
+  const absl::flat_hash_set<int64_t> hosts(in.hosts().begin(), in.hosts().end());
+  if (hosts.size() != static_cast<size_t>(in.hosts_size())) return Invalid("a host listed twice");
+  if (absl::flat_hash_set<int64_t>(in.islands().begin(), in.islands().end()).size() !=
+      static_cast<size_t>(in.islands_size())) {
+    return Invalid("an island listed twice");
+  }
+  absl::flat_hash_set<int64_t> placed;
+  for (int i = 0; i < in.hosts_by_island_size(); ++i) {
+    for (int64_t h : in.hosts_by_island(i).hosts()) {
+      if (!hosts.contains(h)) {
+        return Invalid("island ", in.islands(i), " lists host ", h, ", which the plan does not");
+      }
+      if (!placed.insert(h).second) return Invalid("host ", h, " listed in two islands or twice");
+    }
+  }
+  for (const causeway::PlanNode& node : plan.nodes) {
+    for (const std::vector<int>* list : {&node.inputs, &node.outputs}) {
+      for (int v : *list) {
+        for (HostId h : plan.values[v].shard_hosts) {
+          if (!placed.contains(h.value())) {
+            return Invalid("node ", node.name, ": value ", v, " has a shard on host ", h.value(),
+                           ", which no island of the plan lists");
+          }
+        }
+      }
+    }
+  }
   plan.islands = Ids<IslandId>(in.islands());
   plan.hosts = Ids<HostId>(in.hosts());
   for (const HostList& hosts : in.hosts_by_island()) {

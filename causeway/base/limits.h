@@ -1,0 +1,30 @@
+// Bounds on what a peer may ask of the runtime. Every message from a client,
+// a worker or the coordinator is untrusted input: sizes, counts and ids are
+// checked against these before anything is allocated or looked up. They are
+// listed (with the timeouts) in docs/DISTRIBUTED.md, "Bounds and timeouts".
+#ifndef CAUSEWAY_BASE_LIMITS_H_
+#define CAUSEWAY_BASE_LIMITS_H_
+
+#include <cstdint>
+
+namespace causeway::limits {
+
+// Devices of one mesh (product of its axis sizes).
+inline constexpr int64_t kMaxMeshDevices = int64_t{1} << 20;
+// Devices of one worker.
+inline constexpr int kMaxDevicesPerHost = 4096;
+// Island ids a worker may join.
+inline constexpr int64_t kMaxIsland = 4095;
+// Memory of one device: 1 PiB.
+inline constexpr int64_t kMaxDeviceMemoryBytes = int64_t{1} << 50;
+// Steps of one DriveSpmd loop, and loops running at once on one host.
+inline constexpr int64_t kMaxSpmdLoopSteps = int64_t{1} << 24;
+inline constexpr int kMaxSpmdLoopsPerHost = 64;
+// One payload (reshard piece or collective contribution) on the data plane.
+inline constexpr int64_t kMaxPayloadBytes = int64_t{1} << 32;
+// Payloads being reassembled from chunks at once on one data-plane stream.
+inline constexpr int kMaxPartialPayloadsPerStream = 1024;
+
+}  // namespace causeway::limits
+
+#endif  // CAUSEWAY_BASE_LIMITS_H_

@@ -1,0 +1,461 @@
+// A hostile peer holding a valid token, against a real multi-process cluster
+// on loopback. Each probe speaks the wire protocol directly (what a
+// malicious or broken client can send, not what our client would), and
+// asserts a clear refusal. After every probe: no process died, memory on
+// every device is back where it started, and an honest client is served.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <deque>
+#include <limits>
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "causeway/base/limits.h"
+#include "causeway/base/status_macros.h"
+#include "causeway/transport/grpc/cluster.grpc.pb.h"
+#include "causeway/transport/grpc/grpc_common.h"
+#include "causeway/transport/grpc/wire_codec.h"
+#include "gmock/gmock.h"
+#include "tests/integration/cluster_kinds.h"
+
+namespace causeway::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int64_t kDeviceMemory = int64_t{8} << 20;
+constexpr absl::Duration kReplyTimeout = absl::Seconds(30);
+
+// A raw connection to the coordinator: one Connect stream, replies matched
+// to calls by id.
+class Peer {
+ public:
+  Peer(const std::string& url, const std::string& token) {
+    auto channel = grpc_transport::MakeChannel(url.substr(7), grpc::InsecureChannelCredentials());
+    stub_ = cluster::Coordinator::NewStub(channel);
+    grpc_transport::AddCallMetadata(context_, token);
+    context_.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(5));
+    stream_ = stub_->Connect(&context_);
+    reader_ = std::thread([this] {
+      cluster::ToClient batch;
+      while (stream_->Read(&batch)) {
+        MutexLock lock(&mu_);
+        for (const cluster::ClientEvent& e : batch.messages()) {
+          if (e.has_reply()) replies_[e.reply().id()].push_back(e.reply());
+        }
+      }
+      MutexLock lock(&mu_);
+      closed_ = true;
+    });
+  }
+  ~Peer() {
+    stream_->WritesDone();
+    context_.TryCancel();
+    reader_.join();
+  }
+
+  // Sends `m` and waits for its (first) reply.
+  absl::StatusOr<cluster::Reply> Call(cluster::ClientMessage m) {
+    const uint64_t id = next_id_++;
+    m.set_id(id);
+    Send(std::move(m));
+    MutexLock lock(&mu_);
+    auto answered = [this, id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return closed_ || replies_.contains(id);
+    };
+    if (!mu_.AwaitWithTimeout(answered, kReplyTimeout) || !replies_.contains(id)) {
+      return absl::DeadlineExceededError(absl::StrCat("no reply to call ", id));
+    }
+    cluster::Reply r = replies_[id].front();
+    replies_.erase(id);
+    return r;
+  }
+  // Status of the reply to `m`.
+  absl::Status CallStatus(cluster::ClientMessage m) {
+    absl::StatusOr<cluster::Reply> r = Call(std::move(m));
+    return r.ok() ? wire::DecodeStatus(r->status()) : r.status();
+  }
+  void Send(cluster::ClientMessage m) {
+    cluster::ClientBatch batch;
+    *batch.add_messages() = std::move(m);
+    ASSERT_TRUE(stream_->Write(batch));
+  }
+
+  ClientId RegisterClient() {
+    cluster::ClientMessage m;
+    m.set_register_client(true);
+    absl::StatusOr<cluster::Reply> r = Call(m);
+    CW_CHECK_OK(r.status());
+    CW_CHECK_OK(wire::DecodeStatus(r->status()));
+    return ClientId(r->client());
+  }
+
+ private:
+  std::unique_ptr<cluster::Coordinator::Stub> stub_;
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReaderWriter<cluster::ClientBatch, cluster::ToClient>> stream_;
+  std::thread reader_;
+  uint64_t next_id_ = 1;
+  Mutex mu_;
+  absl::flat_hash_map<uint64_t, std::deque<cluster::Reply>> replies_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+class AdversarialTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ProcessClusterOptions o = ProcessShape(1, 2, 1);
+    o.memory_bytes = kDeviceMemory;
+    o.memory_stall_timeout = absl::Seconds(2);
+    o.binary = CausewayBinary();
+    auto cluster = ProcessCluster::Start(o);
+    CW_CHECK_OK(cluster.status());
+    cluster_ = cluster->release();
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+
+  void SetUp() override {
+    conn_ = ConnectRemote(*cluster_);
+    topology_ = conn_->resources()->GetTopology();
+    ASSERT_EQ(topology_.num_devices(), 2);
+    baseline_ = MemoryInUse();
+    peer_ = std::make_unique<Peer>(cluster_->url(), cluster_->token());
+    client_ = peer_->RegisterClient();
+  }
+
+  // After every probe: nobody died, memory is back, an honest client works.
+  void TearDown() override {
+    peer_.reset();  // disconnecting reclaims what the probe left
+    EXPECT_EQ(cluster_->ReapExited(), "");
+    for (int i = 0; i < cluster_->num_workers(); ++i) EXPECT_TRUE(cluster_->WorkerRunning(i));
+    // Reclamation after a disconnect is asynchronous: poll within a bound.
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    std::vector<int64_t> now = MemoryInUse();
+    while (now != baseline_ && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(20));
+      now = MemoryInUse();
+    }
+    EXPECT_EQ(now, baseline_) << "device memory did not return to its level before the probe";
+    ServesAnHonestClient();
+  }
+
+  std::vector<int64_t> MemoryInUse() {
+    std::vector<int64_t> out;
+    for (HostId h : Island().hosts) {
+      absl::StatusOr<std::vector<DeviceCounters>> c = AwaitOrHang(conn_->host(h)->GetCounters(false));
+      CW_CHECK_OK(c.status());
+      for (const DeviceCounters& d : *c) out.push_back(d.memory_in_use);
+    }
+    return out;
+  }
+
+  void ServesAnHonestClient() {
+    auto client = Connect(conn_.get());
+    ASSERT_OK_AND_ASSIGN(Mesh mesh, client->AllocateMesh({{"x", 2}}));
+    ASSERT_OK_AND_ASSIGN(CompiledFunction f,
+                         client->Compile(AllReduceSum(2, {"x"}), mesh,
+                                         {{Sharding({{"x"}})}, {Sharding({{"x"}})}}));
+    ASSERT_OK_AND_ASSIGN(Array in, client->Put(ir::Literal::F32({4}, {1, 2, 3, 4}), mesh,
+                                               Sharding({{"x"}})));
+    ASSERT_OK_AND_ASSIGN(std::vector<Array> out, client->Call(f, {in}));
+    ASSERT_OK_AND_ASSIGN(ir::Literal v, AwaitOrHang(out[0].Fetch()));
+    EXPECT_EQ(v.values<float>(), (std::vector<float>{4, 6, 4, 6}));
+  }
+
+  HostId HostOf(DeviceId d) { return topology_.device(d)->host; }
+  IslandInfo Island() { return *topology_.island(topology_.islands()[0]); }
+
+  // A one-device mesh allocated by the probe's client.
+  Mesh OneDeviceMesh(int position) {
+    cluster::ClientMessage m;
+    m.set_client(client_.value());
+    MeshRequest request;
+    request.axes = {{"x", 1}};
+    request.devices = {Island().devices[position]};
+    wire::EncodeMeshRequest(request, m.mutable_allocate_mesh());
+    absl::StatusOr<cluster::Reply> r = peer_->Call(m);
+    CW_CHECK_OK(r.status());
+    CW_CHECK_OK(wire::DecodeStatus(r->status()));
+    return *wire::DecodeMesh(r->mesh());
+  }
+
+  // A valid plan of this client: y = f(x) on `mesh`, f32[n] -> f32[n].
+  ProgramPlan NegPlan(const Mesh& mesh, int64_t n, int64_t id_offset = 1) {
+    ir::FunctionBuilder b("neg");
+    ir::Value x = b.Parameter(ir::Shape(ir::DType::kF32, {n}));
+    ir::Function f = *b.Build({b.Neg(x)});
+    ProgramPlan plan;
+    plan.id = ProgramId(ClientIdBase(client_) + id_offset);
+    plan.client = client_;
+    plan.name = "neg";
+    const HostId h = HostOf(mesh.devices()[0]);
+    PlanValue v;
+    v.shape = v.shard_shape = ir::Shape(ir::DType::kF32, {n});
+    v.mesh = mesh;
+    v.sharding = Sharding::Replicated(1);
+    v.shard_hosts = {h};
+    v.shard_local_device = {0};
+    plan.values = {v, v};
+    PlanNode node;
+    node.name = "neg";
+    node.inputs = {0};
+    node.outputs = {1};
+    node.executable = *backend::cpu::Executable::Compile(f);
+    plan.nodes = {node};
+    plan.parameters = {0};
+    plan.outputs = {1};
+    plan.islands = {mesh.island()};
+    plan.hosts = {h};
+    plan.hosts_by_island = {{h}};
+    return plan;
+  }
+
+  cluster::ClientMessage SchedulerRegister(const ProgramPlan& plan, IslandId island) {
+    cluster::ClientMessage m;
+    m.mutable_scheduler()->set_island(island.value());
+    wire::EncodePlan(plan, m.mutable_scheduler()->mutable_register_program());
+    return m;
+  }
+  cluster::ClientMessage HostRegister(const ProgramPlan& plan, HostId h) {
+    cluster::ClientMessage m;
+    m.mutable_host()->set_host(h.value());
+    wire::EncodePlan(plan, m.mutable_host()->mutable_register_program());
+    return m;
+  }
+  RunRequest Run(const ProgramPlan& plan, int64_t k, std::vector<ArrayId> args,
+                 std::vector<ArrayId> outs) {
+    return RunRequest{plan.id, RunId(ClientIdBase(client_) + 1000 + k), client_, std::move(args),
+                      std::move(outs), 0};
+  }
+  ArrayId Id(int64_t k) { return ArrayId(ClientIdBase(client_) + 5000 + k); }
+
+  static ProcessCluster* cluster_;
+  std::unique_ptr<RemoteCluster> conn_;
+  Topology topology_;
+  std::vector<int64_t> baseline_;
+  std::unique_ptr<Peer> peer_;
+  ClientId client_;
+};
+
+ProcessCluster* AdversarialTest::cluster_ = nullptr;
+
+TEST_F(AdversarialTest, APlanNamingAnUnknownHostIsRefusedAndItsRunsGoNowhere) {
+  const Mesh mesh = OneDeviceMesh(0);
+  ProgramPlan plan = NegPlan(mesh, 2);
+  // The island's host list names host 999, which the plan does not list...
+  plan.hosts_by_island = {{HostId(999)}};
+  EXPECT_THAT(peer_->CallStatus(SchedulerRegister(plan, mesh.island())),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("999")));
+  // ... or lists too: no such host.
+  plan.hosts = {HostId(999)};
+  EXPECT_FALSE(peer_->CallStatus(SchedulerRegister(plan, mesh.island())).ok());
+  // Work placed on a host that the island's list does not name: refused.
+  plan = NegPlan(mesh, 2);
+  plan.hosts = plan.hosts_by_island[0] = {HostOf(Island().devices[1])};
+  EXPECT_FALSE(peer_->CallStatus(SchedulerRegister(plan, mesh.island())).ok());
+  // Runs of the refused program are refused too.
+  cluster::ClientMessage m;
+  m.mutable_scheduler()->set_island(mesh.island().value());
+  wire::EncodeRun(Run(plan, 0, {Id(0)}, {Id(1)}), m.mutable_scheduler()->mutable_submit_runs()->add_runs());
+  absl::StatusOr<cluster::Reply> r = peer_->Call(m);
+  ASSERT_OK(r.status());
+  ASSERT_EQ(r->statuses().statuses_size(), 1);
+  EXPECT_EQ(wire::DecodeStatus(r->statuses().statuses(0)).code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(AdversarialTest, RunsWithTheWrongNumberOfArgumentsAreRefusedNotCrashed) {
+  const Mesh mesh = OneDeviceMesh(0);
+  const ProgramPlan plan = NegPlan(mesh, 2);
+  const HostId h = HostOf(mesh.devices()[0]);
+  ASSERT_OK(peer_->CallStatus(HostRegister(plan, h)));
+  ASSERT_OK(peer_->CallStatus(SchedulerRegister(plan, mesh.island())));
+  // Through the scheduler: refused, naming the counts.
+  cluster::ClientMessage m;
+  m.mutable_scheduler()->set_island(mesh.island().value());
+  wire::EncodeRun(Run(plan, 0, {}, {Id(1)}), m.mutable_scheduler()->mutable_submit_runs()->add_runs());
+  absl::StatusOr<cluster::Reply> r = peer_->Call(m);
+  ASSERT_OK(r.status());
+  EXPECT_THAT(wire::DecodeStatus(r->statuses().statuses(0)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("0 arguments")));
+  // Straight to the host: the worker survives, and the output it was told
+  // to write carries the refusal.
+  cluster::ClientMessage direct;
+  direct.mutable_host()->set_host(h.value());
+  wire::EncodeRun(Run(plan, 1, {}, {Id(2)}), direct.mutable_host()->mutable_enqueue_runs()->add_runs());
+  peer_->Send(direct);
+  cluster::ClientMessage fetch;
+  fetch.mutable_host()->set_host(h.value());
+  fetch.mutable_host()->mutable_fetch_shard()->set_array(Id(2).value());
+  EXPECT_THAT(peer_->CallStatus(fetch),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("0 arguments")));
+  // A run with no outputs named at all: dropped, the worker lives on.
+  direct.mutable_host()->mutable_enqueue_runs()->clear_runs();
+  wire::EncodeRun(Run(plan, 2, {}, {}), direct.mutable_host()->mutable_enqueue_runs()->add_runs());
+  peer_->Send(direct);
+  cluster::ClientMessage counters;
+  counters.mutable_host()->set_host(h.value());
+  counters.mutable_host()->set_get_counters(false);
+  EXPECT_OK(peer_->CallStatus(counters));
+}
+
+TEST_F(AdversarialTest, AnSpmdLoopCannotReachAnotherClientsIdsOrRunForever) {
+  const Mesh mesh = OneDeviceMesh(0);
+  const ProgramPlan plan = NegPlan(mesh, 2);
+  const HostId h = HostOf(mesh.devices()[0]);
+  ASSERT_OK(peer_->CallStatus(HostRegister(plan, h)));
+  auto loop = [&](int64_t id_base, int64_t first, int64_t count) {
+    cluster::ClientMessage m;
+    m.mutable_host()->set_host(h.value());
+    cluster::SpmdLoop& l = *m.mutable_host()->mutable_drive_spmd();
+    l.set_program(plan.id.value());
+    l.set_client(client_.value());
+    l.set_input(Id(0).value());
+    l.set_id_base(id_base);
+    l.set_first(first);
+    l.set_count(count);
+    return peer_->CallStatus(m);
+  };
+  const int64_t mine = ClientIdBase(client_);
+  const int64_t next_client = ClientIdBase(ClientId(client_.value() + 1));
+  // Ids that run into the next client's range: refused.
+  EXPECT_THAT(loop(next_client - 10, 0, 100), StatusIs(absl::StatusCode::kPermissionDenied, ::testing::_));
+  // 2^62 steps, negative starts, overflowing ids: refused.
+  EXPECT_THAT(loop(mine, 0, int64_t{1} << 62), StatusIs(absl::StatusCode::kInvalidArgument, ::testing::_));
+  EXPECT_THAT(loop(mine, -5, 10), StatusIs(absl::StatusCode::kInvalidArgument, ::testing::_));
+  EXPECT_THAT(loop(mine, std::numeric_limits<int64_t>::max() - 2, 10),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::_));
+}
+
+TEST_F(AdversarialTest, MalformedMeshRequestsAreRefused) {
+  cluster::ClientMessage m;
+  m.set_client(client_.value());
+  MeshRequest request;
+  request.axes = {{"a", int64_t{1} << 32}, {"b", int64_t{1} << 32}};
+  wire::EncodeMeshRequest(request, m.mutable_allocate_mesh());
+  EXPECT_THAT(peer_->CallStatus(m), StatusIs(absl::StatusCode::kInvalidArgument, ::testing::_));
+  // On behalf of a client of another connection.
+  m.set_client(client_.value() + 1000);
+  EXPECT_THAT(peer_->CallStatus(m), StatusIs(absl::StatusCode::kPermissionDenied, ::testing::_));
+}
+
+TEST_F(AdversarialTest, ACallThatCannotFitOnADeviceIsRefusedAtRegistration) {
+  const Mesh mesh = OneDeviceMesh(0);
+  // 16 MiB of output on an 8 MiB device.
+  const ProgramPlan plan = NegPlan(mesh, (16 << 20) / 4);
+  EXPECT_THAT(peer_->CallStatus(HostRegister(plan, HostOf(mesh.devices()[0]))),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("neg")));
+}
+
+TEST_F(AdversarialTest, PutsPastTheDeviceBudgetFailInsteadOfWaitingForever) {
+  const Mesh mesh = OneDeviceMesh(0);
+  const HostId h = HostOf(mesh.devices()[0]);
+  const int64_t n = (1 << 20) / 4;  // 1 MiB of f32
+  // 12 MiB of puts on an 8 MiB device: the ones that fit succeed, the rest
+  // wait, and fail once nothing has been freed for the stall timeout.
+  for (int i = 0; i < 12; ++i) {
+    cluster::ClientMessage put;
+    put.mutable_host()->set_host(h.value());
+    cluster::PutShard& p = *put.mutable_host()->mutable_put_shard();
+    p.set_array(Id(i).value());
+    p.set_owner(client_.value());
+    wire::EncodeLiteral(ir::Literal(ir::Shape(ir::DType::kF32, {n})), p.mutable_value());
+    ASSERT_OK(peer_->CallStatus(put));
+  }
+  cluster::ClientMessage await;
+  await.mutable_host()->set_host(h.value());
+  await.mutable_host()->mutable_await_shard()->set_array(Id(11).value());
+  EXPECT_THAT(peer_->CallStatus(await),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("out of memory")));
+  await.mutable_host()->mutable_await_shard()->set_array(Id(0).value());
+  EXPECT_OK(peer_->CallStatus(await));
+}
+
+TEST_F(AdversarialTest, ARunSpanningIslandsIsCheckedEverywhereBeforeAnyIslandGetsIt) {
+  const Mesh mesh = OneDeviceMesh(0);
+  const ProgramPlan plan = NegPlan(mesh, 2);
+  ASSERT_OK(peer_->CallStatus(SchedulerRegister(plan, mesh.island())));
+  cluster::ClientMessage m;
+  wire::EncodeRun(Run(plan, 0, {Id(0)}, {Id(1)}), m.mutable_submit_run()->mutable_run());
+  m.mutable_submit_run()->add_islands(mesh.island().value());
+  m.mutable_submit_run()->add_islands(77);
+  EXPECT_THAT(peer_->CallStatus(m), StatusIs(absl::StatusCode::kNotFound, HasSubstr("77")));
+  m.mutable_submit_run()->set_islands(1, mesh.island().value());
+  EXPECT_THAT(peer_->CallStatus(m), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("twice")));
+}
+
+// A worker's hello is checked before it joins.
+TEST_F(AdversarialTest, BadWorkerHellosAreRefused) {
+  auto channel =
+      grpc_transport::MakeChannel(cluster_->url().substr(7), grpc::InsecureChannelCredentials());
+  auto stub = cluster::Coordinator::NewStub(channel);
+  auto hello = [&](int64_t island, int64_t memory, const std::string& address) {
+    grpc::ClientContext context;
+    grpc_transport::AddCallMetadata(context, cluster_->token());
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    auto stream = stub->Join(&context);
+    cluster::WorkerBatch batch;
+    cluster::WorkerHello& h = *batch.add_messages()->mutable_hello();
+    h.set_island(island);
+    h.set_devices(1);
+    h.set_memory_bytes(memory);
+    h.set_data_address(address);
+    stream->Write(batch);
+    stream->WritesDone();
+    cluster::ToWorkerBatch reply;
+    while (stream->Read(&reply)) {
+    }
+    return grpc_transport::FromGrpc(stream->Finish());
+  };
+  EXPECT_THAT(hello(0, 1 << 20, "127.0.0.1"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("port")));
+  EXPECT_THAT(hello(0, 1 << 20, "127.0.0.1:99999"), StatusIs(absl::StatusCode::kInvalidArgument, ::testing::_));
+  EXPECT_THAT(hello(int64_t{1} << 62, 1 << 20, "127.0.0.1:5000"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("island")));
+  EXPECT_THAT(hello(0, int64_t{1} << 62, "127.0.0.1:5000"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bytes")));
+  EXPECT_EQ(conn_->resources()->GetTopology().num_devices(), 2);
+}
+
+// Reaps what exits within `timeout`; the descriptions, joined.
+std::string ReapWithin(ProcessCluster& cluster, int expected, absl::Duration timeout) {
+  std::string all;
+  int seen = 0;
+  const absl::Time deadline = absl::Now() + timeout;
+  while (seen < expected && absl::Now() < deadline) {
+    const std::string exited = cluster.ReapExited();
+    if (exited.empty()) {
+      absl::SleepFor(absl::Milliseconds(20));
+      continue;
+    }
+    absl::StrAppend(&all, all.empty() ? "" : "; ", exited);
+    seen = static_cast<int>(std::count(all.begin(), all.end(), '(')) ;
+  }
+  return all;
+}
+
+// SIGTERM shuts a worker or the coordinator down cleanly (exit 0, not
+// death by the signal, whichever thread the kernel hands it to); a worker
+// whose coordinator is gone says so and exits 1.
+TEST(SignalTest, SigtermExitsCleanlyAndAWorkerThatLosesItsCoordinatorExitsOne) {
+  ProcessClusterOptions o = ProcessShape(1, 2, 1);
+  o.binary = CausewayBinary();
+  ASSERT_OK_AND_ASSIGN(auto cluster, ProcessCluster::Start(o));
+  const pid_t worker = cluster->worker_pid(0);
+  ASSERT_EQ(kill(worker, SIGTERM), 0);
+  EXPECT_THAT(ReapWithin(*cluster, 1, absl::Seconds(20)),
+              HasSubstr("worker 0 (pid " + std::to_string(worker) + ") exited with status 0"));
+  const pid_t coordinator = cluster->pids()[0];
+  ASSERT_EQ(kill(coordinator, SIGTERM), 0);
+  const std::string exited = ReapWithin(*cluster, 2, absl::Seconds(20));
+  EXPECT_THAT(exited, HasSubstr("coordinator (pid " + std::to_string(coordinator) +
+                                ") exited with status 0"));
+  EXPECT_THAT(exited, ::testing::ContainsRegex("worker 1 \\(pid [0-9]+\\) exited with status 1"));
+}
+
+}  // namespace
+}  // namespace causeway::testing
