@@ -203,7 +203,7 @@ void AddBenchDispatchCommands(CLI::App* bench, int* exit_code) {
                   "local (a fresh embedded cluster) or grpc://HOST:PORT of a running distributed "
                   "cluster (token from $CAUSEWAY_TOKEN; --hosts is then the cluster's)");
   cmd->add_option("--seconds", d->seconds, "Measured time per configuration")
-      ->check(CLI::Range(0.05, 600.0));
+      ->check(CLI::Range(0.05, 600.0))->check(Finite());
   cmd->add_option("--repeat", d->repeat, "Runs of the configuration; the median is reported")
       ->check(CLI::Range(1, 100));
   cmd->add_flag("--json", d->json, "One JSON object per configuration");
@@ -227,8 +227,8 @@ void AddBenchDispatchCommands(CLI::App* bench, int* exit_code) {
   ucmd->add_option("--chain", u->chain, "Computations per program (chained) or function (fused)")
       ->check(CLI::Range(1, 100000));
   ucmd->add_option("--seconds", u->seconds, "Measured time per length")
-      ->check(CLI::Range(0.05, 600.0));
-  ucmd->add_option("--target", u->target, "Utilisation to reach")->check(CLI::Range(0.0, 1.0));
+      ->check(CLI::Range(0.05, 600.0))->check(Finite());
+  ucmd->add_option("--target", u->target, "Utilisation to reach")->check(CLI::Range(0.0, 1.0))->check(Finite());
   ucmd->add_flag("--json", u->json, "One JSON object per controller");
   ucmd->callback([u, exit_code] { *exit_code = RunUtilization(*u); });
 }

@@ -184,7 +184,7 @@ void AddBenchMatmulCommand(CLI::App* bench, int* exit_code) {
   cmd->add_option("--sizes", options->sizes,
                   "Comma-separated sizes: N (square) or MxKxN ([M,K] x [K,N])");
   cmd->add_option("--min-seconds", options->min_seconds, "Time per measurement")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::PositiveNumber)->check(Finite());
   cmd->add_flag("--json", options->json, "One JSON object per size");
   cmd->callback([options, exit_code] { *exit_code = RunBenchMatmul(*options); });
 }

@@ -204,7 +204,7 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
   up->add_option("--devices-per-host", o->devices_per_host, "Devices per worker")
       ->check(CLI::Range(1, 4096));
   up->add_option("--memory", o->memory_bytes, "Memory per device, bytes")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::PositiveNumber)->check(Finite());
   up->add_option("--port", o->port, "Coordinator port (0: any free one)")
       ->check(CLI::Range(0, 65535));
   up->add_option("--token", o->token, "Cluster token (default: $CAUSEWAY_TOKEN, else random)");
@@ -225,9 +225,9 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
       ->required();
   status->add_option("--wait-devices", sf->wait_devices,
                      "Wait until the cluster has at least this many devices")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::NonNegativeNumber)->check(Finite());
   status->add_option("--timeout", sf->timeout_s, "Seconds to wait (connecting and for devices)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::PositiveNumber)->check(Finite());
   status->add_flag("--json", sf->json, "Print one JSON object");
   status->callback([sf, exit_code] {
     RemoteClusterOptions ro;

@@ -3,11 +3,29 @@
 #ifndef CAUSEWAY_TOOLS_COMMANDS_H_
 #define CAUSEWAY_TOOLS_COMMANDS_H_
 
+#include <cmath>
+#include <cstdlib>
 #include <functional>
+#include <string>
 
 #include "CLI/CLI.hpp"
 
 namespace causeway::tools {
+
+// Refuses NaN and infinities, which CLI11's number checks let through
+// (every comparison with NaN is false). Chained after each numeric check.
+inline CLI::Validator Finite() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (end != text.c_str() && *end == '\0' && !std::isfinite(v)) {
+          return "not a finite number: " + text;
+        }
+        return std::string();
+      },
+      "", "FINITE");
+}
 
 // Each sets `*exit_code` when its subcommand runs.
 void AddDemoCommand(CLI::App& app, int* exit_code);

@@ -2,6 +2,8 @@
 
 #include "tools/commands.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "causeway/client/client.h"
 #include "causeway/cluster/counters.h"
@@ -192,6 +195,18 @@ int RunDemo(const DemoOptions& options) {
   auto program = pb.Build({(*s2)[0], (*s2)[1]});
   if (!program.ok()) return Fail(program.status());
 
+  // The inputs are made, and the result checked, on this host: refuse sizes
+  // its memory cannot hold rather than die allocating them.
+  const double host_bytes = 4.0 * (double(batch) * F * 2 + double(F) * H + double(H) * O +
+                                   double(batch) * H + double(batch) * O);
+  const double physical =
+      double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
+  if (host_bytes > physical / 2) {
+    return Fail(absl::InvalidArgumentError(absl::StrFormat(
+        "the demo's arrays take %.1f GiB on this host, more than half its %.1f GiB of memory; "
+        "lower --rows-per-device, --features, --hidden or --outputs",
+        host_bytes / (1 << 30), physical / (1 << 30))));
+  }
   const std::vector<float> xs = RandomValues(batch * F, 1, 1.0f);
   const std::vector<float> w1s = RandomValues(F * H, 2, 0.1f);
   const std::vector<float> w2s = RandomValues(H * O, 3, 0.1f);
@@ -352,7 +367,7 @@ void AddDemoCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--devices-per-host", demo.devices_per_host, "Devices per host")
       ->check(CLI::Range(1, 64));
   cmd->add_option("--memory", demo.memory_bytes, "Memory per device, bytes")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::PositiveNumber)->check(Finite());
   cmd->add_option("--rows-per-device", demo.rows_per_device, "Batch rows per device")
       ->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--features", demo.features, "Input features")->check(CLI::Range(1, 1 << 14));
@@ -361,10 +376,10 @@ void AddDemoCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--steps", demo.steps, "Runs of the program")->check(CLI::Range(1, 100000));
   cmd->add_option("--dcn-latency-us", demo.dcn_latency_us,
                   "Emulated latency between islands, microseconds")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::NonNegativeNumber)->check(Finite());
   cmd->add_option("--dcn-gbps", demo.dcn_gbps,
                   "Emulated bandwidth between islands, Gbit/s (0: unlimited)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::NonNegativeNumber)->check(Finite());
   cmd->add_option("--trace", demo.trace_path, "Write a Chrome trace (Perfetto) to FILE");
   cmd->add_flag("--json", demo.json, "Print one JSON object instead of text");
   cmd->add_option("--cluster", demo.cluster,

@@ -84,7 +84,7 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(1, 1 << 20));
   mlp->add_option("--hidden", options->mlp.hidden, "Hidden units")->check(CLI::Range(1, 1 << 14));
   mlp->add_option("--lr", options->mlp.learning_rate, "SGD learning rate")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::PositiveNumber)->check(Finite());
   mlp->add_option("--seed", options->mlp.seed, "Seed of the weights and the task");
   mlp->add_flag("--json", options->json, "One JSON object per step");
   mlp->callback([options, exit_code] { *exit_code = RunTrainMlp(*options); });

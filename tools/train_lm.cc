@@ -348,26 +348,26 @@ void AddTrainLmCommand(CLI::App* train, int* exit_code) {
   lm->add_option("--batch", o.batch, "Windows per step (global; divisible by the data axis)")
       ->check(CLI::Range(1, 1 << 20));
   lm->add_option("--iters", o.iters, "Training iterations")->check(CLI::Range(0, 100000000));
-  lm->add_option("--lr", o.learning_rate, "Peak learning rate")->check(CLI::PositiveNumber);
+  lm->add_option("--lr", o.learning_rate, "Peak learning rate")->check(CLI::PositiveNumber)->check(Finite());
   lm->add_option("--min-lr", o.min_learning_rate, "Learning rate at the end of the decay")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::NonNegativeNumber)->check(Finite());
   lm->add_option("--warmup", o.warmup_iters, "Linear warm-up iterations")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::NonNegativeNumber)->check(Finite());
   lm->add_option("--lr-decay-iters", f->decay_iters,
                  "Iteration where the cosine decay ends (-1: --iters)");
-  lm->add_option("--beta1", o.adamw.beta1, "AdamW beta1")->check(CLI::Range(0.0, 0.9999999));
-  lm->add_option("--beta2", o.adamw.beta2, "AdamW beta2")->check(CLI::Range(0.0, 0.9999999));
+  lm->add_option("--beta1", o.adamw.beta1, "AdamW beta1")->check(CLI::Range(0.0, 0.9999999))->check(Finite());
+  lm->add_option("--beta2", o.adamw.beta2, "AdamW beta2")->check(CLI::Range(0.0, 0.9999999))->check(Finite());
   lm->add_option("--weight-decay", o.adamw.weight_decay,
                  "AdamW weight decay (on the weight matrices and embeddings)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::NonNegativeNumber)->check(Finite());
   lm->add_option("--grad-clip", o.adamw.grad_clip, "Global gradient-norm clip (0: off)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::NonNegativeNumber)->check(Finite());
   lm->add_option("--eval-every", o.eval_every, "Evaluate every N iterations (0: never)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::NonNegativeNumber)->check(Finite());
   lm->add_option("--eval-batches", o.eval_batches, "Batches per split per evaluation")
       ->check(CLI::Range(1, 100000));
   lm->add_option("--log-every", f->log_every, "Progress line every N iterations (0: none)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::NonNegativeNumber)->check(Finite());
   lm->add_option("--seed", o.seed, "Seed of the initial weights and the batch order");
   lm->add_option("--devices", f->devices, "Devices, used as --parallel says")
       ->check(CLI::Range(1, 1024));
@@ -385,7 +385,7 @@ void AddTrainLmCommand(CLI::App* train, int* exit_code) {
   lm->add_option("--checkpoint", o.checkpoint_dir, "Checkpoint directory");
   lm->add_option("--checkpoint-every", o.checkpoint_every,
                  "Also checkpoint every N iterations (0: only at the end)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::NonNegativeNumber)->check(Finite());
   lm->add_flag("--resume", f->resume, "Continue from the checkpoint in --checkpoint");
   lm->add_option("--stop-at", f->stop_at,
                  "Stop after this iteration as if interrupted (checkpoint written)");
@@ -396,7 +396,7 @@ void AddTrainLmCommand(CLI::App* train, int* exit_code) {
   lm->add_option("--cluster", f->cluster,
                  "local (embedded) or grpc://HOST:PORT (token from $CAUSEWAY_TOKEN)");
   lm->add_option("--timeout", f->timeout_s, "Seconds to wait for a distributed cluster")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::PositiveNumber)->check(Finite());
   lm->callback([f, exit_code] { *exit_code = RunTrainLm(*f); });
 }
 
@@ -408,15 +408,15 @@ void AddSampleCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--tokens", f->sample.tokens, "Tokens to generate")
       ->check(CLI::Range(0, 1000000));
   cmd->add_option("--temperature", f->sample.temperature, "Softmax temperature")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::PositiveNumber)->check(Finite());
   cmd->add_option("--top-k", f->sample.top_k, "Sample among the k likeliest tokens (0: all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::NonNegativeNumber)->check(Finite());
   cmd->add_option("--seed", f->sample.seed, "Sampling seed");
   cmd->add_option("--prompt", f->sample.prompt, "Text to continue (default: a newline)");
   cmd->add_option("--cluster", f->cluster,
                   "local (embedded) or grpc://HOST:PORT (token from $CAUSEWAY_TOKEN)");
   cmd->add_option("--timeout", f->timeout_s, "Seconds to wait for a distributed cluster")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::PositiveNumber)->check(Finite());
   cmd->callback([f, exit_code] { *exit_code = RunSample(*f); });
 }
 

@@ -255,8 +255,29 @@ void ClientCore::OutboxLoop() {
       batch.swap(outbox_);
       stop = stopping_;
     }
+    if (stop) {
+      // Disconnecting: what is still queued is not sent. A run submitted now
+      // could only compute results nobody can read (the client's arrays are
+      // reclaimed next), and after a failure each would cost a round trip
+      // to a cluster that may be degraded; releases are moot.
+      for (OutboxItem& item : batch) {
+        const absl::Status status =
+            item.plan != nullptr
+                ? absl::CancelledError(absl::StrCat(
+                      id_.ToString(), " disconnected before ", item.run.run.ToString(),
+                      " was submitted"))
+                : absl::OkStatus();
+        for (Promise<Unit>& p : item.submitted) {
+          if (status.ok()) {
+            p.Set(Unit{});
+          } else {
+            p.Set(status);
+          }
+        }
+      }
+      return;
+    }
     SendBatch(batch);
-    if (stop) return;
   }
 }
 

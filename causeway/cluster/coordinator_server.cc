@@ -258,11 +258,12 @@ grpc::Status CoordinatorServer::Impl::Join(
     if (!schedulers_.contains(island)) {
       IslandSchedulerOptions so;
       so.island = island;
-      // Only this island's hosts: a plan that places island work on a host
-      // of another island is refused at registration.
+      // Only this island's live hosts: a plan that places island work on a
+      // host of another island is refused at registration, and a run that
+      // needs a lost host is refused rather than half-run on the survivors.
       so.host_lookup = [this, island](HostId h) -> HostService* {
         RemoteHost* host = Host(h);
-        return host != nullptr && host->island() == island ? host : nullptr;
+        return host != nullptr && host->island() == island && !host->lost() ? host : nullptr;
       };
       schedulers_[island] = std::make_unique<IslandScheduler>(std::move(so));
     }

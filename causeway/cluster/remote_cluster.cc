@@ -309,8 +309,13 @@ absl::Status RemoteCluster::Impl::Connect() {
   auto channel = grpc_transport::MakeChannel(address_, creds);
   if (!channel->WaitForConnected(std::chrono::system_clock::now() +
                                  absl::ToChronoNanoseconds(options_.timeout))) {
-    return absl::UnavailableError(absl::StrCat("cannot reach the coordinator at ", address_,
-                                               " within ", absl::FormatDuration(options_.timeout)));
+    const bool tls = !grpc_transport::TlsFromEnvironment(options_.tls).ca.empty();
+    return absl::UnavailableError(absl::StrCat(
+        "cannot reach the coordinator at ", address_, " within ",
+        absl::FormatDuration(options_.timeout),
+        tls ? " over TLS (is it serving TLS with a certificate that CA signed?)"
+            : " in plaintext (if the cluster serves TLS, set CAUSEWAY_TLS_CA to the CA that "
+              "signed its certificate)"));
   }
   stub_ = cluster::Coordinator::NewStub(channel);
   grpc_transport::AddCallMetadata(context_, grpc_transport::TokenFromEnvironment(options_.token));
