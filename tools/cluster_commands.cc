@@ -1,6 +1,7 @@
 // `causeway coordinator`, `causeway worker` and `causeway cluster up`:
 // flag parsing and wiring of the distributed cluster's processes.
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -52,12 +53,18 @@ void CatchStopSignals(bool with_children) {
 }
 
 // Blocks until a caught signal (or a Wake) arrives; returns its number.
+// Polls with a timeout rather than blocking in read(): a runtime that
+// defers signal handlers to its next intercepted call (ThreadSanitizer)
+// would otherwise never run the handler while every thread sleeps.
 int WaitForSignal() {
   char c = 0;
   while (true) {
+    pollfd fd{g_signal_pipe[0], POLLIN, 0};
+    const int ready = poll(&fd, 1, 250);
+    if (ready == 0 || (ready < 0 && errno == EINTR)) continue;
     const ssize_t n = read(g_signal_pipe[0], &c, 1);
     if (n == 1) return static_cast<unsigned char>(c);
-    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     return 0;
   }
 }
