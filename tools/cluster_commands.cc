@@ -97,7 +97,11 @@ void AddCoordinatorCommand(CLI::App& app, int* exit_code) {
       "it and clients connect to it (grpc://HOST:PORT)");
   cmd->add_option("--listen", o->listen, "Address to serve on, HOST:PORT (port 0: any free one)")
       ->required();
-  cmd->add_option("--token", o->token, "Cluster token (default: $CAUSEWAY_TOKEN); required");
+  cmd->add_option("--token", o->token,
+                  "Token clients must present (default: $CAUSEWAY_TOKEN); required");
+  cmd->add_option("--worker-token", o->worker_token,
+                  "Token workers must present to join, distinct from the clients' (default: "
+                  "$CAUSEWAY_WORKER_TOKEN; unset: workers use the clients' token, with a warning)");
   cmd->add_option("--tls-cert", o->tls.cert, "PEM certificate: serve over TLS");
   cmd->add_option("--tls-key", o->tls.key, "PEM private key of --tls-cert");
   cmd->add_option("--heartbeat-timeout-ms", *heartbeat_ms,
@@ -148,7 +152,9 @@ void AddWorkerCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--advertise", o->advertise,
                   "Host name peers use to reach the data plane (default: as the coordinator "
                   "sees this worker)");
-  cmd->add_option("--token", o->token, "Cluster token (default: $CAUSEWAY_TOKEN)");
+  cmd->add_option("--token", o->token,
+                  "The cluster's worker token (default: $CAUSEWAY_WORKER_TOKEN, then "
+                  "$CAUSEWAY_TOKEN)");
   cmd->add_option("--tls-cert", o->tls.cert, "PEM certificate: serve the data plane over TLS");
   cmd->add_option("--tls-key", o->tls.key, "PEM private key of --tls-cert");
   cmd->add_option("--tls-ca", o->tls.ca, "PEM CA to trust: connect over TLS");
@@ -214,7 +220,9 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::PositiveNumber)->check(Finite());
   up->add_option("--port", o->port, "Coordinator port (0: any free one)")
       ->check(CLI::Range(0, 65535));
-  up->add_option("--token", o->token, "Cluster token (default: $CAUSEWAY_TOKEN, else random)");
+  up->add_option("--token", o->token,
+                 "Clients' token (default: $CAUSEWAY_TOKEN, else random); workers get a random "
+                 "one of their own");
   up->add_flag("--json", *json, "Print the address and token as JSON");
 
   struct StatusFlags {

@@ -1,5 +1,6 @@
 #include "causeway/cluster/coordinator_server.h"
 
+#include <cstdlib>
 #include <limits>
 #include <set>
 #include <thread>
@@ -95,6 +96,7 @@ class CoordinatorServer::Impl final : public cluster::Coordinator::Service {
 
   const CoordinatorOptions options_;
   std::string token_;
+  std::string worker_token_;
   std::string address_;
   std::unique_ptr<grpc::Server> server_;
   ResourceManager resources_;
@@ -121,6 +123,18 @@ absl::Status CoordinatorServer::Impl::Start() {
   if (token_.empty()) {
     return absl::InvalidArgumentError(
         "the coordinator needs a cluster token (--token or CAUSEWAY_TOKEN)");
+  }
+  worker_token_ = options_.worker_token;
+  if (const char* env = std::getenv("CAUSEWAY_WORKER_TOKEN"); worker_token_.empty() && env) {
+    worker_token_ = env;
+  }
+  if (worker_token_.empty()) {
+    worker_token_ = token_;
+    CW_LOG(kWarning) << "no worker token (--worker-token or CAUSEWAY_WORKER_TOKEN): workers and "
+                        "clients share one token, so any client could join as a worker";
+  } else if (worker_token_ == token_) {
+    return absl::InvalidArgumentError(
+        "the worker token must differ from the client token (or be left unset)");
   }
   CW_ASSIGN_OR_RETURN(auto creds, grpc_transport::MakeServerCredentials(
                                       grpc_transport::TlsFromEnvironment(options_.tls)));
@@ -210,7 +224,7 @@ void CoordinatorServer::Impl::HostLost(const std::shared_ptr<RemoteHost>& host,
 grpc::Status CoordinatorServer::Impl::Join(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<cluster::ToWorkerBatch, cluster::WorkerBatch>* stream) {
-  grpc::Status auth = grpc_transport::CheckCallMetadata(*context, token_);
+  grpc::Status auth = grpc_transport::CheckCallMetadata(*context, worker_token_);
   if (!auth.ok()) return auth;
   cluster::WorkerBatch first;
   if (!stream->Read(&first) || first.messages_size() == 0 || !first.messages(0).has_hello()) {

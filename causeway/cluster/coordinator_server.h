@@ -28,8 +28,13 @@ namespace causeway {
 
 struct CoordinatorOptions {
   std::string listen = "127.0.0.1:0";  // port 0 picks a free one
-  // Required: every client and worker must present it.
+  // Required: every client must present it. Empty: CAUSEWAY_TOKEN.
   std::string token;
+  // What workers must present to join (and present to each other's data
+  // planes), so that a client's token cannot join as a worker. Empty:
+  // CAUSEWAY_WORKER_TOKEN; if that is empty too, workers use the client
+  // token (one credential for both roles, with a warning).
+  std::string worker_token;
   grpc_transport::TlsFiles tls;  // cert/key
   absl::Duration heartbeat_timeout = absl::Seconds(3);
 };

@@ -68,6 +68,7 @@ absl::StatusOr<std::unique_ptr<ProcessCluster>> ProcessCluster::Start(
   }
   std::unique_ptr<ProcessCluster> cluster(new ProcessCluster(options));
   cluster->token_ = options.token.empty() ? RandomToken() : options.token;
+  cluster->worker_token_ = options.worker_token.empty() ? RandomToken() : options.worker_token;
   char dir[] = "/tmp/causeway-cluster-XXXXXX";
   if (mkdtemp(dir) == nullptr) return absl::InternalError("cannot make a log directory");
   cluster->log_dir_ = dir;
@@ -191,9 +192,15 @@ absl::Status ProcessCluster::Spawn(Child& child, int ready_fd) {
   argv.push_back(nullptr);
   std::vector<std::string> env_storage;
   for (char** e = environ; *e != nullptr; ++e) {
-    if (std::strncmp(*e, "CAUSEWAY_TOKEN=", 15) != 0) env_storage.emplace_back(*e);
+    if (std::strncmp(*e, "CAUSEWAY_TOKEN=", 15) != 0 &&
+        std::strncmp(*e, "CAUSEWAY_WORKER_TOKEN=", 22) != 0) {
+      env_storage.emplace_back(*e);
+    }
   }
-  env_storage.push_back("CAUSEWAY_TOKEN=" + token_);
+  // The coordinator gets both tokens; a worker only the workers' one.
+  const bool coordinator = child.argv.size() > 1 && child.argv[1] == "coordinator";
+  if (coordinator) env_storage.push_back("CAUSEWAY_TOKEN=" + token_);
+  env_storage.push_back("CAUSEWAY_WORKER_TOKEN=" + worker_token_);
   std::vector<char*> envp;
   for (std::string& e : env_storage) envp.push_back(e.data());
   envp.push_back(nullptr);

@@ -26,7 +26,8 @@ struct ProcessClusterOptions {
   int devices_per_host = 4;
   int64_t memory_bytes = int64_t{1} << 30;
   int port = 0;         // the coordinator's; 0 picks a free one
-  std::string token;    // empty: a random one
+  std::string token;    // clients'; empty: a random one
+  std::string worker_token;  // workers'; empty: a random one
   absl::Duration heartbeat_timeout = absl::Seconds(3);
   // Workers' --memory-stall-timeout-ms.
   absl::Duration memory_stall_timeout = absl::Seconds(60);
@@ -51,6 +52,7 @@ class ProcessCluster {
   // grpc://127.0.0.1:PORT
   std::string url() const { return url_; }
   const std::string& token() const { return token_; }
+  const std::string& worker_token() const { return worker_token_; }
   int num_workers() const { return static_cast<int>(workers_.size()); }
   int64_t num_devices() const;
 
@@ -91,6 +93,7 @@ class ProcessCluster {
 
   const ProcessClusterOptions options_;
   std::string token_;
+  std::string worker_token_;
   std::string url_;
   std::string log_dir_;
   Child coordinator_;

@@ -27,6 +27,7 @@ class WorkerServer::Impl {
 
   absl::Status Start();
   HostId host() const { return host_; }
+  int data_port() const { return data_port_; }
 
   absl::Status Wait() {
     stopped_.WaitForNotification();
@@ -75,6 +76,7 @@ class WorkerServer::Impl {
   const WorkerServerOptions options_;
   std::string token_;
   HostId host_;
+  int data_port_ = 0;
   std::shared_ptr<grpc::ChannelCredentials> channel_creds_;
   std::unique_ptr<DataPlane> data_;
   std::unique_ptr<grpc::Server> server_;
@@ -119,7 +121,7 @@ absl::Status WorkerServer::Impl::Start() {
     return absl::InvalidArgumentError(
         "no coordinator address (--coordinator or CAUSEWAY_COORDINATOR)");
   }
-  token_ = grpc_transport::TokenFromEnvironment(options_.token);
+  token_ = grpc_transport::WorkerTokenFromEnvironment(options_.token);
   const grpc_transport::TlsFiles tls = grpc_transport::TlsFromEnvironment(options_.tls);
   CW_ASSIGN_OR_RETURN(channel_creds_, grpc_transport::MakeChannelCredentials(tls));
   CW_ASSIGN_OR_RETURN(auto server_creds, grpc_transport::MakeServerCredentials(tls));
@@ -138,6 +140,7 @@ absl::Status WorkerServer::Impl::Start() {
     return absl::UnavailableError(
         absl::StrCat("cannot serve the data plane on ", options_.listen));
   }
+  data_port_ = port;
 
   auto channel = grpc_transport::MakeChannel(options_.coordinator, channel_creds_);
   if (!channel->WaitForConnected(std::chrono::system_clock::now() +
@@ -357,6 +360,8 @@ WorkerServer::WorkerServer(std::unique_ptr<Impl> impl)
 WorkerServer::~WorkerServer() { Shutdown(); }
 
 absl::Status WorkerServer::Wait() { return impl_->Wait(); }
+
+int WorkerServer::data_port() const { return impl_->data_port(); }
 
 void WorkerServer::Shutdown() { impl_->Shutdown(); }
 

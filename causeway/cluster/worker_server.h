@@ -33,6 +33,8 @@ struct WorkerServerOptions {
   // The host name peers use to reach the data plane; empty: the address
   // the coordinator sees this worker connect from.
   std::string advertise;
+  // The cluster's worker token (the coordinator's --worker-token). Empty:
+  // CAUSEWAY_WORKER_TOKEN, then CAUSEWAY_TOKEN.
   std::string token;
   grpc_transport::TlsFiles tls;  // cert/key: data server; ca: channels
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
@@ -54,6 +56,8 @@ class WorkerServer {
   ~WorkerServer();
 
   HostId host() const { return host_; }
+  // The port its data-plane server listens on.
+  int data_port() const;
   // Blocks until the coordinator ends the connection or Shutdown() is
   // called; returns why the worker stopped.
   absl::Status Wait();

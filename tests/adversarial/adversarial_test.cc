@@ -388,14 +388,14 @@ TEST_F(AdversarialTest, ARunSpanningIslandsIsCheckedEverywhereBeforeAnyIslandGet
   EXPECT_THAT(peer_->CallStatus(m), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("twice")));
 }
 
-// A worker's hello is checked before it joins.
+// A worker's hello (with the workers' token) is checked before it joins.
 TEST_F(AdversarialTest, BadWorkerHellosAreRefused) {
   auto channel =
       grpc_transport::MakeChannel(cluster_->url().substr(7), grpc::InsecureChannelCredentials());
   auto stub = cluster::Coordinator::NewStub(channel);
   auto hello = [&](int64_t island, int64_t memory, const std::string& address) {
     grpc::ClientContext context;
-    grpc_transport::AddCallMetadata(context, cluster_->token());
+    grpc_transport::AddCallMetadata(context, cluster_->worker_token());
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
     auto stream = stub->Join(&context);
     cluster::WorkerBatch batch;

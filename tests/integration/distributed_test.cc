@@ -15,6 +15,8 @@
 #include "tests/integration/cluster_kinds.h"
 #include "causeway/base/status_macros.h"
 #include "causeway/cluster/worker_server.h"
+#include "causeway/transport/grpc/cluster.grpc.pb.h"
+#include "causeway/transport/grpc/grpc_common.h"
 
 namespace causeway::testing {
 namespace {
@@ -70,10 +72,32 @@ TEST(DistributedTest, ConnectionsWithoutTheTokenAreRefused) {
   wo.listen = "127.0.0.1:0";
   auto worker = WorkerServer::Start(wo);
   EXPECT_EQ(worker.status().code(), absl::StatusCode::kUnauthenticated) << worker.status();
+  // Nor with the clients' token: workers have a credential of their own.
+  wo.token = cluster->token();
+  worker = WorkerServer::Start(wo);
+  EXPECT_EQ(worker.status().code(), absl::StatusCode::kUnauthenticated) << worker.status();
   // With it, a client gets in and sees one device.
   ro.token = cluster->token();
   ASSERT_OK_AND_ASSIGN(auto good, RemoteCluster::Connect(ro));
   EXPECT_EQ(good->resources()->GetTopology().num_devices(), 1);
+  // With the workers' token one joins; its data plane refuses a push that
+  // carries the clients' token.
+  wo.token = cluster->worker_token();
+  ASSERT_OK_AND_ASSIGN(auto joined, WorkerServer::Start(wo));
+  {
+    auto stub = cluster::Data::NewStub(grpc_transport::MakeChannel(
+        absl::StrCat("127.0.0.1:", joined->data_port()), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    grpc_transport::AddCallMetadata(context, cluster->token());
+    cluster::DataAck ack;
+    auto push = stub->Push(&context, &ack);
+    cluster::DataBatch batch;
+    batch.add_messages()->mutable_abort()->set_run(1);
+    push->Write(batch);
+    push->WritesDone();
+    EXPECT_EQ(push->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  }
+  joined->Shutdown();
 }
 
 TEST(DistributedTest, AClientNamesOnlyItsOwnArrays) {

@@ -40,6 +40,12 @@ std::string TokenFromEnvironment(const std::string& token) {
   return token.empty() ? Env("CAUSEWAY_TOKEN") : token;
 }
 
+std::string WorkerTokenFromEnvironment(const std::string& token) {
+  if (!token.empty()) return token;
+  const std::string worker = Env("CAUSEWAY_WORKER_TOKEN");
+  return worker.empty() ? Env("CAUSEWAY_TOKEN") : worker;
+}
+
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const TlsFiles& files) {
   if (files.cert.empty() && files.key.empty()) return grpc::InsecureServerCredentials();

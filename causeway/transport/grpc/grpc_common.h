@@ -69,6 +69,11 @@ grpc::Status ToGrpc(const absl::Status& status);
 // "ipv6:[::1]:5000"; the host part only.
 std::string PeerHost(const std::string& peer);
 
+// A worker's token: `token` if set, else CAUSEWAY_WORKER_TOKEN, else
+// CAUSEWAY_TOKEN (one token for both roles; see the coordinator's
+// --worker-token).
+std::string WorkerTokenFromEnvironment(const std::string& token);
+
 // "host:port" (host may be empty or a bracketed IPv6 address) into host and
 // port; INVALID_ARGUMENT without a port in 1..65535.
 absl::StatusOr<std::pair<std::string, int>> SplitHostPort(absl::string_view address);
