@@ -110,6 +110,7 @@ void AddCoordinatorCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--ready-fd", *ready_fd, "Write the bound address to this descriptor once serving");
   cmd->callback([o, ready_fd, heartbeat_ms, exit_code] {
     CatchStopSignals(false);
+    grpc_transport::RaiseOpenFileLimit();
     o->heartbeat_timeout = absl::Milliseconds(*heartbeat_ms);
     auto server = CoordinatorServer::Start(*o);
     if (!server.ok()) {
@@ -168,6 +169,7 @@ void AddWorkerCommand(CLI::App& app, int* exit_code) {
   cmd->callback([o, ready_fd, stall_ms, exit_code] {
     o->memory_stall_timeout = absl::Milliseconds(*stall_ms);
     CatchStopSignals(false);
+    grpc_transport::RaiseOpenFileLimit();
     if (o->coordinator.empty()) {
       if (const char* env = std::getenv("CAUSEWAY_COORDINATOR")) o->coordinator = env;
     }

@@ -22,6 +22,9 @@ inline constexpr int64_t kMaxSpmdLoopSteps = int64_t{1} << 24;
 inline constexpr int kMaxSpmdLoopsPerHost = 64;
 // One payload (reshard piece or collective contribution) on the data plane.
 inline constexpr int64_t kMaxPayloadBytes = int64_t{1} << 32;
+// Streams (client connections and worker joins) open at once from one
+// peer address on the coordinator.
+inline constexpr int kMaxStreamsPerPeer = 256;
 // Payloads being reassembled from chunks at once on one data-plane stream.
 inline constexpr int kMaxPartialPayloadsPerStream = 1024;
 

@@ -59,6 +59,7 @@ class CoordinatorServer::Impl final : public cluster::Coordinator::Service {
       grpc::ServerReaderWriter<cluster::ToWorkerBatch, cluster::WorkerBatch>* stream) override;
 
  private:
+  class PeerStream;
   RemoteHost* Host(HostId h) {
     MutexLock lock(&mu_);
     auto it = hosts_.find(h);
@@ -113,6 +114,8 @@ class CoordinatorServer::Impl final : public cluster::Coordinator::Service {
       ABSL_GUARDED_BY(mu_);
   std::vector<grpc::ServerContext*> contexts_ ABSL_GUARDED_BY(mu_);
   int64_t next_host_ ABSL_GUARDED_BY(mu_) = 0;
+  // Open Connect and Join streams per peer address.
+  absl::flat_hash_map<std::string, int> streams_by_peer_ ABSL_GUARDED_BY(mu_);
   int64_t next_device_ ABSL_GUARDED_BY(mu_) = 0;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 };
@@ -140,7 +143,7 @@ absl::Status CoordinatorServer::Impl::Start() {
                                       grpc_transport::TlsFromEnvironment(options_.tls)));
   grpc::ServerBuilder builder;
   int port = 0;
-  grpc_transport::ConfigureServer(builder);
+  grpc_transport::ConfigureServer(builder, options_.limits);
   builder.AddListeningPort(options_.listen, creds, &port);
   builder.RegisterService(this);
   server_ = builder.BuildAndStart();
@@ -221,11 +224,43 @@ void CoordinatorServer::Impl::HostLost(const std::shared_ptr<RemoteHost>& host,
   BroadcastTopology();
 }
 
+// Counts a stream against its peer's bound for as long as it is open.
+class CoordinatorServer::Impl::PeerStream {
+ public:
+  PeerStream(Impl* impl, const grpc::ServerContext& context)
+      : impl_(impl), peer_(grpc_transport::PeerHost(context.peer())) {
+    MutexLock lock(&impl_->mu_);
+    int& n = impl_->streams_by_peer_[peer_];
+    admitted_ = n < limits::kMaxStreamsPerPeer;
+    if (admitted_) ++n;
+  }
+  ~PeerStream() {
+    if (!admitted_) return;
+    MutexLock lock(&impl_->mu_);
+    auto it = impl_->streams_by_peer_.find(peer_);
+    if (--it->second == 0) impl_->streams_by_peer_.erase(it);
+  }
+  // RESOURCE_EXHAUSTED if the peer already has its bound of streams open.
+  grpc::Status status() const {
+    if (admitted_) return grpc::Status::OK;
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        absl::StrCat(peer_, " already has ", limits::kMaxStreamsPerPeer,
+                                     " streams open to the coordinator"));
+  }
+
+ private:
+  Impl* const impl_;
+  const std::string peer_;
+  bool admitted_ = false;
+};
+
 grpc::Status CoordinatorServer::Impl::Join(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<cluster::ToWorkerBatch, cluster::WorkerBatch>* stream) {
   grpc::Status auth = grpc_transport::CheckCallMetadata(*context, worker_token_);
   if (!auth.ok()) return auth;
+  const PeerStream counted(this, *context);
+  if (!counted.status().ok()) return counted.status();
   cluster::WorkerBatch first;
   if (!stream->Read(&first) || first.messages_size() == 0 || !first.messages(0).has_hello()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a worker must say hello first");
@@ -308,6 +343,8 @@ grpc::Status CoordinatorServer::Impl::Connect(
     grpc::ServerReaderWriter<cluster::ToClient, cluster::ClientBatch>* stream) {
   grpc::Status auth = grpc_transport::CheckCallMetadata(*context, token_);
   if (!auth.ok()) return auth;
+  const PeerStream counted(this, *context);
+  if (!counted.status().ok()) return counted.status();
   auto session = std::make_shared<ClientSession>(stream);
   {
     MutexLock lock(&mu_);

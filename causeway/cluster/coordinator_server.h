@@ -37,6 +37,8 @@ struct CoordinatorOptions {
   std::string worker_token;
   grpc_transport::TlsFiles tls;  // cert/key
   absl::Duration heartbeat_timeout = absl::Seconds(3);
+  // Handshake and idle timeouts, streams per connection, threads.
+  grpc_transport::ServerLimits limits;
 };
 
 // Thread-safe.

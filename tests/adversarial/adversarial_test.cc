@@ -3,7 +3,9 @@
 // malicious or broken client can send, not what our client would), and
 // asserts a clear refusal. After every probe: no process died, memory on
 // every device is back where it started, and an honest client is served.
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -14,6 +16,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "causeway/base/limits.h"
 #include "causeway/base/status_macros.h"
+#include "causeway/cluster/coordinator_server.h"
 #include "causeway/transport/grpc/cluster.grpc.pb.h"
 #include "causeway/transport/grpc/grpc_common.h"
 #include "causeway/transport/grpc/wire_codec.h"
@@ -455,6 +458,43 @@ TEST(SignalTest, SigtermExitsCleanlyAndAWorkerThatLosesItsCoordinatorExitsOne) {
   EXPECT_THAT(exited, HasSubstr("coordinator (pid " + std::to_string(coordinator) +
                                 ") exited with status 0"));
   EXPECT_THAT(exited, ::testing::ContainsRegex("worker 1 \\(pid [0-9]+\\) exited with status 1"));
+}
+
+// Connections that never authenticate (no call, or not even a handshake)
+// are closed by the server after its handshake and idle timeouts.
+TEST(ConnectionTest, ConnectionsThatNeverAuthenticateAreClosed) {
+  CoordinatorOptions o;
+  o.token = "client-token";
+  o.worker_token = "worker-token";
+  o.limits.handshake_timeout = absl::Milliseconds(300);
+  o.limits.idle_timeout = absl::Milliseconds(300);
+  ASSERT_OK_AND_ASSIGN(auto server, CoordinatorServer::Start(o));
+  ASSERT_OK_AND_ASSIGN(auto address, grpc_transport::SplitHostPort(server->address()));
+  // A TCP connection that sends nothing.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(address.second));
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+  timeval wait{30, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
+  char buffer[256];
+  ssize_t n;
+  const absl::Time start = absl::Now();
+  // The server may write its HTTP/2 settings first; then it closes.
+  while ((n = recv(fd, buffer, sizeof(buffer), 0)) > 0) {
+  }
+  EXPECT_TRUE(n == 0 || errno == ECONNRESET) << "recv: " << n << " errno " << errno;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+  close(fd);
+  // A gRPC connection that never makes a call is closed too.
+  auto channel = grpc_transport::MakeChannel(server->address(), grpc::InsecureChannelCredentials());
+  ASSERT_TRUE(channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10)));
+  EXPECT_TRUE(channel->WaitForStateChange(GRPC_CHANNEL_READY,
+                                          std::chrono::system_clock::now() + std::chrono::seconds(20)));
+  EXPECT_NE(channel->GetState(false), GRPC_CHANNEL_READY);
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "causeway/transport/grpc/grpc_common.h"
 
+#include <sys/resource.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -90,12 +92,31 @@ std::shared_ptr<grpc::Channel> MakeChannel(
   return grpc::CreateCustomChannel(address, creds, args);
 }
 
-void ConfigureServer(grpc::ServerBuilder& builder) {
+void ConfigureServer(grpc::ServerBuilder& builder, const ServerLimits& limits) {
   builder.SetMaxReceiveMessageSize(-1);
   builder.SetMaxSendMessageSize(-1);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 500);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             static_cast<int>(absl::ToInt64Milliseconds(limits.handshake_timeout)));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                             static_cast<int>(absl::ToInt64Milliseconds(limits.idle_timeout)));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, limits.max_streams_per_connection);
+  grpc::ResourceQuota quota("causeway-server");
+  quota.SetMaxThreads(limits.max_threads);
+  builder.SetResourceQuota(quota);
+}
+
+int64_t RaiseOpenFileLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return -1;
+  if (limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &limit);
+    getrlimit(RLIMIT_NOFILE, &limit);
+  }
+  return static_cast<int64_t>(limit.rlim_cur);
 }
 
 void AddCallMetadata(grpc::ClientContext& context, const std::string& token) {

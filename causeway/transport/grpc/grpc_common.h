@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "causeway/base/mutex.h"
 #include "grpcpp/grpcpp.h"
 
@@ -53,8 +54,27 @@ void ConfigureAbseilForGrpc();
 // so a dead peer is noticed even on an idle connection.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
                                            const std::shared_ptr<grpc::ChannelCredentials>& creds);
-// Applies the same message-size limits to a server.
-void ConfigureServer(grpc::ServerBuilder& builder);
+// Limits on what a server accepts from connections before and after they
+// authenticate (the token is checked on each call, so a connection with no
+// call is unauthenticated).
+struct ServerLimits {
+  // A connection must finish its TLS/HTTP2 handshake within this.
+  absl::Duration handshake_timeout = absl::Seconds(10);
+  // A connection with no call open for this long is closed.
+  absl::Duration idle_timeout = absl::Seconds(30);
+  // Calls open at once on one connection.
+  int max_streams_per_connection = 16;
+  // Calls served at once by the whole server (each holds a thread of the
+  // synchronous server); beyond, new calls fail with RESOURCE_EXHAUSTED.
+  int max_threads = 2048;
+};
+// Applies the message-size limits and `limits` to a server.
+void ConfigureServer(grpc::ServerBuilder& builder, const ServerLimits& limits = {});
+
+// Raises this process's soft limit on open files to its hard limit, so
+// that connections run out later (gRPC 1.51's listener stops accepting for
+// good once accept() fails with EMFILE). Returns the new soft limit.
+int64_t RaiseOpenFileLimit();
 
 // Attaches the token and protocol version to an outgoing call.
 void AddCallMetadata(grpc::ClientContext& context, const std::string& token);
