@@ -218,7 +218,7 @@ void CoordinatorServer::Impl::HostLost(const std::shared_ptr<RemoteHost>& host,
   const absl::Status status =
       absl::UnavailableError(absl::StrCat(host->Name(), " lost: ", reason));
   host->Lose(status);
-  resources_.RemoveHost(host->id()).IgnoreError();
+  resources_.RemoveHost(host->id(), std::string(status.message())).IgnoreError();
   CW_LOG(kWarning) << status.message();
   BroadcastPeers();
   BroadcastTopology();

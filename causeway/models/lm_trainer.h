@@ -112,6 +112,8 @@ class LmTrainer {
   const LmTrainOptions& options() const { return options_; }
   // The next iteration to run.
   int64_t iteration() const { return iteration_; }
+  // The {data, model} mesh the model lives on.
+  const Mesh& mesh() const { return mesh_; }
 
   // Trains from iteration() up to options().iters, or up to `stop_at` if
   // smaller (as if interrupted there: a checkpoint is written if a

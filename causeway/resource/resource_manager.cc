@@ -107,9 +107,9 @@ void ResourceManager::AddHost(HostId host, IslandId island, const std::vector<De
   for (DeviceId d : devices) topology_.AddDevice(d, host, memory_bytes);
 }
 
-absl::Status ResourceManager::RemoveHost(HostId host) {
+absl::Status ResourceManager::RemoveHost(HostId host, const std::string& reason) {
   MutexLock lock(&mu_);
-  return topology_.RemoveHost(host);
+  return topology_.RemoveHost(host, reason);
 }
 
 }  // namespace causeway

@@ -33,7 +33,7 @@ class ResourceManager final : public ResourceService {
   void AddHost(HostId host, IslandId island, const std::vector<DeviceId>& devices,
                int64_t memory_bytes);
   // Removes a host and its devices; later meshes will not use them.
-  absl::Status RemoveHost(HostId host);
+  absl::Status RemoveHost(HostId host, const std::string& reason = "");
 
  private:
   mutable Mutex mu_;

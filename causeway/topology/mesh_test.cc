@@ -516,11 +516,14 @@ TEST(TopologyTest, LookupsOfUnknownIdsAreNotFound) {
 
 TEST(TopologyTest, RemoveHostRemovesItAndItsDevicesEverywhere) {
   Topology t = TwoIslands();
-  ASSERT_OK(t.RemoveHost(HostId(0)));
+  ASSERT_OK(t.RemoveHost(HostId(0), "host 0 lost: connection closed"));
   EXPECT_EQ(t.num_devices(), 2);
   EXPECT_THAT(t.host(HostId(0)), StatusIs(absl::StatusCode::kNotFound, HasSubstr("host 0")));
-  EXPECT_THAT(t.device(DeviceId(0)), StatusIs(absl::StatusCode::kNotFound, HasSubstr("device 0")));
-  EXPECT_THAT(t.device(DeviceId(1)), StatusIs(absl::StatusCode::kNotFound, HasSubstr("device 1")));
+  // Its devices are gone, and a lookup says why.
+  EXPECT_THAT(t.device(DeviceId(0)),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       HasSubstr("device 0 is gone: host 0 lost: connection closed")));
+  EXPECT_THAT(t.device(DeviceId(1)), StatusIs(absl::StatusCode::kUnavailable, HasSubstr("device 1")));
   ASSERT_OK_AND_ASSIGN(IslandInfo i0, t.island(IslandId(0)));
   EXPECT_THAT(i0.hosts, ElementsAre(HostId(1)));
   EXPECT_THAT(i0.devices, ElementsAre(DeviceId(2)));

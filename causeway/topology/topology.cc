@@ -29,7 +29,14 @@ void Topology::AddDevice(DeviceId id, HostId host, int64_t memory_bytes) {
   islands_[h.island].devices.push_back(id);
 }
 
-absl::Status Topology::RemoveHost(HostId id) {
+void Topology::MarkGone(DeviceId id, std::string reason) {
+  // Bounded: past the bound the oldest-known reasons are forgotten (all of
+  // them; the set is rebuilt from later losses).
+  if (gone_.size() >= kGoneRemembered) gone_.clear();
+  gone_[id] = std::move(reason);
+}
+
+absl::Status Topology::RemoveHost(HostId id, const std::string& reason) {
   auto it = hosts_.find(id);
   if (it == hosts_.end()) return absl::NotFoundError(absl::StrCat("unknown ", id.ToString()));
   IslandInfo& island = islands_[it->second.island];
@@ -37,6 +44,7 @@ absl::Status Topology::RemoveHost(HostId id) {
   for (DeviceId d : it->second.devices) {
     std::erase(island.devices, d);
     devices_.erase(d);
+    MarkGone(d, reason.empty() ? absl::StrCat(id.ToString(), " left the cluster") : reason);
   }
   const IslandId island_id = it->second.island;
   hosts_.erase(it);
@@ -51,7 +59,12 @@ absl::Status Topology::RemoveHost(HostId id) {
 
 absl::StatusOr<DeviceInfo> Topology::device(DeviceId id) const {
   auto it = devices_.find(id);
-  if (it == devices_.end()) return absl::NotFoundError(absl::StrCat("unknown ", id.ToString()));
+  if (it == devices_.end()) {
+    if (auto gone = gone_.find(id); gone != gone_.end()) {
+      return absl::UnavailableError(absl::StrCat(id.ToString(), " is gone: ", gone->second));
+    }
+    return absl::NotFoundError(absl::StrCat("unknown ", id.ToString()));
+  }
   return it->second;
 }
 

@@ -43,8 +43,14 @@ class Topology {
   // REQUIRES: the host exists, the device does not.
   void AddDevice(DeviceId id, HostId host, int64_t memory_bytes);
   // Removes the host and its devices, and its island if it was the last
-  // host there. NOT_FOUND if unknown.
-  absl::Status RemoveHost(HostId id);
+  // host there. NOT_FOUND if unknown. `reason` (why the host left) is kept
+  // for its devices: a later device() lookup of one is UNAVAILABLE naming
+  // it (the most recent kGoneRemembered devices are remembered).
+  absl::Status RemoveHost(HostId id, const std::string& reason = "");
+  // Records that `id` left, and why (decoding a topology).
+  void MarkGone(DeviceId id, std::string reason);
+  const absl::flat_hash_map<DeviceId, std::string>& gone() const { return gone_; }
+  static constexpr size_t kGoneRemembered = 4096;
 
   absl::StatusOr<DeviceInfo> device(DeviceId id) const;
   absl::StatusOr<HostInfo> host(HostId id) const;
@@ -57,6 +63,7 @@ class Topology {
   absl::flat_hash_map<IslandId, IslandInfo> islands_;
   absl::flat_hash_map<HostId, HostInfo> hosts_;
   absl::flat_hash_map<DeviceId, DeviceInfo> devices_;
+  absl::flat_hash_map<DeviceId, std::string> gone_;
 };
 
 }  // namespace causeway

@@ -427,6 +427,11 @@ void EncodeTopology(const causeway::Topology& t, Topology* out) {
       p->set_memory_bytes(info.memory_bytes);
     }
   }
+  for (const auto& [device, reason] : t.gone()) {
+    Topology::Gone* g = out->add_gone();
+    g->set_device(device.value());
+    g->set_reason(reason);
+  }
 }
 
 absl::StatusOr<causeway::Topology> DecodeTopology(const Topology& in) {
@@ -456,6 +461,16 @@ absl::StatusOr<causeway::Topology> DecodeTopology(const Topology& in) {
       }
       t.AddDevice(DeviceId(d.id()), HostId(d.host()), d.memory_bytes());
     }
+  }
+  if (static_cast<size_t>(in.gone_size()) > causeway::Topology::kGoneRemembered) {
+    return Invalid("topology: ", in.gone_size(), " departed devices (at most ",
+                   causeway::Topology::kGoneRemembered, ")");
+  }
+  for (const Topology::Gone& g : in.gone()) {
+    if (g.device() < 0 || devices.contains(g.device())) {
+      return Invalid("topology: departed device ", g.device(), " is invalid or present");
+    }
+    t.MarkGone(DeviceId(g.device()), g.reason().substr(0, 1000));
   }
   return t;
 }

@@ -289,6 +289,18 @@ TEST(WireCodecTest, TopologyRoundTripsKeepingDeviceOrder) {
     EXPECT_EQ(a.memory_bytes, b.memory_bytes);
   }
 
+  // Devices that left travel with their reason.
+  causeway::Topology left = t;
+  ASSERT_OK(left.RemoveHost(HostId(7), "host 7 lost: connection closed"));
+  Topology left_wire;
+  EncodeTopology(left, &left_wire);
+  ASSERT_OK_AND_ASSIGN(causeway::Topology left_back, DecodeTopology(left_wire));
+  EXPECT_THAT(left_back.device(DeviceId(3)),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("host 7 lost: connection closed")));
+  left_wire.mutable_gone(0)->set_device(0);  // present
+  EXPECT_THAT(DecodeTopology(left_wire), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                  HasSubstr("departed device 0")));
+
   Topology bad = wire;
   bad.mutable_islands(1)->mutable_devices(0)->set_host(5);  // a host of island 1
   EXPECT_THAT(DecodeTopology(bad), StatusIs(absl::StatusCode::kInvalidArgument,
