@@ -209,8 +209,10 @@ TEST(DeviceMemoryTest, RequestLargerThanCapacityFailsAtOnceWithResourceExhausted
 }
 
 TEST(DeviceMemoryTest, RequestLargerThanCapacityFailsAtOnceEvenBehindWaiters) {
-  DeviceMemory memory(DeviceId(0), 100);
+  // Declared first: b still waits when the memory is destroyed (and cancels
+  // it), so its callback's target must outlive the memory.
   Outcome a, b, c;
+  DeviceMemory memory(DeviceId(0), 100);
   memory.Reserve(100, a.callback());
   memory.Reserve(50, b.callback());
   memory.Reserve(500, c.callback());

@@ -33,8 +33,17 @@ struct Soak {
   float want = 0;
 };
 
-// x (rows sharded over island 0) -> [stage0: x + 1, all-reduced row sums]
-// -> moved to island 1 -> [stage1 ("flaky" or not): sum + 1].
+// stage0: x + 1, all-reduced row sums.
+ir::Function Stage0() {
+  ir::FunctionBuilder b0("stage0");
+  ir::Value x = b0.Parameter(ir::Shape(ir::DType::kF32, {kRows, 16}));
+  ir::Value one = b0.Broadcast(b0.ConstantF32(1.0f), {kRows, 16}, {});
+  ir::Value s = b0.AllReduce(b0.ReduceSum(b0.Add(x, one), {0}), {"x"});
+  return *b0.Build({s});
+}
+
+// x (rows sharded over island 0) -> [stage0] -> moved to island 1 ->
+// [stage1 ("flaky" or not): sum + 1].
 Soak MakeSoak(LocalCluster* cluster, DispatchMode mode, bool flaky) {
   ClientOptions options;
   options.dispatch = mode;
@@ -43,11 +52,7 @@ Soak MakeSoak(LocalCluster* cluster, DispatchMode mode, bool flaky) {
   Client& c = *soak.client;
   Mesh m0 = *c.AllocateMesh({{"x", 4}}, IslandId(0));
   Mesh m1 = *c.AllocateMesh({{"y", 2}}, IslandId(1));
-  ir::FunctionBuilder b0("stage0");
-  ir::Value x = b0.Parameter(ir::Shape(ir::DType::kF32, {kRows, 16}));
-  ir::Value one = b0.Broadcast(b0.ConstantF32(1.0f), {kRows, 16}, {});
-  ir::Value s = b0.AllReduce(b0.ReduceSum(b0.Add(x, one), {0}), {"x"});
-  CompiledFunction f0 = *c.Compile(*b0.Build({s}), m0,
+  CompiledFunction f0 = *c.Compile(Stage0(), m0,
                                    {{Sharding({{"x"}, {}})}, {Sharding::Replicated(1)}});
   CompiledFunction f1 = *c.Compile(DelayAddOne(16, 50, flaky ? "flaky" : "steady"), m1, {});
   ProgramBuilder pb = c.NewProgram("soak");
@@ -68,9 +73,11 @@ TEST(SoakTest, ClientsAcrossIslandsUnderBackPressureAndFaultsStayCorrectAndLeakN
   o.hosts_per_island = 2;
   o.devices_per_host = 2;
   // Each client's input holds 4 KiB on every island-0 device and each run's
-  // intermediate 64 bytes: with three inputs in place, room remains for three
-  // intermediates per device, so allocations wait (back-pressure).
-  o.device_memory_bytes = 3 * 4096 + 3 * 64;
+  // stage0 launch 64 bytes of result plus its temporaries while it runs:
+  // with three inputs in place, room remains for three launches per device,
+  // so allocations wait (back-pressure).
+  const int64_t temporaries = (*backend::cpu::Executable::Compile(Stage0()))->temporary_bytes();
+  o.device_memory_bytes = 3 * 4096 + 3 * (64 + temporaries);
   o.dcn.latency = absl::Microseconds(100);
   o.dcn.bytes_per_second = 1e9;
   o.fault_injector = Flaky;
