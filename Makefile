@@ -3,12 +3,16 @@
 #
 #   make run        install deps, build release, run `causeway demo`
 #   make test       install deps, build + test release, then build + test
-#                   the whole suite again under ThreadSanitizer
+#                   the whole suite again under ThreadSanitizer, then under
+#                   AddressSanitizer + UBSan (clang) with the fuzz targets
 #   make build      build release
 #   make quick      build release, run its tests except those labelled `stress`
+#   make soak       build release, run the 10-minute distributed soak (label
+#                   `soak`, which no other target runs)
 #   make debug      build the debug preset
 #   make tsan       build + test under ThreadSanitizer
-#   make asan       build + test under AddressSanitizer + UBSan
+#   make asan       build + test under AddressSanitizer + UBSan (clang), and
+#                   run each fuzz target for CAUSEWAY_FUZZ_SECONDS
 #   make clang-tsa  build with clang -Wthread-safety (checks the lock annotations)
 #   make clean      remove build/
 #
@@ -23,7 +27,7 @@ CTEST ?= ctest
 # Steps run in order; the parallelism lives inside ninja and ctest.
 .NOTPARALLEL:
 .DEFAULT_GOAL := build
-.PHONY: deps build run test quick debug tsan asan clang-tsa clean
+.PHONY: deps build run test quick soak debug tsan asan clang-tsa clean
 
 deps:
 	@./scripts/install-deps.sh
@@ -34,7 +38,8 @@ build/%/build.ninja: CMakePresets.json
 	$(CMAKE) --preset $*
 
 build_preset = $(CMAKE) --build --preset $(1) -j $(JOBS)
-test_preset = $(CTEST) --preset $(1) -j $(JOBS) --output-on-failure $(CTEST_ARGS)
+# Tests labelled `soak` (long runs with their own target) are left out.
+test_preset = $(CTEST) --preset $(1) -j $(JOBS) --output-on-failure -LE '$(or $(2),soak)' $(CTEST_ARGS)
 
 build: deps build/release/build.ninja
 	$(call build_preset,release)
@@ -42,14 +47,21 @@ build: deps build/release/build.ninja
 run: build
 	build/release/bin/causeway demo
 
-test: deps build/release/build.ninja build/tsan/build.ninja
+test: deps build/release/build.ninja build/tsan/build.ninja build/asan/build.ninja
 	$(call build_preset,release)
 	$(call test_preset,release)
 	$(call build_preset,tsan)
 	$(call test_preset,tsan)
+	$(call build_preset,asan)
+	$(call test_preset,asan)
 
 quick: build
-	$(call test_preset,quick)
+	$(call test_preset,quick,stress|soak)
+
+# The distributed soak: CAUSEWAY_SOAK_SECONDS (default 600) of clients and
+# refused probes against a process cluster, RSS slope per process reported.
+soak: build
+	$(CTEST) --preset release --output-on-failure -L soak -V $(CTEST_ARGS)
 
 debug: deps build/debug/build.ninja
 	$(call build_preset,debug)
