@@ -13,7 +13,8 @@ PACKAGES=(
   cmake                 # >= 3.25
   ninja-build
   ccache
-  clang                 # the clang-tsa build (-Wthread-safety)
+  clang                 # the clang-tsa build (-Wthread-safety) and the asan build
+  libclang-rt-14-dev    # clang's ASan, UBSan and libFuzzer runtimes (asan preset, fuzz/)
   libabsl-dev
   libeigen3-dev
   libopenblas-dev
