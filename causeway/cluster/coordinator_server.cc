@@ -1,6 +1,7 @@
 #include "causeway/cluster/coordinator_server.h"
 
 #include <cstdlib>
+#include <deque>
 #include <limits>
 #include <set>
 #include <thread>
@@ -114,6 +115,10 @@ class CoordinatorServer::Impl final : public cluster::Coordinator::Service {
       ABSL_GUARDED_BY(mu_);
   std::vector<grpc::ServerContext*> contexts_ ABSL_GUARDED_BY(mu_);
   int64_t next_host_ ABSL_GUARDED_BY(mu_) = 0;
+  // Lost hosts, oldest first: kept (so that workers and clients learn of the
+  // loss and runs naming them fail clearly) up to kMaxLostHosts.
+  static constexpr size_t kMaxLostHosts = 1024;
+  std::deque<HostId> lost_order_ ABSL_GUARDED_BY(mu_);
   // Open Connect and Join streams per peer address.
   absl::flat_hash_map<std::string, int> streams_by_peer_ ABSL_GUARDED_BY(mu_);
   int64_t next_device_ ABSL_GUARDED_BY(mu_) = 0;
@@ -219,6 +224,14 @@ void CoordinatorServer::Impl::HostLost(const std::shared_ptr<RemoteHost>& host,
       absl::UnavailableError(absl::StrCat(host->Name(), " lost: ", reason));
   host->Lose(status);
   resources_.RemoveHost(host->id(), std::string(status.message())).IgnoreError();
+  {
+    MutexLock lock(&mu_);
+    lost_order_.push_back(host->id());
+    while (lost_order_.size() > kMaxLostHosts) {
+      hosts_.erase(lost_order_.front());
+      lost_order_.pop_front();
+    }
+  }
   CW_LOG(kWarning) << status.message();
   BroadcastPeers();
   BroadcastTopology();

@@ -134,8 +134,8 @@ absl::Status CollectiveHub::Meet(const CollectiveKey& key, DeviceId self, int ra
     }
     slot->what = what;
     if (auto it = early_remote_.find(key); it != early_remote_.end()) {
-      auto early = std::move(it->second);
-      early_remote_.erase(it);
+      auto early = std::move(it->second.contributions);
+      EraseEarlyLocked(it);
       for (auto& [r, bytes] : early) AbsorbRemoteLocked(*slot, r, std::move(bytes));
     }
   }
@@ -246,10 +246,54 @@ void CollectiveHub::DeliverContribution(const CollectiveKey& key, int rank, std:
   if (shutdown_ || aborted_gangs_.contains({key.run, key.node})) return;
   auto it = states_.find(key);
   if (it == states_.end()) {
-    early_remote_[key].emplace_back(rank, std::move(bytes));
+    const int64_t size = static_cast<int64_t>(bytes.size());
+    if (early_remote_bytes_ + size > kMaxEarlyRemoteBytes ||
+        early_remote_count_ + 1 > kMaxEarlyRemoteCount) {
+      AbortGangLocked(key.run, key.node,
+                      absl::ResourceExhaustedError(absl::StrCat(
+                          "a contribution to node ", key.node, " of ", key.run.ToString(),
+                          " was dropped: ", early_remote_count_, " contributions (",
+                          early_remote_bytes_, " bytes) already wait for collectives that "
+                          "have not started here")));
+      return;
+    }
+    EarlyRemote& early = early_remote_[key];
+    if (early.contributions.empty()) early.arrived = absl::Now();
+    early.contributions.emplace_back(rank, std::move(bytes));
+    early_remote_bytes_ += size;
+    ++early_remote_count_;
     return;
   }
   AbsorbRemoteLocked(*it->second, rank, std::move(bytes));
+}
+
+void CollectiveHub::EraseEarlyLocked(
+    absl::flat_hash_map<CollectiveKey, EarlyRemote>::iterator it) {
+  for (const auto& [rank, bytes] : it->second.contributions) {
+    early_remote_bytes_ -= static_cast<int64_t>(bytes.size());
+    --early_remote_count_;
+  }
+  early_remote_.erase(it);
+}
+
+int64_t CollectiveHub::early_remote_bytes() const {
+  MutexLock lock(&mu_);
+  return early_remote_bytes_;
+}
+
+void CollectiveHub::Housekeep(absl::Time now, absl::Duration ttl) {
+  MutexLock lock(&mu_);
+  std::vector<CollectiveKey> expired;
+  for (const auto& [key, early] : early_remote_) {
+    if (now - early.arrived > ttl) expired.push_back(key);
+  }
+  for (const CollectiveKey& key : expired) {
+    AbortGangLocked(key.run, key.node,
+                    absl::DeadlineExceededError(absl::StrCat(
+                        "contributions to node ", key.node, " of ", key.run.ToString(),
+                        " came from other hosts but the run did not come here within ",
+                        absl::FormatDuration(ttl))));
+  }
 }
 
 void CollectiveHub::HostLost(HostId host, const absl::Status& status) {
@@ -454,9 +498,15 @@ void CollectiveHub::AbortGangFromPeer(RunId run, int node, const absl::Status& s
 
 void CollectiveHub::AbortGangLocal(RunId run, int node, const absl::Status& status) {
   MutexLock lock(&mu_);
-  absl::erase_if(early_remote_, [&](const auto& entry) {
-    return entry.first.run == run && entry.first.node == node;
-  });
+  AbortGangLocked(run, node, status);
+}
+
+void CollectiveHub::AbortGangLocked(RunId run, int node, const absl::Status& status) {
+  for (auto it = early_remote_.begin(); it != early_remote_.end();) {
+    auto next = std::next(it);
+    if (it->first.run == run && it->first.node == node) EraseEarlyLocked(it);
+    it = next;
+  }
   if (!aborted_gangs_.try_emplace({run, node}, status).second) return;
   aborted_order_.push_back({run, node});
   if (aborted_order_.size() > kMaxAbortedGangs) {

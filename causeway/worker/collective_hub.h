@@ -129,6 +129,17 @@ class CollectiveHub {
   // fails with `status`, and so does every later one that includes it.
   void HostLost(HostId host, const absl::Status& status);
 
+  // Drops contributions from other processes that have waited more than
+  // `ttl` for their collective's first local member (its run never came
+  // here), failing that gang for members that arrive later. Called by the
+  // host's housekeeping.
+  void Housekeep(absl::Time now, absl::Duration ttl = absl::Seconds(60));
+  // Bytes of contributions held for collectives with no local member yet.
+  int64_t early_remote_bytes() const;
+  // Bounds on those: beyond either, a new one is dropped and its gang fails.
+  static constexpr int64_t kMaxEarlyRemoteBytes = int64_t{256} << 20;
+  static constexpr int64_t kMaxEarlyRemoteCount = 65536;
+
   int64_t deadlocks_detected() const;
 
  private:
@@ -199,9 +210,22 @@ class CollectiveHub {
   const absl::Duration timeout_;
   CollectivePeers* const peers_;
   mutable Mutex mu_;
-  // Contributions from other processes that came before any local member.
-  absl::flat_hash_map<CollectiveKey, std::vector<std::pair<int, std::string>>> early_remote_
-      ABSL_GUARDED_BY(mu_);
+  // Contributions from other processes that came before any local member,
+  // with when the first came; their bytes and count in all.
+  struct EarlyRemote {
+    std::vector<std::pair<int, std::string>> contributions;
+    absl::Time arrived;
+  };
+  absl::flat_hash_map<CollectiveKey, EarlyRemote> early_remote_ ABSL_GUARDED_BY(mu_);
+  int64_t early_remote_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t early_remote_count_ ABSL_GUARDED_BY(mu_) = 0;
+  // Removes early_remote_[it], keeping the totals.
+  void EraseEarlyLocked(
+      absl::flat_hash_map<CollectiveKey, EarlyRemote>::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records the gang of (run, node) as aborted with `status` (members that
+  // arrive later fail at once) and fails its collectives in progress.
+  void AbortGangLocked(RunId run, int node, const absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::flat_hash_map<HostId, absl::Status> lost_hosts_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<CollectiveKey, std::shared_ptr<State>> states_ ABSL_GUARDED_BY(mu_);
   // The collective each blocked device waits in.

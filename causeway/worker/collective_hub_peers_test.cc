@@ -197,5 +197,26 @@ TEST(CollectiveHubPeersTest, AContributionOfTheWrongSizeFailsTheCollective) {
   EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("3 bytes")));
 }
 
+// Contributions for a collective whose run never comes to this host are
+// not kept forever: past their time to live they are dropped, and a member
+// that arrives after that fails at once, naming why.
+TEST(CollectiveHubPeersTest, ContributionsForACollectiveThatNeverStartsHereExpire) {
+  Fabric fabric(2, 1);
+  const std::vector<DeviceId> members = Devices(2);
+  const CollectiveKey key{RunId(9), 0, 0, 0};
+  std::vector<float> theirs = {1, 2, 3};
+  fabric.hub(0).DeliverContribution(
+      key, 1, std::string(reinterpret_cast<const char*>(theirs.data()), 12));
+  EXPECT_EQ(fabric.hub(0).early_remote_bytes(), 12);
+  fabric.hub(0).Housekeep(absl::Now());  // young: kept
+  EXPECT_EQ(fabric.hub(0).early_remote_bytes(), 12);
+  fabric.hub(0).Housekeep(absl::Now() + absl::Minutes(2));
+  EXPECT_EQ(fabric.hub(0).early_remote_bytes(), 0);
+  std::vector<float> mine = {1, 1, 1};
+  EXPECT_THAT(fabric.hub(0).AllReduce(key, members[0], 0, members, kVec, ir::ReduceKind::kSum,
+                                      mine.data(), "all_reduce"),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("did not come here")));
+}
+
 }  // namespace
 }  // namespace causeway

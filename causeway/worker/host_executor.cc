@@ -51,6 +51,7 @@ void HostExecutor::Housekeep(absl::Time now) {
                                absl::FormatDuration(options_.early_piece_ttl))));
     }
   }
+  options_.collectives->Housekeep(now);
   ReapLoops();
 }
 
