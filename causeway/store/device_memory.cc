@@ -8,6 +8,11 @@
 
 namespace causeway {
 
+void MemoryHold::reset() {
+  if (memory_ != nullptr) memory_->Free(bytes_);
+  memory_ = nullptr;
+}
+
 DeviceMemory::~DeviceMemory() { Shutdown(); }
 
 uint64_t DeviceMemory::Reserve(int64_t bytes, Callback done) {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -18,6 +19,34 @@
 #include "causeway/base/mutex.h"
 
 namespace causeway {
+
+class DeviceMemory;
+
+// Bytes granted on a DeviceMemory, freed when the hold is destroyed or
+// reset. Move-only. What a launch's temporaries take while it runs when
+// they fit at once (no buffer, no future: the common case costs one lock
+// to take and one to give back).
+class MemoryHold {
+ public:
+  MemoryHold() = default;
+  MemoryHold(DeviceMemory* memory, int64_t bytes) : memory_(memory), bytes_(bytes) {}
+  MemoryHold(MemoryHold&& other) noexcept
+      : memory_(std::exchange(other.memory_, nullptr)), bytes_(other.bytes_) {}
+  MemoryHold& operator=(MemoryHold&& other) noexcept {
+    if (this != &other) {
+      reset();
+      memory_ = std::exchange(other.memory_, nullptr);
+      bytes_ = other.bytes_;
+    }
+    return *this;
+  }
+  ~MemoryHold() { reset(); }
+  void reset();
+
+ private:
+  DeviceMemory* memory_ = nullptr;
+  int64_t bytes_ = 0;
+};
 
 // Thread-safe. Owned by the host's ObjectStore; outlives every buffer on it.
 class DeviceMemory {

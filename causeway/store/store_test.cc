@@ -128,6 +128,23 @@ TEST(DeviceMemoryTest, WaitersFailOnlyWhenNothingHasBeenFreedForTheStallTimeout)
   EXPECT_EQ(memory.FailStalledWaiters(absl::Now() + absl::Hours(1), absl::Seconds(30)), 0);
 }
 
+TEST(DeviceMemoryTest, AHoldGivesItsBytesBackOnceWhenResetMovedOrDestroyed) {
+  DeviceMemory memory(DeviceId(0), 100);
+  ASSERT_TRUE(memory.TryReserve(60));
+  {
+    MemoryHold hold(&memory, 60);
+    MemoryHold moved = std::move(hold);
+    hold.reset();  // moved from: gives nothing back
+    EXPECT_EQ(memory.in_use(), 60);
+  }
+  EXPECT_EQ(memory.in_use(), 0);
+  ASSERT_TRUE(memory.TryReserve(30));
+  MemoryHold a(&memory, 30);
+  a.reset();
+  a.reset();
+  EXPECT_EQ(memory.in_use(), 0);
+}
+
 TEST(DeviceMemoryTest, ABigRequestQueuedFirstBlocksLaterSmallOnes) {
   DeviceMemory memory(DeviceId(0), 100);
   std::vector<std::string> order;

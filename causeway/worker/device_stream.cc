@@ -128,6 +128,7 @@ void DeviceStream::Execute(Launch& launch) {
     context.collectives = launch.collectives.get();
     status = launch.executable->Run(in, out, context);
     launch.scratch.reset();
+    launch.scratch_hold.reset();
     ran = true;
   }
   if (!status.ok() && (ran || own_failure)) {

@@ -46,8 +46,11 @@ struct Launch {
   std::shared_ptr<const backend::cpu::Executable> executable;
   std::vector<BufferRef> inputs;
   std::vector<BufferRef> outputs;
-  // The device memory its temporaries take while it runs (a reservation);
-  // null if it needs none.
+  // The device memory its temporaries take while it runs: granted at once
+  // (`scratch_hold`) or, when the device is full, a reservation that waits
+  // in line with the other allocations (`scratch`); neither if it needs
+  // none.
+  MemoryHold scratch_hold;
   BufferRef scratch;
   // Null if the function has no collectives.
   std::unique_ptr<backend::cpu::CollectiveOps> collectives;

@@ -391,7 +391,12 @@ void HostExecutor::EnqueueCall(const RunRequest& run,
       launch.outputs.push_back(std::move(out));
     }
     if (const int64_t temporaries = node.executable->temporary_bytes(); temporaries > 0) {
-      launch.scratch = DeviceBuffer::Reservation(store_.memory(local), temporaries, run.client);
+      DeviceMemory* memory = store_.memory(local);
+      if (memory->TryReserve(temporaries)) {
+        launch.scratch_hold = MemoryHold(memory, temporaries);
+      } else {
+        launch.scratch = DeviceBuffer::Reservation(memory, temporaries, run.client);
+      }
     }
     if (node.has_collectives) {
       auto hub = std::make_unique<HubCollectives>(options_.collectives, run.run, node_index,
