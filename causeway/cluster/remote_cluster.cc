@@ -6,7 +6,6 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "causeway/base/check.h"
 #include "causeway/base/status_macros.h"
@@ -21,10 +20,8 @@ using grpc_transport::BatchWriter;
 absl::StatusOr<std::string> ParseGrpcAddress(const std::string& url) {
   absl::string_view a = url;
   if (absl::StartsWith(a, "grpc://")) a.remove_prefix(7);
-  const size_t colon = a.rfind(':');
-  int port = 0;
-  if (colon == absl::string_view::npos || colon == 0 ||
-      !absl::SimpleAtoi(a.substr(colon + 1), &port) || port < 1 || port > 65535) {
+  const absl::StatusOr<std::pair<std::string, int>> split = grpc_transport::SplitHostPort(a);
+  if (!split.ok() || split->first.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("'", url, "' is not a cluster address (grpc://HOST:PORT)"));
   }
