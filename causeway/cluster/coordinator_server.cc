@@ -2,7 +2,6 @@
 
 #include <cstdlib>
 #include <deque>
-#include <limits>
 #include <set>
 #include <thread>
 #include <utility>
@@ -613,14 +612,7 @@ void CoordinatorServer::Impl::HandleHostCall(ClientSession& session,
       // Every id the loop will make (id_base + first .. id_base + first +
       // count - 1) must be this client's: the ids of one client are one
       // contiguous range, so checking both ends checks them all.
-      if (status.ok() && (l.first() < 0 || l.count() < 1 ||
-                          l.count() > limits::kMaxSpmdLoopSteps || l.id_base() < 0 ||
-                          l.id_base() > std::numeric_limits<int64_t>::max() - l.first() -
-                                            l.count())) {
-        status = absl::InvalidArgumentError(absl::StrCat(
-            "an SPMD loop of ", l.count(), " steps from ", l.first(), " (1 to ",
-            limits::kMaxSpmdLoopSteps, " steps, from 0 or later, ids not overflowing)"));
-      }
+      if (status.ok()) status = CheckSpmdLoopRange(l.id_base(), l.first(), l.count());
       if (status.ok()) status = CheckOwned(session, l.id_base() + l.first(), "run");
       if (status.ok()) status = CheckOwned(session, l.id_base() + l.first() + l.count() - 1, "run");
       if (status.ok() && l.first() > 0) {

@@ -53,6 +53,12 @@ struct SpmdLoop {
   int64_t count = 0;
 };
 
+// INVALID_ARGUMENT unless a loop of `count` steps from step `first` has 1
+// to limits::kMaxSpmdLoopSteps steps, starts at 0 or later, and its ids
+// (id_base + first .. id_base + first + count - 1) do not overflow. Checked
+// by whoever receives a loop from a peer.
+absl::Status CheckSpmdLoopRange(int64_t id_base, int64_t first, int64_t count);
+
 // One device's counters, as its host reports them.
 struct DeviceCounters {
   DeviceId device;

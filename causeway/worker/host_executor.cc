@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <limits>
 #include <tuple>
 #include <utility>
 
@@ -172,12 +171,9 @@ int HostExecutor::ReapLoops() {
 }
 
 Future<Unit> HostExecutor::DriveSpmd(const SpmdLoop& loop) {
-  if (loop.first < 0 || loop.count < 1 || loop.count > limits::kMaxSpmdLoopSteps ||
-      loop.id_base < 0 ||
-      loop.id_base > std::numeric_limits<int64_t>::max() - loop.first - loop.count) {
-    return Future<Unit>::Ready(absl::InvalidArgumentError(absl::StrCat(
-        id().ToString(), ": an SPMD loop of ", loop.count, " steps from ", loop.first,
-        " (1 to ", limits::kMaxSpmdLoopSteps, " steps, from 0 or later, ids not overflowing)")));
+  if (absl::Status range = CheckSpmdLoopRange(loop.id_base, loop.first, loop.count);
+      !range.ok()) {
+    return Future<Unit>::Ready(Annotate(range, id().ToString()));
   }
   const int running = ReapLoops();
   if (running >= limits::kMaxSpmdLoopsPerHost) {
