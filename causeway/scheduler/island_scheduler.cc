@@ -37,7 +37,7 @@ void IslandScheduler::UnregisterProgram(ProgramId program) {
   programs_.erase(program);
 }
 
-absl::StatusOr<std::vector<HostService*>> IslandScheduler::Route(const RunRequest& run) const {
+absl::StatusOr<IslandScheduler::Hosts> IslandScheduler::Route(const RunRequest& run) const {
   auto it = programs_.find(run.program);
   if (it == programs_.end()) {
     return absl::NotFoundError(absl::StrCat(run.program.ToString(), " is not registered with ",
@@ -50,8 +50,7 @@ absl::StatusOr<std::vector<HostService*>> IslandScheduler::Route(const RunReques
         " arguments and ", run.outputs.size(), " outputs; the program takes ", program.arguments,
         " and returns ", program.outputs));
   }
-  std::vector<HostService*> hosts;
-  hosts.reserve(program.hosts.size());
+  Hosts hosts;
   for (HostId h : program.hosts) {
     HostService* host = options_.host_lookup(h);
     if (host == nullptr) {
@@ -72,7 +71,7 @@ absl::Status IslandScheduler::SubmitRun(RunRequest run) {
   // Forwarding happens under the lock: that is what makes the order of runs
   // the same on every host of the island. Hosts' EnqueueRun never blocks.
   MutexLock lock(&mu_);
-  absl::StatusOr<std::vector<HostService*>> hosts = Route(run);
+  absl::StatusOr<Hosts> hosts = Route(run);
   if (!hosts.ok()) return hosts.status();
   run.sequence = next_sequence_++;
   for (HostService* h : *hosts) h->EnqueueRun(run);
@@ -87,7 +86,7 @@ std::vector<absl::Status> IslandScheduler::SubmitRuns(std::vector<RunRequest> ru
   absl::flat_hash_map<HostService*, std::vector<RunRequest>> by_host;
   std::vector<HostService*> host_order;
   for (RunRequest& run : runs) {
-    absl::StatusOr<std::vector<HostService*>> hosts = Route(run);
+    absl::StatusOr<Hosts> hosts = Route(run);
     if (!hosts.ok()) {
       statuses.push_back(hosts.status());
       continue;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "causeway/base/mutex.h"
 #include "causeway/transport/services.h"
 
@@ -61,9 +62,10 @@ class IslandScheduler final : public SchedulerService {
     size_t arguments = 0;
     size_t outputs = 0;
   };
-  // The hosts `run` goes to, or why it cannot go.
-  absl::StatusOr<std::vector<HostService*>> Route(const RunRequest& run) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The hosts `run` goes to, or why it cannot go. Inline: on the dispatch
+  // path of every run, no allocation for islands of up to 8 hosts.
+  using Hosts = absl::InlinedVector<HostService*, 8>;
+  absl::StatusOr<Hosts> Route(const RunRequest& run) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const IslandSchedulerOptions options_;
   mutable Mutex mu_;
