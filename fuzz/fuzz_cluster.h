@@ -21,6 +21,24 @@ inline constexpr char kClientToken[] = "fuzz-client-token";
 inline constexpr char kWorkerToken[] = "fuzz-worker-token";
 inline constexpr int64_t kDeviceMemory = int64_t{64} << 20;
 
+// Starts a real worker (two devices of kDeviceMemory, short collective and
+// memory timeouts, so that fuzz inputs cannot park it for long) joined to
+// the coordinator at `address`.
+inline std::unique_ptr<WorkerServer> StartWorker(const std::string& address) {
+  WorkerServerOptions o;
+  o.coordinator = address;
+  o.token = kWorkerToken;
+  o.devices = 2;
+  o.memory_bytes = kDeviceMemory;
+  o.listen = "127.0.0.1:0";
+  o.advertise = "127.0.0.1";
+  o.collective_timeout = absl::Seconds(2);
+  o.memory_stall_timeout = absl::Seconds(2);
+  auto worker = WorkerServer::Start(o);
+  CW_CHECK_OK(worker.status());
+  return *std::move(worker);
+}
+
 // A coordinator that welcomes one worker and then sends it whatever the
 // fuzz input says, in order. Sync() waits until the worker has handled
 // everything sent so far (a counters call it must answer).
@@ -101,18 +119,7 @@ struct ScriptedWorker {
       builder.RegisterService(&s->coordinator);
       s->server = builder.BuildAndStart();
       CW_CHECK(s->server != nullptr && port != 0);
-      WorkerServerOptions o;
-      o.coordinator = absl::StrCat("127.0.0.1:", port);
-      o.token = kWorkerToken;
-      o.devices = 2;
-      o.memory_bytes = kDeviceMemory;
-      o.listen = "127.0.0.1:0";
-      o.advertise = "127.0.0.1";
-      o.collective_timeout = absl::Seconds(2);
-      o.memory_stall_timeout = absl::Seconds(2);
-      auto worker = WorkerServer::Start(o);
-      CW_CHECK_OK(worker.status());
-      s->worker = *std::move(worker);
+      s->worker = StartWorker(absl::StrCat("127.0.0.1:", port));
       return s;
     }();
     return *w;
@@ -134,17 +141,7 @@ struct RealCluster {
       auto coordinator = CoordinatorServer::Start(co);
       CW_CHECK_OK(coordinator.status());
       s->coordinator = *std::move(coordinator);
-      WorkerServerOptions o;
-      o.coordinator = s->coordinator->address();
-      o.token = kWorkerToken;
-      o.devices = 2;
-      o.memory_bytes = kDeviceMemory;
-      o.listen = "127.0.0.1:0";
-      o.collective_timeout = absl::Seconds(2);
-      o.memory_stall_timeout = absl::Seconds(2);
-      auto worker = WorkerServer::Start(o);
-      CW_CHECK_OK(worker.status());
-      s->worker = *std::move(worker);
+      s->worker = StartWorker(s->coordinator->address());
       s->stub = cluster::Coordinator::NewStub(grpc_transport::MakeChannel(
           s->coordinator->address(), grpc::InsecureChannelCredentials()));
       return s;
