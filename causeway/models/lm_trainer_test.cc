@@ -5,35 +5,21 @@
 
 #include <cmath>
 #include <filesystem>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "causeway/cluster/local_cluster.h"
 #include "causeway/models/tensor_file.h"
 #include "causeway/testing/status_matchers.h"
+#include "causeway/testing/text.h"
 #include "gtest/gtest.h"
 
 namespace causeway::models {
 namespace {
 
+using ::causeway::testing::LearnableText;
 using ::causeway::testing::StatusIs;
 using ::testing::HasSubstr;
-
-// A small, learnable text: sentences made of a few words, seeded.
-std::string MakeText(size_t chars) {
-  const std::vector<std::string> words = {"the", "cat", "sat", "on", "a", "mat", "and",
-                                          "dog", "ran", "to", "its", "home", "fast"};
-  std::mt19937 rng(11);
-  std::uniform_int_distribution<size_t> pick(0, words.size() - 1);
-  std::string text;
-  while (text.size() < chars) {
-    const int n = 3 + static_cast<int>(rng() % 5);
-    for (int i = 0; i < n; ++i) text += (i ? " " : "") + words[pick(rng)];
-    text += ".\n";
-  }
-  return text;
-}
 
 LmTrainOptions SmallOptions() {
   LmTrainOptions o;
@@ -61,7 +47,7 @@ struct TrainRun {
 class LmTrainerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto data = TextDataset::FromText(MakeText(6000), TokenizerKind::kChars, 16);
+    auto data = TextDataset::FromText(LearnableText(6000), TokenizerKind::kChars, 16);
     ASSERT_OK(data.status());
     data_ = std::make_unique<TextDataset>(*std::move(data));
     dir_ = std::filesystem::path(::testing::TempDir()) /
@@ -175,7 +161,7 @@ TEST_F(LmTrainerTest, ACheckpointOfAnotherModelOrVocabularyIsRefused) {
   EXPECT_THAT(Train(wider, -1, &c).status,
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("another model")));
 
-  auto other = TextDataset::FromText(MakeText(6000) + "XYZ", TokenizerKind::kChars, 16);
+  auto other = TextDataset::FromText(LearnableText(6000) + "XYZ", TokenizerKind::kChars, 16);
   ASSERT_OK(other.status());
   data_ = std::make_unique<TextDataset>(*std::move(other));
   EXPECT_THAT(Train(o, -1, &c).status,
@@ -183,7 +169,7 @@ TEST_F(LmTrainerTest, ACheckpointOfAnotherModelOrVocabularyIsRefused) {
 }
 
 TEST_F(LmTrainerTest, ByteTokensTrainAndAMalformedCheckpointIsDataLoss) {
-  auto bytes = TextDataset::FromText(MakeText(6000), TokenizerKind::kBytes, 16);
+  auto bytes = TextDataset::FromText(LearnableText(6000), TokenizerKind::kBytes, 16);
   ASSERT_OK(bytes.status());
   data_ = std::make_unique<TextDataset>(*std::move(bytes));
   LmTrainOptions o = SmallOptions();

@@ -8,6 +8,7 @@
 
 #include "causeway/base/status_macros.h"
 #include "causeway/models/lm_trainer.h"
+#include "causeway/testing/text.h"
 #include "gmock/gmock.h"
 #include "tests/integration/cluster_kinds.h"
 
@@ -17,19 +18,6 @@ namespace {
 using models::LmTrainer;
 using models::LmTrainOptions;
 using ::testing::HasSubstr;
-
-std::string Text() {
-  const std::vector<std::string> words = {"the", "cat", "sat", "on", "a", "mat", "and",
-                                          "dog", "ran", "to", "its", "home", "fast"};
-  std::mt19937 rng(5);
-  std::string text;
-  while (text.size() < 6000) {
-    const int n = 3 + static_cast<int>(rng() % 5);
-    for (int i = 0; i < n; ++i) text += (i ? " " : "") + words[rng() % words.size()];
-    text += ".\n";
-  }
-  return text;
-}
 
 LmTrainOptions Options(const std::string& dir) {
   LmTrainOptions o;
@@ -69,7 +57,7 @@ TEST(ChaosTest, AWorkerKilledMidTrainingIsNamedAndTrainingResumesFromItsCheckpoi
       std::filesystem::path(::testing::TempDir()) / "chaos_checkpoint";
   std::filesystem::remove_all(dir);
   ASSERT_OK_AND_ASSIGN(models::TextDataset data,
-                       models::TextDataset::FromText(Text(), models::TokenizerKind::kChars, 8));
+                       models::TextDataset::FromText(LearnableText(6000), models::TokenizerKind::kChars, 8));
 
   // The uninterrupted run, on the embedded cluster (same layout).
   LmTrainOptions reference_options = Options("");
