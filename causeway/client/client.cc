@@ -65,7 +65,12 @@ absl::StatusOr<std::vector<Array>> Program::Run(absl::Span<const Array> args) co
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClusterConnection* cluster,
                                                         ClientOptions options) {
   if (cluster == nullptr) return absl::InvalidArgumentError("Connect: null cluster");
+  CW_RETURN_IF_ERROR(CheckClientShare(options.share));
   CW_ASSIGN_OR_RETURN(const ClientId id, cluster->resources()->RegisterClient());
+  if (absl::Status s = cluster->SetClientShare(id, options.share); !s.ok()) {
+    cluster->resources()->UnregisterClient(id);
+    return s;
+  }
   auto core = std::make_shared<internal::ClientCore>(cluster, std::move(options), id);
   core->Start();
   return std::unique_ptr<Client>(new Client(std::move(core)));
@@ -106,6 +111,8 @@ ProgramBuilder Client::NewProgram(std::string name) { return core_->NewProgram(s
 void Client::Disconnect() { core_->Disconnect(); }
 
 Future<Unit> Client::Flush() { return core_->Flush(); }
+
+absl::Status Client::SetShare(const ClientShare& share) { return core_->SetShare(share); }
 
 int64_t Client::programs_lowered() const { return core_->programs_lowered(); }
 

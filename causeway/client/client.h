@@ -64,6 +64,9 @@ struct ClientOptions {
   // ascending, and `bypass_hook(i)` runs after the i-th host got the run.
   bool bypass_reverse_host_order = false;
   std::function<void(int)> bypass_hook;
+  // This client's claim on each island's device time, against the other
+  // clients with work queued there (docs/SCHEDULING.md).
+  ClientShare share;
 };
 
 // A handle to a logical, immutable, sharded array. Copyable; the array is
@@ -229,6 +232,11 @@ class Client {
   // pending work that uses it finishes), unregisters its programs, and
   // makes every later call fail with FAILED_PRECONDITION. Idempotent.
   void Disconnect();
+
+  // Changes this client's share of every island from its next run on.
+  // INVALID_ARGUMENT for a weight that is not finite and positive;
+  // UNIMPLEMENTED where the cluster does not schedule by shares.
+  absl::Status SetShare(const ClientShare& share);
 
   // Number of programs lowered so far (Call's cache misses included).
   int64_t programs_lowered() const;

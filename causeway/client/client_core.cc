@@ -246,9 +246,10 @@ absl::StatusOr<std::vector<Array>> ClientCore::Call(const CompiledFunction& func
   return Run(program.state_, args);
 }
 
-absl::Status ClientCore::Submit(const RunRequest& run, const ProgramPlan& plan) {
+absl::Status ClientCore::Submit(const RunRequest& run, const ProgramPlan& plan,
+                                std::function<void(const absl::Status&)> forwarded) {
   if (options_.scheduling == SchedulerPath::kIslandScheduler) {
-    return cluster_->SubmitRun(run, plan.islands);
+    return cluster_->SubmitRun(run, plan.islands, std::move(forwarded));
   }
   std::vector<HostId> hosts = plan.hosts;
   if (options_.bypass_reverse_host_order) std::reverse(hosts.begin(), hosts.end());
@@ -256,7 +257,14 @@ absl::Status ClientCore::Submit(const RunRequest& run, const ProgramPlan& plan) 
     cluster_->host(hosts[i])->EnqueueRun(run);
     if (options_.bypass_hook) options_.bypass_hook(static_cast<int>(i));
   }
+  if (forwarded) forwarded(absl::OkStatus());
   return absl::OkStatus();
+}
+
+absl::Status ClientCore::SetShare(const ClientShare& share) {
+  CW_RETURN_IF_ERROR(CheckConnected());
+  CW_RETURN_IF_ERROR(CheckClientShare(share));
+  return cluster_->SetClientShare(id_, share);
 }
 
 absl::StatusOr<std::vector<Array>> ClientCore::Run(

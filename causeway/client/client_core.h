@@ -116,6 +116,7 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   void QueueRelease(ArrayId array, const std::vector<HostId>& hosts);
 
   void Disconnect();
+  absl::Status SetShare(const ClientShare& share);
   Future<Unit> Flush();
   int64_t programs_lowered() const { return programs_lowered_.load(); }
 
@@ -128,7 +129,10 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
                   const Sharding& sharding, std::vector<HostId> shard_hosts,
                   Future<Unit> submitted);
   Array MakeArray(ArrayId id, const PlanValue& value, Future<Unit> submitted);
-  absl::Status Submit(const RunRequest& run, const ProgramPlan& plan);
+  // Submits `run`; `forwarded` is told once it reached its hosts (or why
+  // it was dropped on the way), but only if the submission was accepted.
+  absl::Status Submit(const RunRequest& run, const ProgramPlan& plan,
+                      std::function<void(const absl::Status&)> forwarded);
   absl::Status Register(const std::shared_ptr<const ProgramPlan>& plan);
   struct SequentialRun;
   // Sequential dispatch: submits the program node by node, each only once

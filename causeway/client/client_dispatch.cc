@@ -8,6 +8,31 @@
 #include "causeway/client/client_core.h"
 
 namespace causeway::internal {
+namespace {
+
+// Settles a group of "submitted" promises once: with the refusal of the
+// submitting call, or when the scheduler forwarded the run (or dropped it),
+// whichever speaks first.
+class OnceSettler {
+ public:
+  explicit OnceSettler(std::vector<Promise<Unit>> promises) : promises_(std::move(promises)) {}
+  void Set(const absl::Status& status) {
+    if (done_.exchange(true)) return;
+    for (const Promise<Unit>& p : promises_) {
+      if (status.ok()) {
+        p.Set(Unit{});
+      } else {
+        p.Set(status);
+      }
+    }
+  }
+
+ private:
+  std::atomic<bool> done_{false};
+  const std::vector<Promise<Unit>> promises_;
+};
+
+}  // namespace
 
 struct ClientCore::SequentialRun {
   std::shared_ptr<const ProgramState> program;
@@ -66,29 +91,31 @@ void ClientCore::SubmitStep(std::shared_ptr<SequentialRun> run) {
   request.run = RunId(NextId(next_run_));
   request.client = id_;
   for (int v : step.inputs) request.arguments.push_back(run->values[v].id());
-  std::vector<int> finished_outputs;
+  // The step's outputs may be read (and the next step may wait on them)
+  // once the step reached its hosts.
+  Promise<Unit> step_forwarded;
+  std::vector<Promise<Unit>> told = {step_forwarded};
+  std::vector<bool> finished(run->submitted.size(), false);
   for (int v : step.outputs) {
     auto out = std::find(plan.outputs.begin(), plan.outputs.end(), v);
     if (out != plan.outputs.end()) {
       const int k = static_cast<int>(out - plan.outputs.begin());
       run->values[v] = run->outputs[k];
-      finished_outputs.push_back(k);
+      if (!finished[k]) told.push_back(run->submitted[k]);
+      finished[k] = true;
     } else {
-      run->values[v] = MakeArray(ArrayId(NextId(next_array_)), plan.values[v], Future<Unit>::Ready(Unit{}));
+      run->values[v] =
+          MakeArray(ArrayId(NextId(next_array_)), plan.values[v], step_forwarded.future());
     }
     request.outputs.push_back(run->values[v].id());
   }
-  const absl::Status status = Submit(request, *step.plan);
-  for (int k : finished_outputs) {
-    if (status.ok()) {
-      run->submitted[k].Set(Unit{});
-    } else {
-      run->submitted[k].Set(status);
-    }
-  }
+  auto settler = std::make_shared<OnceSettler>(std::move(told));
+  const absl::Status status =
+      Submit(request, *step.plan, [settler](const absl::Status& s) { settler->Set(s); });
   if (!status.ok()) {
-    for (auto& p : run->submitted) {
-      if (!p.IsSet()) p.Set(status);
+    settler->Set(status);
+    for (size_t k = 0; k < run->submitted.size(); ++k) {
+      if (!finished[k] && !run->submitted[k].IsSet()) run->submitted[k].Set(status);
     }
     return;
   }
@@ -285,6 +312,9 @@ void ClientCore::SendBatch(std::vector<OutboxItem>& batch) {
   // Runs go first, in order; consecutive runs on one island share one
   // message to its scheduler. Releases follow: a release can only name an
   // array no later call uses, and must come after the earlier ones.
+  // A run's promises are settled when the scheduler forwarded it to its
+  // hosts (reads and releases of its outputs wait for that), or at once
+  // with the reason it was refused.
   std::vector<OutboxItem*> group;
   auto settle = [](OutboxItem& item, const absl::Status& status) {
     for (Promise<Unit>& p : item.submitted) {
@@ -300,17 +330,26 @@ void ClientCore::SendBatch(std::vector<OutboxItem>& batch) {
     SchedulerService* scheduler = cluster_->scheduler(group[0]->plan->islands[0]);
     std::vector<RunRequest> runs;
     runs.reserve(group.size());
-    for (OutboxItem* item : group) runs.push_back(item->run);
-    const std::vector<absl::Status> statuses = scheduler->SubmitRuns(std::move(runs));
-    for (size_t i = 0; i < group.size(); ++i) settle(*group[i], statuses[i]);
+    auto settlers = std::make_shared<std::vector<std::unique_ptr<OnceSettler>>>();
+    for (OutboxItem* item : group) {
+      runs.push_back(item->run);
+      settlers->push_back(std::make_unique<OnceSettler>(std::move(item->submitted)));
+    }
+    const std::vector<absl::Status> statuses = scheduler->SubmitRuns(
+        std::move(runs),
+        [settlers](size_t i, const absl::Status& s) { (*settlers)[i]->Set(s); });
+    for (size_t i = 0; i < group.size(); ++i) {
+      if (!statuses[i].ok()) (*settlers)[i]->Set(statuses[i]);
+    }
     group.clear();
   };
-  absl::flat_hash_map<HostId, std::vector<ArrayId>> releases;
+  // Releases, batched by the hosts they go to.
+  std::map<std::vector<HostId>, std::vector<ArrayId>> releases;
   std::vector<OutboxItem*> barriers;
   for (OutboxItem& item : batch) {
     if (item.plan == nullptr) {
       if (item.release.valid()) {
-        for (HostId h : item.hosts) releases[h].push_back(item.release);
+        releases[item.hosts].push_back(item.release);
       } else {
         barriers.push_back(&item);
       }
@@ -326,13 +365,14 @@ void ClientCore::SendBatch(std::vector<OutboxItem>& batch) {
     if (groupable) {
       group.push_back(&item);
     } else {
-      settle(item, Submit(item.run, *item.plan));
+      auto settler = std::make_shared<OnceSettler>(std::move(item.submitted));
+      const absl::Status status = Submit(item.run, *item.plan,
+                                         [settler](const absl::Status& s) { settler->Set(s); });
+      if (!status.ok()) settler->Set(status);
     }
   }
   flush();
-  for (const auto& [h, ids] : releases) {
-    if (HostService* host = cluster_->host(h)) host->ReleaseArrays(ids);
-  }
+  for (auto& [hosts, ids] : releases) cluster_->ReleaseArrays(id_, hosts, std::move(ids));
   for (OutboxItem* b : barriers) settle(*b, absl::OkStatus());
 }
 
@@ -357,6 +397,9 @@ void ClientCore::Disconnect() {
   }
   if (control_thread_.joinable()) control_thread_.join();
   if (outbox_thread_.joinable()) outbox_thread_.join();
+  // Runs still held by the schedulers never reach a host; then everything
+  // the client owns there goes.
+  cluster_->DropClient(id_);
   const Topology topology = cluster_->resources()->GetTopology();
   for (IslandId island : topology.islands()) {
     const IslandInfo info = *topology.island(island);

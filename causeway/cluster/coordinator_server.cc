@@ -319,6 +319,9 @@ grpc::Status CoordinatorServer::Impl::Join(
     if (!schedulers_.contains(island)) {
       IslandSchedulerOptions so;
       so.island = island;
+      // Runs are forwarded as they come: workers do not report finished
+      // runs yet, which proportional share needs.
+      so.policy = SchedulingPolicy::kFifo;
       // Only this island's live hosts: a plan that places island work on a
       // host of another island is refused at registration, and a run that
       // needs a lost host is refused rather than half-run on the survivors.

@@ -1,5 +1,8 @@
 #include "causeway/cluster/local_cluster.h"
 
+#include <algorithm>
+
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "causeway/base/status_macros.h"
 
@@ -60,12 +63,20 @@ LocalCluster::LocalCluster(const LocalClusterOptions& options)
       ho.memory_stall_timeout = options.memory_stall_timeout;
       ho.early_piece_budget_bytes = options.early_piece_budget_bytes;
       ho.housekeeping_period = absl::ZeroDuration();  // one thread below, for all hosts
+      ho.on_run_done = [this, island](HostId h, RunId run, int64_t device_us, int launches) {
+        if (IslandScheduler* s = island_scheduler(island)) {
+          s->RunFinished(h, run, device_us, launches);
+        }
+      };
+      host_island_.push_back(island);
       hosts_.push_back(std::make_unique<HostExecutor>(std::move(ho)));
       transport_.RegisterHost(hosts_.back().get(), island);
     }
     IslandSchedulerOptions so;
     so.island = island;
     so.host_lookup = [this](HostId h) -> HostService* { return host(h); };
+    so.policy = options.scheduling;
+    so.run_ahead = options.run_ahead;
     schedulers_.push_back(std::make_unique<IslandScheduler>(std::move(so)));
   }
   resources_ = std::make_unique<ResourceManager>(std::move(topology));
@@ -89,11 +100,47 @@ void LocalCluster::Shutdown() {
   for (auto& h : hosts_) h->Shutdown();
 }
 
-SchedulerService* LocalCluster::scheduler(IslandId island) {
+SchedulerService* LocalCluster::scheduler(IslandId island) { return island_scheduler(island); }
+
+IslandScheduler* LocalCluster::island_scheduler(IslandId island) {
   for (auto& s : schedulers_) {
     if (s->island() == island) return s.get();
   }
   return nullptr;
+}
+
+void LocalCluster::ReleaseArrays(ClientId client, const std::vector<HostId>& hosts,
+                                 std::vector<ArrayId> arrays) {
+  // An array lives on one island; its release queues behind the client's
+  // runs there.
+  absl::InlinedVector<IslandId, 2> islands;
+  for (HostId h : hosts) {
+    if (h.value() < 0 || h.value() >= static_cast<int64_t>(host_island_.size())) continue;
+    const IslandId island = host_island_[h.value()];
+    if (std::find(islands.begin(), islands.end(), island) == islands.end()) {
+      islands.push_back(island);
+    }
+  }
+  for (IslandId island : islands) {
+    std::vector<HostId> mine;
+    for (HostId h : hosts) {
+      if (h.value() >= 0 && h.value() < static_cast<int64_t>(host_island_.size()) &&
+          host_island_[h.value()] == island) {
+        mine.push_back(h);
+      }
+    }
+    if (IslandScheduler* s = island_scheduler(island)) s->ReleaseArrays(client, mine, arrays);
+  }
+}
+
+absl::Status LocalCluster::SetClientShare(ClientId client, const ClientShare& share) {
+  CW_RETURN_IF_ERROR(CheckClientShare(share));
+  for (auto& s : schedulers_) s->SetShare(client, share);
+  return absl::OkStatus();
+}
+
+void LocalCluster::DropClient(ClientId client) {
+  for (auto& s : schedulers_) s->DropClient(client);
 }
 
 HostService* LocalCluster::host(HostId host) { return executor(host); }
@@ -103,7 +150,8 @@ HostExecutor* LocalCluster::executor(HostId host) {
   return hosts_[host.value()].get();
 }
 
-absl::Status LocalCluster::SubmitRun(const RunRequest& run, const std::vector<IslandId>& islands) {
+absl::Status LocalCluster::SubmitRun(const RunRequest& run, const std::vector<IslandId>& islands,
+                                     std::function<void(const absl::Status&)> forwarded) {
   std::vector<IslandScheduler*> schedulers;
   for (IslandId island : islands) {
     IslandScheduler* found = nullptr;
@@ -112,9 +160,9 @@ absl::Status LocalCluster::SubmitRun(const RunRequest& run, const std::vector<Is
     }
     schedulers.push_back(found);
   }
-  if (islands.size() <= 1) return SubmitToIslands(run, islands, schedulers);
+  if (islands.size() <= 1) return SubmitToIslands(run, islands, schedulers, std::move(forwarded));
   MutexLock lock(&multi_island_mu_);
-  return SubmitToIslands(run, islands, schedulers);
+  return SubmitToIslands(run, islands, schedulers, std::move(forwarded));
 }
 
 std::vector<DeviceReport> LocalCluster::Report() const {

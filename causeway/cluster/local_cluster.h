@@ -37,6 +37,9 @@ struct LocalClusterOptions {
   // Reclamation bounds of every host (see HostExecutorOptions).
   absl::Duration memory_stall_timeout = absl::Seconds(60);
   int64_t early_piece_budget_bytes = int64_t{256} << 20;
+  // How each island scheduler orders runs (see IslandSchedulerOptions).
+  SchedulingPolicy scheduling = SchedulingPolicy::kProportionalShare;
+  absl::Duration run_ahead = absl::Milliseconds(10);
 };
 
 struct DeviceReport {
@@ -56,7 +59,14 @@ class LocalCluster final : public ClusterConnection {
   ResourceService* resources() override { return resources_.get(); }
   SchedulerService* scheduler(IslandId island) override;
   HostService* host(HostId host) override;
-  absl::Status SubmitRun(const RunRequest& run, const std::vector<IslandId>& islands) override;
+  using ClusterConnection::SubmitRun;
+  absl::Status SubmitRun(const RunRequest& run, const std::vector<IslandId>& islands,
+                         std::function<void(const absl::Status&)> forwarded) override;
+  void ReleaseArrays(ClientId client, const std::vector<HostId>& hosts,
+                     std::vector<ArrayId> arrays) override;
+  absl::Status SetClientShare(ClientId client, const ClientShare& share) override;
+  void DropClient(ClientId client) override;
+  IslandScheduler* island_scheduler(IslandId island);
 
   ResourceManager& resource_manager() { return *resources_; }
   HostExecutor* executor(HostId host);
@@ -86,6 +96,7 @@ class LocalCluster final : public ClusterConnection {
   std::unique_ptr<ResourceManager> resources_;
   std::vector<std::unique_ptr<IslandScheduler>> schedulers_;
   std::vector<std::unique_ptr<HostExecutor>> hosts_;
+  std::vector<IslandId> host_island_;  // by host id
   // Serialises submissions of runs that span islands (see
   // ClusterConnection::SubmitRun).
   Mutex multi_island_mu_;

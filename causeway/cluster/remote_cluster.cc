@@ -176,9 +176,12 @@ class RemoteCluster::Impl::Scheduler final : public SchedulerService {
   absl::Status SubmitRun(RunRequest run) override {
     std::vector<RunRequest> runs;
     runs.push_back(std::move(run));
-    return SubmitRuns(std::move(runs))[0];
+    return SubmitRuns(std::move(runs), nullptr)[0];
   }
-  std::vector<absl::Status> SubmitRuns(std::vector<RunRequest> runs) override {
+  // The coordinator forwards a run before it answers (its schedulers are
+  // FIFO), so an accepted run has been forwarded.
+  std::vector<absl::Status> SubmitRuns(std::vector<RunRequest> runs,
+                                       RunsForwarded forwarded) override {
     cluster::ClientMessage m;
     m.mutable_scheduler()->set_island(island_.value());
     for (const RunRequest& r : runs) {
@@ -191,6 +194,11 @@ class RemoteCluster::Impl::Scheduler final : public SchedulerService {
         out[i] = static_cast<int>(i) < r->statuses().statuses_size()
                      ? wire::DecodeStatus(r->statuses().statuses(static_cast<int>(i)))
                      : absl::InternalError("the coordinator answered too few statuses");
+      }
+    }
+    if (forwarded) {
+      for (size_t i = 0; i < out.size(); ++i) {
+        if (out[i].ok()) forwarded(i, absl::OkStatus());
       }
     }
     return out;
@@ -431,12 +439,14 @@ ResourceService* RemoteCluster::resources() { return impl_->resources(); }
 SchedulerService* RemoteCluster::scheduler(IslandId island) { return impl_->scheduler(island); }
 HostService* RemoteCluster::host(HostId host) { return impl_->host(host); }
 
-absl::Status RemoteCluster::SubmitRun(const RunRequest& run,
-                                      const std::vector<IslandId>& islands) {
+absl::Status RemoteCluster::SubmitRun(const RunRequest& run, const std::vector<IslandId>& islands,
+                                      std::function<void(const absl::Status&)> forwarded) {
   cluster::ClientMessage m;
   wire::EncodeRun(run, m.mutable_submit_run()->mutable_run());
   for (IslandId i : islands) m.mutable_submit_run()->add_islands(i.value());
-  return ReplyStatus(impl_->CallAndWait(std::move(m), "SubmitRun"));
+  const absl::Status status = ReplyStatus(impl_->CallAndWait(std::move(m), "SubmitRun"));
+  if (status.ok() && forwarded) forwarded(absl::OkStatus());
+  return status;
 }
 
 absl::Status RemoteCluster::WaitForDevices(int64_t devices, absl::Duration timeout) {

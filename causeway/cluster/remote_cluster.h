@@ -47,7 +47,9 @@ class RemoteCluster final : public ClusterConnection {
   ResourceService* resources() override;
   SchedulerService* scheduler(IslandId island) override;
   HostService* host(HostId host) override;
-  absl::Status SubmitRun(const RunRequest& run, const std::vector<IslandId>& islands) override;
+  using ClusterConnection::SubmitRun;
+  absl::Status SubmitRun(const RunRequest& run, const std::vector<IslandId>& islands,
+                         std::function<void(const absl::Status&)> forwarded) override;
 
   // Blocks until the topology has at least `devices` devices.
   // DEADLINE_EXCEEDED after `timeout`; UNAVAILABLE if the connection ends.

@@ -1,11 +1,29 @@
 #include "causeway/scheduler/island_scheduler.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "causeway/base/status_macros.h"
 
 namespace causeway {
 
 IslandScheduler::IslandScheduler(IslandSchedulerOptions options) : options_(std::move(options)) {}
+
+IslandScheduler::~IslandScheduler() {
+  // Whatever is still queued is dropped; its clients are told.
+  std::vector<Pending> dropped;
+  {
+    MutexLock lock(&mu_);
+    std::vector<ClientId> clients;
+    for (const auto& [c, s] : stats_) clients.push_back(c);
+    for (ClientId c : clients) {
+      for (Pending& p : queue_.Drop(c)) dropped.push_back(std::move(p));
+    }
+  }
+  for (Pending& p : dropped) {
+    if (p.forwarded) p.forwarded(absl::CancelledError("the island scheduler shut down"));
+  }
+}
 
 absl::Status IslandScheduler::RegisterProgram(std::shared_ptr<const ProgramPlan> plan) {
   if (plan->hosts_by_island.size() != plan->islands.size()) {
@@ -24,8 +42,10 @@ absl::Status IslandScheduler::RegisterProgram(std::shared_ptr<const ProgramPlan>
       }
     }
     MutexLock lock(&mu_);
-    programs_[plan->id] =
-        Program{plan->hosts_by_island[i], plan->parameters.size(), plan->outputs.size()};
+    Program& p = programs_[plan->id];
+    p.hosts = plan->hosts_by_island[i];
+    p.arguments = plan->parameters.size();
+    p.outputs = plan->outputs.size();
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(absl::StrCat(plan->id.ToString(), " has no work on ",
@@ -64,48 +84,326 @@ absl::StatusOr<IslandScheduler::Hosts> IslandScheduler::Route(const RunRequest& 
 
 absl::Status IslandScheduler::CheckRun(const RunRequest& run) const {
   MutexLock lock(&mu_);
-  return Route(run).status();
-}
-
-absl::Status IslandScheduler::SubmitRun(RunRequest run) {
-  // Forwarding happens under the lock: that is what makes the order of runs
-  // the same on every host of the island. Hosts' EnqueueRun never blocks.
-  MutexLock lock(&mu_);
-  absl::StatusOr<Hosts> hosts = Route(run);
-  if (!hosts.ok()) return hosts.status();
-  run.sequence = next_sequence_++;
-  for (HostService* h : *hosts) h->EnqueueRun(run);
+  CW_RETURN_IF_ERROR(Route(run).status());
+  if (options_.policy == SchedulingPolicy::kProportionalShare &&
+      queue_.queued(run.client) >= options_.max_queued_per_client) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        run.client.ToString(), " has ", queue_.queued(run.client), " runs queued on ",
+        options_.island.ToString(), " (at most ", options_.max_queued_per_client, ")"));
+  }
   return absl::OkStatus();
 }
 
-std::vector<absl::Status> IslandScheduler::SubmitRuns(std::vector<RunRequest> runs) {
+double IslandScheduler::EstimateDeviceUs(const Program& p) const {
+  if (p.samples > 0) return p.device_us;
+  return static_cast<double>(options_.default_estimate_us) *
+         static_cast<double>(std::max<size_t>(1, p.hosts.size()));
+}
+
+double IslandScheduler::EstimateWallUs(const Program& p) const {
+  if (p.samples > 0) return p.wall_us;
+  return static_cast<double>(options_.default_estimate_us);
+}
+
+absl::Status IslandScheduler::Enqueue(RunRequest run,
+                                      std::function<void(const absl::Status&)> forwarded,
+                                      bool spanning) {
+  CW_RETURN_IF_ERROR(Route(run).status());
+  if (options_.policy == SchedulingPolicy::kFifo) {
+    Pending p;
+    p.run = std::move(run);
+    p.forwarded = std::move(forwarded);
+    ForwardLocked(std::move(p));
+    return absl::OkStatus();
+  }
+  if (!spanning && queue_.queued(run.client) >= options_.max_queued_per_client) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        run.client.ToString(), " has ", queue_.queued(run.client), " runs queued on ",
+        options_.island.ToString(), " (at most ", options_.max_queued_per_client, ")"));
+  }
+  Pending p;
+  p.run = std::move(run);
+  p.forwarded = std::move(forwarded);
+  if (spanning) p.spanning = spanning_submitted_++;
+  const ClientId client = p.run.client;
+  stats_.try_emplace(client);
+  queue_.Push(client, std::move(p));
+  return absl::OkStatus();
+}
+
+absl::Status IslandScheduler::SubmitRun(RunRequest run) {
+  std::vector<RunRequest> runs;
+  runs.push_back(std::move(run));
+  return SubmitRuns(std::move(runs), nullptr)[0];
+}
+
+std::vector<absl::Status> IslandScheduler::SubmitRuns(std::vector<RunRequest> runs,
+                                                      RunsForwarded forwarded) {
   std::vector<absl::Status> statuses;
   statuses.reserve(runs.size());
-  MutexLock lock(&mu_);
-  // One message per host, holding that host's runs in island order.
-  absl::flat_hash_map<HostService*, std::vector<RunRequest>> by_host;
-  std::vector<HostService*> host_order;
-  for (RunRequest& run : runs) {
-    absl::StatusOr<Hosts> hosts = Route(run);
-    if (!hosts.ok()) {
-      statuses.push_back(hosts.status());
-      continue;
+  {
+    MutexLock lock(&mu_);
+    for (size_t i = 0; i < runs.size(); ++i) {
+      std::function<void(const absl::Status&)> told;
+      if (forwarded) told = [forwarded, i](const absl::Status& s) { forwarded(i, s); };
+      statuses.push_back(Enqueue(std::move(runs[i]), std::move(told), /*spanning=*/false));
     }
-    run.sequence = next_sequence_++;
-    for (HostService* h : *hosts) {
-      auto [entry, inserted] = by_host.try_emplace(h);
-      if (inserted) host_order.push_back(h);
-      entry->second.push_back(run);
-    }
-    statuses.push_back(absl::OkStatus());
+    PickLocked();
   }
-  for (HostService* h : host_order) h->EnqueueRuns(by_host[h]);
+  Pump();
   return statuses;
 }
 
+absl::Status IslandScheduler::SubmitSpanning(RunRequest run,
+                                             std::function<void(const absl::Status&)> forwarded) {
+  absl::Status status;
+  {
+    MutexLock lock(&mu_);
+    status = Enqueue(std::move(run), std::move(forwarded), /*spanning=*/true);
+    PickLocked();
+  }
+  Pump();
+  return status;
+}
+
+void IslandScheduler::ReleaseArrays(ClientId client, const std::vector<HostId>& hosts,
+                                    std::vector<ArrayId> arrays) {
+  if (arrays.empty() || hosts.empty()) return;
+  {
+    MutexLock lock(&mu_);
+    Pending p;
+    p.run.client = client;
+    p.release_hosts = hosts;
+    p.release = std::move(arrays);
+    if (queue_.HasWork(client)) {
+      // Behind the client's queued runs: one of them may read the arrays.
+      queue_.Push(client, std::move(p));
+      return;
+    }
+    ForwardLocked(std::move(p));
+  }
+  Pump();
+}
+
+void IslandScheduler::SetShare(ClientId client, const ClientShare& share) {
+  MutexLock lock(&mu_);
+  queue_.SetShare(client, share);
+}
+
+void IslandScheduler::DropClient(ClientId client) {
+  std::vector<Pending> dropped;
+  {
+    MutexLock lock(&mu_);
+    dropped = queue_.Drop(client);
+    stats_.erase(client);
+    // Runs of the client already taken for delivery reach their hosts
+    // before this returns, so that the caller's release of everything the
+    // client owns comes after them.
+    const int64_t target = batches_taken_ + (outbox_.empty() ? 0 : 1);
+    mu_.Await([this, target]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return batches_delivered_ >= target;
+    });
+  }
+  for (Pending& p : dropped) {
+    if (p.forwarded) {
+      p.forwarded(absl::CancelledError(absl::StrCat(client.ToString(), " left before ",
+                                                    p.run.run.ToString(), " was scheduled")));
+    }
+  }
+}
+
+void IslandScheduler::ForwardLocked(Pending p) {
+  Outgoing out;
+  if (!p.release.empty()) {
+    for (HostId h : p.release_hosts) {
+      if (HostService* host = options_.host_lookup(h)) out.hosts.push_back(host);
+    }
+    out.release = std::move(p.release);
+    outbox_.push_back(std::move(out));
+    return;
+  }
+  absl::StatusOr<Hosts> hosts = Route(p.run);
+  out.forwarded = std::move(p.forwarded);
+  if (!hosts.ok()) {
+    out.status = hosts.status();
+    outbox_.push_back(std::move(out));
+    return;
+  }
+  out.hosts = std::move(*hosts);
+  p.run.sequence = next_sequence_++;
+  ClientScheduleStats& stats = stats_[p.run.client];
+  ++stats.forwarded;
+  if (options_.policy == SchedulingPolicy::kProportionalShare) {
+    const Program& program = programs_.find(p.run.program)->second;
+    InFlight f;
+    f.client = p.run.client;
+    f.program = p.run.program;
+    f.hosts_left = static_cast<int>(out.hosts.size());
+    f.estimate_device_us = EstimateDeviceUs(program);
+    f.estimate_wall_us = EstimateWallUs(program);
+    queue_.Charge(f.client, f.estimate_device_us);
+    in_flight_wall_us_ += f.estimate_wall_us;
+    in_flight_.insert_or_assign(p.run.run, f);
+  }
+  out.run = std::move(p.run);
+  outbox_.push_back(std::move(out));
+}
+
+void IslandScheduler::PickLocked() {
+  if (options_.policy != SchedulingPolicy::kProportionalShare) return;
+  const double run_ahead_us = absl::ToDoubleMicroseconds(options_.run_ahead);
+  auto eligible = [this](const Pending& p) {
+    return p.spanning < 0 || p.spanning == spanning_forwarded_;
+  };
+  while (queue_.size() > 0) {
+    const ClientId client = queue_.Next(eligible);
+    if (!client.valid()) return;
+    Pending& head = queue_.Front(client);
+    if (head.release.empty()) {
+      auto it = programs_.find(head.run.program);
+      const double wall = it == programs_.end() ? 0 : EstimateWallUs(it->second);
+      const bool room = static_cast<int>(in_flight_.size()) < options_.min_in_flight ||
+                        in_flight_wall_us_ + wall <= run_ahead_us;
+      if (!room) return;
+      if (head.spanning >= 0) ++spanning_forwarded_;
+    }
+    ForwardLocked(queue_.Pop(client));
+    // Releases behind the run go with it: they wait for nothing else.
+    while (queue_.HasWork(client) && !queue_.Front(client).release.empty()) {
+      ForwardLocked(queue_.Pop(client));
+    }
+  }
+}
+
+void IslandScheduler::RunFinished(HostId host, RunId run, int64_t device_us, int launches) {
+  (void)host;
+  // FIFO keeps no account; a host may report from inside EnqueueRuns, which
+  // FIFO calls under the lock.
+  if (options_.policy == SchedulingPolicy::kFifo) return;
+  {
+    MutexLock lock(&mu_);
+    auto it = in_flight_.find(run);
+    if (it == in_flight_.end()) return;
+    InFlight& f = it->second;
+    f.device_us += std::max<int64_t>(0, device_us);
+    f.launches += std::max(0, launches);
+    if (--f.hosts_left > 0) return;
+    in_flight_wall_us_ = std::max(0.0, in_flight_wall_us_ - f.estimate_wall_us);
+    const double measured = static_cast<double>(f.device_us);
+    // The charge becomes the measured time.
+    queue_.Charge(f.client, measured - f.estimate_device_us);
+    auto stats = stats_.find(f.client);
+    if (stats != stats_.end()) {
+      ++stats->second.finished;
+      stats->second.device_us += f.device_us;
+    }
+    auto program = programs_.find(f.program);
+    if (program != programs_.end() && f.launches > 0) {
+      // Wall time of a gang: its device time over its devices.
+      Program& p = program->second;
+      const double wall = measured / f.launches;
+      constexpr double kWeight = 0.25;  // of a new measurement in the average
+      p.device_us = p.samples == 0 ? measured : p.device_us + kWeight * (measured - p.device_us);
+      p.wall_us = p.samples == 0 ? wall : p.wall_us + kWeight * (wall - p.wall_us);
+      ++p.samples;
+    }
+    in_flight_.erase(it);
+    PickLocked();
+  }
+  Pump();
+}
+
+void IslandScheduler::Pump() {
+  if (options_.policy == SchedulingPolicy::kFifo) {
+    // Hosts are told under the lock, as each run is accepted: a caller that
+    // returns from SubmitRuns knows its runs reached their hosts' queues
+    // ahead of anything it sends them next. Callbacks run outside it.
+    std::vector<Outgoing> batch;
+    {
+      MutexLock lock(&mu_);
+      batch.swap(outbox_);
+      SendToHosts(batch);
+    }
+    Tell(batch);
+    return;
+  }
+  {
+    MutexLock lock(&mu_);
+    // The thread pumping delivers what this caller added, in order.
+    if (pumping_ || outbox_.empty()) return;
+    pumping_ = true;
+  }
+  std::vector<Outgoing> batch;
+  while (true) {
+    {
+      MutexLock lock(&mu_);
+      if (!batch.empty()) ++batches_delivered_;
+      batch.clear();
+      if (outbox_.empty()) {
+        pumping_ = false;
+        return;
+      }
+      batch.swap(outbox_);
+      ++batches_taken_;
+    }
+    SendToHosts(batch);
+    Tell(batch);
+  }
+}
+
+void IslandScheduler::SendToHosts(std::vector<Outgoing>& batch) {
+  // Consecutive runs go to each host as one message; a release first sends
+  // what came before it, which keeps each host's order.
+  absl::flat_hash_map<HostService*, std::vector<RunRequest>> by_host;
+  std::vector<HostService*> order;
+  auto flush = [&] {
+    for (HostService* h : order) h->EnqueueRuns(by_host[h]);
+    by_host.clear();
+    order.clear();
+  };
+  for (Outgoing& out : batch) {
+    if (!out.release.empty()) {
+      flush();
+      for (HostService* h : out.hosts) h->ReleaseArrays(out.release);
+      continue;
+    }
+    if (!out.status.ok()) continue;
+    for (HostService* h : out.hosts) {
+      auto [entry, inserted] = by_host.try_emplace(h);
+      if (inserted) order.push_back(h);
+      entry->second.push_back(out.run);
+    }
+  }
+  flush();
+}
+
+void IslandScheduler::Tell(std::vector<Outgoing>& batch) {
+  for (Outgoing& out : batch) {
+    if (out.forwarded) out.forwarded(out.status);
+  }
+}
+
+ClientScheduleStats IslandScheduler::client_stats(ClientId client) const {
+  MutexLock lock(&mu_);
+  ClientScheduleStats s;
+  auto it = stats_.find(client);
+  if (it != stats_.end()) s = it->second;
+  s.queued = queue_.queued(client);
+  s.share = queue_.share(client);
+  return s;
+}
+
+int IslandScheduler::in_flight() const {
+  MutexLock lock(&mu_);
+  return static_cast<int>(in_flight_.size());
+}
+
 absl::Status SubmitToIslands(const RunRequest& run, const std::vector<IslandId>& islands,
-                             const std::vector<IslandScheduler*>& schedulers) {
-  if (islands.empty()) return absl::InvalidArgumentError(absl::StrCat(run.run.ToString(), " names no island"));
+                             const std::vector<IslandScheduler*>& schedulers,
+                             std::function<void(const absl::Status&)> forwarded) {
+  if (islands.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(run.run.ToString(), " names no island"));
+  }
   for (size_t i = 0; i < islands.size(); ++i) {
     if (schedulers[i] == nullptr) {
       return absl::NotFoundError(absl::StrCat("unknown ", islands[i].ToString()));
@@ -118,7 +416,34 @@ absl::Status SubmitToIslands(const RunRequest& run, const std::vector<IslandId>&
     }
     if (islands.size() > 1) CW_RETURN_IF_ERROR(schedulers[i]->CheckRun(run));
   }
-  for (IslandScheduler* s : schedulers) CW_RETURN_IF_ERROR(s->SubmitRun(run));
+  if (islands.size() == 1) {
+    SchedulerService::RunsForwarded told;
+    if (forwarded) told = [forwarded](size_t, const absl::Status& s) { forwarded(s); };
+    return schedulers[0]->SubmitRuns({run}, std::move(told))[0];
+  }
+  // Told once: when the last island forwarded it, or at the first failure.
+  struct Tally {
+    Mutex mu;
+    size_t left ABSL_GUARDED_BY(mu) = 0;
+    bool told ABSL_GUARDED_BY(mu) = false;
+    std::function<void(const absl::Status&)> forwarded;
+  };
+  auto tally = std::make_shared<Tally>();
+  {
+    MutexLock lock(&tally->mu);
+    tally->left = schedulers.size();
+  }
+  tally->forwarded = std::move(forwarded);
+  auto on_island = [tally](const absl::Status& s) {
+    bool tell = false;
+    {
+      MutexLock lock(&tally->mu);
+      --tally->left;
+      if (!tally->told && (!s.ok() || tally->left == 0)) tally->told = tell = true;
+    }
+    if (tell && tally->forwarded) tally->forwarded(s);
+  };
+  for (IslandScheduler* s : schedulers) CW_RETURN_IF_ERROR(s->SubmitSpanning(run, on_island));
   return absl::OkStatus();
 }
 

@@ -17,4 +17,16 @@ absl::Status CheckSpmdLoopRange(int64_t id_base, int64_t first, int64_t count) {
                    limits::kMaxSpmdLoopSteps, " steps, from 0 or later, ids not overflowing)"));
 }
 
+absl::Status CheckClientShare(const ClientShare& share) {
+  if (!(share.weight > 0 && share.weight <= 1e6)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a client's weight must be in (0, 1e6], given ", share.weight));
+  }
+  if (share.priority < 0 || share.priority > 7) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a client's priority class must be in [0, 7], given ", share.priority));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace causeway

@@ -10,6 +10,7 @@
 #ifndef CAUSEWAY_TRANSPORT_SERVICES_H_
 #define CAUSEWAY_TRANSPORT_SERVICES_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -119,17 +120,41 @@ class SchedulerService {
   virtual absl::Status RegisterProgram(std::shared_ptr<const ProgramPlan> plan) = 0;
   virtual void UnregisterProgram(ProgramId program) = 0;
   // Appends every gang of the run's part on this island to the island's
-  // order and forwards the run to each host of the island it touches.
+  // order and forwards the run to each host of the island it touches, at
+  // once or when the island's policy lets it go.
   virtual absl::Status SubmitRun(RunRequest run) = 0;
+  // Told, for each accepted run (by its index in the batch), once it has
+  // been forwarded to its hosts (OK) or dropped before it was (why). May be
+  // called before SubmitRuns returns and from another thread; must not
+  // block. Reads and releases of a run's outputs wait for it.
+  using RunsForwarded = std::function<void(size_t index, const absl::Status& status)>;
   // The same for several runs, in order, forwarded as one message per host.
   // Runs that fail (unknown program) are skipped; their statuses are
   // returned in order.
-  virtual std::vector<absl::Status> SubmitRuns(std::vector<RunRequest> runs) {
+  virtual std::vector<absl::Status> SubmitRuns(std::vector<RunRequest> runs,
+                                               RunsForwarded forwarded = nullptr) {
     std::vector<absl::Status> out;
-    for (RunRequest& r : runs) out.push_back(SubmitRun(std::move(r)));
+    for (size_t i = 0; i < runs.size(); ++i) {
+      out.push_back(SubmitRun(std::move(runs[i])));
+      if (out.back().ok() && forwarded) forwarded(i, absl::OkStatus());
+    }
     return out;
   }
 };
+
+// A client's claim on an island's device time (docs/SCHEDULING.md).
+struct ClientShare {
+  // Relative share of device time among the clients of its priority class
+  // that have work queued. Finite and > 0.
+  double weight = 1.0;
+  // Higher classes are served first: a client of class 1 with work queued
+  // always goes before every client of class 0.
+  int priority = 0;
+  friend bool operator==(const ClientShare&, const ClientShare&) = default;
+};
+// INVALID_ARGUMENT unless the weight is finite, > 0 and <= 1e6 and the
+// class in [0, 7].
+absl::Status CheckClientShare(const ClientShare& share);
 
 struct MeshRequest {
   std::vector<MeshAxis> axes;
@@ -165,7 +190,32 @@ class ClusterConnection {
   // other, so every island sees them in one global order: with that, runs
   // whose data flows between islands in opposite directions cannot wait on
   // each other in a cycle.
-  virtual absl::Status SubmitRun(const RunRequest& run, const std::vector<IslandId>& islands) = 0;
+  // `forwarded` (may be empty) is told once, when every island forwarded the
+  // run to its hosts, or why it was dropped before.
+  virtual absl::Status SubmitRun(const RunRequest& run, const std::vector<IslandId>& islands,
+                                 std::function<void(const absl::Status&)> forwarded) = 0;
+  absl::Status SubmitRun(const RunRequest& run, const std::vector<IslandId>& islands) {
+    return SubmitRun(run, islands, nullptr);
+  }
+
+  // Releases `arrays` of `client` on `hosts`, after every run the client
+  // submitted before (one of them may read them).
+  virtual void ReleaseArrays(ClientId client, const std::vector<HostId>& hosts,
+                             std::vector<ArrayId> arrays) {
+    for (HostId h : hosts) {
+      if (HostService* s = host(h)) s->ReleaseArrays(arrays);
+    }
+  }
+  // Sets the client's share of every island. UNIMPLEMENTED where the
+  // cluster does not schedule by shares.
+  virtual absl::Status SetClientShare(ClientId client, const ClientShare& share) {
+    (void)client;
+    if (share == ClientShare{}) return absl::OkStatus();
+    return absl::UnimplementedError("this cluster does not schedule clients by weight");
+  }
+  // Forgets the client's runs not yet forwarded; afterwards none of them
+  // reaches a host.
+  virtual void DropClient(ClientId client) { (void)client; }
 };
 
 // Moves reshard pieces between hosts. Thread-safe.

@@ -57,6 +57,10 @@ struct Launch {
   // Runs on the device thread if the launch fails (input error, injected
   // fault, kernel error), before its outputs are poisoned. May be empty.
   std::function<void(const absl::Status&)> on_failure;
+  // Runs on the device thread after the launch finished (ran or failed) and
+  // its outputs are marked, with the time its kernel took (0 if it did not
+  // run). No lock of the stream is held. May be empty.
+  std::function<void(int64_t busy_us)> on_done;
 };
 
 struct DeviceStreamStats {

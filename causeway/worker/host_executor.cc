@@ -255,14 +255,51 @@ Future<std::vector<DeviceCounters>> HostExecutor::GetCounters(bool reset) {
 
 void HostExecutor::EnqueueRun(const RunRequest& run) {
   std::vector<std::vector<Launch>> launches(streams_.size());
-  PrepareRun(run, launches);
+  PrepareAndTrack(run, launches);
   Dispatch(launches);
 }
 
 void HostExecutor::EnqueueRuns(const std::vector<RunRequest>& runs) {
   std::vector<std::vector<Launch>> launches(streams_.size());
-  for (const RunRequest& run : runs) PrepareRun(run, launches);
+  for (const RunRequest& run : runs) PrepareAndTrack(run, launches);
   Dispatch(launches);
+}
+
+void HostExecutor::PrepareAndTrack(const RunRequest& run,
+                                   std::vector<std::vector<Launch>>& launches) {
+  if (!options_.on_run_done) {
+    PrepareRun(run, launches);
+    return;
+  }
+  std::vector<size_t> before(launches.size());
+  for (size_t d = 0; d < launches.size(); ++d) before[d] = launches[d].size();
+  PrepareRun(run, launches);
+  int added = 0;
+  for (size_t d = 0; d < launches.size(); ++d) added += static_cast<int>(launches[d].size() - before[d]);
+  const HostId self = options_.host.id;
+  if (added == 0) {
+    options_.on_run_done(self, run.run, 0, 0);
+    return;
+  }
+  // The last launch to finish reports the run's total.
+  struct Tally {
+    std::atomic<int> left;
+    std::atomic<int64_t> busy_us{0};
+  };
+  auto tally = std::make_shared<Tally>();
+  tally->left.store(added);
+  const RunId id = run.run;
+  const int count = added;
+  for (size_t d = 0; d < launches.size(); ++d) {
+    for (size_t i = before[d]; i < launches[d].size(); ++i) {
+      launches[d][i].on_done = [this, tally, self, id, count](int64_t busy_us) {
+        tally->busy_us.fetch_add(busy_us);
+        if (tally->left.fetch_sub(1) == 1) {
+          options_.on_run_done(self, id, tally->busy_us.load(), count);
+        }
+      };
+    }
+  }
 }
 
 void HostExecutor::Dispatch(std::vector<std::vector<Launch>>& launches) {

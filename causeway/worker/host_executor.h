@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -46,6 +47,13 @@ struct HostExecutorOptions {
   // How often the housekeeping thread runs Housekeep(); zero: never (tests
   // call Housekeep() themselves).
   absl::Duration housekeeping_period = absl::Seconds(1);
+  // Told once per run enqueued here when this host's part of it is done
+  // (every launch ran or failed; at once if it has none here, or the run
+  // was refused or dropped), with the device time its launches took and
+  // their number: how the island scheduler learns what runs cost. Runs on a
+  // device thread or inside EnqueueRun(s), under no lock of the executor;
+  // must not block. May be empty.
+  std::function<void(HostId host, RunId run, int64_t device_us, int launches)> on_run_done;
 };
 
 // Thread-safe.
@@ -127,6 +135,9 @@ class HostExecutor final : public HostService {
   void PieceDone(const SlotKey& key, int piece_index, const absl::Status& status);
   // Prepares `run`, appending its launches to launches[local device].
   void PrepareRun(const RunRequest& run, std::vector<std::vector<Launch>>& launches);
+  // Prepares `run` and arranges for on_run_done to hear when its launches
+  // (those PrepareRun appended) are done.
+  void PrepareAndTrack(const RunRequest& run, std::vector<std::vector<Launch>>& launches);
   void Dispatch(std::vector<std::vector<Launch>>& launches);
   void EnqueueReshard(const RunRequest& run, const std::shared_ptr<const ProgramPlan>& plan,
                       int node_index, std::vector<std::vector<BufferRef>>& values);
