@@ -1,0 +1,339 @@
+// Tests for causeway/scheduler/island_scheduler.h against fake hosts that
+// record what reaches them: FIFO forwarding, the run-ahead bound,
+// proportional shares, releases behind runs, the global order of runs that
+// span islands, estimates from measured runs, dropped clients and bounds.
+#include "causeway/scheduler/island_scheduler.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "causeway/base/mutex.h"
+#include "causeway/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace causeway {
+namespace {
+
+using ::causeway::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// Records, in order, every run and release that reaches it.
+class FakeHost final : public HostService {
+ public:
+  explicit FakeHost(HostId id) : id_(id) {}
+  HostId id() const override { return id_; }
+  absl::Status RegisterProgram(std::shared_ptr<const ProgramPlan>) override {
+    return absl::OkStatus();
+  }
+  void UnregisterProgram(ProgramId) override {}
+  void EnqueueRun(const RunRequest& run) override {
+    MutexLock lock(&mu_);
+    events_.push_back(absl::StrCat("run ", run.run.value()));
+    runs_.push_back(run);
+  }
+  absl::Status PutShard(ArrayId, int, int, ClientId, ir::Literal) override {
+    return absl::OkStatus();
+  }
+  Future<ir::Literal> FetchShard(ArrayId, int) override {
+    return Future<ir::Literal>::Ready(absl::UnimplementedError("fake"));
+  }
+  Future<Unit> AwaitShard(ArrayId, int) override { return Future<Unit>::Ready(Unit{}); }
+  void ReleaseArrays(absl::Span<const ArrayId> arrays) override {
+    MutexLock lock(&mu_);
+    for (ArrayId a : arrays) events_.push_back(absl::StrCat("release ", a.value()));
+  }
+  void ReleaseOwner(ClientId) override {}
+  void DeliverPiece(ShardPieceMessage) override {}
+  Future<Unit> DriveSpmd(const SpmdLoop&) override { return Future<Unit>::Ready(Unit{}); }
+  Future<std::vector<DeviceCounters>> GetCounters(bool) override {
+    return Future<std::vector<DeviceCounters>>::Ready(std::vector<DeviceCounters>{});
+  }
+
+  std::vector<std::string> events() const {
+    MutexLock lock(&mu_);
+    return events_;
+  }
+  std::vector<RunRequest> runs() const {
+    MutexLock lock(&mu_);
+    return runs_;
+  }
+
+ private:
+  const HostId id_;
+  mutable Mutex mu_;
+  std::vector<std::string> events_ ABSL_GUARDED_BY(mu_);
+  std::vector<RunRequest> runs_ ABSL_GUARDED_BY(mu_);
+};
+
+constexpr IslandId kIsland(0);
+
+class IslandSchedulerTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<IslandScheduler> Make(SchedulingPolicy policy, absl::Duration run_ahead,
+                                        int min_in_flight = 1, IslandId island = kIsland) {
+    IslandSchedulerOptions o;
+    o.island = island;
+    o.policy = policy;
+    o.run_ahead = run_ahead;
+    o.min_in_flight = min_in_flight;
+    o.default_estimate_us = 1000;
+    o.max_queued_per_client = 100;
+    o.host_lookup = [this](HostId h) -> HostService* {
+      return h.value() >= 0 && h.value() < 2 ? hosts_[h.value()].get() : nullptr;
+    };
+    return std::make_unique<IslandScheduler>(std::move(o));
+  }
+  // A program on both hosts of `island` (and, if given, `other` too).
+  std::shared_ptr<ProgramPlan> Plan(int64_t id, IslandId island = kIsland,
+                                    IslandId other = IslandId()) {
+    auto plan = std::make_shared<ProgramPlan>();
+    plan->id = ProgramId(id);
+    plan->parameters = {0};
+    plan->outputs = {1};
+    plan->islands = {island};
+    plan->hosts_by_island = {{HostId(0), HostId(1)}};
+    if (other.valid()) {
+      plan->islands.push_back(other);
+      plan->hosts_by_island.push_back({HostId(0), HostId(1)});
+    }
+    return plan;
+  }
+  static RunRequest Run(int64_t run, int64_t client, int64_t program = 1) {
+    RunRequest r;
+    r.program = ProgramId(program);
+    r.run = RunId(run);
+    r.client = ClientId(client);
+    r.arguments = {ArrayId(1000 + run)};
+    r.outputs = {ArrayId(2000 + run)};
+    return r;
+  }
+  // Both hosts report `run` finished, each with `device_us` over 1 launch.
+  static void Finish(IslandScheduler& s, int64_t run, int64_t device_us = 1000) {
+    s.RunFinished(HostId(0), RunId(run), device_us, 1);
+    s.RunFinished(HostId(1), RunId(run), device_us, 1);
+  }
+  std::vector<int64_t> Forwarded(int host = 0) const {
+    std::vector<int64_t> out;
+    for (const RunRequest& r : hosts_[host]->runs()) out.push_back(r.run.value());
+    return out;
+  }
+
+  std::unique_ptr<FakeHost> hosts_[2] = {std::make_unique<FakeHost>(HostId(0)),
+                                         std::make_unique<FakeHost>(HostId(1))};
+};
+
+TEST_F(IslandSchedulerTest, FifoForwardsEveryRunAtOnceInOrder) {
+  auto s = Make(SchedulingPolicy::kFifo, absl::ZeroDuration());
+  ASSERT_OK(s->RegisterProgram(Plan(1)));
+  for (int i = 0; i < 5; ++i) ASSERT_OK(s->SubmitRun(Run(i, i % 2)));
+  EXPECT_THAT(Forwarded(0), ElementsAre(0, 1, 2, 3, 4));
+  EXPECT_EQ(Forwarded(0), Forwarded(1));
+  EXPECT_EQ(hosts_[0]->runs()[3].sequence, 3);
+}
+
+TEST_F(IslandSchedulerTest, RunsWaitUntilTheIslandHasRoom) {
+  // 2.5 ms of run-ahead and 1 ms per run: two runs out, the rest held.
+  auto s = Make(SchedulingPolicy::kProportionalShare, absl::Microseconds(2500));
+  ASSERT_OK(s->RegisterProgram(Plan(1)));
+  std::vector<int64_t> told;
+  Mutex mu;
+  std::vector<RunRequest> runs;
+  for (int i = 0; i < 5; ++i) runs.push_back(Run(i, 7));
+  const std::vector<absl::Status> statuses =
+      s->SubmitRuns(runs, [&](size_t i, const absl::Status& st) {
+        MutexLock lock(&mu);
+        if (st.ok()) told.push_back(static_cast<int64_t>(i));
+      });
+  for (const absl::Status& st : statuses) ASSERT_OK(st);
+  EXPECT_THAT(Forwarded(0), ElementsAre(0, 1));
+  EXPECT_EQ(s->in_flight(), 2);
+  EXPECT_EQ(s->client_stats(ClientId(7)).queued, 3u);
+  // A run is out until every host of it reported.
+  s->RunFinished(HostId(0), RunId(0), 1000, 1);
+  EXPECT_THAT(Forwarded(0), ElementsAre(0, 1));
+  s->RunFinished(HostId(1), RunId(0), 1000, 1);
+  EXPECT_THAT(Forwarded(0), ElementsAre(0, 1, 2));
+  Finish(*s, 1);
+  Finish(*s, 2);
+  EXPECT_THAT(Forwarded(0), ElementsAre(0, 1, 2, 3, 4));
+  EXPECT_EQ(Forwarded(0), Forwarded(1));
+  MutexLock lock(&mu);
+  EXPECT_THAT(told, ElementsAre(0, 1, 2, 3, 4));
+}
+
+TEST_F(IslandSchedulerTest, EstimatesComeFromMeasuredRuns) {
+  auto s = Make(SchedulingPolicy::kProportionalShare, absl::Milliseconds(10));
+  ASSERT_OK(s->RegisterProgram(Plan(1)));
+  for (int i = 0; i < 30; ++i) ASSERT_OK(s->SubmitRun(Run(i, 1)));
+  // Never measured: 1 ms each, ten fit in 10 ms.
+  EXPECT_EQ(s->in_flight(), 10);
+  // Measured: 6 ms per launch (12 ms of device time on two devices). Only
+  // one such run fits; the others already out drain first.
+  Finish(*s, 0, 6000);
+  for (int i = 1; i < 10; ++i) Finish(*s, i, 6000);
+  EXPECT_EQ(s->in_flight(), 1);
+  const ClientScheduleStats st = s->client_stats(ClientId(1));
+  EXPECT_EQ(st.finished, 10);
+  EXPECT_EQ(st.device_us, 10 * 12000);
+}
+
+TEST_F(IslandSchedulerTest, DeviceTimeFollowsTheWeights) {
+  auto s = Make(SchedulingPolicy::kProportionalShare, absl::Microseconds(1));
+  ASSERT_OK(s->RegisterProgram(Plan(1)));
+  s->SetShare(ClientId(1), ClientShare{1, 0});
+  s->SetShare(ClientId(2), ClientShare{3, 0});
+  for (int i = 0; i < 80; ++i) {
+    ASSERT_OK(s->SubmitRun(Run(2 * i, 1)));
+    ASSERT_OK(s->SubmitRun(Run(2 * i + 1, 2)));
+  }
+  // One run out at a time; finishing it lets the next go.
+  for (int k = 0; k < 80; ++k) Finish(*s, Forwarded(0).back());
+  int one = 0, two = 0;
+  for (int64_t r : Forwarded(0)) (r % 2 == 0 ? one : two) += 1;
+  EXPECT_NEAR(two, 3 * one, 3) << one << " vs " << two;
+}
+
+TEST_F(IslandSchedulerTest, AGreedyClientDoesNotHoldOthersBehindItsQueue) {
+  auto s = Make(SchedulingPolicy::kProportionalShare, absl::Milliseconds(2));
+  ASSERT_OK(s->RegisterProgram(Plan(1)));
+  for (int i = 0; i < 100; ++i) ASSERT_OK(s->SubmitRun(Run(i, 1)));
+  ASSERT_OK(s->SubmitRun(Run(500, 2)));
+  EXPECT_THAT(Forwarded(0), ElementsAre(0, 1));
+  Finish(*s, 0);
+  // The newcomer goes next, ahead of the 98 runs still queued.
+  EXPECT_THAT(Forwarded(0), ElementsAre(0, 1, 500));
+}
+
+TEST_F(IslandSchedulerTest, AWeightChangeTakesEffect) {
+  auto s = Make(SchedulingPolicy::kProportionalShare, absl::Microseconds(1));
+  ASSERT_OK(s->RegisterProgram(Plan(1)));
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_OK(s->SubmitRun(Run(2 * i, 1)));
+    ASSERT_OK(s->SubmitRun(Run(2 * i + 1, 2)));
+  }
+  for (int k = 0; k < 20; ++k) Finish(*s, Forwarded(0).back());
+  s->SetShare(ClientId(1), ClientShare{4, 0});
+  const size_t before = Forwarded(0).size();
+  for (int k = 0; k < 100; ++k) Finish(*s, Forwarded(0).back());
+  int one = 0, two = 0;
+  const std::vector<int64_t> all = Forwarded(0);
+  for (size_t i = before; i < all.size(); ++i) (all[i] % 2 == 0 ? one : two) += 1;
+  EXPECT_EQ(one + two, 100);
+  EXPECT_NEAR(one, 80, 3) << one << " vs " << two;
+}
+
+TEST_F(IslandSchedulerTest, APriorityClassGoesFirst) {
+  auto s = Make(SchedulingPolicy::kProportionalShare, absl::Microseconds(1));
+  ASSERT_OK(s->RegisterProgram(Plan(1)));
+  s->SetShare(ClientId(2), ClientShare{1, 1});
+  for (int i = 0; i < 5; ++i) ASSERT_OK(s->SubmitRun(Run(i, 1)));
+  for (int i = 10; i < 13; ++i) ASSERT_OK(s->SubmitRun(Run(i, 2)));
+  for (int k = 0; k < 7; ++k) Finish(*s, Forwarded(0).back());
+  EXPECT_THAT(Forwarded(0), ElementsAre(0, 10, 11, 12, 1, 2, 3, 4));
+}
+
+TEST_F(IslandSchedulerTest, ReleasesWaitBehindTheClientsQueuedRuns) {
+  auto s = Make(SchedulingPolicy::kProportionalShare, absl::Microseconds(1));
+  ASSERT_OK(s->RegisterProgram(Plan(1)));
+  ASSERT_OK(s->SubmitRun(Run(0, 1)));
+  ASSERT_OK(s->SubmitRun(Run(1, 1)));  // held: reads array 1001
+  s->ReleaseArrays(ClientId(1), {HostId(0), HostId(1)}, {ArrayId(1001)});
+  // Another client with nothing queued releases at once.
+  s->ReleaseArrays(ClientId(2), {HostId(0)}, {ArrayId(77)});
+  EXPECT_THAT(hosts_[0]->events(), ElementsAre("run 0", "release 77"));
+  Finish(*s, 0);
+  EXPECT_THAT(hosts_[0]->events(), ElementsAre("run 0", "release 77", "run 1", "release 1001"));
+  EXPECT_THAT(hosts_[1]->events(), ElementsAre("run 0", "run 1", "release 1001"));
+}
+
+TEST_F(IslandSchedulerTest, SpanningRunsKeepOneOrderWhateverTheShares) {
+  auto a = Make(SchedulingPolicy::kProportionalShare, absl::Microseconds(1), 1, IslandId(0));
+  ASSERT_OK(a->RegisterProgram(Plan(1, IslandId(0), IslandId(1))));
+  // Client 2 outranks client 1, but client 1's spanning run came first:
+  // client 2's waits for it (its other island forwards them in that order).
+  a->SetShare(ClientId(2), ClientShare{1, 1});
+  ASSERT_OK(a->SubmitRun(Run(0, 3)));  // occupies the island
+  ASSERT_OK(a->SubmitSpanning(Run(1, 1), nullptr));
+  ASSERT_OK(a->SubmitSpanning(Run(2, 2), nullptr));
+  ASSERT_OK(a->SubmitRun(Run(3, 2)));  // behind client 2's spanning run
+  Finish(*a, 0);
+  Finish(*a, 1);
+  Finish(*a, 2);
+  EXPECT_THAT(Forwarded(0), ElementsAre(0, 1, 2, 3));
+}
+
+TEST_F(IslandSchedulerTest, SubmitToIslandsChecksEveryIslandFirst) {
+  auto a = Make(SchedulingPolicy::kProportionalShare, absl::Milliseconds(10), 1, IslandId(0));
+  auto b = Make(SchedulingPolicy::kProportionalShare, absl::Milliseconds(10), 1, IslandId(1));
+  ASSERT_OK(a->RegisterProgram(Plan(1, IslandId(0), IslandId(1))));
+  // Island 1 does not know the program: nothing reaches island 0's hosts.
+  EXPECT_THAT(SubmitToIslands(Run(0, 1), {IslandId(0), IslandId(1)}, {a.get(), b.get()}),
+              StatusIs(absl::StatusCode::kNotFound, ::testing::_));
+  EXPECT_TRUE(Forwarded(0).empty());
+  ASSERT_OK(b->RegisterProgram(Plan(1, IslandId(0), IslandId(1))));
+  absl::Status told = absl::UnknownError("not told");
+  ASSERT_OK(SubmitToIslands(Run(1, 1), {IslandId(0), IslandId(1)}, {a.get(), b.get()},
+                            [&](const absl::Status& s) { told = s; }));
+  EXPECT_OK(told);
+  EXPECT_THAT(Forwarded(0), ElementsAre(1, 1));  // once per island
+}
+
+TEST_F(IslandSchedulerTest, ARunWhoseProgramWentIsDroppedAndItsClientTold) {
+  auto s = Make(SchedulingPolicy::kProportionalShare, absl::Microseconds(1));
+  ASSERT_OK(s->RegisterProgram(Plan(1)));
+  ASSERT_OK(s->SubmitRun(Run(0, 1)));
+  absl::Status told = absl::UnknownError("not told");
+  ASSERT_OK(s->SubmitRuns({Run(1, 1)}, [&](size_t, const absl::Status& st) { told = st; })[0]);
+  s->UnregisterProgram(ProgramId(1));
+  Finish(*s, 0);
+  EXPECT_THAT(told, StatusIs(absl::StatusCode::kNotFound, HasSubstr("not registered")));
+  EXPECT_THAT(Forwarded(0), ElementsAre(0));
+}
+
+TEST_F(IslandSchedulerTest, ADroppedClientsRunsNeverReachAHost) {
+  auto s = Make(SchedulingPolicy::kProportionalShare, absl::Microseconds(1));
+  ASSERT_OK(s->RegisterProgram(Plan(1)));
+  ASSERT_OK(s->SubmitRun(Run(0, 1)));
+  std::vector<absl::Status> told;
+  ASSERT_OK(s->SubmitRuns({Run(1, 2), Run(2, 2)},
+                          [&](size_t, const absl::Status& st) { told.push_back(st); })[0]);
+  s->DropClient(ClientId(2));
+  ASSERT_EQ(told.size(), 2u);
+  EXPECT_THAT(told[0], StatusIs(absl::StatusCode::kCancelled, HasSubstr("left before")));
+  Finish(*s, 0);
+  EXPECT_THAT(Forwarded(0), ElementsAre(0));
+  EXPECT_EQ(s->client_stats(ClientId(2)).queued, 0u);
+}
+
+TEST_F(IslandSchedulerTest, ARunIsCheckedWhenSubmittedAndTheQueueIsBounded) {
+  auto s = Make(SchedulingPolicy::kProportionalShare, absl::Microseconds(1));
+  ASSERT_OK(s->RegisterProgram(Plan(1)));
+  EXPECT_THAT(s->SubmitRun(Run(0, 1, /*program=*/9)), StatusIs(absl::StatusCode::kNotFound, ::testing::_));
+  RunRequest bad = Run(1, 1);
+  bad.arguments.clear();
+  EXPECT_THAT(s->SubmitRun(bad), StatusIs(absl::StatusCode::kInvalidArgument, ::testing::_));
+  for (int i = 0; i < 101; ++i) ASSERT_OK(s->SubmitRun(Run(10 + i, 1)));  // 1 out, 100 held
+  EXPECT_THAT(s->SubmitRun(Run(200, 1)),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("at most 100")));
+  // Another client is not affected.
+  EXPECT_OK(s->SubmitRun(Run(201, 2)));
+}
+
+TEST_F(IslandSchedulerTest, ReportsOfUnknownRunsAreIgnored) {
+  auto s = Make(SchedulingPolicy::kProportionalShare, absl::Microseconds(1));
+  ASSERT_OK(s->RegisterProgram(Plan(1)));
+  s->RunFinished(HostId(0), RunId(42), 5, 1);
+  ASSERT_OK(s->SubmitRun(Run(0, 1)));
+  Finish(*s, 0);
+  Finish(*s, 0);  // twice: the second is unknown
+  EXPECT_EQ(s->in_flight(), 0);
+  EXPECT_EQ(s->client_stats(ClientId(1)).finished, 1);
+}
+
+}  // namespace
+}  // namespace causeway
