@@ -25,6 +25,7 @@ struct DispatchFlags {
   int chain = 128;
   double seconds = 2.0;
   int repeat = 1;
+  std::string scheduling = "share";
   bool json = false;
 };
 
@@ -47,6 +48,7 @@ int RunDispatch(const DispatchFlags& f) {
   o.hosts = f.hosts;
   o.chain = f.chain;
   o.seconds = f.seconds;
+  o.fifo = f.scheduling == "fifo";
   const double handoff = MeasureHandoffMicros();
   // Repeats on fresh clusters; the median run is reported (machines here are
   // shared and noisy).
@@ -70,6 +72,7 @@ int RunDispatch(const DispatchFlags& f) {
                       {"controller", f.controller},
                       {"computation", f.computation},
                       {"cluster", f.cluster},
+                      {"scheduling", f.scheduling},
                       {"devices", f.devices},
                       {"hosts", r->hosts},
                       {"chain", o.mode == DispatchGranularity::kOpByOp ? 1 : f.chain},
@@ -206,6 +209,11 @@ void AddBenchDispatchCommands(CLI::App* bench, int* exit_code) {
       ->check(CLI::Range(0.05, 600.0))->check(Finite());
   cmd->add_option("--repeat", d->repeat, "Runs of the configuration; the median is reported")
       ->check(CLI::Range(1, 100));
+  cmd->add_option("--scheduling", d->scheduling,
+                  "Embedded cluster's island schedulers: share (proportional share, the "
+                  "default) | fifo (forward every run at once)")
+      ->check(CLI::IsMember({"share", "fifo"}))
+      ->capture_default_str();
   cmd->add_flag("--json", d->json, "One JSON object per configuration");
   cmd->callback([d, exit_code] { *exit_code = RunDispatch(*d); });
 

@@ -63,6 +63,7 @@ absl::StatusOr<Bench> Setup(const DispatchBenchOptions& o) {
     co.islands = 1;
     co.hosts_per_island = o.hosts;
     co.devices_per_host = o.devices / o.hosts;
+    co.scheduling = o.fifo ? SchedulingPolicy::kFifo : SchedulingPolicy::kProportionalShare;
     CW_ASSIGN_OR_RETURN(bench.cluster, LocalCluster::Create(co));
     bench.connection = bench.cluster.get();
   } else {

@@ -33,6 +33,8 @@ struct DispatchBenchOptions {
   // running distributed cluster (token from CAUSEWAY_TOKEN); the mesh takes
   // `devices` devices of one island and `hosts` is ignored.
   std::string cluster = "local";
+  // Embedded cluster only: the island scheduler's policy.
+  bool fifo = false;
 };
 
 struct DispatchBenchResult {

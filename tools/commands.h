@@ -53,6 +53,8 @@ void AddBenchDispatchCommands(CLI::App* bench, int* exit_code);
 void AddBenchPipelineCommand(CLI::App* bench, int* exit_code);
 // `causeway bench lm` (tools/bench_lm.cc).
 void AddBenchLmCommand(CLI::App* bench, int* exit_code);
+// `causeway bench tenancy` (tools/bench_tenancy.cc).
+void AddBenchTenancyCommand(CLI::App* bench, int* exit_code);
 
 }  // namespace causeway::tools
 

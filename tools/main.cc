@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   causeway::tools::AddBenchPipelineCommand(bench, &exit_code);
   causeway::tools::AddBenchMatmulCommand(bench, &exit_code);
   causeway::tools::AddBenchLmCommand(bench, &exit_code);
+  causeway::tools::AddBenchTenancyCommand(bench, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }

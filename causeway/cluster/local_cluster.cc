@@ -77,6 +77,7 @@ LocalCluster::LocalCluster(const LocalClusterOptions& options)
     so.host_lookup = [this](HostId h) -> HostService* { return host(h); };
     so.policy = options.scheduling;
     so.run_ahead = options.run_ahead;
+    so.on_run_accounted = options.on_run_accounted;
     schedulers_.push_back(std::make_unique<IslandScheduler>(std::move(so)));
   }
   resources_ = std::make_unique<ResourceManager>(std::move(topology));

@@ -40,6 +40,8 @@ struct LocalClusterOptions {
   // How each island scheduler orders runs (see IslandSchedulerOptions).
   SchedulingPolicy scheduling = SchedulingPolicy::kProportionalShare;
   absl::Duration run_ahead = absl::Milliseconds(10);
+  // See IslandSchedulerOptions::on_run_accounted (every island's).
+  std::function<void(ClientId client, int64_t device_us, int launches)> on_run_accounted;
 };
 
 struct DeviceReport {

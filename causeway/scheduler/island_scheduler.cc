@@ -1,6 +1,7 @@
 #include "causeway/scheduler/island_scheduler.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "causeway/base/status_macros.h"
@@ -256,6 +257,7 @@ void IslandScheduler::PickLocked() {
     return p.spanning < 0 || p.spanning == spanning_forwarded_;
   };
   while (queue_.size() > 0) {
+    const auto start = std::chrono::steady_clock::now();
     const ClientId client = queue_.Next(eligible);
     if (!client.valid()) return;
     Pending& head = queue_.Front(client);
@@ -267,7 +269,12 @@ void IslandScheduler::PickLocked() {
       if (!room) return;
       if (head.spanning >= 0) ++spanning_forwarded_;
     }
-    ForwardLocked(queue_.Pop(client));
+    Pending next = queue_.Pop(client);
+    ++decision_stats_.decisions;
+    decision_stats_.nanos += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 std::chrono::steady_clock::now() - start)
+                                 .count();
+    ForwardLocked(std::move(next));
     // Releases behind the run go with it: they wait for nothing else.
     while (queue_.HasWork(client) && !queue_.Front(client).release.empty()) {
       ForwardLocked(queue_.Pop(client));
@@ -280,6 +287,9 @@ void IslandScheduler::RunFinished(HostId host, RunId run, int64_t device_us, int
   // FIFO keeps no account; a host may report from inside EnqueueRuns, which
   // FIFO calls under the lock.
   if (options_.policy == SchedulingPolicy::kFifo) return;
+  ClientId accounted;
+  int64_t accounted_us = 0;
+  int accounted_launches = 0;
   {
     MutexLock lock(&mu_);
     auto it = in_flight_.find(run);
@@ -288,6 +298,9 @@ void IslandScheduler::RunFinished(HostId host, RunId run, int64_t device_us, int
     f.device_us += std::max<int64_t>(0, device_us);
     f.launches += std::max(0, launches);
     if (--f.hosts_left > 0) return;
+    accounted = f.client;
+    accounted_us = f.device_us;
+    accounted_launches = f.launches;
     in_flight_wall_us_ = std::max(0.0, in_flight_wall_us_ - f.estimate_wall_us);
     const double measured = static_cast<double>(f.device_us);
     // The charge becomes the measured time.
@@ -308,7 +321,16 @@ void IslandScheduler::RunFinished(HostId host, RunId run, int64_t device_us, int
       ++p.samples;
     }
     in_flight_.erase(it);
-    PickLocked();
+    // Refill in batches: once half the run-ahead drained, forward up to all
+    // of it, so that hosts get many runs per message rather than one per
+    // finished run.
+    if (in_flight_wall_us_ <= 0.5 * absl::ToDoubleMicroseconds(options_.run_ahead) ||
+        static_cast<int>(in_flight_.size()) < options_.min_in_flight) {
+      PickLocked();
+    }
+  }
+  if (options_.on_run_accounted) {
+    options_.on_run_accounted(accounted, accounted_us, accounted_launches);
   }
   Pump();
 }
@@ -391,6 +413,11 @@ ClientScheduleStats IslandScheduler::client_stats(ClientId client) const {
   s.queued = queue_.queued(client);
   s.share = queue_.share(client);
   return s;
+}
+
+DecisionStats IslandScheduler::decision_stats() const {
+  MutexLock lock(&mu_);
+  return decision_stats_;
 }
 
 int IslandScheduler::in_flight() const {

@@ -10,7 +10,8 @@
 // - kProportionalShare (the default) holds each client's runs in a queue of
 //   its own and forwards them only as the island has room: forwarded runs
 //   that have not finished may add up to `run_ahead` of estimated time (and
-//   at least `min_in_flight` runs are always out). Which client's run goes
+//   at least `min_in_flight` runs are always out); once half of it has
+//   drained, the island is refilled in one batch. Which client's run goes
 //   next is chosen by ShareQueue: strict priority classes, then stride
 //   scheduling over device time by weight. Estimates come from the measured
 //   device time of earlier runs of the same program, which hosts report
@@ -53,6 +54,17 @@ struct IslandSchedulerOptions {
   // Runs (and releases) one client may have queued here; beyond,
   // RESOURCE_EXHAUSTED.
   size_t max_queued_per_client = size_t{1} << 18;
+  // Told, outside the lock, when every host of a run reported it finished:
+  // its client, measured device time and launches. For benchmarks and
+  // metrics; may be empty.
+  std::function<void(ClientId client, int64_t device_us, int launches)> on_run_accounted;
+};
+
+// What the scheduler's choices cost: time spent choosing which run goes
+// next (the stride scan, estimates, the window), over the runs chosen.
+struct DecisionStats {
+  int64_t decisions = 0;
+  int64_t nanos = 0;
 };
 
 // Per-client figures, for tests, benchmarks and status.
@@ -114,6 +126,7 @@ class IslandScheduler final : public SchedulerService {
   ClientScheduleStats client_stats(ClientId client) const;
   // Runs forwarded and not yet finished.
   int in_flight() const;
+  DecisionStats decision_stats() const;
 
  private:
   struct Program {
@@ -183,6 +196,7 @@ class IslandScheduler final : public SchedulerService {
   // Batches taken from outbox_ and delivered, for DropClient's wait.
   int64_t batches_taken_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t batches_delivered_ ABSL_GUARDED_BY(mu_) = 0;
+  DecisionStats decision_stats_ ABSL_GUARDED_BY(mu_);
 };
 
 // Submits a run that spans the islands of `schedulers` (one per island, in
