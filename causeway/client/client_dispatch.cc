@@ -42,11 +42,14 @@ struct ClientCore::SequentialRun {
   // Program outputs, by plan output index, and their "submitted" promises.
   std::vector<Array> outputs;
   std::vector<Promise<Unit>> submitted;
+  // Promises handed to a step's settler, which sets them when the step is
+  // forwarded (possibly after this run is gone).
+  std::vector<bool> handed_over;
   size_t next = 0;
 
   ~SequentialRun() {
     for (size_t k = 0; k < submitted.size(); ++k) {
-      if (!submitted[k].IsSet()) {
+      if (!handed_over[k] && !submitted[k].IsSet()) {
         submitted[k].Set(absl::CancelledError(absl::StrCat(
             "client disconnected before node ", next, " of program ", program->plan->name,
             " was dispatched")));
@@ -64,6 +67,7 @@ void ClientCore::RunSequential(std::shared_ptr<const ProgramState> program,
   for (size_t i = 0; i < args.size(); ++i) run->values[plan.parameters[i]] = args[i];
   run->outputs = std::move(outputs);
   run->submitted = std::move(submitted);
+  run->handed_over.assign(run->submitted.size(), false);
   run->program = std::move(program);
   PostControl([this, run] { StepSequential(run); });
 }
@@ -103,6 +107,7 @@ void ClientCore::SubmitStep(std::shared_ptr<SequentialRun> run) {
       run->values[v] = run->outputs[k];
       if (!finished[k]) told.push_back(run->submitted[k]);
       finished[k] = true;
+      run->handed_over[k] = true;
     } else {
       run->values[v] =
           MakeArray(ArrayId(NextId(next_array_)), plan.values[v], step_forwarded.future());
@@ -115,7 +120,10 @@ void ClientCore::SubmitStep(std::shared_ptr<SequentialRun> run) {
   if (!status.ok()) {
     settler->Set(status);
     for (size_t k = 0; k < run->submitted.size(); ++k) {
-      if (!finished[k] && !run->submitted[k].IsSet()) run->submitted[k].Set(status);
+      if (!run->handed_over[k] && !run->submitted[k].IsSet()) {
+        run->submitted[k].Set(status);
+        run->handed_over[k] = true;
+      }
     }
     return;
   }

@@ -128,6 +128,7 @@ absl::Status IslandScheduler::Enqueue(RunRequest run,
   if (spanning) p.spanning = spanning_submitted_++;
   const ClientId client = p.run.client;
   stats_.try_emplace(client);
+  CountReads(p.run, +1);
   queue_.Push(client, std::move(p));
   return absl::OkStatus();
 }
@@ -167,21 +168,30 @@ absl::Status IslandScheduler::SubmitSpanning(RunRequest run,
   return status;
 }
 
+void IslandScheduler::CountReads(const RunRequest& run, int delta) {
+  for (ArrayId a : run.arguments) {
+    auto [it, inserted] = held_reads_.try_emplace(a, 0);
+    it->second += delta;
+    if (it->second <= 0) held_reads_.erase(it);
+  }
+}
+
 void IslandScheduler::ReleaseArrays(ClientId client, const std::vector<HostId>& hosts,
                                     std::vector<ArrayId> arrays) {
   if (arrays.empty() || hosts.empty()) return;
   {
     MutexLock lock(&mu_);
-    Pending p;
-    p.run.client = client;
-    p.release_hosts = hosts;
-    p.release = std::move(arrays);
-    if (queue_.HasWork(client)) {
-      // Behind the client's queued runs: one of them may read the arrays.
-      queue_.Push(client, std::move(p));
-      return;
+    Pending now, later;
+    now.run.client = later.run.client = client;
+    now.release_hosts = later.release_hosts = hosts;
+    for (ArrayId a : arrays) {
+      const bool read = queue_.HasWork(client) && held_reads_.contains(a);
+      (read ? later : now).release.push_back(a);
     }
-    ForwardLocked(std::move(p));
+    // Behind the client's queued runs: one of them reads these.
+    if (!later.release.empty()) queue_.Push(client, std::move(later));
+    if (now.release.empty()) return;
+    ForwardLocked(std::move(now));
   }
   Pump();
 }
@@ -196,6 +206,9 @@ void IslandScheduler::DropClient(ClientId client) {
   {
     MutexLock lock(&mu_);
     dropped = queue_.Drop(client);
+    for (const Pending& p : dropped) {
+      if (p.release.empty()) CountReads(p.run, -1);
+    }
     stats_.erase(client);
     // Runs of the client already taken for delivery reach their hosts
     // before this returns, so that the caller's release of everything the
@@ -270,6 +283,7 @@ void IslandScheduler::PickLocked() {
       if (head.spanning >= 0) ++spanning_forwarded_;
     }
     Pending next = queue_.Pop(client);
+    if (next.release.empty()) CountReads(next.run, -1);
     ++decision_stats_.decisions;
     decision_stats_.nanos += std::chrono::duration_cast<std::chrono::nanoseconds>(
                                  std::chrono::steady_clock::now() - start)

@@ -17,8 +17,8 @@
 //   device time of earlier runs of the same program, which hosts report
 //   (RunFinished); a client's charge is corrected to the measured time.
 //
-// A client's own runs keep its order, and so do its releases: a release
-// waits behind the client's queued runs (one of them may read the array).
+// A client's own runs keep its order. A release of an array that one of the
+// client's queued runs reads waits behind that run; other releases go at once.
 // Runs that span islands are forwarded on every island in the order they
 // were submitted (SubmitToIslands), whatever the shares, which gives them
 // one global order.
@@ -197,6 +197,11 @@ class IslandScheduler final : public SchedulerService {
   int64_t batches_taken_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t batches_delivered_ ABSL_GUARDED_BY(mu_) = 0;
   DecisionStats decision_stats_ ABSL_GUARDED_BY(mu_);
+  // How many queued runs read each array: a release of an array no queued
+  // run reads goes at once (holding it could deadlock a device waiting for
+  // the memory it frees); one that a queued run reads waits behind it.
+  absl::flat_hash_map<ArrayId, int> held_reads_ ABSL_GUARDED_BY(mu_);
+  void CountReads(const RunRequest& run, int delta) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 };
 
 // Submits a run that spans the islands of `schedulers` (one per island, in

@@ -237,18 +237,21 @@ TEST_F(IslandSchedulerTest, APriorityClassGoesFirst) {
   EXPECT_THAT(Forwarded(0), ElementsAre(0, 10, 11, 12, 1, 2, 3, 4));
 }
 
-TEST_F(IslandSchedulerTest, ReleasesWaitBehindTheClientsQueuedRuns) {
+TEST_F(IslandSchedulerTest, AReleaseWaitsBehindQueuedRunsThatReadItAndNoOthers) {
   auto s = Make(SchedulingPolicy::kProportionalShare, absl::Microseconds(1));
   ASSERT_OK(s->RegisterProgram(Plan(1)));
   ASSERT_OK(s->SubmitRun(Run(0, 1)));
   ASSERT_OK(s->SubmitRun(Run(1, 1)));  // held: reads array 1001
-  s->ReleaseArrays(ClientId(1), {HostId(0), HostId(1)}, {ArrayId(1001)});
-  // Another client with nothing queued releases at once.
+  s->ReleaseArrays(ClientId(1), {HostId(0), HostId(1)}, {ArrayId(1001), ArrayId(2000)});
+  // Array 2000 (run 0's output) is read by no queued run: it goes at once
+  // (a device may be waiting for the memory it frees). So does a release of
+  // another client.
   s->ReleaseArrays(ClientId(2), {HostId(0)}, {ArrayId(77)});
-  EXPECT_THAT(hosts_[0]->events(), ElementsAre("run 0", "release 77"));
+  EXPECT_THAT(hosts_[0]->events(), ElementsAre("run 0", "release 2000", "release 77"));
   Finish(*s, 0);
-  EXPECT_THAT(hosts_[0]->events(), ElementsAre("run 0", "release 77", "run 1", "release 1001"));
-  EXPECT_THAT(hosts_[1]->events(), ElementsAre("run 0", "run 1", "release 1001"));
+  EXPECT_THAT(hosts_[0]->events(),
+              ElementsAre("run 0", "release 2000", "release 77", "run 1", "release 1001"));
+  EXPECT_THAT(hosts_[1]->events(), ElementsAre("run 0", "release 2000", "run 1", "release 1001"));
 }
 
 TEST_F(IslandSchedulerTest, SpanningRunsKeepOneOrderWhateverTheShares) {
