@@ -27,6 +27,9 @@ inline constexpr int64_t kMaxPayloadBytes = int64_t{1} << 32;
 inline constexpr int kMaxStreamsPerPeer = 256;
 // Payloads being reassembled from chunks at once on one data-plane stream.
 inline constexpr int kMaxPartialPayloadsPerStream = 1024;
+// Hosts and arrays one release message through a scheduler may name.
+inline constexpr int kMaxHostsPerRelease = 1 << 16;
+inline constexpr int kMaxReleaseBatch = 1 << 20;
 
 }  // namespace causeway::limits
 

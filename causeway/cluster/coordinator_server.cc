@@ -86,10 +86,17 @@ class CoordinatorServer::Impl final : public cluster::Coordinator::Service {
 
   void HandleClient(ClientSession& session, const std::shared_ptr<ClientSession>& shared,
                     cluster::ClientMessage& message);
-  void HandleScheduler(ClientSession& session, uint64_t id, cluster::SchedulerCall& call);
+  void HandleScheduler(ClientSession& session, const std::shared_ptr<ClientSession>& shared,
+                       uint64_t id, cluster::SchedulerCall& call);
   void HandleHostCall(ClientSession& session, const std::shared_ptr<ClientSession>& shared,
                       uint64_t id, cluster::HostCall& call);
   void Reclaim(ClientSession& session);
+  // A worker's reports of runs it finished, for its island's scheduler.
+  void RunsDone(RemoteHost& host, const cluster::RunsDone& done);
+  // Tells the client of `session`, if still connected, that `run` was
+  // forwarded to its hosts (or why not).
+  static std::function<void(const absl::Status&)> TellForwarded(
+      const std::shared_ptr<ClientSession>& session, RunId run);
   static void ReplyTo(ClientSession& session, uint64_t id, const absl::Status& status,
                       const std::function<void(cluster::Reply&)>& fill = nullptr);
   static absl::Status CheckOwned(const ClientSession& session, int64_t id, absl::string_view what);
@@ -113,6 +120,8 @@ class CoordinatorServer::Impl final : public cluster::Coordinator::Service {
   absl::flat_hash_map<ClientSession*, std::shared_ptr<ClientSession>> sessions_
       ABSL_GUARDED_BY(mu_);
   std::vector<grpc::ServerContext*> contexts_ ABSL_GUARDED_BY(mu_);
+  // Shares of connected clients that set one, for schedulers made later.
+  absl::flat_hash_map<ClientId, ClientShare> shares_ ABSL_GUARDED_BY(mu_);
   int64_t next_host_ ABSL_GUARDED_BY(mu_) = 0;
   // Lost hosts, oldest first: kept (so that workers and clients learn of the
   // loss and runs naming them fail clearly) up to kMaxLostHosts.
@@ -223,6 +232,7 @@ void CoordinatorServer::Impl::HostLost(const std::shared_ptr<RemoteHost>& host,
       absl::UnavailableError(absl::StrCat(host->Name(), " lost: ", reason));
   host->Lose(status);
   resources_.RemoveHost(host->id(), std::string(status.message())).IgnoreError();
+  if (IslandScheduler* s = Scheduler(host->island())) s->HostLost(host->id());
   {
     MutexLock lock(&mu_);
     lost_order_.push_back(host->id());
@@ -319,9 +329,7 @@ grpc::Status CoordinatorServer::Impl::Join(
     if (!schedulers_.contains(island)) {
       IslandSchedulerOptions so;
       so.island = island;
-      // Runs are forwarded as they come: workers do not report finished
-      // runs yet, which proportional share needs.
-      so.policy = SchedulingPolicy::kFifo;
+      so.policy = SchedulingPolicy::kProportionalShare;
       // Only this island's live hosts: a plan that places island work on a
       // host of another island is refused at registration, and a run that
       // needs a lost host is refused rather than half-run on the survivors.
@@ -329,7 +337,9 @@ grpc::Status CoordinatorServer::Impl::Join(
         RemoteHost* host = Host(h);
         return host != nullptr && host->island() == island && !host->lost() ? host : nullptr;
       };
-      schedulers_[island] = std::make_unique<IslandScheduler>(std::move(so));
+      auto scheduler = std::make_unique<IslandScheduler>(std::move(so));
+      for (const auto& [client, share] : shares_) scheduler->SetShare(client, share);
+      schedulers_[island] = std::move(scheduler);
     }
   }
   CW_LOG(kInfo) << host->Name() << " joined " << island.ToString() << " with " << hello.devices()
@@ -341,7 +351,11 @@ grpc::Status CoordinatorServer::Impl::Join(
   while (stream->Read(&batch)) {
     host->Touch();
     for (cluster::FromWorker& m : *batch.mutable_messages()) {
-      if (m.has_reply()) host->OnReply(std::move(*m.mutable_reply()));
+      if (m.has_reply()) {
+        host->OnReply(std::move(*m.mutable_reply()));
+      } else if (m.has_runs_done()) {
+        RunsDone(*host, m.runs_done());
+      }
     }
   }
   std::string reason = host->cancel_reason();
@@ -391,12 +405,49 @@ void CoordinatorServer::Impl::Reclaim(ClientSession& session) {
   for (const auto& [h, program] : session.host_programs) {
     if (RemoteHost* host = Host(h)) host->UnregisterProgram(program);
   }
+  std::vector<IslandScheduler*> schedulers;
+  {
+    MutexLock lock(&mu_);
+    for (auto& [island, s] : schedulers_) schedulers.push_back(s.get());
+    for (ClientId c : session.clients) shares_.erase(c);
+  }
+  // Held runs never reach a host; then everything the clients own goes.
+  for (ClientId c : session.clients) {
+    for (IslandScheduler* s : schedulers) s->DropClient(c);
+  }
   const std::vector<std::shared_ptr<RemoteHost>> live = LiveHosts();
   for (ClientId c : session.clients) {
     for (const auto& h : live) h->ReleaseOwner(c);
     resources_.UnregisterClient(c);
   }
   session.clients.clear();
+}
+
+void CoordinatorServer::Impl::RunsDone(RemoteHost& host, const cluster::RunsDone& done) {
+  IslandScheduler* scheduler = Scheduler(host.island());
+  if (scheduler == nullptr) return;
+  // Parallel lists; a malformed report is ignored (it only delays that
+  // client's next runs until the host is lost).
+  if (done.device_us_size() != done.runs_size() || done.launches_size() != done.runs_size()) {
+    CW_LOG(kWarning) << host.Name() << " sent a malformed report of finished runs";
+    return;
+  }
+  for (int i = 0; i < done.runs_size(); ++i) {
+    scheduler->RunFinished(host.id(), RunId(done.runs(i)), done.device_us(i), done.launches(i));
+  }
+}
+
+std::function<void(const absl::Status&)> CoordinatorServer::Impl::TellForwarded(
+    const std::shared_ptr<ClientSession>& session, RunId run) {
+  std::weak_ptr<ClientSession> weak = session;
+  return [weak, run](const absl::Status& status) {
+    std::shared_ptr<ClientSession> s = weak.lock();
+    if (s == nullptr) return;
+    cluster::ClientEvent event;
+    event.mutable_forwarded()->add_runs(run.value());
+    wire::EncodeStatus(status, event.mutable_forwarded()->add_statuses());
+    s->writer.Post(std::move(event));
+  };
 }
 
 void CoordinatorServer::Impl::ReplyTo(ClientSession& session, uint64_t id,
@@ -464,7 +515,7 @@ void CoordinatorServer::Impl::HandleClient(ClientSession& session,
       return;
     }
     case cluster::ClientMessage::kScheduler:
-      HandleScheduler(session, id, *message.mutable_scheduler());
+      HandleScheduler(session, shared, id, *message.mutable_scheduler());
       return;
     case cluster::ClientMessage::kSubmitRun: {
       absl::StatusOr<RunRequest> run = wire::DecodeRun(message.submit_run().run());
@@ -477,7 +528,38 @@ void CoordinatorServer::Impl::HandleClient(ClientSession& session,
           schedulers.push_back(Scheduler(IslandId(i)));
         }
         MutexLock lock(&multi_island_mu_);
-        status = SubmitToIslands(*run, islands, schedulers);
+        status = SubmitToIslands(*run, islands, schedulers, TellForwarded(shared, run->run));
+      }
+      ReplyTo(session, id, status);
+      return;
+    }
+    case cluster::ClientMessage::kDropClient: {
+      const ClientId client(message.drop_client());
+      if (!session.clients.contains(client)) return;
+      std::vector<IslandScheduler*> schedulers;
+      {
+        MutexLock lock(&mu_);
+        for (auto& [island, s] : schedulers_) schedulers.push_back(s.get());
+      }
+      for (IslandScheduler* s : schedulers) s->DropClient(client);
+      return;
+    }
+    case cluster::ClientMessage::kSetShare: {
+      const ClientId client(message.client());
+      const ClientShare share{message.set_share().weight(), message.set_share().priority()};
+      absl::Status status = CheckClientShare(share);
+      if (status.ok() && !session.clients.contains(client)) {
+        status = absl::PermissionDeniedError(
+            absl::StrCat(client.ToString(), " is not a client of this connection"));
+      }
+      if (status.ok()) {
+        std::vector<IslandScheduler*> schedulers;
+        {
+          MutexLock lock(&mu_);
+          shares_[client] = share;
+          for (auto& [island, s] : schedulers_) schedulers.push_back(s.get());
+        }
+        for (IslandScheduler* s : schedulers) s->SetShare(client, share);
       }
       ReplyTo(session, id, status);
       return;
@@ -491,8 +573,9 @@ void CoordinatorServer::Impl::HandleClient(ClientSession& session,
   }
 }
 
-void CoordinatorServer::Impl::HandleScheduler(ClientSession& session, uint64_t id,
-                                              cluster::SchedulerCall& call) {
+void CoordinatorServer::Impl::HandleScheduler(ClientSession& session,
+                                              const std::shared_ptr<ClientSession>& shared,
+                                              uint64_t id, cluster::SchedulerCall& call) {
   const IslandId island(call.island());
   IslandScheduler* scheduler = Scheduler(island);
   if (scheduler == nullptr) {
@@ -541,11 +624,51 @@ void CoordinatorServer::Impl::HandleScheduler(ClientSession& session, uint64_t i
           index.push_back(i);
         }
       }
-      const std::vector<absl::Status> submitted = scheduler->SubmitRuns(std::move(runs));
+      // Each accepted run's client hears when it was forwarded (its reads
+      // and releases wait for that).
+      std::vector<RunId> ids;
+      for (const RunRequest& r : runs) ids.push_back(r.run);
+      std::weak_ptr<ClientSession> weak = shared;
+      const std::vector<absl::Status> submitted = scheduler->SubmitRuns(
+          std::move(runs), [weak, ids](size_t k, const absl::Status& status) {
+            std::shared_ptr<ClientSession> s = weak.lock();
+            if (s == nullptr) return;
+            cluster::ClientEvent event;
+            event.mutable_forwarded()->add_runs(ids[k].value());
+            wire::EncodeStatus(status, event.mutable_forwarded()->add_statuses());
+            s->writer.Post(std::move(event));
+          });
       for (size_t k = 0; k < index.size(); ++k) statuses[index[k]] = submitted[k];
       ReplyTo(session, id, absl::OkStatus(), [&](cluster::Reply& r) {
         for (const absl::Status& s : statuses) wire::EncodeStatus(s, r.mutable_statuses()->add_statuses());
       });
+      return;
+    }
+    case cluster::SchedulerCall::kReleaseArrays: {
+      const cluster::ReleaseThrough& r = call.release_arrays();
+      const ClientId client(r.client());
+      absl::Status status;
+      if (!session.clients.contains(client)) {
+        status = absl::PermissionDeniedError(
+            absl::StrCat(client.ToString(), " is not a client of this connection"));
+      }
+      if (r.hosts_size() > limits::kMaxHostsPerRelease || r.arrays_size() > limits::kMaxReleaseBatch) {
+        status = absl::InvalidArgumentError(absl::StrCat(
+            "a release names ", r.hosts_size(), " hosts and ", r.arrays_size(), " arrays (at most ",
+            limits::kMaxHostsPerRelease, " and ", limits::kMaxReleaseBatch, ")"));
+      }
+      std::vector<ArrayId> arrays;
+      for (int64_t a : r.arrays()) {
+        if (status.ok()) status = CheckOwned(session, a, "array");
+        arrays.push_back(ArrayId(a));
+      }
+      std::vector<HostId> hosts;
+      for (int64_t h : r.hosts()) {
+        RemoteHost* host = Host(HostId(h));
+        if (host != nullptr && host->island() == island) hosts.push_back(HostId(h));
+      }
+      if (status.ok()) scheduler->ReleaseArrays(client, hosts, std::move(arrays));
+      ReplyTo(session, id, status);
       return;
     }
     case cluster::SchedulerCall::CALL_NOT_SET:

@@ -1,5 +1,6 @@
 #include "causeway/cluster/remote_cluster.h"
 
+#include <map>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -69,6 +70,18 @@ class RemoteCluster::Impl {
   }
   void Send(cluster::ClientMessage message) { writer_->Post(std::move(message)); }
 
+  // Who to tell when the coordinator reports `run` forwarded (or dropped).
+  // Registered before the run is sent: the report may overtake the reply.
+  void ExpectForwarded(RunId run, std::function<void(const absl::Status&)> told) {
+    MutexLock lock(&mu_);
+    forwarded_[run] = std::move(told);
+  }
+  // The run was refused: no report will come.
+  void ForgetForwarded(RunId run) {
+    MutexLock lock(&mu_);
+    forwarded_.erase(run);
+  }
+
   Topology topology() const {
     MutexLock lock(&mu_);
     return topology_;
@@ -116,6 +129,10 @@ class RemoteCluster::Impl {
   mutable Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<uint64_t, Promise<cluster::Reply>> pending_ ABSL_GUARDED_BY(mu_);
+  // Accepted runs not yet reported forwarded (bounded by the coordinator's
+  // per-client queues); failed with the connection.
+  absl::flat_hash_map<RunId, std::function<void(const absl::Status&)>> forwarded_
+      ABSL_GUARDED_BY(mu_);
   Topology topology_ ABSL_GUARDED_BY(mu_);
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
@@ -178,14 +195,17 @@ class RemoteCluster::Impl::Scheduler final : public SchedulerService {
     runs.push_back(std::move(run));
     return SubmitRuns(std::move(runs), nullptr)[0];
   }
-  // The coordinator forwards a run before it answers (its schedulers are
-  // FIFO), so an accepted run has been forwarded.
+  // The coordinator reports each accepted run once it forwarded it.
   std::vector<absl::Status> SubmitRuns(std::vector<RunRequest> runs,
                                        RunsForwarded forwarded) override {
     cluster::ClientMessage m;
     m.mutable_scheduler()->set_island(island_.value());
-    for (const RunRequest& r : runs) {
+    for (size_t i = 0; i < runs.size(); ++i) {
+      const RunRequest& r = runs[i];
       wire::EncodeRun(r, m.mutable_scheduler()->mutable_submit_runs()->add_runs());
+      if (forwarded) {
+        impl_->ExpectForwarded(r.run, [forwarded, i](const absl::Status& s) { forwarded(i, s); });
+      }
     }
     absl::StatusOr<cluster::Reply> r = impl_->CallAndWait(std::move(m), "SubmitRuns");
     std::vector<absl::Status> out(runs.size(), r.status());
@@ -198,7 +218,7 @@ class RemoteCluster::Impl::Scheduler final : public SchedulerService {
     }
     if (forwarded) {
       for (size_t i = 0; i < out.size(); ++i) {
-        if (out[i].ok()) forwarded(i, absl::OkStatus());
+        if (!out[i].ok()) impl_->ForgetForwarded(runs[i].run);
       }
     }
     return out;
@@ -361,6 +381,21 @@ void RemoteCluster::Impl::ReadLoop() {
         topology_ = *std::move(t);
         continue;
       }
+      if (e.has_forwarded()) {
+        const cluster::RunsForwarded& f = e.forwarded();
+        for (int i = 0; i < f.runs_size() && i < f.statuses_size(); ++i) {
+          std::function<void(const absl::Status&)> told;
+          {
+            MutexLock lock(&mu_);
+            auto it = forwarded_.find(RunId(f.runs(i)));
+            if (it == forwarded_.end()) continue;
+            told = std::move(it->second);
+            forwarded_.erase(it);
+          }
+          told(wire::DecodeStatus(f.statuses(i)));
+        }
+        continue;
+      }
       if (!e.has_reply()) continue;
       Promise<cluster::Reply> promise;
       {
@@ -380,6 +415,7 @@ void RemoteCluster::Impl::ReadLoop() {
   }
   const absl::Status finish = grpc_transport::FromGrpc(stream_->Finish());
   absl::flat_hash_map<uint64_t, Promise<cluster::Reply>> pending;
+  absl::flat_hash_map<RunId, std::function<void(const absl::Status&)>> forwarded;
   absl::Status broken;
   {
     MutexLock lock(&mu_);
@@ -388,8 +424,10 @@ void RemoteCluster::Impl::ReadLoop() {
                      finish.ok() ? std::string() : absl::StrCat(": ", finish.ToString())));
     broken = broken_;
     pending.swap(pending_);
+    forwarded.swap(forwarded_);
   }
   for (auto& [id, p] : pending) p.Set(broken);
+  for (auto& [run, told] : forwarded) told(broken);
   reader_done_.Notify();
 }
 
@@ -444,9 +482,46 @@ absl::Status RemoteCluster::SubmitRun(const RunRequest& run, const std::vector<I
   cluster::ClientMessage m;
   wire::EncodeRun(run, m.mutable_submit_run()->mutable_run());
   for (IslandId i : islands) m.mutable_submit_run()->add_islands(i.value());
+  if (forwarded) impl_->ExpectForwarded(run.run, std::move(forwarded));
   const absl::Status status = ReplyStatus(impl_->CallAndWait(std::move(m), "SubmitRun"));
-  if (status.ok() && forwarded) forwarded(absl::OkStatus());
+  if (!status.ok()) impl_->ForgetForwarded(run.run);
   return status;
+}
+
+void RemoteCluster::ReleaseArrays(ClientId client, const std::vector<HostId>& hosts,
+                                  std::vector<ArrayId> arrays) {
+  // Through the scheduler of each island the hosts are on: a release waits
+  // there behind held runs of the client that read the arrays.
+  const Topology topology = impl_->topology();
+  std::map<IslandId, std::vector<HostId>> by_island;
+  for (HostId h : hosts) {
+    absl::StatusOr<HostInfo> info = topology.host(h);
+    if (info.ok()) by_island[info->island].push_back(h);
+  }
+  for (const auto& [island, mine] : by_island) {
+    cluster::ClientMessage m;
+    m.mutable_scheduler()->set_island(island.value());
+    cluster::ReleaseThrough& r = *m.mutable_scheduler()->mutable_release_arrays();
+    r.set_client(client.value());
+    for (HostId h : mine) r.add_hosts(h.value());
+    for (ArrayId a : arrays) r.add_arrays(a.value());
+    impl_->Send(std::move(m));
+  }
+}
+
+absl::Status RemoteCluster::SetClientShare(ClientId client, const ClientShare& share) {
+  CW_RETURN_IF_ERROR(CheckClientShare(share));
+  cluster::ClientMessage m;
+  m.set_client(client.value());
+  m.mutable_set_share()->set_weight(share.weight);
+  m.mutable_set_share()->set_priority(share.priority);
+  return ReplyStatus(impl_->CallAndWait(std::move(m), "SetShare"));
+}
+
+void RemoteCluster::DropClient(ClientId client) {
+  cluster::ClientMessage m;
+  m.set_drop_client(client.value());
+  impl_->Send(std::move(m));
 }
 
 absl::Status RemoteCluster::WaitForDevices(int64_t devices, absl::Duration timeout) {

@@ -50,6 +50,10 @@ class RemoteCluster final : public ClusterConnection {
   using ClusterConnection::SubmitRun;
   absl::Status SubmitRun(const RunRequest& run, const std::vector<IslandId>& islands,
                          std::function<void(const absl::Status&)> forwarded) override;
+  void ReleaseArrays(ClientId client, const std::vector<HostId>& hosts,
+                     std::vector<ArrayId> arrays) override;
+  absl::Status SetClientShare(ClientId client, const ClientShare& share) override;
+  void DropClient(ClientId client) override;
 
   // Blocks until the topology has at least `devices` devices.
   // DEADLINE_EXCEEDED after `timeout`; UNAVAILABLE if the connection ends.

@@ -194,6 +194,16 @@ absl::Status WorkerServer::Impl::Start() {
   ho.trace = trace_.get();
   ho.collectives = hub_.get();
   ho.transport = data_.get();
+  // The coordinator's scheduler learns what runs cost and when the island
+  // has room from these reports.
+  ho.on_run_done = [this](HostId, RunId run, int64_t device_us, int launches) {
+    cluster::FromWorker m;
+    cluster::RunsDone& done = *m.mutable_runs_done();
+    done.add_runs(run.value());
+    done.add_device_us(device_us);
+    done.add_launches(launches);
+    writer_->Post(std::move(m));
+  };
   executor_ = std::make_unique<HostExecutor>(std::move(ho));
   data_->Attach(host_, executor_.get(), hub_.get());
 

@@ -252,7 +252,7 @@ void IslandScheduler::ForwardLocked(Pending p) {
     InFlight f;
     f.client = p.run.client;
     f.program = p.run.program;
-    f.hosts_left = static_cast<int>(out.hosts.size());
+    for (HostService* h : out.hosts) f.hosts_left.push_back(h->id());
     f.estimate_device_us = EstimateDeviceUs(program);
     f.estimate_wall_us = EstimateWallUs(program);
     queue_.Charge(f.client, f.estimate_device_us);
@@ -296,45 +296,55 @@ void IslandScheduler::PickLocked() {
   }
 }
 
+bool IslandScheduler::FinishLocked(HostId host, RunId run, int64_t device_us, int launches,
+                                   ClientId* client, int64_t* total_us, int* total_launches) {
+  auto it = in_flight_.find(run);
+  if (it == in_flight_.end()) return false;
+  InFlight& f = it->second;
+  auto h = std::find(f.hosts_left.begin(), f.hosts_left.end(), host);
+  if (h == f.hosts_left.end()) return false;
+  f.hosts_left.erase(h);
+  f.device_us += std::clamp<int64_t>(device_us, 0, int64_t{1} << 40);
+  f.launches += std::clamp(launches, 0, 1 << 20);
+  if (!f.hosts_left.empty()) return false;
+  *client = f.client;
+  *total_us = f.device_us;
+  *total_launches = f.launches;
+  in_flight_wall_us_ = std::max(0.0, in_flight_wall_us_ - f.estimate_wall_us);
+  const double measured = static_cast<double>(f.device_us);
+  // The charge becomes the measured time.
+  queue_.Charge(f.client, measured - f.estimate_device_us);
+  auto stats = stats_.find(f.client);
+  if (stats != stats_.end()) {
+    ++stats->second.finished;
+    stats->second.device_us += f.device_us;
+  }
+  auto program = programs_.find(f.program);
+  if (program != programs_.end() && f.launches > 0) {
+    // Wall time of a gang: its device time over its devices.
+    Program& p = program->second;
+    const double wall = measured / f.launches;
+    constexpr double kWeight = 0.25;  // of a new measurement in the average
+    p.device_us = p.samples == 0 ? measured : p.device_us + kWeight * (measured - p.device_us);
+    p.wall_us = p.samples == 0 ? wall : p.wall_us + kWeight * (wall - p.wall_us);
+    ++p.samples;
+  }
+  in_flight_.erase(it);
+  return true;
+}
+
 void IslandScheduler::RunFinished(HostId host, RunId run, int64_t device_us, int launches) {
-  (void)host;
   // FIFO keeps no account; a host may report from inside EnqueueRuns, which
   // FIFO calls under the lock.
   if (options_.policy == SchedulingPolicy::kFifo) return;
-  ClientId accounted;
-  int64_t accounted_us = 0;
-  int accounted_launches = 0;
+  ClientId client;
+  int64_t total_us = 0;
+  int total_launches = 0;
   {
     MutexLock lock(&mu_);
-    auto it = in_flight_.find(run);
-    if (it == in_flight_.end()) return;
-    InFlight& f = it->second;
-    f.device_us += std::max<int64_t>(0, device_us);
-    f.launches += std::max(0, launches);
-    if (--f.hosts_left > 0) return;
-    accounted = f.client;
-    accounted_us = f.device_us;
-    accounted_launches = f.launches;
-    in_flight_wall_us_ = std::max(0.0, in_flight_wall_us_ - f.estimate_wall_us);
-    const double measured = static_cast<double>(f.device_us);
-    // The charge becomes the measured time.
-    queue_.Charge(f.client, measured - f.estimate_device_us);
-    auto stats = stats_.find(f.client);
-    if (stats != stats_.end()) {
-      ++stats->second.finished;
-      stats->second.device_us += f.device_us;
+    if (!FinishLocked(host, run, device_us, launches, &client, &total_us, &total_launches)) {
+      return;
     }
-    auto program = programs_.find(f.program);
-    if (program != programs_.end() && f.launches > 0) {
-      // Wall time of a gang: its device time over its devices.
-      Program& p = program->second;
-      const double wall = measured / f.launches;
-      constexpr double kWeight = 0.25;  // of a new measurement in the average
-      p.device_us = p.samples == 0 ? measured : p.device_us + kWeight * (measured - p.device_us);
-      p.wall_us = p.samples == 0 ? wall : p.wall_us + kWeight * (wall - p.wall_us);
-      ++p.samples;
-    }
-    in_flight_.erase(it);
     // Refill in batches: once half the run-ahead drained, forward up to all
     // of it, so that hosts get many runs per message rather than one per
     // finished run.
@@ -343,8 +353,25 @@ void IslandScheduler::RunFinished(HostId host, RunId run, int64_t device_us, int
       PickLocked();
     }
   }
-  if (options_.on_run_accounted) {
-    options_.on_run_accounted(accounted, accounted_us, accounted_launches);
+  if (options_.on_run_accounted) options_.on_run_accounted(client, total_us, total_launches);
+  Pump();
+}
+
+void IslandScheduler::HostLost(HostId host) {
+  if (options_.policy == SchedulingPolicy::kFifo) return;
+  {
+    MutexLock lock(&mu_);
+    std::vector<RunId> runs;
+    for (const auto& [run, f] : in_flight_) {
+      if (std::find(f.hosts_left.begin(), f.hosts_left.end(), host) != f.hosts_left.end()) {
+        runs.push_back(run);
+      }
+    }
+    ClientId client;
+    int64_t us = 0;
+    int launches = 0;
+    for (RunId r : runs) FinishLocked(host, r, 0, 0, &client, &us, &launches);
+    PickLocked();
   }
   Pump();
 }

@@ -118,9 +118,13 @@ class IslandScheduler final : public SchedulerService {
   void DropClient(ClientId client);
 
   // `host` finished its part of `run` (every launch ran or failed), which
-  // took `device_us` of device time over `launches` launches. Unknown runs
-  // (bypassing the scheduler, or already accounted) are ignored.
+  // took `device_us` of device time over `launches` launches. Reports of
+  // unknown runs (bypassing the scheduler, or already accounted) and
+  // repeated reports of a host are ignored.
   void RunFinished(HostId host, RunId run, int64_t device_us, int launches);
+  // `host` is gone: the runs still out on it count as finished there (it
+  // will never report them).
+  void HostLost(HostId host);
 
   IslandId island() const { return options_.island; }
   ClientScheduleStats client_stats(ClientId client) const;
@@ -158,7 +162,7 @@ class IslandScheduler final : public SchedulerService {
   struct InFlight {
     ClientId client;
     ProgramId program;
-    int hosts_left = 0;
+    absl::InlinedVector<HostId, 8> hosts_left;  // that have not reported
     double estimate_device_us = 0;
     double estimate_wall_us = 0;
     int64_t device_us = 0;
@@ -168,6 +172,11 @@ class IslandScheduler final : public SchedulerService {
   // path of every run, no allocation for islands of up to 8 hosts.
   using Hosts = absl::InlinedVector<HostService*, 8>;
   absl::StatusOr<Hosts> Route(const RunRequest& run) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Accounts `run` as finished on `host`; true if that was its last host.
+  // Fills the accounting of a finished run.
+  bool FinishLocked(HostId host, RunId run, int64_t device_us, int launches,
+                    ClientId* client, int64_t* total_us, int* total_launches)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Enqueue(RunRequest run, std::function<void(const absl::Status&)> forwarded,
                        bool spanning) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves what may go now from the queues to outbox_.

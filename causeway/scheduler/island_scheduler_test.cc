@@ -327,6 +327,18 @@ TEST_F(IslandSchedulerTest, ARunIsCheckedWhenSubmittedAndTheQueueIsBounded) {
   EXPECT_OK(s->SubmitRun(Run(201, 2)));
 }
 
+TEST_F(IslandSchedulerTest, ALostHostsRunsCountAsFinishedThere) {
+  auto s = Make(SchedulingPolicy::kProportionalShare, absl::Microseconds(1));
+  ASSERT_OK(s->RegisterProgram(Plan(1)));
+  ASSERT_OK(s->SubmitRun(Run(0, 1)));
+  ASSERT_OK(s->SubmitRun(Run(1, 1)));
+  s->RunFinished(HostId(0), RunId(0), 1000, 1);
+  // Host 1 will never report run 0: losing it lets the island move on.
+  s->HostLost(HostId(1));
+  EXPECT_THAT(Forwarded(0), ElementsAre(0, 1));
+  EXPECT_EQ(s->client_stats(ClientId(1)).finished, 1);
+}
+
 TEST_F(IslandSchedulerTest, ReportsOfUnknownRunsAreIgnored) {
   auto s = Make(SchedulingPolicy::kProportionalShare, absl::Microseconds(1));
   ASSERT_OK(s->RegisterProgram(Plan(1)));

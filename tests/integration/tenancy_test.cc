@@ -2,9 +2,11 @@
 // time in proportion to their weights, a greedy client cannot hold another
 // behind its queue, weights change while running, and a client that leaves
 // with runs still held by the scheduler leaves nothing behind.
+#include <atomic>
 #include <vector>
 
 #include "gmock/gmock.h"
+#include "tests/integration/cluster_kinds.h"
 #include "tests/integration/test_util.h"
 
 namespace causeway::testing {
@@ -29,7 +31,7 @@ struct Tenant {
   CompiledFunction f;
   Array input;
 
-  Tenant(LocalCluster* cluster, ClientShare share) {
+  Tenant(ClusterConnection* cluster, ClientShare share) {
     ClientOptions options;
     options.share = share;
     client = Connect(cluster, options);
@@ -116,6 +118,83 @@ TEST(TenancyTest, OutputsAreReadableAndReleasableWhileTheirRunsAreHeld) {
   x = Array();
   t.input = Array();
   ASSERT_OK(AwaitOrHang(t.client->Flush()).status());
+}
+
+// The same on both cluster kinds, each client with a connection of its own,
+// observed from the clients: the order in which their outputs became ready.
+class TenancyKindsTest : public ::testing::TestWithParam<ClusterKind> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == ClusterKind::kEmbedded) {
+      local_ = MakeCluster(OneHostTwoDevices());
+      return;
+    }
+    processes_ = StartProcesses(ProcessShape(1, 1, 2));
+  }
+  ClusterConnection* NewConnection() {
+    if (local_ != nullptr) return local_.get();
+    remotes_.push_back(ConnectRemote(*processes_));
+    return remotes_.back().get();
+  }
+  // Records the position of each output in the order outputs became ready.
+  void Watch(const std::vector<Array>& outs, std::vector<int64_t>* order) {
+    order->assign(outs.size(), -1);
+    for (size_t i = 0; i < outs.size(); ++i) {
+      outs[i].Ready().OnReady([this, order, i](const absl::StatusOr<Unit>&) {
+        (*order)[i] = next_.fetch_add(1);
+      });
+    }
+  }
+
+  std::unique_ptr<LocalCluster> local_;
+  std::unique_ptr<ProcessCluster> processes_;
+  std::vector<std::unique_ptr<RemoteCluster>> remotes_;
+  std::atomic<int64_t> next_{0};
+};
+
+INSTANTIATE_TEST_SUITE_P(Kinds, TenancyKindsTest,
+                         ::testing::Values(ClusterKind::kEmbedded, ClusterKind::kProcesses),
+                         KindName);
+
+TEST_P(TenancyKindsTest, SharesFollowWeightsAndAGreedyClientCannotStarveAnother) {
+  {
+    Tenant light(NewConnection(), ClientShare{1, 0});
+    Tenant heavy(NewConnection(), ClientShare{3, 0});
+    // Equal gangs: by the time the heavy client's 150 are done, the light
+    // one has had about a third of the island (50), give or take what was
+    // already out when the other arrived.
+    std::vector<Array> a = light.Submit(150);
+    std::vector<Array> b = heavy.Submit(150);
+    std::vector<int64_t> a_order, b_order;
+    Watch(a, &a_order);
+    Watch(b, &b_order);
+    for (const Array& x : a) ASSERT_OK(AwaitOrHang(x.Ready()).status());
+    for (const Array& x : b) ASSERT_OK(AwaitOrHang(x.Ready()).status());
+    ASSERT_OK(AwaitOrHang(light.client->Flush()).status());
+    ASSERT_OK(AwaitOrHang(heavy.client->Flush()).status());
+    const int64_t heavy_done = *std::max_element(b_order.begin(), b_order.end());
+    int light_before = 0;
+    for (int64_t o : a_order) light_before += o >= 0 && o < heavy_done;
+    EXPECT_GE(light_before, 25) << "the light client was starved";
+    EXPECT_LE(light_before, 90) << "the light client took more than its share";
+  }
+  Tenant greedy(NewConnection(), ClientShare{});
+  Tenant polite(NewConnection(), ClientShare{});
+  std::vector<Array> flood = greedy.Submit(2000);
+  ASSERT_OK(AwaitOrHang(greedy.client->Flush()).status());
+  std::vector<int64_t> flood_order;
+  Watch(flood, &flood_order);
+  auto v = AwaitOrHang(polite.Submit(1)[0].Fetch());
+  ASSERT_OK(v.status());
+  EXPECT_EQ(v->values<float>()[0], 4.0f);
+  // FIFO would have run all 2000 first.
+  int done = 0;
+  for (const Array& x : flood) done += x.Ready().IsReady();
+  EXPECT_LT(done, 1000);
+  // Leaving with runs held: they never run, and nothing hangs.
+  greedy.client->Disconnect();
+  flood.clear();
+  ASSERT_OK(AwaitOrHang(polite.Submit(1)[0].Ready()).status());
 }
 
 TEST(TenancyTest, BadSharesAreRefused) {
