@@ -56,6 +56,16 @@ for mode in opbyop chained fused; do
 done
 kill -INT "$up_pid"
 
+# Multi-tenancy (docs/BENCHMARKS.md, "Multi-tenancy"): four weighted clients on one
+# island, and what proportional share costs dispatch against FIFO.
+run bench tenancy --clients 4 --weights 1,2,4,8 --compute-us 330 --seconds 10
+for mode in opbyop chained fused; do
+  for scheduling in fifo share; do
+    run bench dispatch --mode "$mode" --devices 8 --seconds "$secs" --repeat 3 \
+      --scheduling "$scheduling"
+  done
+done
+
 /usr/bin/python3 scripts/plot_bench.py "$out" "$(dirname "$out")"
 
 # The language model (docs/BENCHMARKS.md, "Language model").

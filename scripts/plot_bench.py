@@ -24,7 +24,8 @@ def load(path):
 
 
 def plot_dispatch(rows, outdir):
-    rows = [r for r in rows if r.get("bench") == "dispatch" and r["devices"] == 8]
+    rows = [r for r in rows if r.get("bench") == "dispatch" and r["devices"] == 8
+            and r.get("scheduling", "share") == "share"]
     # The mode comparison is the repeated runs; single runs belong to the
     # device-scaling plot.
     if any(r.get("repeat", 1) > 1 for r in rows):
