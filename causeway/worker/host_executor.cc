@@ -375,6 +375,13 @@ void HostExecutor::PrepareRun(const RunRequest& run, std::vector<std::vector<Lau
     for (int s = 0; s < value.mesh.size(); ++s) {
       if (value.shard_hosts[s] != self) continue;
       absl::StatusOr<BufferRef> buffer = store_.Get(ShardKey{run.arguments[k], s});
+      // A shard of another shape (a run naming the wrong array) would be
+      // read past its end by the kernels: the argument fails instead.
+      if (buffer.ok() && (*buffer)->shape() != value.shard_shape) {
+        buffer = absl::InvalidArgumentError(absl::StrCat(
+            run.arguments[k].ToString(), " shard ", s, " is ", (*buffer)->shape().ToString(),
+            "; the program takes ", value.shard_shape.ToString()));
+      }
       values[v][s] = buffer.ok()
                          ? *buffer
                          : DeviceBuffer::Failed(value.shard_shape, run.client,

@@ -306,6 +306,31 @@ TEST_F(AdversarialTest, RunsWithTheWrongNumberOfArgumentsAreRefusedNotCrashed) {
   EXPECT_OK(peer_->CallStatus(counters));
 }
 
+TEST_F(AdversarialTest, ARunNamingAnArrayOfAnotherShapeFailsInsteadOfReadingPastIt) {
+  const Mesh mesh = OneDeviceMesh(0);
+  const ProgramPlan plan = NegPlan(mesh, 1024);
+  const HostId h = HostOf(mesh.devices()[0]);
+  ASSERT_OK(peer_->CallStatus(HostRegister(plan, h)));
+  // An array of 2 floats where the program takes 1024.
+  cluster::ClientMessage put;
+  put.mutable_host()->set_host(h.value());
+  cluster::PutShard& p = *put.mutable_host()->mutable_put_shard();
+  p.set_array(Id(1).value());
+  p.set_owner(client_.value());
+  wire::EncodeLiteral(ir::Literal::F32({2}, {1, 2}), p.mutable_value());
+  ASSERT_OK(peer_->CallStatus(put));
+  cluster::ClientMessage direct;
+  direct.mutable_host()->set_host(h.value());
+  wire::EncodeRun(Run(plan, 0, {Id(1)}, {Id(2)}),
+                  direct.mutable_host()->mutable_enqueue_runs()->add_runs());
+  peer_->Send(direct);
+  cluster::ClientMessage fetch;
+  fetch.mutable_host()->set_host(h.value());
+  fetch.mutable_host()->mutable_fetch_shard()->set_array(Id(2).value());
+  EXPECT_THAT(peer_->CallStatus(fetch),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("the program takes")));
+}
+
 TEST_F(AdversarialTest, AnSpmdLoopCannotReachAnotherClientsIdsOrRunForever) {
   const Mesh mesh = OneDeviceMesh(0);
   const ProgramPlan plan = NegPlan(mesh, 2);

@@ -119,9 +119,23 @@ TEST(DistributedTest, AClientNamesOnlyItsOwnArrays) {
   EXPECT_THAT(stolen.status().message(), HasSubstr(a->id().ToString()));
   host->ReleaseArrays({x.id()});
   host->ReleaseOwner(a->id());
-  // A's array is untouched.
+  // Nor through A's island scheduler: a release of A's array, dropping A's
+  // queued runs, or setting A's share.
+  b_conn->ReleaseArrays(a->id(), {h}, {x.id()});
+  b_conn->DropClient(a->id());
+  EXPECT_THAT(b_conn->SetClientShare(a->id(), ClientShare{100, 7}),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("not a client")));
+  // A's array is untouched, and A's runs still go.
   ASSERT_OK_AND_ASSIGN(Literal mine, AwaitOrHang(x.Fetch()));
   EXPECT_EQ(mine.values<float>(), (std::vector<float>{1, 2}));
+  FunctionBuilder fb("double");
+  Value p = fb.Parameter(Shape(DType::kF32, {1}));
+  ASSERT_OK_AND_ASSIGN(ir::Function twice, fb.Build({fb.Add(p, p)}));
+  ASSERT_OK_AND_ASSIGN(CompiledFunction f,
+                       a->Compile(twice, mesh, {{Sharding({{"x"}})}, {Sharding({{"x"}})}}));
+  ASSERT_OK_AND_ASSIGN(std::vector<Array> y, a->Call(f, {x}));
+  ASSERT_OK_AND_ASSIGN(Literal doubled, AwaitOrHang(y[0].Fetch()));
+  EXPECT_EQ(doubled.values<float>(), (std::vector<float>{2, 4}));
 }
 
 TEST(DistributedTest, TlsClusterServesClientsThatTrustItsCertificateOnly) {
