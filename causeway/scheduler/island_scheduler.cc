@@ -2,15 +2,40 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "causeway/base/status_macros.h"
 
 namespace causeway {
 
-IslandScheduler::IslandScheduler(IslandSchedulerOptions options) : options_(std::move(options)) {}
+IslandScheduler::IslandScheduler(IslandSchedulerOptions options) : options_(std::move(options)) {
+  if (options_.policy == SchedulingPolicy::kProportionalShare && options_.deliver_on_own_thread) {
+    deliverer_ = std::thread([this] { DeliverLoop(); });
+  }
+}
+
+void IslandScheduler::DeliverLoop() {
+  while (true) {
+    {
+      MutexLock lock(&mu_);
+      mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || (!outbox_.empty() && !pumping_);
+      });
+      if (stopping_) return;
+    }
+    Pump();
+  }
+}
 
 IslandScheduler::~IslandScheduler() {
+  if (deliverer_.joinable()) {
+    {
+      MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    deliverer_.join();
+  }
   // Whatever is still queued is dropped; its clients are told.
   std::vector<Pending> dropped;
   {
@@ -354,7 +379,10 @@ void IslandScheduler::RunFinished(HostId host, RunId run, int64_t device_us, int
     }
   }
   if (options_.on_run_accounted) options_.on_run_accounted(client, total_us, total_launches);
-  Pump();
+  // Reports come from device threads: delivering a batch (each host
+  // preparing every launch of it) there would hold that device, and its
+  // whole gang, while it ran. The delivery thread does it instead.
+  if (!deliverer_.joinable()) Pump();
 }
 
 void IslandScheduler::HostLost(HostId host) {

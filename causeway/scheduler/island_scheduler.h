@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -58,6 +59,11 @@ struct IslandSchedulerOptions {
   // its client, measured device time and launches. For benchmarks and
   // metrics; may be empty.
   std::function<void(ClientId client, int64_t device_us, int launches)> on_run_accounted;
+  // kProportionalShare: runs that finished runs let go are delivered to
+  // their hosts by a thread of the scheduler's (RunFinished is called on
+  // device threads); false: by the thread reporting, before it returns
+  // (deterministic, for tests).
+  bool deliver_on_own_thread = true;
 };
 
 // What the scheduler's choices cost: time spent choosing which run goes
@@ -206,6 +212,9 @@ class IslandScheduler final : public SchedulerService {
   int64_t batches_taken_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t batches_delivered_ ABSL_GUARDED_BY(mu_) = 0;
   DecisionStats decision_stats_ ABSL_GUARDED_BY(mu_);
+  void DeliverLoop();
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread deliverer_;
   // How many queued runs read each array: a release of an array no queued
   // run reads goes at once (holding it could deadlock a device waiting for
   // the memory it frees); one that a queued run reads waits behind it.

@@ -83,6 +83,7 @@ class IslandSchedulerTest : public ::testing::Test {
     o.min_in_flight = min_in_flight;
     o.default_estimate_us = 1000;
     o.max_queued_per_client = 100;
+    o.deliver_on_own_thread = false;
     o.host_lookup = [this](HostId h) -> HostService* {
       return h.value() >= 0 && h.value() < 2 ? hosts_[h.value()].get() : nullptr;
     };
