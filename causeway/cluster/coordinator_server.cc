@@ -341,6 +341,10 @@ grpc::Status CoordinatorServer::Impl::Join(
       for (const auto& [client, share] : shares_) scheduler->SetShare(client, share);
       schedulers_[island] = std::move(scheduler);
     }
+    // Quotas of clients already connected hold on the new host too.
+    for (const auto& [client, share] : shares_) {
+      if (share.memory_quota_bytes > 0) host->SetMemoryQuota(client, share.memory_quota_bytes);
+    }
   }
   CW_LOG(kInfo) << host->Name() << " joined " << island.ToString() << " with " << hello.devices()
                << " devices";
@@ -546,7 +550,8 @@ void CoordinatorServer::Impl::HandleClient(ClientSession& session,
     }
     case cluster::ClientMessage::kSetShare: {
       const ClientId client(message.client());
-      const ClientShare share{message.set_share().weight(), message.set_share().priority()};
+      const ClientShare share{message.set_share().weight(), message.set_share().priority(),
+                              message.set_share().memory_quota_bytes()};
       absl::Status status = CheckClientShare(share);
       if (status.ok() && !session.clients.contains(client)) {
         status = absl::PermissionDeniedError(
@@ -560,6 +565,7 @@ void CoordinatorServer::Impl::HandleClient(ClientSession& session,
           for (auto& [island, s] : schedulers_) schedulers.push_back(s.get());
         }
         for (IslandScheduler* s : schedulers) s->SetShare(client, share);
+        for (const auto& h : LiveHosts()) h->SetMemoryQuota(client, share.memory_quota_bytes);
       }
       ReplyTo(session, id, status);
       return;
@@ -732,6 +738,10 @@ void CoordinatorServer::Impl::HandleHostCall(ClientSession& session,
       break;
     case cluster::HostCall::kGetCounters:
       break;  // counters name no client's data
+    case cluster::HostCall::kSetQuota:
+      status = absl::PermissionDeniedError(
+          "memory quotas are set by the coordinator (a client's share), not by clients");
+      break;
     case cluster::HostCall::kDriveSpmd: {
       const cluster::SpmdLoop& l = call.drive_spmd();
       status = CheckOwned(session, l.program(), "program");

@@ -137,6 +137,7 @@ void LocalCluster::ReleaseArrays(ClientId client, const std::vector<HostId>& hos
 absl::Status LocalCluster::SetClientShare(ClientId client, const ClientShare& share) {
   CW_RETURN_IF_ERROR(CheckClientShare(share));
   for (auto& s : schedulers_) s->SetShare(client, share);
+  for (auto& h : hosts_) h->SetMemoryQuota(client, share.memory_quota_bytes);
   return absl::OkStatus();
 }
 

@@ -293,6 +293,8 @@ class RemoteCluster::Impl::Host final : public HostService {
     m.mutable_host()->set_release_owner(owner.value());
     impl_->Send(std::move(m));
   }
+  // Quotas are the coordinator's to set (RemoteCluster::SetClientShare).
+  void SetMemoryQuota(ClientId, int64_t) override {}
   void DeliverPiece(ShardPieceMessage) override {
     CW_CHECK(false) << "pieces move between workers, never through a client";
   }
@@ -515,6 +517,7 @@ absl::Status RemoteCluster::SetClientShare(ClientId client, const ClientShare& s
   m.set_client(client.value());
   m.mutable_set_share()->set_weight(share.weight);
   m.mutable_set_share()->set_priority(share.priority);
+  m.mutable_set_share()->set_memory_quota_bytes(share.memory_quota_bytes);
   return ReplyStatus(impl_->CallAndWait(std::move(m), "SetShare"));
 }
 

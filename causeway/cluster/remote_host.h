@@ -207,6 +207,12 @@ class RemoteHost final : public HostService {
     call.set_release_owner(owner.value());
     Forward(std::move(call), nullptr);
   }
+  void SetMemoryQuota(ClientId owner, int64_t bytes) override {
+    cluster::HostCall call;
+    call.mutable_set_quota()->set_owner(owner.value());
+    call.mutable_set_quota()->set_bytes(bytes);
+    Forward(std::move(call), nullptr);
+  }
   void DeliverPiece(ShardPieceMessage) override {
     CW_CHECK(false) << "pieces move between workers, never through the coordinator";
   }

@@ -339,6 +339,16 @@ void WorkerServer::Impl::HandleCall(uint64_t id, cluster::HostCall& call) {
     case cluster::HostCall::kReleaseOwner:
       executor_->ReleaseOwner(ClientId(call.release_owner()));
       break;
+    case cluster::HostCall::kSetQuota: {
+      const int64_t bytes = call.set_quota().bytes();
+      if (bytes < 0 || bytes > limits::kMaxDeviceMemoryBytes) {
+        Reply(id, absl::InvalidArgumentError(absl::StrCat("a memory quota of ", bytes, " bytes")));
+        break;
+      }
+      executor_->SetMemoryQuota(ClientId(call.set_quota().owner()), bytes);
+      Reply(id, absl::OkStatus());
+      break;
+    }
     case cluster::HostCall::kDriveSpmd:
       executor_->DriveSpmd(grpc_transport::DecodeSpmdLoop(call.drive_spmd()))
           .OnReady([this, id](const absl::StatusOr<Unit>& done) { Reply(id, done.status()); });

@@ -48,6 +48,7 @@ class FakeHost final : public HostService {
     for (ArrayId a : arrays) events_.push_back(absl::StrCat("release ", a.value()));
   }
   void ReleaseOwner(ClientId) override {}
+  void SetMemoryQuota(ClientId, int64_t) override {}
   void DeliverPiece(ShardPieceMessage) override {}
   Future<Unit> DriveSpmd(const SpmdLoop&) override { return Future<Unit>::Ready(Unit{}); }
   Future<std::vector<DeviceCounters>> GetCounters(bool) override {

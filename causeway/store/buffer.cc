@@ -23,7 +23,7 @@ std::shared_ptr<DeviceBuffer> DeviceBuffer::Allocate(DeviceMemory* memory, ir::S
 
 void DeviceBuffer::Reserve(const std::shared_ptr<DeviceBuffer>& buffer) {
   DeviceMemory* memory = buffer->memory_;
-  if (memory->TryReserve(buffer->bytes_)) {
+  if (memory->TryReserve(buffer->bytes_, buffer->owner_)) {
     buffer->OnGranted(absl::OkStatus());
     return;
   }
@@ -33,13 +33,17 @@ void DeviceBuffer::Reserve(const std::shared_ptr<DeviceBuffer>& buffer) {
   std::weak_ptr<DeviceBuffer> weak = buffer;
   DeviceMemory* mem = memory;
   const int64_t bytes = buffer->bytes_;
-  buffer->ticket_ = memory->Reserve(bytes, [weak, mem, bytes](absl::Status status) {
-    if (std::shared_ptr<DeviceBuffer> b = weak.lock()) {
-      b->OnGranted(status);
-    } else if (status.ok()) {
-      mem->Free(bytes);
-    }
-  });
+  const ClientId owner = buffer->owner_;
+  buffer->ticket_ = memory->Reserve(
+      bytes,
+      [weak, mem, bytes, owner](absl::Status status) {
+        if (std::shared_ptr<DeviceBuffer> b = weak.lock()) {
+          b->OnGranted(status);
+        } else if (status.ok()) {
+          mem->Free(bytes, owner);
+        }
+      },
+      owner);
 }
 
 std::shared_ptr<DeviceBuffer> DeviceBuffer::Failed(ir::Shape shape, ClientId owner,
@@ -64,7 +68,7 @@ DeviceBuffer::~DeviceBuffer() {
   // granted_ is written before allocated_ is fulfilled and this destructor
   // runs after the last reference is gone, so no lock is needed.
   if (granted_) {
-    memory_->Free(bytes_);
+    memory_->Free(bytes_, owner_);
   } else if (ticket_ != 0) {
     // Withdraw a request still waiting; if it is being granted right now,
     // the grant sees this buffer gone and frees the memory itself.

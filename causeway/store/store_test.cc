@@ -68,6 +68,77 @@ ir::Shape F32(std::vector<int64_t> dims) { return ir::Shape(ir::DType::kF32, std
 // ---------------------------------------------------------------------------
 // DeviceMemory
 
+TEST(DeviceMemoryQuotaTest, AClientOverItsQuotaWaitsWithoutHoldingOthersBack) {
+  DeviceMemory memory(DeviceId(0), 1000);
+  const ClientId greedy(1), other(2);
+  memory.SetQuota(greedy, 100);
+  Outcome a, b, c, d;
+  memory.Reserve(60, a.callback(), greedy);
+  memory.Reserve(60, b.callback(), greedy);  // 120 > 100: waits for greedy's frees
+  memory.Reserve(30, c.callback(), greedy);  // behind b, in greedy's own line
+  memory.Reserve(500, d.callback(), other);  // not held back by greedy
+  EXPECT_TRUE(a.done());
+  EXPECT_FALSE(b.done());
+  EXPECT_FALSE(c.done());
+  ASSERT_TRUE(d.done());
+  EXPECT_OK(d.status());
+  EXPECT_EQ(memory.num_waiting(), 2);
+  EXPECT_FALSE(memory.TryReserve(10, greedy));
+  EXPECT_TRUE(memory.TryReserve(10, other));
+  // Greedy frees: b (60) and c (30) now fit its quota.
+  memory.Free(60, greedy);
+  EXPECT_TRUE(b.done());
+  EXPECT_TRUE(c.done());
+  EXPECT_EQ(memory.admitted(greedy), 90);
+  EXPECT_EQ(memory.in_use(), 90 + 500 + 10);
+}
+
+TEST(DeviceMemoryQuotaTest, ARequestLargerThanTheQuotaFailsNamingIt) {
+  DeviceMemory memory(DeviceId(4), 1000);
+  memory.SetQuota(ClientId(1), 100);
+  Outcome a;
+  memory.Reserve(101, a.callback(), ClientId(1));
+  ASSERT_TRUE(a.done());
+  EXPECT_THAT(a.status(), StatusIs(absl::StatusCode::kResourceExhausted,
+                                   AllOf(HasSubstr("quota of 100 bytes"), HasSubstr("client 1"))));
+}
+
+TEST(DeviceMemoryQuotaTest, RaisingOrLiftingTheQuotaLetsWaitersGo) {
+  DeviceMemory memory(DeviceId(0), 1000);
+  memory.SetQuota(ClientId(1), 100);
+  Outcome a, b;
+  memory.Reserve(100, a.callback(), ClientId(1));
+  memory.Reserve(50, b.callback(), ClientId(1));
+  EXPECT_FALSE(b.done());
+  memory.SetQuota(ClientId(1), 0);
+  EXPECT_TRUE(b.done());
+  EXPECT_EQ(memory.in_use(), 150);
+  memory.Free(100, ClientId(1));
+  memory.Free(50, ClientId(1));
+  EXPECT_EQ(memory.in_use(), 0);
+  EXPECT_EQ(memory.admitted(ClientId(1)), 0);
+}
+
+TEST(DeviceMemoryQuotaTest, AStalledQuotaWaitFailsNamingTheQuota) {
+  DeviceMemory memory(DeviceId(0), 1000);
+  memory.SetQuota(ClientId(1), 100);
+  Outcome a, b;
+  memory.Reserve(100, a.callback(), ClientId(1));
+  memory.Reserve(50, b.callback(), ClientId(1));
+  EXPECT_EQ(memory.FailStalledWaiters(absl::Now(), absl::Hours(1)), 0);
+  EXPECT_EQ(memory.FailStalledWaiters(absl::Now() + absl::Minutes(2), absl::Minutes(1)), 1);
+  ASSERT_TRUE(b.done());
+  EXPECT_THAT(b.status(), StatusIs(absl::StatusCode::kResourceExhausted,
+                                   HasSubstr("over its memory quota")));
+  // A withdrawn quota waiter never runs; the quota is still enforced.
+  Outcome c;
+  const uint64_t ticket = memory.Reserve(50, c.callback(), ClientId(1));
+  ASSERT_NE(ticket, 0u);
+  EXPECT_TRUE(memory.Cancel(ticket));
+  EXPECT_FALSE(c.done());
+  EXPECT_EQ(memory.num_waiting(), 0);
+}
+
 TEST(DeviceMemoryTest, GrantsInlineOnTheCallingThreadWhenItFits) {
   DeviceMemory memory(DeviceId(3), 100);
   Outcome a;

@@ -22,6 +22,11 @@ absl::Status CheckClientShare(const ClientShare& share) {
     return absl::InvalidArgumentError(
         absl::StrCat("a client's weight must be in (0, 1e6], given ", share.weight));
   }
+  if (share.memory_quota_bytes < 0 || share.memory_quota_bytes > limits::kMaxDeviceMemoryBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("a client's memory quota must be in [0, ",
+                                                   limits::kMaxDeviceMemoryBytes,
+                                                   "] bytes, given ", share.memory_quota_bytes));
+  }
   if (share.priority < 0 || share.priority > 7) {
     return absl::InvalidArgumentError(
         absl::StrCat("a client's priority class must be in [0, 7], given ", share.priority));

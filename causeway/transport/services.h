@@ -97,7 +97,10 @@ class HostService {
   virtual Future<Unit> AwaitShard(ArrayId array, int shard) = 0;
 
   virtual void ReleaseArrays(absl::Span<const ArrayId> arrays) = 0;
+  // Drops every array of `owner` here, and its memory quota.
   virtual void ReleaseOwner(ClientId owner) = 0;
+  // Limits `owner` to `bytes` on each of this host's devices (0: none).
+  virtual void SetMemoryQuota(ClientId owner, int64_t bytes) = 0;
 
   // Data plane: a piece of a reshard from another host.
   virtual void DeliverPiece(ShardPieceMessage piece) = 0;
@@ -150,10 +153,14 @@ struct ClientShare {
   // Higher classes are served first: a client of class 1 with work queued
   // always goes before every client of class 0.
   int priority = 0;
+  // Bytes the client may hold on each device (0: no limit). Beyond, its
+  // allocations wait for its own frees, never holding other clients'
+  // allocations back; one larger than the quota fails at once.
+  int64_t memory_quota_bytes = 0;
   friend bool operator==(const ClientShare&, const ClientShare&) = default;
 };
-// INVALID_ARGUMENT unless the weight is finite, > 0 and <= 1e6 and the
-// class in [0, 7].
+// INVALID_ARGUMENT unless the weight is finite, > 0 and <= 1e6, the class
+// in [0, 7] and the quota in [0, 2^50].
 absl::Status CheckClientShare(const ClientShare& share);
 
 struct MeshRequest {

@@ -432,8 +432,8 @@ void HostExecutor::EnqueueCall(const RunRequest& run,
     }
     if (const int64_t temporaries = node.executable->temporary_bytes(); temporaries > 0) {
       DeviceMemory* memory = store_.memory(local);
-      if (memory->TryReserve(temporaries)) {
-        launch.scratch_hold = MemoryHold(memory, temporaries);
+      if (memory->TryReserve(temporaries, run.client)) {
+        launch.scratch_hold = MemoryHold(memory, temporaries, run.client);
       } else {
         launch.scratch = DeviceBuffer::Reservation(memory, temporaries, run.client);
       }
@@ -706,6 +706,11 @@ void HostExecutor::ReleaseOwner(ClientId owner) {
     }
   }
   store_.ReleaseOwner(owner);
+  SetMemoryQuota(owner, 0);
+}
+
+void HostExecutor::SetMemoryQuota(ClientId owner, int64_t bytes) {
+  for (int i = 0; i < store_.num_devices(); ++i) store_.memory(i)->SetQuota(owner, bytes);
 }
 
 }  // namespace causeway

@@ -75,6 +75,7 @@ class HostExecutor final : public HostService {
   Future<Unit> AwaitShard(ArrayId array, int shard) override;
   void ReleaseArrays(absl::Span<const ArrayId> arrays) override;
   void ReleaseOwner(ClientId owner) override;
+  void SetMemoryQuota(ClientId owner, int64_t bytes) override;
   void DeliverPiece(ShardPieceMessage piece) override;
   Future<Unit> DriveSpmd(const SpmdLoop& loop) override;
   Future<std::vector<DeviceCounters>> GetCounters(bool reset) override;

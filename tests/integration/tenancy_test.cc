@@ -226,12 +226,49 @@ TEST_P(TenancyKindsTest, SharesFollowWeightsAndAGreedyClientCannotStarveAnother)
   ASSERT_OK(AwaitOrHang(polite.Submit(1)[0].Ready()).status());
 }
 
+TEST_P(TenancyKindsTest, AMemoryQuotaHoldsItsClientAndNoOneElse) {
+  ClientOptions limited;
+  limited.share.memory_quota_bytes = int64_t{1} << 20;  // per device
+  auto q = Connect(NewConnection(), limited);
+  auto other = Connect(NewConnection());
+  ASSERT_OK_AND_ASSIGN(Mesh mesh, q->AllocateMesh({{"x", 1}}));
+  MeshRequest same;
+  same.axes = {{"x", 1}};
+  same.devices = mesh.devices();
+  ASSERT_OK_AND_ASSIGN(Mesh other_mesh, other->AllocateMesh(same));
+  const int64_t half = (int64_t{1} << 19) / 4;  // 512 KiB of f32
+  auto put = [&](Client& c, const Mesh& m, int64_t n) {
+    return c.Put(ir::Literal(ir::Shape(ir::DType::kF32, {n})), m, Sharding::Replicated(1));
+  };
+  ASSERT_OK_AND_ASSIGN(Array a1, put(*q, mesh, half));
+  ASSERT_OK_AND_ASSIGN(Array a2, put(*q, mesh, half));
+  ASSERT_OK(AwaitOrHang(a1.Ready()).status());
+  ASSERT_OK(AwaitOrHang(a2.Ready()).status());
+  // The quota is full: a third waits for the client's own frees...
+  ASSERT_OK_AND_ASSIGN(Array a3, put(*q, mesh, half));
+  // ...while another client's allocations on the same device go ahead.
+  ASSERT_OK_AND_ASSIGN(Array b, put(*other, other_mesh, 8 * half));
+  ASSERT_OK(AwaitOrHang(b.Ready()).status());
+  const Future<Unit> third = a3.Ready();
+  EXPECT_EQ(third.AwaitWithTimeout(absl::Milliseconds(200)), nullptr) << "quota not enforced";
+  // More than the whole quota fails at once, naming it.
+  ASSERT_OK_AND_ASSIGN(Array huge, put(*q, mesh, 4 * half));
+  EXPECT_THAT(AwaitOrHang(huge.Ready()),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("memory quota")));
+  // Freeing one lets the waiting one in.
+  a1 = Array();
+  ASSERT_OK(AwaitOrHang(third).status());
+}
+
 TEST(TenancyTest, BadSharesAreRefused) {
   auto cluster = MakeCluster(OneHostTwoDevices());
   ClientOptions o;
   o.share.weight = 0;
   EXPECT_THAT(Client::Connect(cluster.get(), o).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("weight")));
+  o.share = ClientShare{1, 0, -1};
+  EXPECT_THAT(Client::Connect(cluster.get(), o).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("quota")));
   o.share = ClientShare{1, 9};
   EXPECT_THAT(Client::Connect(cluster.get(), o).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("priority")));

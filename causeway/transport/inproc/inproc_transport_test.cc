@@ -92,6 +92,7 @@ class RecordingHost final : public HostService {
   }
   void ReleaseArrays(absl::Span<const ArrayId>) override {}
   void ReleaseOwner(ClientId) override {}
+  void SetMemoryQuota(ClientId, int64_t) override {}
 
   Future<Unit> DriveSpmd(const SpmdLoop&) override {
     return Future<Unit>::Ready(absl::UnimplementedError("not used by these tests"));
