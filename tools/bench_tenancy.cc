@@ -11,8 +11,20 @@
 // the run's last wall interval (device time over launches, ending when the
 // run finished). The compute fraction counts only the requested work:
 // runs finished x compute-us x devices / (devices x wall time).
+//
+// With --cluster grpc://HOST:PORT every client is a process of its own
+// (`causeway bench tenancy-client`, started here) with its own connection.
+// There the hosts' reports stay in the coordinator: each client records when
+// each of its results arrived, on the machine's monotonic clock, which all
+// processes share; as every run is the same gang, a run counts compute-us on
+// every device, spread over the compute-us before it arrived. The
+// scheduler's decision cost is not reported (it is the coordinator's).
+#include <time.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -30,6 +42,7 @@
 #include "causeway/base/status_macros.h"
 #include "causeway/client/client.h"
 #include "causeway/cluster/local_cluster.h"
+#include "causeway/cluster/remote_cluster.h"
 #include "causeway/ir/builder.h"
 #include "nlohmann/json.hpp"
 #include "tools/commands.h"
@@ -50,8 +63,27 @@ struct TenancyFlags {
   double aggregate_seconds = 2;
   int outstanding = 64;
   std::string trace_path;
+  std::string cluster = "local";
   bool json = false;
 };
+
+// `causeway bench tenancy-client`: one client of a distributed run.
+struct TenantFlags {
+  std::string cluster;
+  double weight = 1;
+  int64_t compute_us = 330;
+  int devices = 8;
+  int outstanding = 64;
+  int64_t start_at_ns = 0;  // CLOCK_MONOTONIC
+  double seconds = 10;
+  std::string name = "tenant";
+};
+
+int64_t MonotonicNanos() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec;
+}
 
 // One finished run, as the scheduler accounted it.
 struct Sample {
@@ -170,6 +202,129 @@ absl::StatusOr<TenancyRun> RunTenancy(const TenancyFlags& f, const std::vector<d
   return out;
 }
 
+absl::Status RunTenant(const TenantFlags& f) {
+  RemoteClusterOptions ro;
+  ro.address = f.cluster;
+  CW_ASSIGN_OR_RETURN(auto remote, RemoteCluster::Connect(ro));
+  ClientOptions options;
+  options.share.weight = f.weight;
+  CW_ASSIGN_OR_RETURN(auto client, Client::Connect(remote.get(), options));
+  CW_ASSIGN_OR_RETURN(Mesh mesh, client->AllocateMesh({{"x", f.devices}}));
+  ir::FunctionBuilder b(f.name);
+  ir::Value x = b.Parameter(ir::Shape(ir::DType::kF32, {}));
+  CW_ASSIGN_OR_RETURN(ir::Function fn, b.Build({b.AllReduce(b.Delay(x, f.compute_us), {"x"})}));
+  CW_ASSIGN_OR_RETURN(CompiledFunction cf, client->Compile(fn, mesh, {}));
+  CW_ASSIGN_OR_RETURN(Array in,
+                      client->Put(ir::Literal::ScalarF32(1.0f), mesh, Sharding::Replicated(0)));
+  {
+    CW_ASSIGN_OR_RETURN(std::vector<Array> warm, client->Call(cf, {in}));
+    CW_RETURN_IF_ERROR(warm[0].Fetch().Await().status());
+  }
+  timespec start;
+  start.tv_sec = static_cast<time_t>(f.start_at_ns / 1'000'000'000);
+  start.tv_nsec = static_cast<long>(f.start_at_ns % 1'000'000'000);
+  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &start, nullptr) == EINTR) {
+  }
+  const int64_t began = MonotonicNanos();
+  const int64_t stop_at = began + static_cast<int64_t>(f.seconds * 1e9);
+  // Arrival of each result (one small fetch per run).
+  auto mu = std::make_shared<Mutex>();
+  auto ends = std::make_shared<std::vector<int64_t>>();
+  std::deque<Future<ir::Literal>> pending;
+  while (MonotonicNanos() < stop_at) {
+    CW_ASSIGN_OR_RETURN(std::vector<Array> out, client->Call(cf, {in}));
+    Future<ir::Literal> result = out[0].Fetch();
+    result.OnReady([mu, ends](const absl::StatusOr<ir::Literal>& r) {
+      if (!r.ok()) return;
+      const int64_t now = MonotonicNanos();
+      MutexLock lock(mu.get());
+      ends->push_back(now);
+    });
+    pending.push_back(result);
+    if (static_cast<int>(pending.size()) >= f.outstanding) {
+      CW_RETURN_IF_ERROR(pending.front().Await().status());
+      pending.pop_front();
+    }
+  }
+  const int64_t stopped = MonotonicNanos();
+  for (const auto& p : pending) CW_RETURN_IF_ERROR(p.Await().status());
+  nlohmann::json j = {{"name", f.name}, {"start_ns", began}, {"stop_ns", stopped}};
+  {
+    MutexLock lock(mu.get());
+    j["ends_ns"] = *ends;
+  }
+  std::printf("%s\n", j.dump().c_str());
+  std::fflush(stdout);
+  client->Disconnect();
+  return absl::OkStatus();
+}
+
+// Runs one client process per weight against `f.cluster`, all starting at
+// the same moment, and gathers what each saw.
+absl::StatusOr<TenancyRun> RunTenancyProcesses(const TenancyFlags& f,
+                                               const std::vector<double>& weights,
+                                               double seconds) {
+  char self[4096];
+  const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (len <= 0) return absl::InternalError("cannot find the causeway binary");
+  self[len] = '\0';
+  const int64_t t0 = MonotonicNanos();
+  // Time for every process to connect, compile and warm up first.
+  const int64_t start_at = t0 + int64_t{3'000'000'000} + int64_t{250'000'000} * static_cast<int64_t>(weights.size());
+  std::vector<FILE*> children;
+  for (size_t c = 0; c < weights.size(); ++c) {
+    const std::string command = absl::StrCat(
+        "'", self, "' bench tenancy-client --cluster '", f.cluster, "' --weight ", weights[c],
+        " --compute-us ", f.compute_us, " --devices ", f.devices, " --outstanding ",
+        f.outstanding, " --start-at-ns ", start_at, " --seconds ", seconds, " --name client", c,
+        "_w", weights[c]);
+    FILE* p = popen(command.c_str(), "r");
+    if (p == nullptr) return absl::InternalError(absl::StrCat("cannot start: ", command));
+    children.push_back(p);
+  }
+  TenancyRun out;
+  out.finished.assign(weights.size(), 0);
+  double start_s = 0, end_s = 1e300;
+  absl::Status failed;
+  for (size_t c = 0; c < children.size(); ++c) {
+    std::string text;
+    char buffer[1 << 16];
+    size_t n;
+    while ((n = fread(buffer, 1, sizeof(buffer), children[c])) > 0) text.append(buffer, n);
+    const int rc = pclose(children[c]);
+    if (rc != 0 || text.empty()) {
+      if (failed.ok()) {
+        failed = absl::InternalError(absl::StrCat("client process ", c, " failed (status ", rc,
+                                                  "); its error is above"));
+      }
+      continue;
+    }
+    const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.contains("ends_ns")) {
+      if (failed.ok()) failed = absl::InternalError(absl::StrCat("client process ", c, ": ", text));
+      continue;
+    }
+    out.client_index[static_cast<int64_t>(c)] = static_cast<int>(c);
+    start_s = std::max(start_s, static_cast<double>(j["start_ns"].get<int64_t>() - t0) * 1e-9);
+    end_s = std::min(end_s, static_cast<double>(j["stop_ns"].get<int64_t>() - t0) * 1e-9);
+    for (int64_t e : j["ends_ns"]) {
+      Sample s;
+      s.end_s = static_cast<double>(e - t0) * 1e-9;
+      s.client = static_cast<int64_t>(c);
+      s.device_us = static_cast<double>(f.compute_us) * f.devices;
+      s.wall_us = static_cast<double>(f.compute_us);
+      out.samples.push_back(s);
+    }
+  }
+  CW_RETURN_IF_ERROR(failed);
+  out.start_s = start_s + 0.1 * seconds;
+  out.end_s = end_s;
+  for (const Sample& s : out.samples) {
+    if (s.end_s >= out.start_s && s.end_s <= out.end_s) ++out.finished[s.client];
+  }
+  return out;
+}
+
 struct WindowStats {
   double window_ms = 0;
   int windows = 0;
@@ -253,7 +408,13 @@ int RunTenancyBench(const TenancyFlags& f) {
   std::vector<double> targets;
   for (double w : *weights) targets.push_back(w / sum);
 
-  absl::StatusOr<TenancyRun> run = RunTenancy(f, *weights, f.seconds, !f.trace_path.empty());
+  const bool local = f.cluster == "local";
+  if (!local && !f.trace_path.empty()) {
+    return Fail(absl::InvalidArgumentError("--trace needs the embedded cluster"));
+  }
+  absl::StatusOr<TenancyRun> run = local
+                                       ? RunTenancy(f, *weights, f.seconds, !f.trace_path.empty())
+                                       : RunTenancyProcesses(f, *weights, f.seconds);
   if (!run.ok()) return Fail(run.status());
   const double wall = run->end_s - run->start_s;
   std::vector<WindowStats> windows;
@@ -284,7 +445,8 @@ int RunTenancyBench(const TenancyFlags& f) {
   for (double count : *counts) {
     std::vector<double> w;
     for (int c = 0; c < static_cast<int>(count); ++c) w.push_back(static_cast<double>(1 << (c % 4)));
-    absl::StatusOr<TenancyRun> a = RunTenancy(f, w, f.aggregate_seconds, false);
+    absl::StatusOr<TenancyRun> a = local ? RunTenancy(f, w, f.aggregate_seconds, false)
+                                         : RunTenancyProcesses(f, w, f.aggregate_seconds);
     if (!a.ok()) return Fail(a.status());
     int64_t done = 0;
     for (int64_t x : a->finished) done += x;
@@ -311,6 +473,7 @@ int RunTenancyBench(const TenancyFlags& f) {
                   {"mean_error", w.mean_error}});
   }
   nlohmann::json j = {{"bench", "tenancy"},
+                      {"cluster", f.cluster},
                       {"clients", f.clients},
                       {"devices", f.devices},
                       {"hosts", f.hosts},
@@ -320,7 +483,8 @@ int RunTenancyBench(const TenancyFlags& f) {
                       {"windows", wj},
                       {"compute_fraction", compute_fraction},
                       {"aggregate", aggregate},
-                      {"decision_us_per_run", decision_us},
+                      {"decision_us_per_run",
+                       local ? nlohmann::json(decision_us) : nlohmann::json(nullptr)},
                       {"decisions", run->decisions.decisions}};
   if (f.json) {
     std::printf("%s\n", j.dump().c_str());
@@ -340,8 +504,12 @@ int RunTenancyBench(const TenancyFlags& f) {
     std::printf("%g ms windows (%d): share error max %.2f pp, mean %.2f pp\n", w.window_ms,
                 w.windows, 100 * w.max_error, 100 * w.mean_error);
   }
-  std::printf("compute fraction %.3f; scheduler decision %.2f us per run\n", compute_fraction,
-              decision_us);
+  if (local) {
+    std::printf("compute fraction %.3f; scheduler decision %.2f us per run\n", compute_fraction,
+                decision_us);
+  } else {
+    std::printf("compute fraction %.3f (from the clients' arrival times)\n", compute_fraction);
+  }
   for (const auto& a : aggregate) {
     std::printf("aggregate compute fraction, %d clients: %.3f\n", a["clients"].get<int>(),
                 a["compute_fraction"].get<double>());
@@ -390,8 +558,40 @@ void AddBenchTenancyCommand(CLI::App* bench, int* exit_code) {
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
   cmd->add_option("--trace", f->trace_path, "Write a Chrome trace (Perfetto) of the main run");
+  cmd->add_option("--cluster", f->cluster,
+                  "local (an embedded cluster), or grpc://HOST:PORT: each client a process of "
+                  "its own (token from $CAUSEWAY_TOKEN; --devices of island 0 per gang)")
+      ->capture_default_str();
   cmd->add_flag("--json", f->json, "One JSON object");
   cmd->callback([f, exit_code] { *exit_code = RunTenancyBench(*f); });
+
+  // One client of a distributed run, started by the command above.
+  auto t = std::make_shared<TenantFlags>();
+  CLI::App* tenant = bench->add_subcommand(
+      "tenancy-client", "One client of `bench tenancy --cluster` (started by it)");
+  tenant->group("");  // not listed in --help
+  tenant->add_option("--cluster", t->cluster, "grpc://HOST:PORT")->required();
+  tenant->add_option("--weight", t->weight, "Weight")->check(CLI::Range(1e-9, 1e6))->check(Finite());
+  tenant->add_option("--compute-us", t->compute_us, "Gang length, us")
+      ->check(CLI::Range(int64_t{1}, int64_t{1000000}));
+  tenant->add_option("--devices", t->devices, "Devices per gang")->check(CLI::Range(1, 4096));
+  tenant->add_option("--outstanding", t->outstanding, "Runs in flight")
+      ->check(CLI::Range(1, 100000));
+  tenant->add_option("--start-at-ns", t->start_at_ns, "CLOCK_MONOTONIC time to start at")
+      ->required();
+  tenant->add_option("--seconds", t->seconds, "Measured time")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->check(Finite());
+  tenant->add_option("--name", t->name, "Name of its function (in traces)");
+  tenant->callback([t, exit_code] {
+    const absl::Status s = RunTenant(*t);
+    if (!s.ok()) {
+      std::fprintf(stderr, "causeway bench tenancy-client: %s\n", s.ToString().c_str());
+      *exit_code = 1;
+      return;
+    }
+    *exit_code = 0;
+  });
 }
 
 }  // namespace causeway::tools

@@ -295,6 +295,66 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
     }
     *exit_code = 0;
   });
+  struct WeightFlags {
+    std::string cluster;
+    int64_t client = -1;
+    double weight = 1;
+    int priority = 0;
+    int64_t memory_quota = 0;
+    double timeout_s = 30;
+  };
+  auto wf = std::make_shared<WeightFlags>();
+  CLI::App* weight = group->add_subcommand(
+      "set-weight",
+      "Set a connected client's share of every island: its weight, priority class and memory "
+      "quota per device (an operator's call: the token is the workers' one, "
+      "$CAUSEWAY_WORKER_TOKEN)");
+  weight->add_option("--cluster", wf->cluster, "grpc://HOST:PORT")->required();
+  weight->add_option("--client", wf->client, "The client's number (as in `client N`)")
+      ->required()
+      ->check(CLI::NonNegativeNumber);
+  weight->add_option("--weight", wf->weight, "Relative share of device time, in (0, 1e6]")
+      ->check(CLI::Range(1e-9, 1e6))
+      ->check(Finite())
+      ->capture_default_str();
+  weight->add_option("--priority", wf->priority, "Priority class, 0 to 7 (higher goes first)")
+      ->check(CLI::Range(0, 7))
+      ->capture_default_str();
+  weight->add_option("--memory-quota", wf->memory_quota,
+                     "Bytes the client may hold on each device (0: no limit)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  weight->add_option("--timeout", wf->timeout_s, "Seconds to wait for the coordinator")
+      ->check(CLI::PositiveNumber)
+      ->check(Finite())
+      ->capture_default_str();
+  weight->callback([wf, exit_code] {
+    RemoteClusterOptions ro;
+    ro.address = wf->cluster;
+    ro.token = grpc_transport::WorkerTokenFromEnvironment("");
+    ro.timeout = absl::Seconds(wf->timeout_s);
+    if (ro.token.empty()) {
+      *exit_code = Fail("cluster set-weight",
+                        absl::InvalidArgumentError("set CAUSEWAY_WORKER_TOKEN to the cluster's "
+                                                   "workers' token (an operator's credential)"));
+      return;
+    }
+    auto remote = RemoteCluster::Connect(ro);
+    if (!remote.ok()) {
+      *exit_code = Fail("cluster set-weight", remote.status());
+      return;
+    }
+    const ClientShare share{wf->weight, wf->priority, wf->memory_quota};
+    const absl::Status s = (*remote)->AdminSetClientShare(ClientId(wf->client), share);
+    if (!s.ok()) {
+      *exit_code = Fail("cluster set-weight", s);
+      return;
+    }
+    std::printf("%s: weight %g, priority %d, memory quota %lld bytes per device\n",
+                ClientId(wf->client).ToString().c_str(), wf->weight, wf->priority,
+                static_cast<long long>(wf->memory_quota));
+    *exit_code = 0;
+  });
   up->callback([o, json, exit_code] {
     CatchStopSignals(true);
     char self[4096];

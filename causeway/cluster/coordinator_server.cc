@@ -36,6 +36,8 @@ struct ClientSession {
   // Programs registered through this connection, to unregister if it ends.
   std::set<std::pair<IslandId, ProgramId>> scheduler_programs;
   std::set<std::pair<HostId, ProgramId>> host_programs;
+  // Authenticated with the workers' token: may change any client's share.
+  bool operator_ = false;
 };
 
 }  // namespace
@@ -91,6 +93,8 @@ class CoordinatorServer::Impl final : public cluster::Coordinator::Service {
   void HandleHostCall(ClientSession& session, const std::shared_ptr<ClientSession>& shared,
                       uint64_t id, cluster::HostCall& call);
   void Reclaim(ClientSession& session);
+  // Records `client`'s share and applies it to every scheduler and host.
+  absl::Status SetShare(ClientId client, const cluster::ClientShare& share);
   // A worker's reports of runs it finished, for its island's scheduler.
   void RunsDone(RemoteHost& host, const cluster::RunsDone& done);
   // Tells the client of `session`, if still connected, that `run` was
@@ -374,11 +378,20 @@ grpc::Status CoordinatorServer::Impl::Join(
 grpc::Status CoordinatorServer::Impl::Connect(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<cluster::ToClient, cluster::ClientBatch>* stream) {
+  // Clients hold the clients' token; operators (administration calls) the
+  // workers' token, which no client has.
   grpc::Status auth = grpc_transport::CheckCallMetadata(*context, token_);
+  bool is_operator = false;
+  if (auth.error_code() == grpc::StatusCode::UNAUTHENTICATED &&
+      grpc_transport::CheckCallMetadata(*context, worker_token_).ok()) {
+    auth = grpc::Status::OK;
+    is_operator = true;
+  }
   if (!auth.ok()) return auth;
   const PeerStream counted(this, *context);
   if (!counted.status().ok()) return counted.status();
   auto session = std::make_shared<ClientSession>(stream);
+  session->operator_ = is_operator;
   {
     MutexLock lock(&mu_);
     if (shut_down_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "coordinator stopping");
@@ -425,6 +438,20 @@ void CoordinatorServer::Impl::Reclaim(ClientSession& session) {
     resources_.UnregisterClient(c);
   }
   session.clients.clear();
+}
+
+absl::Status CoordinatorServer::Impl::SetShare(ClientId client, const cluster::ClientShare& wire) {
+  const ClientShare share{wire.weight(), wire.priority(), wire.memory_quota_bytes()};
+  CW_RETURN_IF_ERROR(CheckClientShare(share));
+  std::vector<IslandScheduler*> schedulers;
+  {
+    MutexLock lock(&mu_);
+    shares_[client] = share;
+    for (auto& [island, s] : schedulers_) schedulers.push_back(s.get());
+  }
+  for (IslandScheduler* s : schedulers) s->SetShare(client, share);
+  for (const auto& h : LiveHosts()) h->SetMemoryQuota(client, share.memory_quota_bytes);
+  return absl::OkStatus();
 }
 
 void CoordinatorServer::Impl::RunsDone(RemoteHost& host, const cluster::RunsDone& done) {
@@ -550,22 +577,30 @@ void CoordinatorServer::Impl::HandleClient(ClientSession& session,
     }
     case cluster::ClientMessage::kSetShare: {
       const ClientId client(message.client());
-      const ClientShare share{message.set_share().weight(), message.set_share().priority(),
-                              message.set_share().memory_quota_bytes()};
-      absl::Status status = CheckClientShare(share);
-      if (status.ok() && !session.clients.contains(client)) {
+      absl::Status status;
+      if (!session.clients.contains(client)) {
         status = absl::PermissionDeniedError(
             absl::StrCat(client.ToString(), " is not a client of this connection"));
       }
+      if (status.ok()) status = SetShare(client, message.set_share());
+      ReplyTo(session, id, status);
+      return;
+    }
+    case cluster::ClientMessage::kAdminSetShare: {
+      const ClientId client(message.client());
+      absl::Status status;
+      if (!session.operator_) {
+        status = absl::PermissionDeniedError(
+            "setting another client's share needs the operators' credential, the workers' token");
+      } else if (!resources_.HasClient(client)) {
+        status = absl::NotFoundError(absl::StrCat(client.ToString(), " is not connected"));
+      }
+      if (status.ok()) status = SetShare(client, message.admin_set_share());
       if (status.ok()) {
-        std::vector<IslandScheduler*> schedulers;
-        {
-          MutexLock lock(&mu_);
-          shares_[client] = share;
-          for (auto& [island, s] : schedulers_) schedulers.push_back(s.get());
-        }
-        for (IslandScheduler* s : schedulers) s->SetShare(client, share);
-        for (const auto& h : LiveHosts()) h->SetMemoryQuota(client, share.memory_quota_bytes);
+        CW_LOG(kInfo) << "operator set the share of " << client << ": weight "
+                      << message.admin_set_share().weight() << ", priority "
+                      << message.admin_set_share().priority() << ", memory quota "
+                      << message.admin_set_share().memory_quota_bytes() << " bytes per device";
       }
       ReplyTo(session, id, status);
       return;

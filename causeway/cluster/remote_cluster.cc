@@ -521,6 +521,16 @@ absl::Status RemoteCluster::SetClientShare(ClientId client, const ClientShare& s
   return ReplyStatus(impl_->CallAndWait(std::move(m), "SetShare"));
 }
 
+absl::Status RemoteCluster::AdminSetClientShare(ClientId client, const ClientShare& share) {
+  CW_RETURN_IF_ERROR(CheckClientShare(share));
+  cluster::ClientMessage m;
+  m.set_client(client.value());
+  m.mutable_admin_set_share()->set_weight(share.weight);
+  m.mutable_admin_set_share()->set_priority(share.priority);
+  m.mutable_admin_set_share()->set_memory_quota_bytes(share.memory_quota_bytes);
+  return ReplyStatus(impl_->CallAndWait(std::move(m), "AdminSetShare"));
+}
+
 void RemoteCluster::DropClient(ClientId client) {
   cluster::ClientMessage m;
   m.set_drop_client(client.value());

@@ -53,6 +53,10 @@ class RemoteCluster final : public ClusterConnection {
   void ReleaseArrays(ClientId client, const std::vector<HostId>& hosts,
                      std::vector<ArrayId> arrays) override;
   absl::Status SetClientShare(ClientId client, const ClientShare& share) override;
+  // An operator's call: sets the share of any client of the cluster. Needs
+  // a connection made with the workers' token (PERMISSION_DENIED
+  // otherwise); NOT_FOUND for a client not connected.
+  absl::Status AdminSetClientShare(ClientId client, const ClientShare& share);
   void DropClient(ClientId client) override;
 
   // Blocks until the topology has at least `devices` devices.

@@ -19,6 +19,11 @@ void ResourceManager::UnregisterClient(ClientId client) {
   clients_.erase(client);
 }
 
+bool ResourceManager::HasClient(ClientId client) const {
+  MutexLock lock(&mu_);
+  return clients_.contains(client);
+}
+
 absl::StatusOr<Mesh> ResourceManager::AllocateMesh(ClientId client, const MeshRequest& request) {
   if (request.axes.empty()) return absl::InvalidArgumentError("a mesh needs at least one axis");
   absl::flat_hash_set<std::string> names;

@@ -21,6 +21,7 @@ class ResourceManager final : public ResourceService {
 
   absl::StatusOr<ClientId> RegisterClient() override;
   void UnregisterClient(ClientId client) override;
+  bool HasClient(ClientId client) const;
 
   // Errors: INVALID_ARGUMENT for a malformed shape (empty or repeated axis
   // names, sizes < 1) or a mesh larger than its island; NOT_FOUND for an

@@ -4,7 +4,9 @@
 // with runs still held by the scheduler leaves nothing behind.
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -138,12 +140,16 @@ TEST(TenancyTest, OutputsAreReadableAndReleasableWhileTheirRunsAreHeld) {
 // observed from the clients: the order in which their outputs became ready.
 class TenancyKindsTest : public ::testing::TestWithParam<ClusterKind> {
  protected:
-  void SetUp() override {
+  // One island of `hosts` hosts with `devices` devices each.
+  void Start(int hosts, int devices) {
     if (GetParam() == ClusterKind::kEmbedded) {
-      local_ = MakeCluster(OneHostTwoDevices());
+      LocalClusterOptions o = OneHostTwoDevices();
+      o.hosts_per_island = hosts;
+      o.devices_per_host = devices;
+      local_ = MakeCluster(o);
       return;
     }
-    processes_ = StartProcesses(ProcessShape(1, 1, 2));
+    processes_ = StartProcesses(ProcessShape(1, hosts, devices));
   }
   ClusterConnection* NewConnection() {
     if (local_ != nullptr) return local_.get();
@@ -179,9 +185,12 @@ INSTANTIATE_TEST_SUITE_P(Kinds, TenancyKindsTest,
                          KindName);
 
 TEST_P(TenancyKindsTest, SharesFollowWeightsAndAGreedyClientCannotStarveAnother) {
+  Start(1, 2);
   {
     Tenant light(NewConnection(), ClientShare{1, 0});
-    Tenant heavy(NewConnection(), ClientShare{3, 0});
+    Tenant heavy(NewConnection(), ClientShare{1, 0});
+    // A change of weight after connecting takes effect.
+    ASSERT_OK(heavy.client->SetShare(ClientShare{3, 0}));
     // Equal gangs: by the time the heavy client's 150 are done, the light
     // one has had about a third of the island (50), give or take what was
     // already out when the other arrived.
@@ -226,7 +235,64 @@ TEST_P(TenancyKindsTest, SharesFollowWeightsAndAGreedyClientCannotStarveAnother)
   ASSERT_OK(AwaitOrHang(polite.Submit(1)[0].Ready()).status());
 }
 
+TEST_P(TenancyKindsTest, ManyWeightedClientsOnOverlappingMeshesKeepOneGangOrder) {
+  // Four clients of weights 1, 2, 4 and 8 (one of them in a higher class)
+  // run all-reduces on overlapping meshes across both hosts, in different
+  // device orders. The scheduler reorders their runs by share; each
+  // island still gives its gangs one order, so none deadlocks and every
+  // result is right.
+  struct Plan {
+    std::vector<int> devices;
+    ClientShare share;
+  };
+  const std::vector<Plan> plans = {{{0, 1, 2, 3}, {1, 0}},
+                                   {{2, 3}, {2, 0}},
+                                   {{3, 2, 1, 0}, {4, 0}},
+                                   {{1, 2}, {8, 1}}};
+  Start(2, 2);
+  constexpr int kRuns = 120;
+  std::vector<std::thread> threads;
+  std::vector<ClusterConnection*> connections;
+  for (size_t c = 0; c < plans.size(); ++c) connections.push_back(NewConnection());
+  std::vector<int> correct(plans.size(), 0);
+  for (size_t c = 0; c < plans.size(); ++c) {
+    threads.emplace_back([&, c] {
+      ClientOptions options;
+      options.share = plans[c].share;
+      auto client = Connect(connections[c], options);
+      const Topology t = connections[c]->resources()->GetTopology();
+      MeshRequest r;
+      r.axes = {{"x", static_cast<int64_t>(plans[c].devices.size())}};
+      const std::vector<DeviceId> all = t.island(IslandId(0))->devices;
+      for (int d : plans[c].devices) r.devices.push_back(all[d]);
+      ASSERT_OK_AND_ASSIGN(Mesh mesh, client->AllocateMesh(r));
+      const int64_t n = static_cast<int64_t>(plans[c].devices.size());
+      ASSERT_OK_AND_ASSIGN(CompiledFunction f,
+                           client->Compile(AllReduceSum(1, {"x"}), mesh,
+                                           {{Sharding({{"x"}})}, {Sharding({{"x"}})}}));
+      std::vector<float> ones(static_cast<size_t>(n), 1.0f);
+      ASSERT_OK_AND_ASSIGN(Array in, client->Put(ir::Literal::F32({n}, ones), mesh,
+                                                 Sharding({{"x"}})));
+      std::vector<Array> outs;
+      for (int i = 0; i < kRuns; ++i) {
+        ASSERT_OK_AND_ASSIGN(std::vector<Array> out, client->Call(f, {in}));
+        outs.push_back(out[0]);
+      }
+      for (const Array& a : outs) {
+        ASSERT_OK_AND_ASSIGN(ir::Literal v, AwaitOrHang(a.Fetch()));
+        if (v.values<float>()[0] == static_cast<float>(n)) ++correct[c];
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (size_t c = 0; c < plans.size(); ++c) EXPECT_EQ(correct[c], kRuns) << "client " << c;
+  if (local_ != nullptr) {
+    EXPECT_EQ(local_->collective_hub().deadlocks_detected(), 0);
+  }
+}
+
 TEST_P(TenancyKindsTest, AMemoryQuotaHoldsItsClientAndNoOneElse) {
+  Start(1, 2);
   ClientOptions limited;
   limited.share.memory_quota_bytes = int64_t{1} << 20;  // per device
   auto q = Connect(NewConnection(), limited);
@@ -258,6 +324,43 @@ TEST_P(TenancyKindsTest, AMemoryQuotaHoldsItsClientAndNoOneElse) {
   // Freeing one lets the waiting one in.
   a1 = Array();
   ASSERT_OK(AwaitOrHang(third).status());
+}
+
+TEST(TenancyOperatorTest, AnOperatorSetsAnyClientsShareAndAClientCannot) {
+  auto cluster = StartProcesses(ProcessShape(1, 1, 2));
+  auto conn = ConnectRemote(*cluster);
+  auto client = Connect(conn.get());
+  // A client's connection may not set another's share as an operator.
+  EXPECT_THAT(conn->AdminSetClientShare(client->id(), ClientShare{4, 0}),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("workers' token")));
+  // The operator's connection (the workers' token) may, for any client
+  // that is connected.
+  RemoteClusterOptions ro;
+  ro.address = cluster->url();
+  ro.token = cluster->worker_token();
+  ASSERT_OK_AND_ASSIGN(auto op, RemoteCluster::Connect(ro));
+  EXPECT_OK(op->AdminSetClientShare(client->id(), ClientShare{4, 1, int64_t{1} << 20}));
+  EXPECT_THAT(op->AdminSetClientShare(ClientId(client->id().value() + 100), ClientShare{}),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("not connected")));
+  EXPECT_THAT(op->AdminSetClientShare(client->id(), ClientShare{-1, 0}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("weight")));
+  // The quota it set holds: more than 1 MiB on a device fails naming it.
+  ASSERT_OK_AND_ASSIGN(Mesh mesh, client->AllocateMesh({{"x", 1}}));
+  ASSERT_OK_AND_ASSIGN(Array big, client->Put(ir::Literal(ir::Shape(ir::DType::kF32, {1 << 19})),
+                                              mesh, Sharding::Replicated(1)));
+  EXPECT_THAT(AwaitOrHang(big.Ready()),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("memory quota")));
+  // The command-line tool does the same with the token in the environment.
+  const std::string command = absl::StrCat(
+      "CAUSEWAY_WORKER_TOKEN=", cluster->worker_token(), " ", CausewayBinary(),
+      " cluster set-weight --cluster ", cluster->url(), " --client ", client->id().value(),
+      " --weight 2 >/dev/null");
+  EXPECT_EQ(std::system(command.c_str()), 0) << command;
+  const std::string refused = absl::StrCat(
+      "CAUSEWAY_WORKER_TOKEN=", cluster->token(), " ", CausewayBinary(),
+      " cluster set-weight --cluster ", cluster->url(), " --client ", client->id().value(),
+      " --weight 2 >/dev/null 2>&1");
+  EXPECT_NE(std::system(refused.c_str()), 0) << "a client's token must not pass";
 }
 
 TEST(TenancyTest, BadSharesAreRefused) {
