@@ -54,6 +54,9 @@ for mode in opbyop chained fused; do
       --devices 8 --seconds "$secs" --repeat 3
   done
 done
+# Four weighted clients, each a process of its own (docs/BENCHMARKS.md, "Multi-tenancy").
+run bench tenancy --cluster "$address" --clients 4 --weights 1,2,4,8 --compute-us 330 \
+  --seconds 10 --aggregate-seconds 3
 kill -INT "$up_pid"
 
 # Multi-tenancy (docs/BENCHMARKS.md, "Multi-tenancy"): four weighted clients on one
