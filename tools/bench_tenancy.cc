@@ -571,7 +571,7 @@ void AddBenchTenancyCommand(CLI::App* bench, int* exit_code) {
       "tenancy-client", "One client of `bench tenancy --cluster` (started by it)");
   tenant->group("");  // not listed in --help
   tenant->add_option("--cluster", t->cluster, "grpc://HOST:PORT")->required();
-  tenant->add_option("--weight", t->weight, "Weight")->check(CLI::Range(1e-9, 1e6))->check(Finite());
+  tenant->add_option("--weight", t->weight, "Weight")->check(CLI::Range(0.0, 1e6))->check(Finite());
   tenant->add_option("--compute-us", t->compute_us, "Gang length, us")
       ->check(CLI::Range(int64_t{1}, int64_t{1000000}));
   tenant->add_option("--devices", t->devices, "Devices per gang")->check(CLI::Range(1, 4096));

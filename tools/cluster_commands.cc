@@ -314,7 +314,7 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
       ->required()
       ->check(CLI::NonNegativeNumber);
   weight->add_option("--weight", wf->weight, "Relative share of device time, in (0, 1e6]")
-      ->check(CLI::Range(1e-9, 1e6))
+      ->check(CLI::Range(0.0, 1e6))
       ->check(Finite())
       ->capture_default_str();
   weight->add_option("--priority", wf->priority, "Priority class, 0 to 7 (higher goes first)")

@@ -153,7 +153,10 @@ int RunDemo(const DemoOptions& options) {
     }
     if (per_island == 0) return Fail(absl::UnavailableError("an island has no devices"));
   }
-  auto client_or = Client::Connect(connection);
+  ClientOptions client_options;
+  client_options.share.weight = options.weight;
+  client_options.share.priority = options.priority;
+  auto client_or = Client::Connect(connection, client_options);
   if (!client_or.ok()) return Fail(client_or.status());
   std::unique_ptr<Client> client = std::move(*client_or);
 
@@ -385,6 +388,12 @@ void AddDemoCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--cluster", demo.cluster,
                   "local (the embedded cluster) or grpc://HOST:PORT of a running cluster "
                   "(token from $CAUSEWAY_TOKEN; islands and devices come from its topology)");
+  cmd->add_option("--weight", demo.weight,
+                  "This client's share of each island's device time against other clients "
+                  "(docs/SCHEDULING.md)")
+      ->check(CLI::Range(0.0, 1e6))->check(Finite());
+  cmd->add_option("--priority", demo.priority, "Priority class, 0 to 7 (higher goes first)")
+      ->check(CLI::Range(0, 7));
   cmd->callback([options, exit_code] { *exit_code = RunDemo(*options); });
 }
 

@@ -25,6 +25,9 @@ struct DemoOptions {
   // "local" (the embedded cluster) or grpc://HOST:PORT (a running
   // distributed cluster; its token from CAUSEWAY_TOKEN).
   std::string cluster = "local";
+  // This client's share of each island (docs/SCHEDULING.md).
+  double weight = 1;
+  int priority = 0;
 };
 
 // Runs the demo and prints its report. Returns the process exit code: 0 if

@@ -50,7 +50,7 @@ struct Connection {
 // `hosts` applies to the embedded cluster: the devices split evenly over
 // that many hosts.
 absl::StatusOr<Connection> Connect(const std::string& cluster, int64_t devices, int64_t hosts,
-                                   double timeout_s) {
+                                   double timeout_s, const ClientShare& share = {}) {
   Connection c;
   ClusterConnection* connection = nullptr;
   if (cluster == "local") {
@@ -67,7 +67,9 @@ absl::StatusOr<Connection> Connect(const std::string& cluster, int64_t devices, 
     c.remote = *std::move(r);
     connection = c.remote.get();
   }
-  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(connection);
+  ClientOptions options;
+  options.share = share;
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(connection, options);
   if (!client.ok()) return client.status();
   c.client = *std::move(client);
   c.connection = connection;
@@ -91,6 +93,7 @@ struct TrainLmFlags {
   bool op_by_op = false;
   std::string cluster = "local";
   double timeout_s = 30;
+  ClientShare share;
 };
 
 // "data=2,model=2" into a layout.
@@ -145,7 +148,8 @@ int RunTrainLm(TrainLmFlags f) {
     if (!c.ok()) return Fail(cmd, c.status());
     resume = std::make_unique<models::LmCheckpoint>(*std::move(c));
   }
-  absl::StatusOr<Connection> conn = Connect(f.cluster, o.layout.devices(), f.hosts, f.timeout_s);
+  absl::StatusOr<Connection> conn =
+      Connect(f.cluster, o.layout.devices(), f.hosts, f.timeout_s, f.share);
   if (!conn.ok()) return Fail(cmd, conn.status());
   absl::StatusOr<std::unique_ptr<models::LmTrainer>> trainer =
       models::LmTrainer::Create(conn->client.get(), &*data, o, resume.get());
@@ -397,6 +401,12 @@ void AddTrainLmCommand(CLI::App* train, int* exit_code) {
                  "local (embedded) or grpc://HOST:PORT (token from $CAUSEWAY_TOKEN)");
   lm->add_option("--timeout", f->timeout_s, "Seconds to wait for a distributed cluster")
       ->check(CLI::PositiveNumber)->check(Finite());
+  lm->add_option("--weight", f->share.weight,
+                 "This client's share of the island's device time against other clients "
+                 "(docs/SCHEDULING.md)")
+      ->check(CLI::Range(0.0, 1e6))->check(Finite());
+  lm->add_option("--priority", f->share.priority, "Priority class, 0 to 7 (higher goes first)")
+      ->check(CLI::Range(0, 7));
   lm->callback([f, exit_code] { *exit_code = RunTrainLm(*f); });
 }
 
