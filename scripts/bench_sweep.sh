@@ -48,6 +48,7 @@ trap 'kill -INT "$up_pid" 2>/dev/null || true' EXIT
 read -r -t 60 -u 3 line
 address=$(/usr/bin/python3 -c 'import json,sys; print(json.loads(sys.argv[1])["address"])' "$line")
 export CAUSEWAY_TOKEN=$(/usr/bin/python3 -c 'import json,sys; print(json.loads(sys.argv[1])["token"])' "$line")
+export CAUSEWAY_WORKER_TOKEN=$(/usr/bin/python3 -c 'import json,sys; print(json.loads(sys.argv[1])["worker_token"])' "$line")
 for mode in opbyop chained fused; do
   for controller in single multi; do
     run bench dispatch --cluster "$address" --mode "$mode" --controller "$controller" \

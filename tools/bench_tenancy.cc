@@ -99,6 +99,8 @@ struct TenancyRun {
   std::vector<int64_t> finished;        // runs finished per client (by position)
   double start_s = 0, end_s = 0;        // the interval every client was busy
   DecisionStats decisions;
+  // Where the samples come from.
+  std::string source = "hosts' reports";
 };
 
 absl::StatusOr<TenancyRun> RunTenancy(const TenancyFlags& f, const std::vector<double>& weights,
@@ -248,7 +250,10 @@ absl::Status RunTenant(const TenantFlags& f) {
   }
   const int64_t stopped = MonotonicNanos();
   for (const auto& p : pending) CW_RETURN_IF_ERROR(p.Await().status());
-  nlohmann::json j = {{"name", f.name}, {"start_ns", began}, {"stop_ns", stopped}};
+  nlohmann::json j = {{"name", f.name},
+                      {"client", client->id().value()},
+                      {"start_ns", began},
+                      {"stop_ns", stopped}};
   {
     MutexLock lock(mu.get());
     j["ends_ns"] = *ends;
@@ -286,6 +291,7 @@ absl::StatusOr<TenancyRun> RunTenancyProcesses(const TenancyFlags& f,
   out.finished.assign(weights.size(), 0);
   double start_s = 0, end_s = 1e300;
   absl::Status failed;
+  std::vector<Sample> arrivals;
   for (size_t c = 0; c < children.size(); ++c) {
     std::string text;
     char buffer[1 << 16];
@@ -304,23 +310,59 @@ absl::StatusOr<TenancyRun> RunTenancyProcesses(const TenancyFlags& f,
       if (failed.ok()) failed = absl::InternalError(absl::StrCat("client process ", c, ": ", text));
       continue;
     }
-    out.client_index[static_cast<int64_t>(c)] = static_cast<int>(c);
+    const int64_t id = j["client"].get<int64_t>();
+    out.client_index[id] = static_cast<int>(c);
     start_s = std::max(start_s, static_cast<double>(j["start_ns"].get<int64_t>() - t0) * 1e-9);
     end_s = std::min(end_s, static_cast<double>(j["stop_ns"].get<int64_t>() - t0) * 1e-9);
     for (int64_t e : j["ends_ns"]) {
       Sample s;
       s.end_s = static_cast<double>(e - t0) * 1e-9;
-      s.client = static_cast<int64_t>(c);
+      s.client = id;
       s.device_us = static_cast<double>(f.compute_us) * f.devices;
       s.wall_us = static_cast<double>(f.compute_us);
-      out.samples.push_back(s);
+      arrivals.push_back(s);
     }
   }
   CW_RETURN_IF_ERROR(failed);
+  // With the operators' credential, the coordinator's own account of every
+  // run (device time as the hosts reported it, when it was accounted);
+  // otherwise the clients' arrival times.
+  out.samples = std::move(arrivals);
+  out.source = "client arrivals";
+  const std::string operator_token = grpc_transport::WorkerTokenFromEnvironment("");
+  if (!operator_token.empty()) {
+    RemoteClusterOptions ro;
+    ro.address = f.cluster;
+    ro.token = operator_token;
+    CW_ASSIGN_OR_RETURN(auto op, RemoteCluster::Connect(ro));
+    std::vector<Sample> accounted;
+    int64_t since = t0;
+    bool more = true;
+    while (more) {
+      CW_ASSIGN_OR_RETURN(std::vector<RemoteCluster::AccountedRun> runs,
+                          op->AdminShareLog(since, &more));
+      if (runs.empty()) break;
+      for (const RemoteCluster::AccountedRun& a : runs) {
+        if (!out.client_index.contains(a.client.value())) continue;
+        Sample s;
+        s.end_s = static_cast<double>(a.time_ns - t0) * 1e-9;
+        s.client = a.client.value();
+        s.device_us = static_cast<double>(a.device_us);
+        s.wall_us = a.launches > 0 ? s.device_us / a.launches : 0;
+        accounted.push_back(s);
+      }
+      since = runs.back().time_ns;
+    }
+    out.samples = std::move(accounted);
+    out.source = "coordinator";
+  }
   out.start_s = start_s + 0.1 * seconds;
   out.end_s = end_s;
   for (const Sample& s : out.samples) {
-    if (s.end_s >= out.start_s && s.end_s <= out.end_s) ++out.finished[s.client];
+    auto it = out.client_index.find(s.client);
+    if (it != out.client_index.end() && s.end_s >= out.start_s && s.end_s <= out.end_s) {
+      ++out.finished[it->second];
+    }
   }
   return out;
 }
@@ -474,6 +516,7 @@ int RunTenancyBench(const TenancyFlags& f) {
   }
   nlohmann::json j = {{"bench", "tenancy"},
                       {"cluster", f.cluster},
+                      {"measured_from", run->source},
                       {"clients", f.clients},
                       {"devices", f.devices},
                       {"hosts", f.hosts},
@@ -508,7 +551,8 @@ int RunTenancyBench(const TenancyFlags& f) {
     std::printf("compute fraction %.3f; scheduler decision %.2f us per run\n", compute_fraction,
                 decision_us);
   } else {
-    std::printf("compute fraction %.3f (from the clients' arrival times)\n", compute_fraction);
+    std::printf("compute fraction %.3f; shares measured from the %s\n", compute_fraction,
+                run->source.c_str());
   }
   for (const auto& a : aggregate) {
     std::printf("aggregate compute fraction, %d clients: %.3f\n", a["clients"].get<int>(),

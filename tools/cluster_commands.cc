@@ -376,6 +376,9 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
       nlohmann::json j;
       j["address"] = (*cluster)->url();
       j["token"] = (*cluster)->token();
+      // The operator's credential (docs/DEPLOYMENT.md, "Tokens"): for whoever
+      // started the cluster, never for its clients.
+      j["worker_token"] = (*cluster)->worker_token();
       j["islands"] = o->islands;
       j["hosts"] = (*cluster)->num_workers();
       j["devices"] = (*cluster)->num_devices();
@@ -383,11 +386,13 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
     } else {
       std::printf("cluster up: %s (%d island(s), %d worker process(es), %lld devices)\n"
                   "token: %s\n"
+                  "operator (workers') token: %s\n"
                   "try: CAUSEWAY_TOKEN=%s causeway demo --cluster %s\n"
                   "Ctrl-C stops every process.\n",
                   (*cluster)->url().c_str(), o->islands, (*cluster)->num_workers(),
                   static_cast<long long>((*cluster)->num_devices()), (*cluster)->token().c_str(),
-                  (*cluster)->token().c_str(), (*cluster)->url().c_str());
+                  (*cluster)->worker_token().c_str(), (*cluster)->token().c_str(),
+                  (*cluster)->url().c_str());
     }
     std::fflush(stdout);
     int code = 0;

@@ -1,5 +1,8 @@
 #include "causeway/cluster/coordinator_server.h"
 
+#include <time.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <deque>
 #include <set>
@@ -126,6 +129,18 @@ class CoordinatorServer::Impl final : public cluster::Coordinator::Service {
   std::vector<grpc::ServerContext*> contexts_ ABSL_GUARDED_BY(mu_);
   // Shares of connected clients that set one, for schedulers made later.
   absl::flat_hash_map<ClientId, ClientShare> shares_ ABSL_GUARDED_BY(mu_);
+  // The latest runs accounted by the island schedulers, for operators
+  // (`causeway bench tenancy --cluster` measures shares from them).
+  struct Accounted {
+    int64_t time_ns;
+    ClientId client;
+    int64_t device_us;
+    int launches;
+  };
+  static constexpr size_t kShareLogSize = size_t{1} << 18;
+  static constexpr int kShareLogReply = 1 << 16;
+  Mutex log_mu_;
+  std::deque<Accounted> share_log_ ABSL_GUARDED_BY(log_mu_);
   int64_t next_host_ ABSL_GUARDED_BY(mu_) = 0;
   // Lost hosts, oldest first: kept (so that workers and clients learn of the
   // loss and runs naming them fail clearly) up to kMaxLostHosts.
@@ -334,6 +349,15 @@ grpc::Status CoordinatorServer::Impl::Join(
       IslandSchedulerOptions so;
       so.island = island;
       so.policy = SchedulingPolicy::kProportionalShare;
+      so.on_run_accounted = [this](ClientId client, int64_t device_us, int launches) {
+        timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        MutexLock lock(&log_mu_);
+        share_log_.push_back(
+            Accounted{int64_t{now.tv_sec} * 1'000'000'000 + now.tv_nsec, client, device_us,
+                      launches});
+        if (share_log_.size() > kShareLogSize) share_log_.pop_front();
+      };
       // Only this island's live hosts: a plan that places island work on a
       // host of another island is refused at registration, and a run that
       // needs a lost host is refused rather than half-run on the survivors.
@@ -584,6 +608,31 @@ void CoordinatorServer::Impl::HandleClient(ClientSession& session,
       }
       if (status.ok()) status = SetShare(client, message.set_share());
       ReplyTo(session, id, status);
+      return;
+    }
+    case cluster::ClientMessage::kShareLogSinceNs: {
+      if (!session.operator_) {
+        ReplyTo(session, id, absl::PermissionDeniedError(
+                                 "reading the share log needs the operators' credential, the "
+                                 "workers' token"));
+        return;
+      }
+      const int64_t since = message.share_log_since_ns();
+      ReplyTo(session, id, absl::OkStatus(), [&](cluster::Reply& r) {
+        cluster::ShareLog& log = *r.mutable_share_log();
+        MutexLock lock(&log_mu_);
+        auto it = std::upper_bound(
+            share_log_.begin(), share_log_.end(), since,
+            [](int64_t t, const Accounted& a) { return t < a.time_ns; });
+        int n = 0;
+        for (; it != share_log_.end() && n < kShareLogReply; ++it, ++n) {
+          log.add_time_ns(it->time_ns);
+          log.add_clients(it->client.value());
+          log.add_device_us(it->device_us);
+          log.add_launches(it->launches);
+        }
+        log.set_more(it != share_log_.end());
+      });
       return;
     }
     case cluster::ClientMessage::kAdminSetShare: {

@@ -531,6 +531,25 @@ absl::Status RemoteCluster::AdminSetClientShare(ClientId client, const ClientSha
   return ReplyStatus(impl_->CallAndWait(std::move(m), "AdminSetShare"));
 }
 
+absl::StatusOr<std::vector<RemoteCluster::AccountedRun>> RemoteCluster::AdminShareLog(
+    int64_t since_ns, bool* more) {
+  cluster::ClientMessage m;
+  m.set_share_log_since_ns(since_ns);
+  CW_ASSIGN_OR_RETURN(cluster::Reply r, impl_->CallAndWait(std::move(m), "ShareLog"));
+  const cluster::ShareLog& log = r.share_log();
+  const int n = log.time_ns_size();
+  if (log.clients_size() != n || log.device_us_size() != n || log.launches_size() != n) {
+    return absl::InternalError("the coordinator sent a malformed share log");
+  }
+  std::vector<AccountedRun> out(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    out[i] = AccountedRun{log.time_ns(i), ClientId(log.clients(i)), log.device_us(i),
+                          log.launches(i)};
+  }
+  if (more != nullptr) *more = log.more();
+  return out;
+}
+
 void RemoteCluster::DropClient(ClientId client) {
   cluster::ClientMessage m;
   m.set_drop_client(client.value());

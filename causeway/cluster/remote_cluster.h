@@ -57,6 +57,17 @@ class RemoteCluster final : public ClusterConnection {
   // a connection made with the workers' token (PERMISSION_DENIED
   // otherwise); NOT_FOUND for a client not connected.
   absl::Status AdminSetClientShare(ClientId client, const ClientShare& share);
+  // An operator's call: the runs the coordinator's island schedulers
+  // accounted after `since_ns` (its CLOCK_MONOTONIC; on one machine, every
+  // process's), oldest first, at most 65,536 per call; `*more` says whether
+  // later ones are waiting.
+  struct AccountedRun {
+    int64_t time_ns = 0;
+    ClientId client;
+    int64_t device_us = 0;
+    int launches = 0;
+  };
+  absl::StatusOr<std::vector<AccountedRun>> AdminShareLog(int64_t since_ns, bool* more);
   void DropClient(ClientId client) override;
 
   // Blocks until the topology has at least `devices` devices.

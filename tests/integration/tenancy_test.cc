@@ -350,6 +350,26 @@ TEST(TenancyOperatorTest, AnOperatorSetsAnyClientsShareAndAClientCannot) {
                                               mesh, Sharding::Replicated(1)));
   EXPECT_THAT(AwaitOrHang(big.Ready()),
               StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("memory quota")));
+  // The operator reads what the schedulers accounted: the client's run, with
+  // the device time its hosts reported. A client may not.
+  ASSERT_OK_AND_ASSIGN(CompiledFunction f, client->Compile(DelayAddOne(4, 100), mesh, {}));
+  ASSERT_OK_AND_ASSIGN(Array x, client->Put(ir::Literal::F32({4}, {1, 2, 3, 4}), mesh,
+                                            Sharding::Replicated(1)));
+  ASSERT_OK_AND_ASSIGN(std::vector<Array> y, client->Call(f, {x}));
+  ASSERT_OK(AwaitOrHang(y[0].Fetch()).status());
+  bool found = false;
+  // The report may trail the result by a moment: read until it is there.
+  for (int attempt = 0; attempt < 1000 && !found; ++attempt) {
+    bool more = false;
+    ASSERT_OK_AND_ASSIGN(std::vector<RemoteCluster::AccountedRun> log, op->AdminShareLog(0, &more));
+    for (const RemoteCluster::AccountedRun& a : log) {
+      if (a.client == client->id() && a.launches == 1 && a.device_us >= 100) found = true;
+    }
+  }
+  EXPECT_TRUE(found) << "the client's run is not in the share log";
+  bool more = false;
+  EXPECT_THAT(conn->AdminShareLog(0, &more).status(),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("workers' token")));
   // The command-line tool does the same with the token in the environment.
   const std::string command = absl::StrCat(
       "CAUSEWAY_WORKER_TOKEN=", cluster->worker_token(), " ", CausewayBinary(),
