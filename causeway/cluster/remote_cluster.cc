@@ -146,6 +146,12 @@ absl::Status ReplyStatus(const absl::StatusOr<cluster::Reply>& r) {
   return r.ok() ? absl::OkStatus() : r.status();
 }
 
+void EncodeShare(const ClientShare& share, cluster::ClientShare* out) {
+  out->set_weight(share.weight);
+  out->set_priority(share.priority);
+  out->set_memory_quota_bytes(share.memory_quota_bytes);
+}
+
 }  // namespace
 
 class RemoteCluster::Impl::Resources final : public ResourceService {
@@ -515,9 +521,7 @@ absl::Status RemoteCluster::SetClientShare(ClientId client, const ClientShare& s
   CW_RETURN_IF_ERROR(CheckClientShare(share));
   cluster::ClientMessage m;
   m.set_client(client.value());
-  m.mutable_set_share()->set_weight(share.weight);
-  m.mutable_set_share()->set_priority(share.priority);
-  m.mutable_set_share()->set_memory_quota_bytes(share.memory_quota_bytes);
+  EncodeShare(share, m.mutable_set_share());
   return ReplyStatus(impl_->CallAndWait(std::move(m), "SetShare"));
 }
 
@@ -525,9 +529,7 @@ absl::Status RemoteCluster::AdminSetClientShare(ClientId client, const ClientSha
   CW_RETURN_IF_ERROR(CheckClientShare(share));
   cluster::ClientMessage m;
   m.set_client(client.value());
-  m.mutable_admin_set_share()->set_weight(share.weight);
-  m.mutable_admin_set_share()->set_priority(share.priority);
-  m.mutable_admin_set_share()->set_memory_quota_bytes(share.memory_quota_bytes);
+  EncodeShare(share, m.mutable_admin_set_share());
   return ReplyStatus(impl_->CallAndWait(std::move(m), "AdminSetShare"));
 }
 

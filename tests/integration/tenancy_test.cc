@@ -101,6 +101,14 @@ TEST(TenancyTest, AGreedyClientCannotHoldAnotherBehindItsQueue) {
   greedy.client->Disconnect();
   EXPECT_EQ(Stats(*cluster, greedy).queued, 0u);
   ASSERT_OK(AwaitOrHang(polite.Submit(1)[0].Ready()).status());
+  // And once the other leaves too, every byte of device memory comes back.
+  polite.input = Array();
+  polite.client->Disconnect();
+  for (const auto& host : cluster->executors()) {
+    for (int d = 0; d < host->num_devices(); ++d) {
+      EXPECT_TRUE(host->store().memory(d)->AwaitEmpty(kHangTimeout)) << "device " << d;
+    }
+  }
 }
 
 TEST(TenancyTest, AWeightChangeTakesEffectWhileRunning) {
