@@ -57,7 +57,7 @@ int RunDispatch(const DispatchFlags& f) {
     absl::StatusOr<DispatchBenchResult> one = RunDispatchBench(o);
     if (!one.ok()) {
       std::fprintf(stderr, "causeway bench dispatch: %s\n", one.status().ToString().c_str());
-      return 2;
+      return kExitRuntime;
     }
     runs.push_back(*one);
   }
@@ -115,7 +115,7 @@ int RunUtilization(const UtilizationFlags& f) {
     if (!absl::SimpleAtoi(part, &us) || us < 0) {
       std::fprintf(stderr, "causeway bench utilization: bad --compute-us entry '%.*s'\n",
                    static_cast<int>(part.size()), part.data());
-      return 2;
+      return kExitUsage;
     }
     lengths.push_back(us);
   }
@@ -140,7 +140,7 @@ int RunUtilization(const UtilizationFlags& f) {
       absl::StatusOr<DispatchBenchResult> r = RunDispatchBench(o);
       if (!r.ok()) {
         std::fprintf(stderr, "causeway bench utilization: %s\n", r.status().ToString().c_str());
-        return 2;
+        return kExitRuntime;
       }
       if (smallest < 0 && r->utilization >= f.target) smallest = us;
       hosts = r->hosts;

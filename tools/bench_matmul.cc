@@ -78,7 +78,7 @@ int RunBenchMatmul(const MatmulOptions& o) {
     if (!ok || (d.size() != 1 && d.size() != 3)) {
       std::fprintf(stderr, "bad size '%s' (N or MxKxN, each in [1, 8192])\n",
                    std::string(s).c_str());
-      return 2;
+      return kExitUsage;
     }
     sizes.push_back(d.size() == 1 ? Dims{d[0], d[0], d[0]} : Dims{d[0], d[1], d[2]});
   }

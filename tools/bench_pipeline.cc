@@ -118,7 +118,7 @@ void AddBenchPipelineCommand(CLI::App* bench, int* exit_code) {
     absl::StatusOr<PipelineResult> r = RunPipeline(*f);
     if (!r.ok()) {
       std::fprintf(stderr, "causeway bench pipeline: %s\n", r.status().ToString().c_str());
-      *exit_code = 2;
+      *exit_code = kExitRuntime;
       return;
     }
     const double ideal = f->compute_us > 0 ? 1e6 / f->compute_us : 0;

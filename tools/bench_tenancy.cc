@@ -430,19 +430,24 @@ absl::StatusOr<std::vector<double>> ParseList(const std::string& text, const cha
 
 int Fail(const absl::Status& s) {
   std::fprintf(stderr, "causeway bench tenancy: %s\n", s.ToString().c_str());
-  return 1;
+  return kExitRuntime;
+}
+
+int Usage(const absl::Status& s) {
+  std::fprintf(stderr, "causeway bench tenancy: %s\n", std::string(s.message()).c_str());
+  return kExitUsage;
 }
 
 int RunTenancyBench(const TenancyFlags& f) {
   if (f.devices % f.hosts != 0) {
     std::fprintf(stderr, "causeway bench tenancy: --devices (%d) must be a multiple of --hosts "
                          "(%d)\n", f.devices, f.hosts);
-    return 2;
+    return kExitUsage;
   }
   absl::StatusOr<std::vector<double>> weights = ParseList(f.weights, "--weights");
-  if (!weights.ok()) return Fail(weights.status());
+  if (!weights.ok()) return Usage(weights.status());
   if (static_cast<int>(weights->size()) != f.clients) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
+    return Usage(absl::InvalidArgumentError(absl::StrCat(
         "--weights lists ", weights->size(), " weights for ", f.clients, " clients")));
   }
   double sum = 0;
@@ -452,7 +457,7 @@ int RunTenancyBench(const TenancyFlags& f) {
 
   const bool local = f.cluster == "local";
   if (!local && !f.trace_path.empty()) {
-    return Fail(absl::InvalidArgumentError("--trace needs the embedded cluster"));
+    return Usage(absl::InvalidArgumentError("--trace needs the embedded cluster"));
   }
   absl::StatusOr<TenancyRun> run = local
                                        ? RunTenancy(f, *weights, f.seconds, !f.trace_path.empty())
@@ -483,7 +488,7 @@ int RunTenancyBench(const TenancyFlags& f) {
   nlohmann::json aggregate = nlohmann::json::array();
   absl::StatusOr<std::vector<double>> counts =
       f.aggregate.empty() ? std::vector<double>{} : ParseList(f.aggregate, "--aggregate");
-  if (!counts.ok()) return Fail(counts.status());
+  if (!counts.ok()) return Usage(counts.status());
   for (double count : *counts) {
     std::vector<double> w;
     for (int c = 0; c < static_cast<int>(count); ++c) w.push_back(static_cast<double>(1 << (c % 4)));

@@ -82,7 +82,7 @@ std::thread StopOnSignal(std::function<void()> stop) {
 
 int Fail(const char* command, const absl::Status& status) {
   std::fprintf(stderr, "causeway %s: %s\n", command, status.ToString().c_str());
-  return 2;
+  return kExitRuntime;
 }
 
 }  // namespace
@@ -334,9 +334,9 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
     ro.token = grpc_transport::WorkerTokenFromEnvironment("");
     ro.timeout = absl::Seconds(wf->timeout_s);
     if (ro.token.empty()) {
-      *exit_code = Fail("cluster set-weight",
-                        absl::InvalidArgumentError("set CAUSEWAY_WORKER_TOKEN to the cluster's "
-                                                   "workers' token (an operator's credential)"));
+      std::fprintf(stderr, "causeway cluster set-weight: set CAUSEWAY_WORKER_TOKEN to the "
+                           "cluster's workers' token (an operator's credential)\n");
+      *exit_code = kExitUsage;
       return;
     }
     auto remote = RemoteCluster::Connect(ro);

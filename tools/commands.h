@@ -12,6 +12,11 @@
 
 namespace causeway::tools {
 
+// Exit codes of every subcommand (README): the command ran and failed, or
+// its command line is wrong (also what a flag-parsing error exits with).
+inline constexpr int kExitRuntime = 1;
+inline constexpr int kExitUsage = 2;
+
 // Refuses NaN and infinities, which CLI11's number checks let through
 // (every comparison with NaN is false). Chained after each numeric check.
 inline CLI::Validator Finite() {

@@ -105,7 +105,13 @@ std::string Placement(const Mesh& mesh, const Topology& topology) {
 
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "causeway demo: %s\n", status.ToString().c_str());
-  return 2;
+  return kExitRuntime;
+}
+
+// The command line asks for something that cannot be.
+int Usage(const std::string& message) {
+  std::fprintf(stderr, "causeway demo: %s\n", message.c_str());
+  return kExitUsage;
 }
 
 }  // namespace
@@ -134,10 +140,11 @@ int RunDemo(const DemoOptions& options) {
     connection = cluster.get();
   } else {
     if (!options.trace_path.empty()) {
-      return Fail(absl::InvalidArgumentError("--trace needs the embedded cluster"));
+      return Usage("--trace needs the embedded cluster");
     }
     RemoteClusterOptions ro;
     ro.address = options.cluster;
+    ro.timeout = absl::Seconds(options.timeout_s);
     auto remote_or = RemoteCluster::Connect(ro);
     if (!remote_or.ok()) return Fail(remote_or.status());
     remote = std::move(*remote_or);
@@ -205,10 +212,10 @@ int RunDemo(const DemoOptions& options) {
   const double physical =
       double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
   if (host_bytes > physical / 2) {
-    return Fail(absl::InvalidArgumentError(absl::StrFormat(
+    return Usage(absl::StrFormat(
         "the demo's arrays take %.1f GiB on this host, more than half its %.1f GiB of memory; "
         "lower --rows-per-device, --features, --hidden or --outputs",
-        host_bytes / (1 << 30), physical / (1 << 30))));
+        host_bytes / (1 << 30), physical / (1 << 30)));
   }
   const std::vector<float> xs = RandomValues(batch * F, 1, 1.0f);
   const std::vector<float> w1s = RandomValues(F * H, 2, 0.1f);
@@ -388,13 +395,30 @@ void AddDemoCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--cluster", demo.cluster,
                   "local (the embedded cluster) or grpc://HOST:PORT of a running cluster "
                   "(token from $CAUSEWAY_TOKEN; islands and devices come from its topology)");
+  cmd->add_option("--timeout", demo.timeout_s,
+                  "Seconds to wait for a running cluster (connecting, and every call)")
+      ->check(CLI::PositiveNumber)->check(Finite());
   cmd->add_option("--weight", demo.weight,
                   "This client's share of each island's device time against other clients "
                   "(docs/SCHEDULING.md)")
       ->check(CLI::Range(0.0, 1e6))->check(Finite());
   cmd->add_option("--priority", demo.priority, "Priority class, 0 to 7 (higher goes first)")
       ->check(CLI::Range(0, 7));
-  cmd->callback([options, exit_code] { *exit_code = RunDemo(*options); });
+  cmd->callback([options, cmd, exit_code] {
+    // The embedded cluster's shape does not apply to a running cluster:
+    // refused rather than silently ignored.
+    if (options->cluster != "local") {
+      for (const char* flag : {"--islands", "--hosts-per-island", "--devices-per-host",
+                               "--memory", "--dcn-latency-us", "--dcn-gbps", "--trace"}) {
+        if (cmd->count(flag) > 0) {
+          *exit_code = Usage(absl::StrCat(flag, " applies to the embedded cluster only; with "
+                                          "--cluster the running cluster decides"));
+          return;
+        }
+      }
+    }
+    *exit_code = RunDemo(*options);
+  });
 }
 
 }  // namespace causeway::tools

@@ -25,6 +25,8 @@ struct DemoOptions {
   // "local" (the embedded cluster) or grpc://HOST:PORT (a running
   // distributed cluster; its token from CAUSEWAY_TOKEN).
   std::string cluster = "local";
+  // Seconds to wait for a running cluster (connecting, and every call).
+  double timeout_s = 30;
   // This client's share of each island (docs/SCHEDULING.md).
   double weight = 1;
   int priority = 0;

@@ -1,12 +1,29 @@
 // The `causeway` command: flag parsing and wiring only.
+//
+// Exit codes, the same for every subcommand: 0 success, 1 runtime error (the
+// command ran and failed), 2 usage error (the command line is wrong: an
+// unknown flag, a value out of range, flags that do not go together).
+#include <cstdio>
+
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "causeway/transport/grpc/grpc_common.h"
 #include "tools/blas_kernels.h"
 #include "tools/commands.h"
+
+#ifndef CAUSEWAY_VERSION
+#define CAUSEWAY_VERSION "unknown"
+#endif
 
 int main(int argc, char** argv) {
   causeway::tools::SelectBlasKernels(argv);
   CLI::App app{"Causeway: a single-controller runtime for ML accelerators"};
-  app.require_subcommand(1);
+  // Every subcommand's --help shows its defaults.
+  app.option_defaults()->always_capture_default();
+  app.set_version_flag("--version",
+                       absl::StrCat("causeway ", CAUSEWAY_VERSION, " (wire protocol ",
+                                    causeway::grpc_transport::kProtocolVersion, ")"));
+  app.require_subcommand(0, 1);
   int exit_code = 0;
   causeway::tools::AddDemoCommand(app, &exit_code);
   causeway::tools::AddTrainCommand(app, &exit_code);
@@ -20,6 +37,18 @@ int main(int argc, char** argv) {
   causeway::tools::AddBenchMatmulCommand(bench, &exit_code);
   causeway::tools::AddBenchLmCommand(bench, &exit_code);
   causeway::tools::AddBenchTenancyCommand(bench, &exit_code);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {  // --help, --version
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return causeway::tools::kExitUsage;
+  }
+  if (app.get_subcommands().empty()) {
+    // `causeway` alone: what it can do.
+    std::printf("%s", app.help().c_str());
+    return 0;
+  }
   return exit_code;
 }

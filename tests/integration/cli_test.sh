@@ -1,0 +1,59 @@
+#!/bin/bash
+# The `causeway` command's contract with scripts: --version names the wire
+# protocol, no subcommand prints help, --help shows defaults, and exit codes
+# are 0 (success), 1 (runtime error), 2 (usage error) for every subcommand.
+# Usage: cli_test.sh path/to/causeway
+set -uo pipefail
+bin=$1
+fail=0
+expect() {  # expect CODE DESCRIPTION -- COMMAND...
+  local want=$1 what=$2
+  shift 3
+  "$@" >/tmp/cli_test_out.$$ 2>&1
+  local got=$?
+  if [ "$got" -ne "$want" ]; then
+    echo "FAIL: $what: exit $got, want $want: $*"
+    sed 's/^/  | /' /tmp/cli_test_out.$$ | head -5
+    fail=1
+  fi
+}
+trap 'rm -f /tmp/cli_test_out.$$' EXIT
+
+version=$("$bin" --version) || { echo "FAIL: --version exited $?"; fail=1; }
+echo "$version" | grep -q "^causeway .* (wire protocol [0-9]\+)$" ||
+  { echo "FAIL: --version printed '$version'"; fail=1; }
+"$bin" >/tmp/cli_test_out.$$ 2>&1 || { echo "FAIL: causeway alone exited $?"; fail=1; }
+grep -q "SUBCOMMANDS" /tmp/cli_test_out.$$ || grep -qi "subcommands" /tmp/cli_test_out.$$ ||
+  { echo "FAIL: causeway alone printed no help"; fail=1; }
+
+# --help on every subcommand: exit 0, and a default shown where there are options.
+for sub in demo "train mlp" "train lm" sample coordinator worker "cluster up" "cluster status" \
+           "cluster set-weight" "bench dispatch" "bench utilization" "bench pipeline" \
+           "bench matmul" "bench lm" "bench tenancy"; do
+  # shellcheck disable=SC2086
+  expect 0 "$sub --help" -- "$bin" $sub --help
+  # shellcheck disable=SC2086
+  "$bin" $sub --help | grep -q "=[^ ]" || { echo "FAIL: $sub --help shows no defaults"; fail=1; }
+done
+
+# Usage errors: 2.
+expect 2 "unknown subcommand" -- "$bin" no-such-command
+expect 2 "unknown flag" -- "$bin" demo --no-such-flag
+expect 2 "value out of range" -- "$bin" demo --steps 0
+expect 2 "not a number" -- "$bin" bench dispatch --devices many
+expect 2 "missing required flag" -- "$bin" cluster status
+expect 2 "flag of the embedded cluster with --cluster" -- \
+  "$bin" demo --islands 3 --cluster grpc://127.0.0.1:1
+expect 2 "bad list" -- "$bin" bench tenancy --clients 2 --weights 1
+expect 2 "no operator token" -- env -u CAUSEWAY_WORKER_TOKEN \
+  "$bin" cluster set-weight --cluster grpc://127.0.0.1:1 --client 0
+
+# Runtime errors: 1 (nothing listens on port 1).
+expect 1 "unreachable cluster" -- env CAUSEWAY_TOKEN=t \
+  "$bin" cluster status --cluster grpc://127.0.0.1:1 --timeout 2
+expect 1 "unreachable cluster (demo)" -- env CAUSEWAY_TOKEN=t \
+  "$bin" demo --cluster grpc://127.0.0.1:1 --timeout 2 --steps 1
+expect 1 "a bad share refused at connect" -- "$bin" demo --weight 0 --steps 1
+
+[ "$fail" -eq 0 ] && echo "cli: every check passed"
+exit "$fail"
