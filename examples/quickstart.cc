@@ -1,4 +1,5 @@
-// The README's example, compiled and run as a test so that it stays true.
+// A first program against the C++ API, run as a test. (The README's own
+// example is compiled from README.md itself: examples/CMakeLists.txt.)
 #include <cstdio>
 #include <vector>
 
