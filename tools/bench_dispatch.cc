@@ -26,6 +26,7 @@ struct DispatchFlags {
   double seconds = 2.0;
   int repeat = 1;
   std::string scheduling = "share";
+  double timeout_s = 30;
   bool json = false;
 };
 
@@ -49,6 +50,7 @@ int RunDispatch(const DispatchFlags& f) {
   o.chain = f.chain;
   o.seconds = f.seconds;
   o.fifo = f.scheduling == "fifo";
+  o.timeout_s = f.timeout_s;
   const double handoff = MeasureHandoffMicros();
   // Repeats on fresh clusters; the median run is reported (machines here are
   // shared and noisy).
@@ -105,6 +107,7 @@ struct UtilizationFlags {
   double seconds = 1.0;
   double target = 0.98;
   std::string cluster = "local";
+  double timeout_s = 30;
   bool json = false;
 };
 
@@ -137,6 +140,7 @@ int RunUtilization(const UtilizationFlags& f) {
       o.chain = f.chain;
       o.compute_us = us;
       o.seconds = f.seconds;
+      o.timeout_s = f.timeout_s;
       absl::StatusOr<DispatchBenchResult> r = RunDispatchBench(o);
       if (!r.ok()) {
         std::fprintf(stderr, "causeway bench utilization: %s\n", r.status().ToString().c_str());
@@ -215,7 +219,21 @@ void AddBenchDispatchCommands(CLI::App* bench, int* exit_code) {
       ->check(CLI::IsMember({"share", "fifo"}))
       ->capture_default_str();
   cmd->add_flag("--json", d->json, "One JSON object per configuration");
-  cmd->callback([d, exit_code] { *exit_code = RunDispatch(*d); });
+  cmd->add_option("--timeout", d->timeout_s, "Seconds to wait for a distributed cluster")
+      ->check(CLI::PositiveNumber)->check(Finite());
+  cmd->callback([d, cmd, exit_code] {
+    if (d->cluster != "local") {
+      for (const char* flag : {"--hosts", "--scheduling"}) {
+        if (cmd->count(flag) > 0) {
+          std::fprintf(stderr, "causeway bench dispatch: %s applies to the embedded cluster only\n",
+                       flag);
+          *exit_code = kExitUsage;
+          return;
+        }
+      }
+    }
+    *exit_code = RunDispatch(*d);
+  });
 
   auto u = std::make_shared<UtilizationFlags>();
   CLI::App* ucmd = bench->add_subcommand(
@@ -238,7 +256,17 @@ void AddBenchDispatchCommands(CLI::App* bench, int* exit_code) {
       ->check(CLI::Range(0.05, 600.0))->check(Finite());
   ucmd->add_option("--target", u->target, "Utilisation to reach")->check(CLI::Range(0.0, 1.0))->check(Finite());
   ucmd->add_flag("--json", u->json, "One JSON object per controller");
-  ucmd->callback([u, exit_code] { *exit_code = RunUtilization(*u); });
+  ucmd->add_option("--timeout", u->timeout_s, "Seconds to wait for a distributed cluster")
+      ->check(CLI::PositiveNumber)->check(Finite());
+  ucmd->callback([u, ucmd, exit_code] {
+    if (u->cluster != "local" && ucmd->count("--hosts") > 0) {
+      std::fprintf(stderr,
+                   "causeway bench utilization: --hosts applies to the embedded cluster only\n");
+      *exit_code = kExitUsage;
+      return;
+    }
+    *exit_code = RunUtilization(*u);
+  });
 }
 
 }  // namespace causeway::tools

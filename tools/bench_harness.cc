@@ -69,6 +69,7 @@ absl::StatusOr<Bench> Setup(const DispatchBenchOptions& o) {
   } else {
     RemoteClusterOptions ro;
     ro.address = o.cluster;
+    ro.timeout = absl::Seconds(o.timeout_s);
     CW_ASSIGN_OR_RETURN(bench.remote, RemoteCluster::Connect(ro));
     bench.connection = bench.remote.get();
   }

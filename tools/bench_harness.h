@@ -35,6 +35,8 @@ struct DispatchBenchOptions {
   std::string cluster = "local";
   // Embedded cluster only: the island scheduler's policy.
   bool fifo = false;
+  // Distributed cluster: seconds to wait for the coordinator.
+  double timeout_s = 30;
 };
 
 struct DispatchBenchResult {

@@ -64,6 +64,7 @@ struct TenancyFlags {
   int outstanding = 64;
   std::string trace_path;
   std::string cluster = "local";
+  double timeout_s = 30;
   bool json = false;
 };
 
@@ -76,6 +77,7 @@ struct TenantFlags {
   int outstanding = 64;
   int64_t start_at_ns = 0;  // CLOCK_MONOTONIC
   double seconds = 10;
+  double timeout_s = 30;
   std::string name = "tenant";
 };
 
@@ -207,6 +209,7 @@ absl::StatusOr<TenancyRun> RunTenancy(const TenancyFlags& f, const std::vector<d
 absl::Status RunTenant(const TenantFlags& f) {
   RemoteClusterOptions ro;
   ro.address = f.cluster;
+  ro.timeout = absl::Seconds(f.timeout_s);
   CW_ASSIGN_OR_RETURN(auto remote, RemoteCluster::Connect(ro));
   ClientOptions options;
   options.share.weight = f.weight;
@@ -280,7 +283,8 @@ absl::StatusOr<TenancyRun> RunTenancyProcesses(const TenancyFlags& f,
   for (size_t c = 0; c < weights.size(); ++c) {
     const std::string command = absl::StrCat(
         "'", self, "' bench tenancy-client --cluster '", f.cluster, "' --weight ", weights[c],
-        " --compute-us ", f.compute_us, " --devices ", f.devices, " --outstanding ",
+        " --compute-us ", f.compute_us, " --devices ", f.devices, " --timeout ", f.timeout_s,
+        " --outstanding ",
         f.outstanding, " --start-at-ns ", start_at, " --seconds ", seconds, " --name client", c,
         "_w", weights[c]);
     FILE* p = popen(command.c_str(), "r");
@@ -334,6 +338,7 @@ absl::StatusOr<TenancyRun> RunTenancyProcesses(const TenancyFlags& f,
     RemoteClusterOptions ro;
     ro.address = f.cluster;
     ro.token = operator_token;
+    ro.timeout = absl::Seconds(f.timeout_s);
     CW_ASSIGN_OR_RETURN(auto op, RemoteCluster::Connect(ro));
     std::vector<Sample> accounted;
     int64_t since = t0;
@@ -611,6 +616,8 @@ void AddBenchTenancyCommand(CLI::App* bench, int* exit_code) {
                   "local (an embedded cluster), or grpc://HOST:PORT: each client a process of "
                   "its own (token from $CAUSEWAY_TOKEN; --devices of island 0 per gang)")
       ->capture_default_str();
+  cmd->add_option("--timeout", f->timeout_s, "Seconds to wait for a distributed cluster")
+      ->check(CLI::PositiveNumber)->check(Finite());
   cmd->add_flag("--json", f->json, "One JSON object");
   cmd->callback([f, exit_code] { *exit_code = RunTenancyBench(*f); });
 
@@ -632,6 +639,8 @@ void AddBenchTenancyCommand(CLI::App* bench, int* exit_code) {
       ->check(CLI::Range(0.1, 3600.0))
       ->check(Finite());
   tenant->add_option("--name", t->name, "Name of its function (in traces)");
+  tenant->add_option("--timeout", t->timeout_s, "Seconds to wait for the cluster")
+      ->check(CLI::PositiveNumber)->check(Finite());
   tenant->callback([t, exit_code] {
     const absl::Status s = RunTenant(*t);
     if (!s.ok()) {

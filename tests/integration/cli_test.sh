@@ -44,6 +44,7 @@ expect 2 "not a number" -- "$bin" bench dispatch --devices many
 expect 2 "missing required flag" -- "$bin" cluster status
 expect 2 "flag of the embedded cluster with --cluster" -- \
   "$bin" demo --islands 3 --cluster grpc://127.0.0.1:1
+expect 2 "--hosts with --cluster" -- "$bin" bench dispatch --hosts 2 --cluster grpc://127.0.0.1:1
 expect 2 "bad list" -- "$bin" bench tenancy --clients 2 --weights 1
 expect 2 "no operator token" -- env -u CAUSEWAY_WORKER_TOKEN \
   "$bin" cluster set-weight --cluster grpc://127.0.0.1:1 --client 0
@@ -53,6 +54,8 @@ expect 1 "unreachable cluster" -- env CAUSEWAY_TOKEN=t \
   "$bin" cluster status --cluster grpc://127.0.0.1:1 --timeout 2
 expect 1 "unreachable cluster (demo)" -- env CAUSEWAY_TOKEN=t \
   "$bin" demo --cluster grpc://127.0.0.1:1 --timeout 2 --steps 1
+expect 1 "unreachable cluster (bench)" -- env CAUSEWAY_TOKEN=t \
+  "$bin" bench dispatch --cluster grpc://127.0.0.1:1 --timeout 1
 expect 1 "a bad share refused at connect" -- "$bin" demo --weight 0 --steps 1
 
 [ "$fail" -eq 0 ] && echo "cli: every check passed"
