@@ -619,7 +619,14 @@ void AddBenchTenancyCommand(CLI::App* bench, int* exit_code) {
   cmd->add_option("--timeout", f->timeout_s, "Seconds to wait for a distributed cluster")
       ->check(CLI::PositiveNumber)->check(Finite());
   cmd->add_flag("--json", f->json, "One JSON object");
-  cmd->callback([f, exit_code] { *exit_code = RunTenancyBench(*f); });
+  cmd->callback([f, cmd, exit_code] {
+    if (f->cluster != "local" && cmd->count("--hosts") > 0) {
+      std::fprintf(stderr, "causeway bench tenancy: --hosts applies to the embedded cluster only\n");
+      *exit_code = kExitUsage;
+      return;
+    }
+    *exit_code = RunTenancyBench(*f);
+  });
 
   // One client of a distributed run, started by the command above.
   auto t = std::make_shared<TenantFlags>();

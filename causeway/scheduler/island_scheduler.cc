@@ -36,8 +36,10 @@ IslandScheduler::~IslandScheduler() {
     }
     deliverer_.join();
   }
-  // Whatever is still queued is dropped; its clients are told.
+  // Whatever is still queued, or chosen but not delivered, is dropped; its
+  // clients are told.
   std::vector<Pending> dropped;
+  std::vector<Outgoing> undelivered;
   {
     MutexLock lock(&mu_);
     std::vector<ClientId> clients;
@@ -45,9 +47,14 @@ IslandScheduler::~IslandScheduler() {
     for (ClientId c : clients) {
       for (Pending& p : queue_.Drop(c)) dropped.push_back(std::move(p));
     }
+    undelivered.swap(outbox_);
   }
+  const absl::Status gone = absl::CancelledError("the island scheduler shut down");
   for (Pending& p : dropped) {
-    if (p.forwarded) p.forwarded(absl::CancelledError("the island scheduler shut down"));
+    if (p.forwarded) p.forwarded(gone);
+  }
+  for (Outgoing& o : undelivered) {
+    if (o.forwarded) o.forwarded(o.status.ok() ? gone : o.status);
   }
 }
 

@@ -341,6 +341,19 @@ TEST_F(IslandSchedulerTest, ALostHostsRunsCountAsFinishedThere) {
   EXPECT_EQ(s->client_stats(ClientId(1)).finished, 1);
 }
 
+TEST_F(IslandSchedulerTest, ShuttingDownTellsEveryHeldRunsClient) {
+  auto s = Make(SchedulingPolicy::kProportionalShare, absl::Microseconds(1));
+  ASSERT_OK(s->RegisterProgram(Plan(1)));
+  std::vector<absl::Status> told;
+  ASSERT_OK(s->SubmitRuns({Run(0, 1), Run(1, 1), Run(2, 2)},
+                          [&](size_t, const absl::Status& st) { told.push_back(st); })[0]);
+  ASSERT_EQ(told.size(), 1u);  // run 0 went; 1 and 2 are held
+  s.reset();
+  ASSERT_EQ(told.size(), 3u);
+  EXPECT_THAT(told[1], StatusIs(absl::StatusCode::kCancelled, HasSubstr("shut down")));
+  EXPECT_THAT(told[2], StatusIs(absl::StatusCode::kCancelled, HasSubstr("shut down")));
+}
+
 TEST_F(IslandSchedulerTest, ReportsOfUnknownRunsAreIgnored) {
   auto s = Make(SchedulingPolicy::kProportionalShare, absl::Microseconds(1));
   ASSERT_OK(s->RegisterProgram(Plan(1)));

@@ -45,6 +45,8 @@ expect 2 "missing required flag" -- "$bin" cluster status
 expect 2 "flag of the embedded cluster with --cluster" -- \
   "$bin" demo --islands 3 --cluster grpc://127.0.0.1:1
 expect 2 "--hosts with --cluster" -- "$bin" bench dispatch --hosts 2 --cluster grpc://127.0.0.1:1
+expect 2 "tenancy --hosts with --cluster" -- \
+  "$bin" bench tenancy --hosts 2 --cluster grpc://127.0.0.1:1
 expect 2 "bad list" -- "$bin" bench tenancy --clients 2 --weights 1
 expect 2 "no operator token" -- env -u CAUSEWAY_WORKER_TOKEN \
   "$bin" cluster set-weight --cluster grpc://127.0.0.1:1 --client 0
