@@ -118,13 +118,24 @@ absl::StatusOr<IslandScheduler::Hosts> IslandScheduler::Route(const RunRequest& 
 absl::Status IslandScheduler::CheckRun(const RunRequest& run) const {
   MutexLock lock(&mu_);
   CW_RETURN_IF_ERROR(Route(run).status());
-  if (options_.policy == SchedulingPolicy::kProportionalShare &&
-      queue_.queued(run.client) >= options_.max_queued_per_client) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        run.client.ToString(), " has ", queue_.queued(run.client), " runs queued on ",
-        options_.island.ToString(), " (at most ", options_.max_queued_per_client, ")"));
+  if (options_.policy != SchedulingPolicy::kProportionalShare) return absl::OkStatus();
+  return CheckQueueRoomLocked(run.client);
+}
+
+absl::Status IslandScheduler::CheckQueueRoomLocked(ClientId client) const {
+  if (queue_.queued(client) < options_.max_queued_per_client) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      client.ToString(), " has ", queue_.queued(client), " runs queued on ",
+      options_.island.ToString(), " (at most ", options_.max_queued_per_client, ")"));
+}
+
+void IslandScheduler::SpanningDoneLocked(int64_t position) {
+  if (position != spanning_forwarded_) {
+    spanning_dropped_.insert(position);
+    return;
   }
-  return absl::OkStatus();
+  ++spanning_forwarded_;
+  while (spanning_dropped_.erase(spanning_forwarded_) > 0) ++spanning_forwarded_;
 }
 
 double IslandScheduler::EstimateDeviceUs(const Program& p) const {
@@ -149,11 +160,7 @@ absl::Status IslandScheduler::Enqueue(RunRequest run,
     ForwardLocked(std::move(p));
     return absl::OkStatus();
   }
-  if (!spanning && queue_.queued(run.client) >= options_.max_queued_per_client) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        run.client.ToString(), " has ", queue_.queued(run.client), " runs queued on ",
-        options_.island.ToString(), " (at most ", options_.max_queued_per_client, ")"));
-  }
+  if (!spanning) CW_RETURN_IF_ERROR(CheckQueueRoomLocked(run.client));
   Pending p;
   p.run = std::move(run);
   p.forwarded = std::move(forwarded);
@@ -240,6 +247,9 @@ void IslandScheduler::DropClient(ClientId client) {
     dropped = queue_.Drop(client);
     for (const Pending& p : dropped) {
       if (p.release.empty()) CountReads(p.run, -1);
+      // Its place in the spanning order is given up, or every later
+      // spanning run here would wait for it forever.
+      if (p.spanning >= 0) SpanningDoneLocked(p.spanning);
     }
     stats_.erase(client);
     // Runs of the client already taken for delivery reach their hosts
@@ -312,7 +322,7 @@ void IslandScheduler::PickLocked() {
       const bool room = static_cast<int>(in_flight_.size()) < options_.min_in_flight ||
                         in_flight_wall_us_ + wall <= run_ahead_us;
       if (!room) return;
-      if (head.spanning >= 0) ++spanning_forwarded_;
+      if (head.spanning >= 0) SpanningDoneLocked(head.spanning);
     }
     Pending next = queue_.Pop(client);
     if (next.release.empty()) CountReads(next.run, -1);

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/time/time.h"
 #include "causeway/base/mutex.h"
@@ -205,7 +206,13 @@ class IslandScheduler final : public SchedulerService {
   absl::flat_hash_map<ClientId, ClientScheduleStats> stats_ ABSL_GUARDED_BY(mu_);
   int64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t spanning_submitted_ ABSL_GUARDED_BY(mu_) = 0;
+  // The next spanning position to forward; positions of spanning runs that
+  // were dropped unforwarded (their client left) are skipped.
   int64_t spanning_forwarded_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_set<int64_t> spanning_dropped_ ABSL_GUARDED_BY(mu_);
+  void SpanningDoneLocked(int64_t position) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RESOURCE_EXHAUSTED if `client` has max_queued_per_client items queued.
+  absl::Status CheckQueueRoomLocked(ClientId client) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<Outgoing> outbox_ ABSL_GUARDED_BY(mu_);
   bool pumping_ ABSL_GUARDED_BY(mu_) = false;
   // Batches taken from outbox_ and delivered, for DropClient's wait.

@@ -272,6 +272,17 @@ TEST_F(IslandSchedulerTest, SpanningRunsKeepOneOrderWhateverTheShares) {
   EXPECT_THAT(Forwarded(0), ElementsAre(0, 1, 2, 3));
 }
 
+TEST_F(IslandSchedulerTest, ASpanningRunOfAClientThatLeftDoesNotHoldLaterOnesBack) {
+  auto a = Make(SchedulingPolicy::kProportionalShare, absl::Microseconds(1), 1, IslandId(0));
+  ASSERT_OK(a->RegisterProgram(Plan(1, IslandId(0), IslandId(1))));
+  ASSERT_OK(a->SubmitRun(Run(0, 3)));  // occupies the island
+  ASSERT_OK(a->SubmitSpanning(Run(1, 1), nullptr));
+  ASSERT_OK(a->SubmitSpanning(Run(2, 2), nullptr));
+  a->DropClient(ClientId(1));  // run 1's place in the spanning order is given up
+  Finish(*a, 0);
+  EXPECT_THAT(Forwarded(0), ElementsAre(0, 2));
+}
+
 TEST_F(IslandSchedulerTest, SubmitToIslandsChecksEveryIslandFirst) {
   auto a = Make(SchedulingPolicy::kProportionalShare, absl::Milliseconds(10), 1, IslandId(0));
   auto b = Make(SchedulingPolicy::kProportionalShare, absl::Milliseconds(10), 1, IslandId(1));
