@@ -57,7 +57,7 @@ void DeviceStream::Refuse(Launch& launch) {
                    device_.host.ToString(), " after it shut down"));
   if (launch.on_failure) launch.on_failure(status);
   for (const BufferRef& b : launch.outputs) b->ready_promise().Set(status);
-  if (launch.on_done) launch.on_done(0);
+  if (launch.tally) launch.tally->LaunchDone(0);
 }
 
 void DeviceStream::Loop() {
@@ -158,7 +158,7 @@ void DeviceStream::Execute(Launch& launch) {
   std::vector<Promise<Unit>> ready;
   ready.reserve(launch.outputs.size());
   for (const BufferRef& b : launch.outputs) ready.push_back(b->ready_promise());
-  std::function<void(int64_t)> on_done = std::move(launch.on_done);
+  std::shared_ptr<RunTally> tally = std::move(launch.tally);
   launch = Launch{};
   for (const Promise<Unit>& p : ready) {
     if (status.ok()) {
@@ -167,7 +167,7 @@ void DeviceStream::Execute(Launch& launch) {
       p.Set(status);
     }
   }
-  if (on_done) on_done(ran ? end - start : 0);
+  if (tally) tally->LaunchDone(ran ? end - start : 0);
 }
 
 void DeviceStream::Shutdown() {

@@ -6,6 +6,7 @@
 #ifndef CAUSEWAY_WORKER_DEVICE_STREAM_H_
 #define CAUSEWAY_WORKER_DEVICE_STREAM_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -39,6 +40,24 @@ struct LaunchInfo {
 // tests and fault drills. Runs on the device thread.
 using FaultInjector = std::function<absl::Status(const LaunchInfo&)>;
 
+// The launches of one run on one host: the last to finish reports the
+// run's device time and launch count through `done`. Shared by the launches
+// (one allocation per run and host, not one per launch).
+struct RunTally {
+  RunTally(int launches, std::function<void(int64_t busy_us, int launches)> done)
+      : launches(launches), left(launches), done(std::move(done)) {}
+  // Called once per launch, with the time its kernel took.
+  void LaunchDone(int64_t busy) {
+    busy_us.fetch_add(busy);
+    if (left.fetch_sub(1) == 1) done(busy_us.load(), launches);
+  }
+
+  const int launches;
+  std::atomic<int> left;
+  std::atomic<int64_t> busy_us{0};
+  const std::function<void(int64_t busy_us, int launches)> done;
+};
+
 struct Launch {
   LaunchInfo info;
   // Keeps alive what the launch points into (its program plan).
@@ -57,10 +76,10 @@ struct Launch {
   // Runs on the device thread if the launch fails (input error, injected
   // fault, kernel error), before its outputs are poisoned. May be empty.
   std::function<void(const absl::Status&)> on_failure;
-  // Runs on the device thread after the launch finished (ran or failed) and
+  // Told on the device thread after the launch finished (ran or failed) and
   // its outputs are marked, with the time its kernel took (0 if it did not
-  // run). No lock of the stream is held. May be empty.
-  std::function<void(int64_t busy_us)> on_done;
+  // run). No lock of the stream is held. May be null.
+  std::shared_ptr<RunTally> tally;
 };
 
 struct DeviceStreamStats {

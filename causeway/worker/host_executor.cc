@@ -282,23 +282,13 @@ void HostExecutor::PrepareAndTrack(const RunRequest& run,
     return;
   }
   // The last launch to finish reports the run's total.
-  struct Tally {
-    std::atomic<int> left;
-    std::atomic<int64_t> busy_us{0};
-  };
-  auto tally = std::make_shared<Tally>();
-  tally->left.store(added);
   const RunId id = run.run;
-  const int count = added;
+  auto tally = std::make_shared<RunTally>(
+      added, [this, self, id](int64_t busy_us, int launches) {
+        options_.on_run_done(self, id, busy_us, launches);
+      });
   for (size_t d = 0; d < launches.size(); ++d) {
-    for (size_t i = before[d]; i < launches[d].size(); ++i) {
-      launches[d][i].on_done = [this, tally, self, id, count](int64_t busy_us) {
-        tally->busy_us.fetch_add(busy_us);
-        if (tally->left.fetch_sub(1) == 1) {
-          options_.on_run_done(self, id, tally->busy_us.load(), count);
-        }
-      };
-    }
+    for (size_t i = before[d]; i < launches[d].size(); ++i) launches[d][i].tally = tally;
   }
 }
 
