@@ -552,7 +552,13 @@ void CoordinatorServer::Impl::HandleClient(ClientSession& session,
     }
     case cluster::ClientMessage::kUnregisterClient: {
       const ClientId client(message.unregister_client());
-      if (session.clients.erase(client) > 0) resources_.UnregisterClient(client);
+      if (session.clients.erase(client) > 0) {
+        resources_.UnregisterClient(client);
+        // Its share goes with it (else a connection that makes and ends
+        // many clients would grow this table without bound).
+        MutexLock lock(&mu_);
+        shares_.erase(client);
+      }
       return;
     }
     case cluster::ClientMessage::kAllocateMesh: {
