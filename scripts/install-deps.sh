@@ -29,6 +29,12 @@ PACKAGES=(
   libgrpc++-dev
   protobuf-compiler-grpc
   python3
+  python3-dev           # the Python package's extension module (python/)
+  pybind11-dev
+  python3-numpy
+  python3-pytest        # the Python package's tests
+  python3-pip           # `pip install .` of the Python package (offline, no build isolation)
+  python3-setuptools
   procps                # pgrep, in tests/integration/cluster_up_test.sh
   python3-matplotlib    # docs/ benchmark plots
 )

@@ -353,7 +353,18 @@ bool IslandScheduler::FinishLocked(HostId host, RunId run, int64_t device_us, in
   *total_us = f.device_us;
   *total_launches = f.launches;
   in_flight_wall_us_ = std::max(0.0, in_flight_wall_us_ - f.estimate_wall_us);
-  const double measured = static_cast<double>(f.device_us);
+  double measured = static_cast<double>(f.device_us);
+  auto program = programs_.find(f.program);
+  // Compiled programs have static shapes, so a program's device time barely
+  // varies: a measurement far above its settled average is interference (an
+  // emulated device's thread preempted on a loaded host), and charging it
+  // whole would hold its client off the island for as long. It counts as at
+  // most kOutlierFactor times the average, in the charge and the average.
+  constexpr double kOutlierFactor = 4.0;
+  constexpr int64_t kSettledSamples = 4;
+  if (program != programs_.end() && program->second.samples >= kSettledSamples) {
+    measured = std::min(measured, kOutlierFactor * program->second.device_us);
+  }
   // The charge becomes the measured time.
   queue_.Charge(f.client, measured - f.estimate_device_us);
   auto stats = stats_.find(f.client);
@@ -361,7 +372,6 @@ bool IslandScheduler::FinishLocked(HostId host, RunId run, int64_t device_us, in
     ++stats->second.finished;
     stats->second.device_us += f.device_us;
   }
-  auto program = programs_.find(f.program);
   if (program != programs_.end() && f.launches > 0) {
     // Wall time of a gang: its device time over its devices.
     Program& p = program->second;

@@ -202,10 +202,10 @@ TEST_P(TenancyKindsTest, SharesFollowWeightsAndAGreedyClientCannotStarveAnother)
     Tenant heavy(NewConnection(), ClientShare{1, 0});
     // A change of weight after connecting takes effect.
     ASSERT_OK(heavy.client->SetShare(ClientShare{3, 0}));
-    // Equal gangs: by the time the heavy client's 150 are done, the light
-    // one has had about a third of the island (50), give or take what was
-    // already out when the other arrived.
-    std::vector<Array> a = light.Submit(150);
+    // Equal gangs: while both have runs queued, the light one gets a third
+    // of the heavy one's. It has more than it can finish meanwhile (it may
+    // have had the island alone for a while before the heavy one's arrived).
+    std::vector<Array> a = light.Submit(600);
     std::vector<Array> b = heavy.Submit(150);
     auto a_order = std::make_shared<std::vector<int64_t>>();
     auto b_order = std::make_shared<std::vector<int64_t>>();
@@ -227,8 +227,10 @@ TEST_P(TenancyKindsTest, SharesFollowWeightsAndAGreedyClientCannotStarveAnother)
     const int heavy_between = 129 - 20 - 1;
     const double ratio = static_cast<double>(light_between) / heavy_between;
     RecordProperty("light_between", light_between);
+    // A third, within what a loaded machine's noise in measured device time
+    // moves it (FIFO gives 0 here, equal shares 1).
     EXPECT_GE(ratio, 0.15) << light_between << ": the light client was starved";
-    EXPECT_LE(ratio, 0.55) << light_between << ": the light client took more than its share";
+    EXPECT_LE(ratio, 0.65) << light_between << ": the light client took more than its share";
   }
   Tenant greedy(NewConnection(), ClientShare{});
   Tenant polite(NewConnection(), ClientShare{});
