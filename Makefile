@@ -14,12 +14,15 @@
 #   make asan       build + test under AddressSanitizer + UBSan (clang), and
 #                   run each fuzz target for CAUSEWAY_FUZZ_SECONDS
 #   make clang-tsa  build with clang -Wthread-safety (checks the lock annotations)
+#   make install    build release, install it under PREFIX (default
+#                   /usr/local): libraries, headers, `causeway`, CMake package
 #   make clean      remove build/
 #
 # JOBS (default 2) sets build and test parallelism; CTEST_ARGS is passed to
 # every ctest run, e.g. `make quick CTEST_ARGS="-R future"`.
 
 JOBS ?= 2
+PREFIX ?= /usr/local
 CTEST_ARGS ?=
 CMAKE ?= cmake
 CTEST ?= ctest
@@ -27,7 +30,7 @@ CTEST ?= ctest
 # Steps run in order; the parallelism lives inside ninja and ctest.
 .NOTPARALLEL:
 .DEFAULT_GOAL := build
-.PHONY: deps build run test quick soak debug tsan asan clang-tsa clean
+.PHONY: deps build run test quick soak debug tsan asan clang-tsa install clean
 
 deps:
 	@./scripts/install-deps.sh
@@ -54,6 +57,9 @@ test: deps build/release/build.ninja build/tsan/build.ninja build/asan/build.nin
 	$(call test_preset,tsan)
 	$(call build_preset,asan)
 	$(call test_preset,asan)
+
+install: build
+	$(CMAKE) --install build/release --prefix $(PREFIX)
 
 quick: build
 	$(call test_preset,quick,stress|soak)

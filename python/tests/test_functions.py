@@ -208,7 +208,7 @@ def test_a_failed_computation_raises_its_root_cause_at_the_first_read():
         np.asarray(y)
     msg = str(e.value)
     assert "injected failure of boom" in msg
-    assert "device" in msg and "host" in msg
+    assert "node 0 (boom)" in msg and "device" in msg and "host" in msg
     assert e.value.code == "INTERNAL"
     c.disconnect()
 

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# install_test.sh BUILD_DIR SOURCE_DIR: see CMakeLists.txt beside it.
+set -euo pipefail
+build="$1"
+src="$2"
+work="$(mktemp -d)"
+cluster_pid=""
+cleanup() {
+  if [[ -n "$cluster_pid" ]]; then
+    kill -INT "$cluster_pid" 2>/dev/null || true
+    wait "$cluster_pid" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+cmake --install "$build" --prefix "$work/prefix" >"$work/install.log"
+test -f "$work/prefix/lib/cmake/causeway/causewayConfig.cmake"
+test -f "$work/prefix/lib/cmake/causeway/causewayConfigVersion.cmake"
+test -f "$work/prefix/include/causeway/client/client.h"
+test -x "$work/prefix/bin/causeway"
+# Internal headers that no public header includes are not installed.
+if [[ -e "$work/prefix/include/causeway/cluster/coordinator_server.h" ]]; then
+  echo "install_test: an internal header was installed" >&2
+  exit 1
+fi
+
+# A fresh project: nothing of the build tree on its paths.
+cmake -S "$src/examples" -B "$work/examples" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$work/prefix" >"$work/configure.log" \
+  || { cat "$work/configure.log"; exit 1; }
+cmake --build "$work/examples" -j 2 >"$work/build.log" || { cat "$work/build.log"; exit 1; }
+if grep -q "$build" "$work/examples/build.ninja"; then
+  echo "install_test: the external build refers to the build tree" >&2
+  exit 1
+fi
+"$work/examples/quickstart"
+"$work/examples/readme_example"
+
+# The distributed example against a cluster of the installed command.
+coproc CLUSTER { exec "$work/prefix/bin/causeway" cluster up --islands 1 --hosts-per-island 2 \
+  --devices-per-host 2 --json; }
+cluster_pid=$CLUSTER_PID
+if ! read -r -t 120 line <&"${CLUSTER[0]}"; then
+  echo "install_test: cluster up printed no address" >&2
+  exit 1
+fi
+address="$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["address"])' "$line")"
+token="$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["token"])' "$line")"
+"$work/examples/remote_sum" "$address" "$token"
+echo "install_test: OK"
