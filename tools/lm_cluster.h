@@ -27,6 +27,24 @@ inline absl::StatusOr<std::unique_ptr<LocalCluster>> LmLocalCluster(int64_t devi
   return LocalCluster::Create(o);
 }
 
+// For pipeline training: `islands` islands, each of as many hosts as it has
+// stages (stages / islands), each host `data` devices: every stage on a
+// host of its own. `dcn` emulates the network between the islands.
+inline absl::StatusOr<LocalClusterOptions> LmPipelineClusterOptions(int64_t stages, int64_t data,
+                                                                    int64_t islands,
+                                                                    DcnOptions dcn) {
+  if (islands < 1 || stages % islands != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(stages, " stages do not split evenly over --islands ", islands));
+  }
+  LocalClusterOptions o;
+  o.islands = static_cast<int>(islands);
+  o.hosts_per_island = static_cast<int>(stages / islands);
+  o.devices_per_host = static_cast<int>(data);
+  o.dcn = dcn;
+  return o;
+}
+
 }  // namespace causeway::tools
 
 #endif  // CAUSEWAY_TOOLS_LM_CLUSTER_H_

@@ -39,6 +39,12 @@ int Fail(const std::string& command, const absl::Status& status) {
   return 1;
 }
 
+// A command line whose flags do not go together.
+int Usage(const std::string& command, const std::string& message) {
+  std::fprintf(stderr, "causeway %s: %s\n", command.c_str(), message.c_str());
+  return kExitUsage;
+}
+
 // The embedded cluster (`local`) or a connection to a distributed one.
 struct Connection {
   std::unique_ptr<LocalCluster> local;
@@ -50,11 +56,14 @@ struct Connection {
 // `hosts` applies to the embedded cluster: the devices split evenly over
 // that many hosts.
 absl::StatusOr<Connection> Connect(const std::string& cluster, int64_t devices, int64_t hosts,
-                                   double timeout_s, const ClientShare& share = {}) {
+                                   double timeout_s, const ClientShare& share = {},
+                                   const LocalClusterOptions* local_options = nullptr) {
   Connection c;
   ClusterConnection* connection = nullptr;
   if (cluster == "local") {
-    absl::StatusOr<std::unique_ptr<LocalCluster>> l = LmLocalCluster(devices, hosts);
+    absl::StatusOr<std::unique_ptr<LocalCluster>> l =
+        local_options != nullptr ? LocalCluster::Create(*local_options)
+                                 : LmLocalCluster(devices, hosts);
     if (!l.ok()) return l.status();
     c.local = *std::move(l);
     connection = c.local.get();
@@ -94,6 +103,11 @@ struct TrainLmFlags {
   std::string cluster = "local";
   double timeout_s = 30;
   ClientShare share;
+  // --parallel pipeline
+  std::string schedule = "gpipe";
+  int64_t islands = 1;
+  double dcn_latency_us = 0;
+  double dcn_gbps = 0;
 };
 
 // "data=2,model=2" into a layout.
@@ -123,7 +137,38 @@ int RunTrainLm(TrainLmFlags f) {
   o.model.bias = !f.no_bias;
   o.kernels = f.op_by_op ? models::GptKernels::kOpByOp : models::GptKernels::kFused;
   o.decay_iters = f.decay_iters >= 0 ? f.decay_iters : o.iters;
-  if (!f.mesh.empty()) {
+  std::unique_ptr<LocalClusterOptions> pipeline_cluster;
+  if (f.parallel == "pipeline") {
+    if (o.pipeline.stages < 2) return Usage(cmd, "--parallel pipeline needs --stages >= 2");
+    // --mesh data=D is each stage's; the stages are hosts of their own.
+    if (!f.mesh.empty()) {
+      absl::StatusOr<models::GptLayout> layout = ParseMesh(f.mesh);
+      if (!layout.ok()) return Fail(cmd, layout.status());
+      if (layout->model != 1) {
+        return Usage(cmd, "--parallel pipeline: --mesh takes the data axis of each stage "
+                          "(model=1)");
+      }
+      o.pipeline.data = layout->data;
+    }
+    o.pipeline.schedule =
+        f.schedule == "1f1b" ? models::PipelineSchedule::k1F1B : models::PipelineSchedule::kGPipe;
+    o.pipeline.islands = f.islands;
+    if (f.cluster == "local") {
+      DcnOptions dcn;
+      dcn.latency = absl::Microseconds(f.dcn_latency_us);
+      dcn.bytes_per_second = f.dcn_gbps * 1e9 / 8;
+      absl::StatusOr<LocalClusterOptions> lo =
+          LmPipelineClusterOptions(o.pipeline.stages, o.pipeline.data, f.islands, dcn);
+      if (!lo.ok()) return Usage(cmd, std::string(lo.status().message()));
+      pipeline_cluster = std::make_unique<LocalClusterOptions>(*lo);
+    }
+  } else if (o.pipeline.stages > 1 || f.islands > 1 || f.schedule != "gpipe") {
+    return Usage(cmd, "--stages, --microbatches, --schedule and --islands go with "
+                      "--parallel pipeline");
+  }
+  if (f.parallel == "pipeline") {
+    o.layout = {1, 1};
+  } else if (!f.mesh.empty()) {
     absl::StatusOr<models::GptLayout> layout = ParseMesh(f.mesh);
     if (!layout.ok()) return Fail(cmd, layout.status());
     o.layout = *layout;
@@ -148,8 +193,8 @@ int RunTrainLm(TrainLmFlags f) {
     if (!c.ok()) return Fail(cmd, c.status());
     resume = std::make_unique<models::LmCheckpoint>(*std::move(c));
   }
-  absl::StatusOr<Connection> conn =
-      Connect(f.cluster, o.layout.devices(), f.hosts, f.timeout_s, f.share);
+  absl::StatusOr<Connection> conn = Connect(f.cluster, o.layout.devices(), f.hosts, f.timeout_s,
+                                            f.share, pipeline_cluster.get());
   if (!conn.ok()) return Fail(cmd, conn.status());
   absl::StatusOr<std::unique_ptr<models::LmTrainer>> trainer =
       models::LmTrainer::Create(conn->client.get(), &*data, o, resume.get());
@@ -164,11 +209,27 @@ int RunTrainLm(TrainLmFlags f) {
   const double flops_per_step = models::GptTrainFlopsPerStep(o.model, o.batch);
   const int64_t tokens_per_step = o.batch * o.model.context;
   const int64_t first = (*trainer)->iteration();
+  const bool pipelined = o.pipeline.stages > 1;
+  const int64_t devices =
+      pipelined ? o.pipeline.stages * o.pipeline.data : o.layout.devices();
+  const std::string placement =
+      pipelined ? absl::StrCat("pipeline of ", o.pipeline.stages, " stages (", f.schedule, ", ",
+                               o.pipeline.microbatches, " micro-batches, data=", o.pipeline.data,
+                               " per stage, ", o.pipeline.islands, " island",
+                               o.pipeline.islands > 1 ? "s" : "", ")")
+                : absl::StrCat("mesh data=", o.layout.data, " model=", o.layout.model);
   if (f.json) {
     nlohmann::json j = {{"event", "start"}, {"params", params}, {"vocab", o.model.vocab},
                         {"train_tokens", data->train_tokens()}, {"val_tokens", data->val_tokens()},
-                        {"data_axis", o.layout.data}, {"model_axis", o.layout.model},
+                        {"data_axis", pipelined ? o.pipeline.data : o.layout.data},
+                        {"model_axis", o.layout.model}, {"devices", devices},
                         {"first_iteration", first}, {"iters", o.iters}};
+    if (pipelined) {
+      j["stages"] = o.pipeline.stages;
+      j["microbatches"] = o.pipeline.microbatches;
+      j["schedule"] = f.schedule;
+      j["islands"] = o.pipeline.islands;
+    }
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("model: %lld layers, %lld heads, embedding %lld, context %lld, vocabulary %lld: "
@@ -176,12 +237,10 @@ int RunTrainLm(TrainLmFlags f) {
                 static_cast<long long>(o.model.layers), static_cast<long long>(o.model.heads),
                 static_cast<long long>(o.model.embed), static_cast<long long>(o.model.context),
                 static_cast<long long>(o.model.vocab), static_cast<double>(params) / 1e6);
-    std::printf("data: %lld training and %lld validation tokens; mesh data=%lld model=%lld; "
-                "iterations %lld..%lld\n",
+    std::printf("data: %lld training and %lld validation tokens; %s; iterations %lld..%lld\n",
                 static_cast<long long>(data->train_tokens()),
-                static_cast<long long>(data->val_tokens()), static_cast<long long>(o.layout.data),
-                static_cast<long long>(o.layout.model), static_cast<long long>(first),
-                static_cast<long long>(o.iters));
+                static_cast<long long>(data->val_tokens()), placement.c_str(),
+                static_cast<long long>(first), static_cast<long long>(o.iters));
   }
   std::fflush(stdout);
 
@@ -282,7 +341,7 @@ int RunTrainLm(TrainLmFlags f) {
                         {"model_flops_per_s", flops}, {"final_loss", last_loss},
                         {"train_loss", last_eval.train_loss},
                         {"val_loss", last_eval.val_loss},
-                        {"devices", o.layout.devices()},
+                        {"devices", devices},
                         {"device_busy_fraction", busy_fraction},
                         {"dispatch_ms_per_step", dispatch_ms},
                         {"step_ms", train_s * 1e3 / static_cast<double>(std::max<int64_t>(done, 1))}};
@@ -380,8 +439,26 @@ void AddTrainLmCommand(CLI::App* train, int* exit_code) {
                  "hosts)")
       ->check(CLI::Range(1, 1024));
   lm->add_option("--parallel", f->parallel,
-                 "data: batch split over the devices; tensor: heads and MLP split over them")
-      ->check(CLI::IsMember({"data", "tensor"}));
+                 "data: batch split over the devices; tensor: heads and MLP split over them; "
+                 "pipeline: layers split into --stages stages, each on a host of its own")
+      ->check(CLI::IsMember({"data", "tensor", "pipeline"}));
+  lm->add_option("--stages", o.pipeline.stages, "Pipeline stages (--parallel pipeline)")
+      ->check(CLI::Range(1, 256));
+  lm->add_option("--microbatches", o.pipeline.microbatches,
+                 "Micro-batches per step (--parallel pipeline; the batch splits into them)")
+      ->check(CLI::Range(1, 4096));
+  lm->add_option("--schedule", f->schedule, "Pipeline schedule: gpipe or 1f1b")
+      ->check(CLI::IsMember({"gpipe", "1f1b"}));
+  lm->add_option("--islands", f->islands,
+                 "Pipeline stages spread over this many islands (embedded cluster: emulated "
+                 "data-center network between them)")
+      ->check(CLI::Range(1, 64));
+  lm->add_option("--dcn-latency-us", f->dcn_latency_us,
+                 "Embedded cluster, --islands > 1: one-way latency between islands")
+      ->check(CLI::Range(0.0, 1e7));
+  lm->add_option("--dcn-gbps", f->dcn_gbps,
+                 "Embedded cluster, --islands > 1: bandwidth between islands (0: unlimited)")
+      ->check(CLI::Range(0.0, 1e6));
   lm->add_option("--mesh", f->mesh, "Both at once, e.g. data=2,model=2 (overrides --devices)");
   lm->add_option("--max-in-flight", o.max_in_flight,
                  "Steps dispatched ahead of the oldest loss not yet read")

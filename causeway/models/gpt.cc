@@ -10,6 +10,7 @@
 #include "causeway/ir/autodiff.h"
 #include "causeway/ir/builder.h"
 #include "causeway/ir/composites.h"
+#include "causeway/models/gpt_blocks.h"
 
 namespace causeway::models {
 namespace {
@@ -18,12 +19,6 @@ using ir::DType;
 using ir::FunctionBuilder;
 using ir::Shape;
 using ir::Value;
-
-std::vector<int64_t> LocalDims(const ParamSpec& spec, const GptLayout& layout) {
-  std::vector<int64_t> dims = spec.dims;
-  if (spec.model_dim >= 0) dims[spec.model_dim] /= layout.model;
-  return dims;
-}
 
 int64_t NumElements(const std::vector<int64_t>& dims) {
   int64_t n = 1;
@@ -35,24 +30,10 @@ int64_t NumElements(const std::vector<int64_t>& dims) {
 std::vector<Value> AddParams(FunctionBuilder& b, const GptConfig& c, const GptLayout& l) {
   std::vector<Value> params;
   for (const ParamSpec& spec : GptParams(c)) {
-    params.push_back(b.Parameter(Shape(DType::kF32, LocalDims(spec, l))));
+    params.push_back(b.Parameter(Shape(DType::kF32, internal::LocalDims(spec, l))));
   }
   return params;
 }
-
-// Walks the parameters in GptParams order.
-class ParamCursor {
- public:
-  ParamCursor(const std::vector<Value>& params, bool bias) : params_(params), bias_(bias) {}
-  Value Next() { return params_[next_++]; }
-  // The next parameter if the model has biases, else an invalid Value.
-  Value NextBias() { return bias_ ? Next() : Value(); }
-
- private:
-  const std::vector<Value>& params_;
-  const bool bias_;
-  size_t next_ = 0;
-};
 
 Value AddBias(FunctionBuilder& b, Value x, Value bias) {
   if (bias.id < 0) return x;
@@ -75,61 +56,14 @@ Value ModelSum(FunctionBuilder& b, Value x, const GptLayout& l) {
 std::pair<Value, Value> Trunk(FunctionBuilder& b, const GptConfig& c, const GptLayout& l,
                               const std::vector<Value>& params, Value tokens, int64_t batch,
                               int64_t t, GptKernels k) {
-  const bool fused = k == GptKernels::kFused;
-  ParamCursor p(params, c.bias);
-  const int64_t n = batch * t;
-  const int64_t cl = c.embed / l.model;   // local attention width
-  const int64_t hl = c.heads / l.model;   // local heads
-  const int64_t hd = c.embed / c.heads;   // head size
+  internal::ParamCursor p(params, c.bias);
   Value wte = p.Next();
   Value wpe = p.Next();
-  Value x = b.Gather(wte, b.Reshape(tokens, {n}), 0);  // [n, C]
-  Value pos = b.Slice(wpe, {0, 0}, {t, c.embed});
-  x = b.Add(x, b.Reshape(b.Broadcast(pos, {batch, t, c.embed}, {1, 2}), {n, c.embed}));
+  Value x = internal::Embed(b, c, wte, wpe, tokens, batch, t);
   for (int64_t layer = 0; layer < c.layers; ++layer) {
-    Value ln1_w = p.Next();
-    Value ln1_b = p.NextBias();
-    Value qkv_w = p.Next();
-    Value qkv_b = p.NextBias();
-    Value proj_w = p.Next();
-    Value proj_b = p.NextBias();
-    Value ln2_w = p.Next();
-    Value ln2_b = p.NextBias();
-    Value fc_w = p.Next();
-    Value fc_b = p.NextBias();
-    Value mproj_w = p.Next();
-    Value mproj_b = p.NextBias();
-
-    // Attention over this device's heads.
-    Value h = Norm(b, x, ln1_w, ln1_b, k);
-    // q, k and v each from its slice of the weight: slicing (and, in the
-    // backward pass, padding) the small weight instead of the activations.
-    auto part = [&](int64_t i) {
-      Value w = b.Reshape(b.Slice(qkv_w, {0, i, 0}, {c.embed, i + 1, cl}), {c.embed, cl});
-      Value y = b.Matmul(h, w);
-      if (qkv_b.id >= 0) y = AddBias(b, y, b.Reshape(b.Slice(qkv_b, {i, 0}, {i + 1, cl}), {cl}));
-      y = b.Transpose(b.Reshape(y, {batch, t, hl, hd}), {0, 2, 1, 3});
-      return b.Reshape(y, {batch * hl, t, hd});
-    };
-    Value att = ir::CausalAttention(b, part(0), part(1), part(2), fused);  // [b*hl, t, hd]
-    att = b.Transpose(b.Reshape(att, {batch, hl, t, hd}), {0, 2, 1, 3});
-    att = b.Reshape(att, {n, cl});
-    x = b.Add(x, AddBias(b, ModelSum(b, b.Matmul(att, proj_w), l), proj_b));
-
-    // MLP over this device's hidden units.
-    Value h2 = Norm(b, x, ln2_w, ln2_b, k);
-    Value f = AddBias(b, b.Matmul(h2, fc_w), fc_b);  // [n, fl]
-    f = fused ? ir::Gelu(b, f) : ir::GeluOpByOp(b, f);
-    x = b.Add(x, AddBias(b, ModelSum(b, b.Matmul(f, mproj_w), l), mproj_b));
+    x = internal::Block(b, c, l, p, x, batch, t, k);
   }
-  Value lnf_w = p.Next();
-  Value lnf_b = p.NextBias();
-  return {Norm(b, x, lnf_w, lnf_b, k), wte};
-}
-
-// Logits [n, vocab] of the tied head.
-Value Head(FunctionBuilder& b, Value h, Value wte) {
-  return b.DotGeneral(h, wte, {}, {}, {1}, {1});
+  return {internal::FinalNorm(b, p, x, k), wte};
 }
 
 // Appends the per-device loss share (see gpt.h).
@@ -137,7 +71,7 @@ Value LossShare(FunctionBuilder& b, const GptConfig& c, const GptLayout& l,
                 const std::vector<Value>& params, Value tokens, Value targets, int64_t batch,
                 int64_t t, GptKernels k) {
   auto [h, wte] = Trunk(b, c, l, params, tokens, batch, t, k);
-  Value ce = ir::CrossEntropy(b, Head(b, h, wte), b.Reshape(targets, {batch * t}));
+  Value ce = ir::CrossEntropy(b, internal::Head(b, h, wte), b.Reshape(targets, {batch * t}));
   return b.Mul(ce, b.ConstantF32(1.0f / static_cast<float>(l.devices())));
 }
 
@@ -167,6 +101,125 @@ absl::Status CheckBatch(const GptConfig& c, int64_t local_batch, int64_t t) {
 }
 
 }  // namespace
+
+namespace internal {
+
+int ParamsPerBlock(const GptConfig& c) { return c.bias ? 12 : 6; }
+
+std::vector<int64_t> LocalDims(const ParamSpec& spec, const GptLayout& layout) {
+  std::vector<int64_t> dims = spec.dims;
+  if (spec.model_dim >= 0) dims[spec.model_dim] /= layout.model;
+  return dims;
+}
+
+Value Embed(FunctionBuilder& b, const GptConfig& c, Value wte, Value wpe, Value tokens,
+            int64_t batch, int64_t t) {
+  const int64_t n = batch * t;
+  Value x = b.Gather(wte, b.Reshape(tokens, {n}), 0);  // [n, C]
+  Value pos = b.Slice(wpe, {0, 0}, {t, c.embed});
+  return b.Add(x, b.Reshape(b.Broadcast(pos, {batch, t, c.embed}, {1, 2}), {n, c.embed}));
+}
+
+Value Block(FunctionBuilder& b, const GptConfig& c, const GptLayout& l, ParamCursor& p, Value x,
+            int64_t batch, int64_t t, GptKernels k) {
+  const bool fused = k == GptKernels::kFused;
+  const int64_t n = batch * t;
+  const int64_t cl = c.embed / l.model;   // local attention width
+  const int64_t hl = c.heads / l.model;   // local heads
+  const int64_t hd = c.embed / c.heads;   // head size
+  Value ln1_w = p.Next();
+  Value ln1_b = p.NextBias();
+  Value qkv_w = p.Next();
+  Value qkv_b = p.NextBias();
+  Value proj_w = p.Next();
+  Value proj_b = p.NextBias();
+  Value ln2_w = p.Next();
+  Value ln2_b = p.NextBias();
+  Value fc_w = p.Next();
+  Value fc_b = p.NextBias();
+  Value mproj_w = p.Next();
+  Value mproj_b = p.NextBias();
+
+  // Attention over this device's heads.
+  Value h = Norm(b, x, ln1_w, ln1_b, k);
+  // q, k and v each from its slice of the weight: slicing (and, in the
+  // backward pass, padding) the small weight instead of the activations.
+  auto part = [&](int64_t i) {
+    Value w = b.Reshape(b.Slice(qkv_w, {0, i, 0}, {c.embed, i + 1, cl}), {c.embed, cl});
+    Value y = b.Matmul(h, w);
+    if (qkv_b.id >= 0) y = AddBias(b, y, b.Reshape(b.Slice(qkv_b, {i, 0}, {i + 1, cl}), {cl}));
+    y = b.Transpose(b.Reshape(y, {batch, t, hl, hd}), {0, 2, 1, 3});
+    return b.Reshape(y, {batch * hl, t, hd});
+  };
+  Value att = ir::CausalAttention(b, part(0), part(1), part(2), fused);  // [b*hl, t, hd]
+  att = b.Transpose(b.Reshape(att, {batch, hl, t, hd}), {0, 2, 1, 3});
+  att = b.Reshape(att, {n, cl});
+  x = b.Add(x, AddBias(b, ModelSum(b, b.Matmul(att, proj_w), l), proj_b));
+
+  // MLP over this device's hidden units.
+  Value h2 = Norm(b, x, ln2_w, ln2_b, k);
+  Value f = AddBias(b, b.Matmul(h2, fc_w), fc_b);  // [n, fl]
+  f = fused ? ir::Gelu(b, f) : ir::GeluOpByOp(b, f);
+  x = b.Add(x, AddBias(b, ModelSum(b, b.Matmul(f, mproj_w), l), mproj_b));
+  return x;
+}
+
+Value FinalNorm(FunctionBuilder& b, ParamCursor& p, Value x, GptKernels k) {
+  Value lnf_w = p.Next();
+  Value lnf_b = p.NextBias();
+  return Norm(b, x, lnf_w, lnf_b, k);
+}
+
+Value Head(FunctionBuilder& b, Value h, Value wte) {
+  return b.DotGeneral(h, wte, {}, {}, {1}, {1});
+}
+
+Value ClipFactor(FunctionBuilder& b, const AdamWConfig& o, Value norm) {
+  Value clip = b.ConstantF32(1.0f);
+  if (o.grad_clip > 0) {
+    clip = b.Min(clip, b.Div(b.ConstantF32(o.grad_clip), b.Add(norm, b.ConstantF32(1e-6f))));
+  }
+  return clip;
+}
+
+AdamWValues AppendAdamW(FunctionBuilder& b, const AdamWConfig& o, const AdamWValues& state,
+                        const std::vector<Value>& grads, const std::vector<bool>& decay_of,
+                        Value hyper, Value clip) {
+  const std::vector<Value>& p = state.p;
+  const std::vector<Value>& m = state.m;
+  const std::vector<Value>& v = state.v;
+  // AdamW, as torch.optim.AdamW: p *= 1 - lr wd; p -= lr/c1 * m / (sqrt(v/c2) + eps),
+  // with the clip folded into the moments' scalar factors and the bias
+  // corrections into the step size and epsilon,
+  //   lr/c1 * m / (sqrt(v)/sqrt(c2) + eps) = (lr sqrt(c2)/c1) * m / (sqrt(v) + eps sqrt(c2)),
+  // so that each parameter takes 13 elementwise passes instead of 16.
+  Value step = Scalar(b, hyper, 0);
+  Value lr = Scalar(b, hyper, 1);
+  Value c1 = b.Sub(b.ConstantF32(1), b.Pow(b.ConstantF32(o.beta1), step));
+  Value sqrt_c2 = b.Sqrt(b.Sub(b.ConstantF32(1), b.Pow(b.ConstantF32(o.beta2), step)));
+  Value step_size = b.Div(b.Mul(lr, sqrt_c2), c1);
+  Value epsilon = b.Mul(b.ConstantF32(o.epsilon), sqrt_c2);
+  Value m_scale = b.Mul(b.ConstantF32(1 - o.beta1), clip);
+  Value v_scale = b.Mul(b.ConstantF32(1 - o.beta2), b.Mul(clip, clip));
+  Value decay = b.Sub(b.ConstantF32(1), b.Mul(lr, b.ConstantF32(o.weight_decay)));
+  AdamWValues next;
+  for (size_t i = 0; i < p.size(); ++i) {
+    const std::vector<int64_t> dims = b.shape(p[i]).dims;
+    const Value g = grads[i];
+    Value mi = b.Add(b.Mul(m[i], b.Full(o.beta1, dims)), b.Mul(g, ScalarTo(b, m_scale, dims)));
+    Value vi = b.Add(b.Mul(v[i], b.Full(o.beta2, dims)),
+                     b.Mul(b.Mul(g, g), ScalarTo(b, v_scale, dims)));
+    Value denom = b.Add(b.Sqrt(vi), ScalarTo(b, epsilon, dims));
+    Value pi = decay_of[i] ? b.Mul(p[i], ScalarTo(b, decay, dims)) : p[i];
+    pi = b.Sub(pi, b.Mul(b.Div(mi, denom), ScalarTo(b, step_size, dims)));
+    next.p.push_back(pi);
+    next.m.push_back(mi);
+    next.v.push_back(vi);
+  }
+  return next;
+}
+
+}  // namespace internal
 
 absl::Status GptConfig::Validate() const {
   if (vocab < 1 || context < 1 || layers < 1 || heads < 1 || embed < 1) {
@@ -283,7 +336,7 @@ absl::StatusOr<ir::Function> GptLogitsFunction(const GptConfig& c, const GptLayo
   std::vector<Value> params = AddParams(b, c, l);
   Value tokens = b.Parameter(Shape(DType::kI32, {local_batch, c.context}));
   auto [h, wte] = Trunk(b, c, l, params, tokens, local_batch, c.context, k);
-  return b.Build({b.Reshape(Head(b, h, wte), {local_batch, c.context, c.vocab})});
+  return b.Build({b.Reshape(internal::Head(b, h, wte), {local_batch, c.context, c.vocab})});
 }
 
 absl::StatusOr<ir::Function> GptEvalFunction(const GptConfig& c, const GptLayout& l,
@@ -373,39 +426,13 @@ absl::StatusOr<ir::Function> GptTrainStepFunction(const GptConfig& c, const GptL
     }
   }
   Value norm = b.Sqrt(sumsq);
-  Value clip = b.ConstantF32(1.0f);
-  if (o.grad_clip > 0) {
-    clip = b.Min(clip, b.Div(b.ConstantF32(o.grad_clip), b.Add(norm, b.ConstantF32(1e-6f))));
-  }
-
-  // AdamW, as torch.optim.AdamW: p *= 1 - lr wd; p -= lr/c1 * m / (sqrt(v/c2) + eps),
-  // with the clip folded into the moments' scalar factors and the bias
-  // corrections into the step size and epsilon,
-  //   lr/c1 * m / (sqrt(v)/sqrt(c2) + eps) = (lr sqrt(c2)/c1) * m / (sqrt(v) + eps sqrt(c2)),
-  // so that each parameter takes 13 elementwise passes instead of 16.
-  Value step = Scalar(b, hyper, 0);
-  Value lr = Scalar(b, hyper, 1);
-  Value c1 = b.Sub(b.ConstantF32(1), b.Pow(b.ConstantF32(o.beta1), step));
-  Value sqrt_c2 = b.Sqrt(b.Sub(b.ConstantF32(1), b.Pow(b.ConstantF32(o.beta2), step)));
-  Value step_size = b.Div(b.Mul(lr, sqrt_c2), c1);
-  Value epsilon = b.Mul(b.ConstantF32(o.epsilon), sqrt_c2);
-  Value m_scale = b.Mul(b.ConstantF32(1 - o.beta1), clip);
-  Value v_scale = b.Mul(b.ConstantF32(1 - o.beta2), b.Mul(clip, clip));
-  Value decay = b.Sub(b.ConstantF32(1), b.Mul(lr, b.ConstantF32(o.weight_decay)));
-  std::vector<Value> new_p, new_m, new_v;
-  for (int i = 0; i < np; ++i) {
-    const std::vector<int64_t> dims = b.shape(p[i]).dims;
-    const Value g = grads[i];
-    Value mi = b.Add(b.Mul(m[i], b.Full(o.beta1, dims)), b.Mul(g, ScalarTo(b, m_scale, dims)));
-    Value vi = b.Add(b.Mul(v[i], b.Full(o.beta2, dims)),
-                     b.Mul(b.Mul(g, g), ScalarTo(b, v_scale, dims)));
-    Value denom = b.Add(b.Sqrt(vi), ScalarTo(b, epsilon, dims));
-    Value pi = specs[i].decay ? b.Mul(p[i], ScalarTo(b, decay, dims)) : p[i];
-    pi = b.Sub(pi, b.Mul(b.Div(mi, denom), ScalarTo(b, step_size, dims)));
-    new_p.push_back(pi);
-    new_m.push_back(mi);
-    new_v.push_back(vi);
-  }
+  Value clip = internal::ClipFactor(b, o, norm);
+  std::vector<bool> decay;
+  for (const ParamSpec& spec : specs) decay.push_back(spec.decay);
+  const internal::AdamWValues next = internal::AppendAdamW(b, o, {p, m, v}, grads, decay, hyper, clip);
+  const std::vector<Value>& new_p = next.p;
+  const std::vector<Value>& new_m = next.m;
+  const std::vector<Value>& new_v = next.v;
   std::vector<Value> results = new_p;
   results.insert(results.end(), new_m.begin(), new_m.end());
   results.insert(results.end(), new_v.begin(), new_v.end());

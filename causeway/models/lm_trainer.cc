@@ -18,6 +18,14 @@ Sharding BatchSharding() { return Sharding({{kDataAxis}, {}}); }
 }  // namespace
 
 absl::Status LmTrainOptions::Validate() const {
+  if (pipeline.stages > 1) {
+    if (layout.data != 1 || layout.model != 1) {
+      return absl::InvalidArgumentError(
+          "a pipeline's stages are data-parallel by their own data axis; the whole-model "
+          "layout must be 1 x 1");
+    }
+    CW_RETURN_IF_ERROR(ValidatePipeline(model, pipeline, batch));
+  }
   CW_RETURN_IF_ERROR(ValidateLayout(model, layout, batch));
   if (batch < 1) return absl::InvalidArgumentError("batch must be >= 1");
   if (iters < 0) return absl::InvalidArgumentError("iterations must be >= 0");
@@ -77,6 +85,26 @@ absl::Status LmTrainer::Init(const LmCheckpoint* resume) {
   const LmTrainOptions& o = options_;
   const int64_t local = o.batch / o.layout.data;
   specs_ = GptParams(o.model);
+  if (o.pipeline.stages > 1) {
+    CW_ASSIGN_OR_RETURN(pipeline_, GptPipeline::Create(client_, o.model, o.pipeline, o.adamw,
+                                                       o.kernels, o.batch));
+    mesh_ = pipeline_->meshes()[0];
+    std::vector<ir::Literal> params =
+        resume != nullptr ? resume->params : InitGptParams(o.model, o.seed);
+    std::vector<ir::Literal> m, v;
+    const bool has_moments = resume != nullptr && !resume->adam_m.empty();
+    for (size_t i = 0; i < specs_.size(); ++i) {
+      const ir::Literal zeros(ir::Shape(ir::DType::kF32, specs_[i].dims));
+      m.push_back(has_moments ? resume->adam_m[i] : zeros);
+      v.push_back(has_moments ? resume->adam_v[i] : zeros);
+    }
+    iteration_ = resume != nullptr ? resume->iteration : 0;
+    CW_RETURN_IF_ERROR(pipeline_->Init(params, m, v));
+    params_ = pipeline_->params();
+    adam_m_ = pipeline_->adam_m();
+    adam_v_ = pipeline_->adam_v();
+    return absl::OkStatus();
+  }
   CW_ASSIGN_OR_RETURN(mesh_, client_->AllocateMesh({{kDataAxis, o.layout.data},
                                                     {kModelAxis, o.layout.model}}));
   CW_ASSIGN_OR_RETURN(ir::Function step,
@@ -192,6 +220,21 @@ absl::Status LmTrainer::Train(const Hooks& hooks, int64_t stop_at) {
     const absl::Time dispatch_begin = absl::Now();
     TokenBatch batch = data_->Sample(Split::kTrain, o.seed, 0, it, o.batch, o.model.context);
     const float lr = LearningRate(o, it);
+    if (pipeline_ != nullptr) {
+      CW_ASSIGN_OR_RETURN(GptPipeline::StepOutputs out,
+                          pipeline_->Step(batch, static_cast<float>(it + 1), lr));
+      params_ = pipeline_->params();
+      adam_m_ = pipeline_->adam_m();
+      adam_v_ = pipeline_->adam_v();
+      pending.push_back({it, lr, std::move(out.loss), std::move(out.grad_norm)});
+      iteration_ = it + 1;
+      ++loop_times_.steps;
+      loop_times_.dispatch += absl::Now() - dispatch_begin;
+      while (static_cast<int64_t>(pending.size()) > o.max_in_flight) {
+        CW_RETURN_IF_ERROR(drain_one());
+      }
+      continue;
+    }
     const ir::Literal hyper = ir::Literal::F32({2}, {static_cast<float>(it + 1), lr});
     CW_ASSIGN_OR_RETURN(Array x, client_->Put(batch.inputs, mesh_, BatchSharding()));
     CW_ASSIGN_OR_RETURN(Array y, client_->Put(batch.targets, mesh_, BatchSharding()));
@@ -234,6 +277,11 @@ absl::StatusOr<EvalReport> LmTrainer::Evaluate() {
     for (int64_t k = 0; k < o.eval_batches; ++k) {
       TokenBatch batch = data_->Sample(split, o.seed, static_cast<uint64_t>(1 + iteration_), k,
                                        o.batch, o.model.context);
+      if (pipeline_ != nullptr) {
+        CW_ASSIGN_OR_RETURN(Array loss, pipeline_->Evaluate(batch));
+        losses.push_back(std::move(loss));
+        continue;
+      }
       CW_ASSIGN_OR_RETURN(Array x, client_->Put(batch.inputs, mesh_, BatchSharding()));
       CW_ASSIGN_OR_RETURN(Array y, client_->Put(batch.targets, mesh_, BatchSharding()));
       std::vector<Array> args = params_;

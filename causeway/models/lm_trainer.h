@@ -29,6 +29,7 @@
 #include "causeway/client/client.h"
 #include "causeway/ir/literal.h"
 #include "causeway/models/gpt.h"
+#include "causeway/models/gpt_pipeline.h"
 #include "causeway/models/text_data.h"
 
 namespace causeway::models {
@@ -36,6 +37,9 @@ namespace causeway::models {
 struct LmTrainOptions {
   GptConfig model;  // model.vocab is taken from the dataset
   GptLayout layout;
+  // stages > 1: pipeline-parallel (gpt_pipeline.h) instead of `layout`,
+  // which must then be 1 x 1 (data parallelism is pipeline.data per stage).
+  GptPipelineOptions pipeline;
   AdamWConfig adamw;
   GptKernels kernels = GptKernels::kFused;
   int64_t batch = 12;  // global: sequences per step
@@ -158,6 +162,7 @@ class LmTrainer {
   CompiledFunction eval_;
   std::vector<ParamSpec> specs_;
   std::vector<Array> params_, adam_m_, adam_v_;
+  std::unique_ptr<GptPipeline> pipeline_;  // set for pipeline training
   LoopTimes loop_times_;
 };
 

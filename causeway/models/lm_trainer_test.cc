@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "causeway/cluster/local_cluster.h"
 #include "causeway/models/tensor_file.h"
 #include "causeway/testing/status_matchers.h"
@@ -61,6 +62,11 @@ class LmTrainerTest : public ::testing::Test {
     co.islands = 1;
     co.hosts_per_island = o.layout.devices() % 2 == 0 ? 2 : 1;
     co.devices_per_host = static_cast<int>(o.layout.devices() / co.hosts_per_island);
+    if (o.pipeline.stages > 1) {  // every stage on a host of its own
+      co.islands = static_cast<int>(o.pipeline.islands);
+      co.hosts_per_island = static_cast<int>(o.pipeline.stages / o.pipeline.islands);
+      co.devices_per_host = static_cast<int>(o.pipeline.data);
+    }
     auto cluster = LocalCluster::Create(co);
     CW_CHECK_OK(cluster.status());
     auto client = Client::Connect(cluster->get());
@@ -119,6 +125,84 @@ TEST_F(LmTrainerTest, EveryParallelLayoutGivesTheOneDeviceLossCurve) {
     ASSERT_EQ(other.evals.size(), one.evals.size());
     EXPECT_NEAR(other.evals.back().val_loss, one.evals.back().val_loss, 0.02f);
   }
+}
+
+TEST_F(LmTrainerTest, PipelinesGiveTheOneDeviceLossCurve) {
+  LmTrainOptions base = SmallOptions();
+  base.model.layers = 4;
+  base.iters = 12;
+  base.decay_iters = 12;
+  base.eval_every = 6;
+  TrainRun one = Train(base);
+  ASSERT_OK(one.status);
+  struct Case {
+    int64_t stages, microbatches, data, islands;
+    PipelineSchedule schedule;
+  };
+  for (const Case& c : {Case{2, 2, 1, 1, PipelineSchedule::kGPipe},
+                        Case{4, 4, 1, 1, PipelineSchedule::k1F1B},
+                        Case{2, 2, 2, 1, PipelineSchedule::kGPipe},
+                        Case{4, 2, 1, 2, PipelineSchedule::k1F1B},
+                        Case{2, 1, 2, 2, PipelineSchedule::kGPipe}}) {
+    LmTrainOptions o = base;
+    o.pipeline = {c.stages, c.microbatches, c.schedule, c.data, c.islands};
+    TrainRun other = Train(o);
+    const std::string what = absl::StrCat(c.stages, " stages, ", c.microbatches,
+                                          " micro-batches, data ", c.data, ", islands ", c.islands,
+                                          c.schedule == PipelineSchedule::kGPipe ? ", GPipe" : ", 1F1B");
+    ASSERT_TRUE(other.status.ok()) << what << ": " << other.status;
+    ASSERT_EQ(other.losses.size(), one.losses.size()) << what;
+    for (size_t i = 0; i < one.losses.size(); ++i) {
+      EXPECT_NEAR(other.losses[i], one.losses[i], 1e-3f) << "iteration " << i << ", " << what;
+    }
+    ASSERT_EQ(other.evals.size(), one.evals.size()) << what;
+    EXPECT_NEAR(other.evals.back().val_loss, one.evals.back().val_loss, 0.02f) << what;
+  }
+}
+
+TEST_F(LmTrainerTest, APipelinesCheckpointResumesOnOneDevice) {
+  LmTrainOptions o = SmallOptions();
+  o.eval_every = 0;
+  TrainRun whole = Train(o);
+  ASSERT_OK(whole.status);
+  // The first half pipelined; its checkpoint (the stages' state gathered
+  // back into the model's order, both copies of the tied embedding equal)
+  // resumed on one device gives the uninterrupted run's second half.
+  LmTrainOptions piped = o;
+  piped.pipeline = {2, 2, PipelineSchedule::k1F1B, 1, 1};
+  piped.checkpoint_dir = dir_.string();
+  ASSERT_OK(Train(piped, /*stop_at=*/10).status);
+  ASSERT_OK_AND_ASSIGN(LmCheckpoint c, ReadLmCheckpoint(dir_.string()));
+  EXPECT_EQ(c.iteration, 10);
+  TrainRun rest = Train(o, -1, &c);
+  ASSERT_OK(rest.status);
+  ASSERT_EQ(rest.losses.size(), 10u);
+  for (size_t i = 0; i < 10; ++i) {
+    EXPECT_NEAR(rest.losses[i], whole.losses[10 + i], 1e-3f) << "iteration " << 10 + i;
+  }
+}
+
+TEST_F(LmTrainerTest, BadPipelinesAreRefusedByName) {
+  LmTrainOptions o = SmallOptions();  // 2 layers, batch 4
+  o.pipeline = {4, 1, PipelineSchedule::kGPipe, 1, 1};
+  EXPECT_THAT(o.Validate(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("layers")));
+  o.pipeline = {2, 3, PipelineSchedule::kGPipe, 1, 1};
+  EXPECT_THAT(o.Validate(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("micro-batches")));
+  o.pipeline = {2, 2, PipelineSchedule::kGPipe, 1, 1};
+  o.layout = {2, 1};
+  EXPECT_THAT(o.Validate(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("1 x 1")));
+  // A cluster too small for the stages.
+  auto cluster = LocalCluster::Create({.islands = 1, .hosts_per_island = 1, .devices_per_host = 2});
+  ASSERT_OK(cluster.status());
+  auto client = Client::Connect(cluster->get());
+  ASSERT_OK(client.status());
+  GptConfig config = o.model;
+  config.vocab = 10;
+  config.layers = 4;
+  EXPECT_THAT(GptPipeline::Create(client->get(), config, {4, 2, PipelineSchedule::kGPipe, 1, 1},
+                                  {}, GptKernels::kFused, 4)
+                  .status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not enough devices")));
 }
 
 TEST_F(LmTrainerTest, ResumeReproducesTheUninterruptedRun) {
