@@ -36,9 +36,22 @@ done
 # Utilisation against computation length, 32 devices over 4 hosts.
 run bench utilization --devices 32 --hosts 4 --compute-us 100,250,500,1000,2500 \
   --controller both --seconds "$secs"
-# Pipeline: parallel vs sequential dispatch.
-for dispatch in parallel sequential; do
-  run bench pipeline --stages 16 --microbatches 64 --compute-us 100 --runs 4 --dispatch "$dispatch"
+# Pipeline (docs/PIPELINE.md): the bubble against the GPipe bound for S = 2, 4, 8 stages and
+# M = 4 S micro-batches, stage passes sized like the GPT's (1 + 2 ms, 96 KiB activations);
+# parallel vs sequential dispatch at 100 us and 1 ms; two islands vs one.
+for stages in 2 4 8; do
+  for schedule in gpipe 1f1b; do
+    run bench pipeline --stages "$stages" --schedule "$schedule" --forward-us 1000 --activation-kb 96
+  done
+done
+for forward in 100 1000; do
+  for dispatch in parallel sequential; do
+    run bench pipeline --stages 4 --forward-us "$forward" --dispatch "$dispatch" --activation-kb 96
+  done
+done
+for islands in 1 2; do
+  run bench pipeline --stages 4 --forward-us 1000 --activation-kb 96 --islands "$islands" \
+    --dcn-latency-us 100 --dcn-gbps 10
 done
 
 # The distributed cluster: 4 worker processes x 2 devices on 127.0.0.1.

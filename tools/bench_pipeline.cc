@@ -1,9 +1,14 @@
-// `causeway bench pipeline`: a K-stage pipeline, each stage on its own host
-// with a transfer between stages, fed M micro-batches per run. Shows the
-// control plane running ahead of the data plane: with parallel dispatch
-// every launch of a run is prepared before the first stage finishes, so the
-// stages overlap; sequential dispatch prepares each node only after its
-// predecessors are done.
+// `causeway bench pipeline`: a pipelined training step of S stages and M
+// micro-batches, each stage on a host of its own (over one island or
+// several), with a forward and a backward pass per micro-batch of known
+// length (`delay`), activations of a stated size moved between stages, and
+// the gradient sent back. The step is one traced program (GPipe or 1F1B
+// order, as GptPipeline traces the model's), run `--steps` times back to
+// back per repeat; the median step time is compared with the GPipe bound
+// (M + S - 1) x (forward + backward). Parallel dispatch prepares every
+// launch of a step when it is dispatched; sequential dispatch prepares a
+// node only once its inputs exist (the paper's Fig. 4).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -15,6 +20,7 @@
 #include "causeway/client/client.h"
 #include "causeway/cluster/local_cluster.h"
 #include "causeway/ir/builder.h"
+#include "causeway/models/gpt_pipeline.h"
 #include "nlohmann/json.hpp"
 #include "tools/commands.h"
 
@@ -22,79 +28,126 @@ namespace causeway::tools {
 namespace {
 
 struct PipelineFlags {
-  int stages = 16;
-  int microbatches = 64;
-  int64_t compute_us = 100;
-  int runs = 4;
+  int stages = 4;
+  int microbatches = 0;  // 0: 4 x stages
+  int64_t forward_us = 1000;
+  int64_t backward_us = -1;  // -1: 2 x forward
+  int64_t activation_kb = 64;
+  std::string schedule = "gpipe";
+  int islands = 1;
+  double dcn_latency_us = 0;
+  double dcn_gbps = 0;
   std::string dispatch = "parallel";
+  int steps = 4;
+  int repeats = 5;
   bool json = false;
 };
 
 struct PipelineResult {
-  double seconds = 0;
-  double microbatches_per_second = 0;
+  std::vector<double> step_seconds;  // per repeat
+  double median_step_s = 0;
 };
 
 absl::StatusOr<PipelineResult> RunPipeline(const PipelineFlags& f) {
+  const int S = f.stages;
+  const int M = f.microbatches;
+  if (S % f.islands != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(S, " stages do not split evenly over ", f.islands, " islands"));
+  }
   LocalClusterOptions co;
-  co.islands = 1;
-  co.hosts_per_island = f.stages;
+  co.islands = f.islands;
+  co.hosts_per_island = S / f.islands;
   co.devices_per_host = 1;
+  co.dcn.latency = absl::Microseconds(f.dcn_latency_us);
+  co.dcn.bytes_per_second = f.dcn_gbps * 1e9 / 8;
   CW_ASSIGN_OR_RETURN(auto cluster, LocalCluster::Create(co));
   ClientOptions options;
   options.dispatch = f.dispatch == "parallel" ? DispatchMode::kParallel : DispatchMode::kSequential;
   CW_ASSIGN_OR_RETURN(auto client, Client::Connect(cluster.get(), options));
-  std::vector<Mesh> meshes;
-  std::vector<CompiledFunction> stage;
+
+  // Stage s: forward x -> delay(x + 1); backward (x, g) -> delay(g + 1 + 0 x)
+  // (it reads the saved input, as a real backward pass does).
+  const int64_t n = std::max<int64_t>(1, f.activation_kb * 1024 / 4);
+  const ir::Shape act(ir::DType::kF32, {n});
   const Sharding replicated = Sharding::Replicated(1);
-  for (int s = 0; s < f.stages; ++s) {
+  std::vector<Mesh> meshes;
+  std::vector<CompiledFunction> forward, backward;
+  for (int s = 0; s < S; ++s) {
     MeshRequest request;
     request.axes = {{"x", 1}};
     request.devices = {DeviceId(s)};
     CW_ASSIGN_OR_RETURN(Mesh mesh, client->AllocateMesh(request));
-    ir::FunctionBuilder b(absl::StrCat("stage", s));
-    ir::Value x = b.Parameter(ir::Shape(ir::DType::kF32, {1}));
-    ir::Value one = b.Broadcast(b.ConstantF32(1.0f), {1}, {});
-    CW_ASSIGN_OR_RETURN(ir::Function fn, b.Build({b.Delay(b.Add(x, one), f.compute_us)}));
-    CW_ASSIGN_OR_RETURN(CompiledFunction cf, client->Compile(fn, mesh, {}));
+    ir::FunctionBuilder fb(absl::StrCat("stage", s, "_forward"));
+    ir::Value x = fb.Parameter(act);
+    CW_ASSIGN_OR_RETURN(ir::Function fwd,
+                        fb.Build({fb.Delay(fb.Add(x, fb.Full(1.0f, {n})), f.forward_us)}));
+    ir::FunctionBuilder bb(absl::StrCat("stage", s, "_backward"));
+    ir::Value saved = bb.Parameter(act);
+    ir::Value g = bb.Parameter(act);
+    ir::Value dx = bb.Add(bb.Add(g, bb.Full(1.0f, {n})), bb.Mul(saved, bb.Full(0.0f, {n})));
+    CW_ASSIGN_OR_RETURN(ir::Function bwd, bb.Build({bb.Delay(dx, f.backward_us)}));
+    CW_ASSIGN_OR_RETURN(CompiledFunction cf, client->Compile(fwd, mesh, {{replicated}, {replicated}}));
+    CW_ASSIGN_OR_RETURN(CompiledFunction cb,
+                        client->Compile(bwd, mesh, {{replicated, replicated}, {replicated}}));
     meshes.push_back(mesh);
-    stage.push_back(cf);
+    forward.push_back(cf);
+    backward.push_back(cb);
   }
-  ProgramBuilder pb = client->NewProgram("pipeline");
-  CW_ASSIGN_OR_RETURN(TracedArray in,
-                      pb.Parameter(ir::Shape(ir::DType::kF32, {1}), meshes[0], replicated));
-  std::vector<TracedArray> outs;
-  for (int m = 0; m < f.microbatches; ++m) {
-    TracedArray v = in;
-    for (int s = 0; s < f.stages; ++s) {
-      CW_ASSIGN_OR_RETURN(auto o, pb.Call(stage[s], {v}));
-      v = o[0];
+
+  ProgramBuilder pb = client->NewProgram("pipeline_step");
+  CW_ASSIGN_OR_RETURN(TracedArray in, pb.Parameter(act, meshes[0], replicated));
+  // inputs[s][m]: stage s's input of micro-batch m; outputs of the last
+  // stage's forward are its backward's incoming gradient.
+  std::vector<std::vector<TracedArray>> inputs(S + 1, std::vector<TracedArray>(M));
+  std::vector<std::vector<TracedArray>> grads(S + 1, std::vector<TracedArray>(M));
+  for (int m = 0; m < M; ++m) inputs[0][m] = in;
+  const auto schedule =
+      f.schedule == "1f1b" ? models::PipelineSchedule::k1F1B : models::PipelineSchedule::kGPipe;
+  for (const models::PipelineOp& op : models::PipelineTraceOrder(S, M, schedule)) {
+    const int64_t s = op.stage;
+    const int64_t m = op.microbatch;
+    if (op.forward) {
+      CW_ASSIGN_OR_RETURN(auto out, pb.Call(forward[s], {inputs[s][m]}));
+      inputs[s + 1][m] = out[0];
+      if (s == S - 1) grads[S][m] = out[0];
+    } else {
+      CW_ASSIGN_OR_RETURN(auto out, pb.Call(backward[s], {inputs[s][m], grads[s + 1][m]}));
+      grads[s][m] = out[0];
     }
-    outs.push_back(v);
   }
-  CW_ASSIGN_OR_RETURN(Program program, pb.Build(outs));
-  CW_ASSIGN_OR_RETURN(Array x, client->Put(ir::Literal::F32({1}, {0.0f}), meshes[0], replicated));
-  // Warm-up run.
+  CW_ASSIGN_OR_RETURN(Program program, pb.Build(grads[0]));
+  CW_ASSIGN_OR_RETURN(Array x, client->Put(ir::Literal(act), meshes[0], replicated));
+  // Warm-up step.
   CW_ASSIGN_OR_RETURN(auto warm, program.Run({x}));
   for (const Array& a : warm) CW_RETURN_IF_ERROR(a.Ready().Await().status());
 
-  const auto start = std::chrono::steady_clock::now();
-  std::vector<std::vector<Array>> results;
-  for (int r = 0; r < f.runs; ++r) {
-    CW_ASSIGN_OR_RETURN(auto out, program.Run({x}));
-    results.push_back(std::move(out));
-  }
-  for (const auto& run : results) {
-    for (const Array& a : run) CW_RETURN_IF_ERROR(a.Ready().Await().status());
-  }
   PipelineResult result;
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  result.microbatches_per_second = f.runs * f.microbatches / result.seconds;
-  auto last = results.back().back().Fetch().Await();
-  CW_RETURN_IF_ERROR(last.status());
-  if (last->values<float>()[0] != static_cast<float>(f.stages)) {
-    return absl::InternalError("pipeline computed a wrong value");
+  std::vector<Array> last;
+  for (int r = 0; r < f.repeats; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<std::vector<Array>> runs;
+    for (int k = 0; k < f.steps; ++k) {
+      CW_ASSIGN_OR_RETURN(auto out, program.Run({x}));
+      runs.push_back(std::move(out));
+    }
+    for (const auto& run : runs) {
+      for (const Array& a : run) CW_RETURN_IF_ERROR(a.Ready().Await().status());
+    }
+    result.step_seconds.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
+        f.steps);
+    last = runs.back();
   }
+  // Forward adds 1 per stage, backward 1 per stage: 2 S.
+  auto value = last.back().Fetch().Await();
+  CW_RETURN_IF_ERROR(value.status());
+  if (value->values<float>()[0] != static_cast<float>(2 * S)) {
+    return absl::InternalError("the pipeline computed a wrong value");
+  }
+  std::vector<double> sorted = result.step_seconds;
+  std::sort(sorted.begin(), sorted.end());
+  result.median_step_s = sorted[sorted.size() / 2];
   client->Disconnect();
   return result;
 }
@@ -104,42 +157,76 @@ absl::StatusOr<PipelineResult> RunPipeline(const PipelineFlags& f) {
 void AddBenchPipelineCommand(CLI::App* bench, int* exit_code) {
   auto f = std::make_shared<PipelineFlags>();
   CLI::App* cmd = bench->add_subcommand(
-      "pipeline", "A K-stage pipeline, one stage per host, with parallel or sequential dispatch");
+      "pipeline",
+      "A pipelined training step: S stages on hosts (or islands), M micro-batches, forward and "
+      "backward of known length, against the GPipe bound");
   cmd->add_option("--stages", f->stages, "Stages (one host each)")->check(CLI::Range(1, 256));
-  cmd->add_option("--microbatches", f->microbatches, "Micro-batches per run")
-      ->check(CLI::Range(1, 100000));
-  cmd->add_option("--compute-us", f->compute_us, "Computation per stage and micro-batch, us")
+  cmd->add_option("--microbatches", f->microbatches, "Micro-batches per step (0: 4 x stages)")
+      ->check(CLI::Range(0, 100000));
+  cmd->add_option("--forward-us", f->forward_us, "Forward pass per stage and micro-batch, us")
       ->check(CLI::Range(int64_t{0}, int64_t{10'000'000}));
-  cmd->add_option("--runs", f->runs, "Runs dispatched back to back")->check(CLI::Range(1, 10000));
+  cmd->add_option("--backward-us", f->backward_us,
+                  "Backward pass per stage and micro-batch, us (-1: 2 x forward)")
+      ->check(CLI::Range(int64_t{-1}, int64_t{10'000'000}));
+  cmd->add_option("--activation-kb", f->activation_kb,
+                  "Activation (and gradient) moved between stages per micro-batch, KiB")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  cmd->add_option("--schedule", f->schedule, "gpipe | 1f1b")
+      ->check(CLI::IsMember({"gpipe", "1f1b"}));
+  cmd->add_option("--islands", f->islands, "Islands the stages are spread over")
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--dcn-latency-us", f->dcn_latency_us, "One-way latency between islands, us")
+      ->check(CLI::Range(0.0, 1e7));
+  cmd->add_option("--dcn-gbps", f->dcn_gbps, "Bandwidth between islands, Gb/s (0: unlimited)")
+      ->check(CLI::Range(0.0, 1e6));
   cmd->add_option("--dispatch", f->dispatch, "parallel | sequential")
       ->check(CLI::IsMember({"parallel", "sequential"}));
+  cmd->add_option("--steps", f->steps, "Steps dispatched back to back per repeat")
+      ->check(CLI::Range(1, 10000));
+  cmd->add_option("--repeats", f->repeats, "Repeats; the median step time is reported")
+      ->check(CLI::Range(1, 1000));
   cmd->add_flag("--json", f->json, "One JSON object");
   cmd->callback([f, exit_code] {
+    if (f->microbatches == 0) f->microbatches = 4 * f->stages;
+    if (f->backward_us < 0) f->backward_us = 2 * f->forward_us;
     absl::StatusOr<PipelineResult> r = RunPipeline(*f);
     if (!r.ok()) {
       std::fprintf(stderr, "causeway bench pipeline: %s\n", r.status().ToString().c_str());
-      *exit_code = kExitRuntime;
+      *exit_code = r.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage
+                                                                            : kExitRuntime;
       return;
     }
-    const double ideal = f->compute_us > 0 ? 1e6 / f->compute_us : 0;
+    const double bound_s = static_cast<double>(f->microbatches + f->stages - 1) *
+                           static_cast<double>(f->forward_us + f->backward_us) / 1e6;
+    const double mb_per_s = f->microbatches / r->median_step_s;
     nlohmann::json j = {{"bench", "pipeline"},
                         {"stages", f->stages},
                         {"microbatches", f->microbatches},
-                        {"compute_us", f->compute_us},
-                        {"runs", f->runs},
+                        {"forward_us", f->forward_us},
+                        {"backward_us", f->backward_us},
+                        {"activation_kb", f->activation_kb},
+                        {"schedule", f->schedule},
+                        {"islands", f->islands},
+                        {"dcn_latency_us", f->dcn_latency_us},
+                        {"dcn_gbps", f->dcn_gbps},
                         {"dispatch", f->dispatch},
-                        {"seconds", r->seconds},
-                        {"microbatches_per_second", r->microbatches_per_second},
-                        {"ideal_microbatches_per_second", ideal},
-                        {"ratio_to_ideal", ideal > 0 ? r->microbatches_per_second / ideal : 0}};
+                        {"steps", f->steps},
+                        {"repeats", f->repeats},
+                        {"step_seconds", r->step_seconds},
+                        {"median_step_s", r->median_step_s},
+                        {"gpipe_bound_s", bound_s},
+                        {"bound_over_measured", bound_s / r->median_step_s},
+                        {"microbatches_per_second", mb_per_s}};
     if (f->json) {
       std::printf("%s\n", j.dump().c_str());
     } else {
-      std::printf("pipeline %d stages x %d micro-batches x %lld us, %s dispatch: %.0f "
-                  "micro-batches/s = %.1f%% of the ideal 1/D\n",
-                  f->stages, f->microbatches, (long long)f->compute_us, f->dispatch.c_str(),
-                  r->microbatches_per_second,
-                  ideal > 0 ? 100 * r->microbatches_per_second / ideal : 0.0);
+      std::printf("pipeline %d stages x %d micro-batches (%s, %lld + %lld us, %lld KiB, %d "
+                  "island%s), %s dispatch: step %.2f ms (median of %d), GPipe bound %.2f ms: "
+                  "%.1f%% of the bound's throughput; %.0f micro-batches/s\n",
+                  f->stages, f->microbatches, f->schedule.c_str(), (long long)f->forward_us,
+                  (long long)f->backward_us, (long long)f->activation_kb, f->islands,
+                  f->islands > 1 ? "s" : "", f->dispatch.c_str(), r->median_step_s * 1e3,
+                  f->repeats, bound_s * 1e3, 100 * bound_s / r->median_step_s, mb_per_s);
     }
   });
 }

@@ -1,10 +1,12 @@
 #include "causeway/models/gpt_pipeline.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "causeway/base/check.h"
 #include "causeway/base/status_macros.h"
 #include "causeway/ir/autodiff.h"
 #include "causeway/ir/builder.h"
@@ -77,6 +79,48 @@ std::vector<std::vector<int>> PipelineStageParams(const GptConfig& c, int64_t st
       if (c.bias) ids.push_back(lnf + 1);
       ids.push_back(0);  // the tied head's copy of wte
     }
+  }
+  return out;
+}
+
+std::vector<PipelineOp> PipelineTraceOrder(int64_t S, int64_t M, PipelineSchedule schedule) {
+  std::vector<std::vector<PipelineOp>> order(static_cast<size_t>(S));
+  for (int64_t s = 0; s < S; ++s) {
+    if (schedule == PipelineSchedule::kGPipe) {
+      for (int64_t mb = 0; mb < M; ++mb) order[s].push_back({s, true, mb});
+      for (int64_t mb = 0; mb < M; ++mb) order[s].push_back({s, false, mb});
+    } else {
+      const int64_t warmup = std::min(S - 1 - s, M);
+      int64_t f = 0, b = 0;
+      for (; f < warmup; ++f) order[s].push_back({s, true, f});
+      while (f < M) {
+        order[s].push_back({s, true, f++});
+        order[s].push_back({s, false, b++});
+      }
+      while (b < M) order[s].push_back({s, false, b++});
+    }
+  }
+  std::vector<std::vector<bool>> fwd(S, std::vector<bool>(M, false));
+  std::vector<std::vector<bool>> bwd(S, std::vector<bool>(M, false));
+  std::vector<size_t> next(static_cast<size_t>(S), 0);
+  std::vector<PipelineOp> out;
+  const size_t total = static_cast<size_t>(2 * S * M);
+  while (out.size() < total) {
+    const size_t before = out.size();
+    for (int64_t s = 0; s < S; ++s) {
+      while (next[s] < order[s].size()) {
+        const PipelineOp op = order[s][next[s]];
+        const int64_t mb = op.microbatch;
+        if (op.forward ? (s > 0 && !fwd[s - 1][mb])
+                       : (!fwd[s][mb] || (s < S - 1 && !bwd[s + 1][mb]))) {
+          break;
+        }
+        (op.forward ? fwd : bwd)[s][mb] = true;
+        out.push_back(op);
+        ++next[s];
+      }
+    }
+    CW_CHECK(out.size() > before) << "pipeline schedule deadlocked";
   }
   return out;
 }
@@ -407,68 +451,31 @@ absl::Status GptPipeline::TraceStep() {
     targets.push_back(std::move(y));
   }
 
-  // Each stage's sequence of calls: (forward?, micro-batch).
-  std::vector<std::vector<std::pair<bool, int64_t>>> order(S);
-  for (int64_t s = 0; s < S; ++s) {
-    if (options_.schedule == PipelineSchedule::kGPipe) {
-      for (int64_t mb = 0; mb < M; ++mb) order[s].push_back({true, mb});
-      for (int64_t mb = 0; mb < M; ++mb) order[s].push_back({false, mb});
-    } else {
-      const int64_t warmup = std::min(S - 1 - s, M);
-      int64_t f = 0, b = 0;
-      for (; f < warmup; ++f) order[s].push_back({true, f});
-      while (f < M) {
-        order[s].push_back({true, f++});
-        order[s].push_back({false, b++});
-      }
-      while (b < M) order[s].push_back({false, b++});
-    }
-  }
-  // Traces the calls in an order that respects every stage's sequence and
-  // the data dependencies (a stage's forward after the previous stage's, its
-  // backward after the next stage's).
+  // The calls, in the schedule's order.
   std::vector<std::vector<TracedArray>> inputs(S, std::vector<TracedArray>(M));  // stage inputs
   std::vector<std::vector<TracedArray>> grads_in(S, std::vector<TracedArray>(M));  // d output
-  std::vector<std::vector<bool>> fwd_done(S, std::vector<bool>(M, false));
-  std::vector<std::vector<bool>> bwd_done(S, std::vector<bool>(M, false));
   for (int64_t mb = 0; mb < M; ++mb) inputs[0][mb] = tokens[mb];
-  std::vector<size_t> next(S, 0);
-  size_t remaining = 0;
-  for (const auto& o : order) remaining += o.size();
-  while (remaining > 0) {
-    bool progressed = false;
-    for (int64_t s = 0; s < S; ++s) {
-      while (next[s] < order[s].size()) {
-        const auto [forward, mb] = order[s][next[s]];
-        if (forward) {
-          if (s > 0 && !fwd_done[s - 1][mb]) break;
-          if (s < S - 1) {
-            std::vector<TracedArray> args = p[s];
-            args.push_back(inputs[s][mb]);
-            CW_ASSIGN_OR_RETURN(std::vector<TracedArray> out, pb.Call(forward_[s], args));
-            inputs[s + 1][mb] = out[0];
-          }
-          fwd_done[s][mb] = true;
-        } else {
-          if (!fwd_done[s][mb] || (s < S - 1 && !bwd_done[s + 1][mb])) break;
-          std::vector<TracedArray> args = p[s];
-          args.insert(args.end(), acc[s].begin(), acc[s].end());
-          if (s == S - 1) args.push_back(loss_acc);
-          args.push_back(inputs[s][mb]);
-          args.push_back(s == S - 1 ? targets[mb] : grads_in[s][mb]);
-          CW_ASSIGN_OR_RETURN(std::vector<TracedArray> out, pb.Call(backward_[s], args));
-          const size_t np = p[s].size();
-          acc[s].assign(out.begin(), out.begin() + static_cast<int64_t>(np));
-          if (s == S - 1) loss_acc = out[np];
-          if (s > 0) grads_in[s - 1][mb] = out.back();
-          bwd_done[s][mb] = true;
-        }
-        ++next[s];
-        --remaining;
-        progressed = true;
-      }
+  for (const PipelineOp& op : PipelineTraceOrder(S, M, options_.schedule)) {
+    const int64_t s = op.stage;
+    const int64_t mb = op.microbatch;
+    if (op.forward) {
+      if (s == S - 1) continue;  // the last stage's forward is part of its backward call
+      std::vector<TracedArray> args = p[s];
+      args.push_back(inputs[s][mb]);
+      CW_ASSIGN_OR_RETURN(std::vector<TracedArray> out, pb.Call(forward_[s], args));
+      inputs[s + 1][mb] = out[0];
+      continue;
     }
-    if (!progressed) return absl::InternalError("pipeline schedule deadlocked while tracing");
+    std::vector<TracedArray> args = p[s];
+    args.insert(args.end(), acc[s].begin(), acc[s].end());
+    if (s == S - 1) args.push_back(loss_acc);
+    args.push_back(inputs[s][mb]);
+    args.push_back(s == S - 1 ? targets[mb] : grads_in[s][mb]);
+    CW_ASSIGN_OR_RETURN(std::vector<TracedArray> out, pb.Call(backward_[s], args));
+    const size_t np = p[s].size();
+    acc[s].assign(out.begin(), out.begin() + static_cast<int64_t>(np));
+    if (s == S - 1) loss_acc = out[np];
+    if (s > 0) grads_in[s - 1][mb] = out.back();
   }
 
   // Reduce, tie, norm, update.

@@ -53,6 +53,21 @@ struct GptPipelineOptions {
   int64_t islands = 1;
 };
 
+// One call of a pipeline step: stage `stage`'s forward or backward pass of
+// micro-batch `microbatch`.
+struct PipelineOp {
+  int64_t stage = 0;
+  bool forward = true;
+  int64_t microbatch = 0;
+};
+// The calls of one step in the order to trace them: each stage's calls in
+// its schedule's order (GPipe: all forwards, then all backwards; 1F1B:
+// S - s - 1 warm-up forwards, then alternating), merged so that a forward
+// comes after the previous stage's forward of its micro-batch and a
+// backward after its own forward and the next stage's backward.
+std::vector<PipelineOp> PipelineTraceOrder(int64_t stages, int64_t microbatches,
+                                           PipelineSchedule schedule);
+
 // INVALID_ARGUMENT naming the problem: fewer layers than stages, a batch
 // that does not split into micro-batches of whole data shards, ...
 absl::Status ValidatePipeline(const GptConfig& config, const GptPipelineOptions& options,

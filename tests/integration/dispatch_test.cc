@@ -5,6 +5,8 @@
 #include <chrono>
 #include <map>
 
+#include "absl/strings/match.h"
+#include "causeway/models/gpt_pipeline.h"
 #include "gmock/gmock.h"
 #include "tests/integration/test_util.h"
 
@@ -106,6 +108,79 @@ TEST(DispatchTest, EveryLaunchOfAChainIsPreparedBeforeTheFirstFinishes) {
   if (!kSanitized) {
     EXPECT_LT(wall, kStages * kDelay * 5 / 4 + 50'000) << "wall " << wall << " us";
   }
+}
+
+// A pipelined training step (forward and backward per micro-batch, 1F1B
+// order, as GptPipeline traces the model's) is one program: every launch of
+// it is prepared when it is dispatched, before the first backward starts.
+TEST(DispatchTest, EveryLaunchOfAPipelinedStepIsPreparedBeforeTheFirstBackwardStarts) {
+  constexpr int kS = 4, kM = 4;
+  constexpr int64_t kForward = 10'000, kBackward = 2'000;
+  LocalClusterOptions o;
+  o.islands = 1;
+  o.hosts_per_island = kS;
+  o.devices_per_host = 1;
+  o.trace = true;
+  auto cluster = MakeCluster(o);
+  std::unique_ptr<Client> client = Connect(cluster.get());
+  std::vector<Mesh> meshes;
+  std::vector<CompiledFunction> forward, backward;
+  const ir::Shape shape(ir::DType::kF32, {1});
+  for (int s = 0; s < kS; ++s) {
+    MeshRequest request;
+    request.axes = {{"x", 1}};
+    request.devices = {DeviceId(s)};
+    meshes.push_back(*client->AllocateMesh(request));
+    forward.push_back(
+        *client->Compile(DelayAddOne(1, kForward, absl::StrCat("forward", s)), meshes[s], {}));
+    ir::FunctionBuilder b(absl::StrCat("backward", s));
+    ir::Value saved = b.Parameter(shape);
+    ir::Value g = b.Parameter(shape);
+    ir::Value dx = b.Add(g, b.Mul(saved, b.Broadcast(b.ConstantF32(0.0f), {1}, {})));
+    CompiledFunction bf = *client->Compile(*b.Build({b.Delay(dx, kBackward)}), meshes[s],
+                                           {{Sharding::Replicated(1), Sharding::Replicated(1)},
+                                            {Sharding::Replicated(1)}});
+    backward.push_back(bf);
+  }
+  ProgramBuilder pb = client->NewProgram("pipelined_step");
+  TracedArray in = *pb.Parameter(shape, meshes[0], Sharding::Replicated(1));
+  std::vector<std::vector<TracedArray>> x(kS + 1, std::vector<TracedArray>(kM));
+  std::vector<std::vector<TracedArray>> g(kS + 1, std::vector<TracedArray>(kM));
+  for (int m = 0; m < kM; ++m) x[0][m] = in;
+  for (const models::PipelineOp& op :
+       models::PipelineTraceOrder(kS, kM, models::PipelineSchedule::k1F1B)) {
+    const int64_t s = op.stage, m = op.microbatch;
+    if (op.forward) {
+      x[s + 1][m] = (*pb.Call(forward[s], {x[s][m]}))[0];
+      if (s == kS - 1) g[kS][m] = x[kS][m];
+    } else {
+      g[s][m] = (*pb.Call(backward[s], {x[s][m], g[s + 1][m]}))[0];
+    }
+  }
+  Program program = *pb.Build(g[0]);
+  Array input = *client->Put(ir::Literal::F32({1}, {0.0f}), meshes[0], Sharding::Replicated(1));
+  for (int k = 0; k < 2; ++k) {  // a warm-up step, then the one measured
+    cluster->trace().Clear();
+    std::vector<Array> out = *program.Run({input});
+    for (const Array& a : out) ASSERT_OK(AwaitOrHang(a.Fetch()).status());
+    EXPECT_EQ(AwaitOrHang(out.back().Fetch())->values<float>()[0], float{kS});
+  }
+  int64_t last_prepared = -1, first_backward = -1;
+  int prepared = 0;
+  for (const TraceEvent& e : cluster->trace().Events()) {
+    if (e.kind == TraceKind::kPrepared) {
+      ++prepared;
+      last_prepared = std::max(last_prepared, e.start_us);
+    }
+    if (e.kind == TraceKind::kRun && absl::StartsWith(e.name, "backward") &&
+        (first_backward < 0 || e.start_us < first_backward)) {
+      first_backward = e.start_us;
+    }
+  }
+  EXPECT_EQ(prepared, 2 * kS * kM);
+  ASSERT_GE(first_backward, 0);
+  EXPECT_LE(last_prepared, first_backward)
+      << "a launch of the step was prepared only after the first backward started";
 }
 
 TEST(DispatchTest, SequentialDispatchPreparesEachLaunchOnlyAfterItsPredecessorRan) {
