@@ -371,6 +371,7 @@ bool IslandScheduler::FinishLocked(HostId host, RunId run, int64_t device_us, in
   if (stats != stats_.end()) {
     ++stats->second.finished;
     stats->second.device_us += f.device_us;
+    stats->second.charged_us += static_cast<int64_t>(measured);
   }
   if (program != programs_.end() && f.launches > 0) {
     // Wall time of a gang: its device time over its devices.

@@ -79,6 +79,9 @@ struct ClientScheduleStats {
   int64_t forwarded = 0;     // runs forwarded to hosts
   int64_t finished = 0;      // runs every host reported done
   int64_t device_us = 0;     // measured device time of finished runs
+  // What the shares were computed on: the same, each run's outlier
+  // measurement clipped (docs/SCHEDULING.md, "Outliers").
+  int64_t charged_us = 0;
   size_t queued = 0;         // runs and releases held now
   ClientShare share;
 };
