@@ -14,8 +14,8 @@ namespace causeway::tools {
 
 // One island of `devices` devices split evenly over `hosts` hosts.
 // INVALID_ARGUMENT if they do not split.
-inline absl::StatusOr<std::unique_ptr<LocalCluster>> LmLocalCluster(int64_t devices,
-                                                                    int64_t hosts) {
+inline absl::StatusOr<LocalClusterOptions> LmLocalClusterOptions(int64_t devices,
+                                                                  int64_t hosts) {
   if (hosts < 1 || devices < 1 || devices % hosts != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(devices, " devices do not split evenly over --hosts ", hosts));
@@ -24,7 +24,13 @@ inline absl::StatusOr<std::unique_ptr<LocalCluster>> LmLocalCluster(int64_t devi
   o.islands = 1;
   o.hosts_per_island = static_cast<int>(hosts);
   o.devices_per_host = static_cast<int>(devices / hosts);
-  return LocalCluster::Create(o);
+  return o;
+}
+inline absl::StatusOr<std::unique_ptr<LocalCluster>> LmLocalCluster(int64_t devices,
+                                                                    int64_t hosts) {
+  absl::StatusOr<LocalClusterOptions> o = LmLocalClusterOptions(devices, hosts);
+  if (!o.ok()) return o.status();
+  return LocalCluster::Create(*o);
 }
 
 // For pipeline training: `islands` islands, each of as many hosts as it has

@@ -57,13 +57,16 @@ struct Connection {
 // that many hosts.
 absl::StatusOr<Connection> Connect(const std::string& cluster, int64_t devices, int64_t hosts,
                                    double timeout_s, const ClientShare& share = {},
-                                   const LocalClusterOptions* local_options = nullptr) {
+                                   const LocalClusterOptions* local_options = nullptr,
+                                   bool trace = false) {
   Connection c;
   ClusterConnection* connection = nullptr;
   if (cluster == "local") {
-    absl::StatusOr<std::unique_ptr<LocalCluster>> l =
-        local_options != nullptr ? LocalCluster::Create(*local_options)
-                                 : LmLocalCluster(devices, hosts);
+    absl::StatusOr<LocalClusterOptions> lo =
+        local_options != nullptr ? *local_options : LmLocalClusterOptions(devices, hosts);
+    if (!lo.ok()) return lo.status();
+    lo->trace = trace;
+    absl::StatusOr<std::unique_ptr<LocalCluster>> l = LocalCluster::Create(*lo);
     if (!l.ok()) return l.status();
     c.local = *std::move(l);
     connection = c.local.get();
@@ -106,6 +109,7 @@ struct TrainLmFlags {
   // --parallel pipeline
   std::string schedule = "gpipe";
   int64_t islands = 1;
+  std::string trace_path;
   double dcn_latency_us = 0;
   double dcn_gbps = 0;
 };
@@ -162,11 +166,29 @@ int RunTrainLm(TrainLmFlags f) {
       if (!lo.ok()) return Usage(cmd, std::string(lo.status().message()));
       pipeline_cluster = std::make_unique<LocalClusterOptions>(*lo);
     }
-  } else if (o.pipeline.stages > 1 || f.islands > 1 || f.schedule != "gpipe") {
-    return Usage(cmd, "--stages, --microbatches, --schedule and --islands go with "
-                      "--parallel pipeline");
+  } else if (o.pipeline.stages > 1 || f.schedule != "gpipe") {
+    return Usage(cmd, "--stages, --microbatches and --schedule go with --parallel pipeline");
+  } else if (f.islands > 1) {
+    // Data parallelism across islands: --devices split evenly over them.
+    if (f.parallel != "data" || !f.mesh.empty()) {
+      return Usage(cmd, "--islands goes with --parallel data (or pipeline), without --mesh");
+    }
+    if (f.devices % f.islands != 0) {
+      return Usage(cmd, absl::StrCat("--devices ", f.devices, " do not split evenly over ",
+                                     f.islands, " islands"));
+    }
+    o.islands = {f.islands, f.devices / f.islands};
+    if (f.cluster == "local") {
+      LocalClusterOptions lo;
+      lo.islands = static_cast<int>(f.islands);
+      lo.hosts_per_island = 1;
+      lo.devices_per_host = static_cast<int>(f.devices / f.islands);
+      lo.dcn.latency = absl::Microseconds(f.dcn_latency_us);
+      lo.dcn.bytes_per_second = f.dcn_gbps * 1e9 / 8;
+      pipeline_cluster = std::make_unique<LocalClusterOptions>(lo);
+    }
   }
-  if (f.parallel == "pipeline") {
+  if (f.parallel == "pipeline" || f.islands > 1) {
     o.layout = {1, 1};
   } else if (!f.mesh.empty()) {
     absl::StatusOr<models::GptLayout> layout = ParseMesh(f.mesh);
@@ -193,8 +215,12 @@ int RunTrainLm(TrainLmFlags f) {
     if (!c.ok()) return Fail(cmd, c.status());
     resume = std::make_unique<models::LmCheckpoint>(*std::move(c));
   }
+  if (!f.trace_path.empty() && f.cluster != "local") {
+    return Usage(cmd, "--trace needs the embedded cluster");
+  }
   absl::StatusOr<Connection> conn = Connect(f.cluster, o.layout.devices(), f.hosts, f.timeout_s,
-                                            f.share, pipeline_cluster.get());
+                                            f.share, pipeline_cluster.get(),
+                                            !f.trace_path.empty());
   if (!conn.ok()) return Fail(cmd, conn.status());
   absl::StatusOr<std::unique_ptr<models::LmTrainer>> trainer =
       models::LmTrainer::Create(conn->client.get(), &*data, o, resume.get());
@@ -210,18 +236,25 @@ int RunTrainLm(TrainLmFlags f) {
   const int64_t tokens_per_step = o.batch * o.model.context;
   const int64_t first = (*trainer)->iteration();
   const bool pipelined = o.pipeline.stages > 1;
-  const int64_t devices =
-      pipelined ? o.pipeline.stages * o.pipeline.data : o.layout.devices();
+  const bool across_islands = o.islands.islands > 1;
+  const int64_t devices = pipelined        ? o.pipeline.stages * o.pipeline.data
+                          : across_islands ? o.islands.islands * o.islands.data
+                                           : o.layout.devices();
   const std::string placement =
       pipelined ? absl::StrCat("pipeline of ", o.pipeline.stages, " stages (", f.schedule, ", ",
                                o.pipeline.microbatches, " micro-batches, data=", o.pipeline.data,
                                " per stage, ", o.pipeline.islands, " island",
                                o.pipeline.islands > 1 ? "s" : "", ")")
-                : absl::StrCat("mesh data=", o.layout.data, " model=", o.layout.model);
+      : across_islands
+          ? absl::StrCat("data-parallel over ", o.islands.islands, " islands of data=",
+                         o.islands.data, " (gradients exchanged between the islands)")
+          : absl::StrCat("mesh data=", o.layout.data, " model=", o.layout.model);
   if (f.json) {
     nlohmann::json j = {{"event", "start"}, {"params", params}, {"vocab", o.model.vocab},
                         {"train_tokens", data->train_tokens()}, {"val_tokens", data->val_tokens()},
-                        {"data_axis", pipelined ? o.pipeline.data : o.layout.data},
+                        {"data_axis", pipelined        ? o.pipeline.data
+                                      : across_islands ? o.islands.data
+                                                       : o.layout.data},
                         {"model_axis", o.layout.model}, {"devices", devices},
                         {"first_iteration", first}, {"iters", o.iters}};
     if (pipelined) {
@@ -230,6 +263,7 @@ int RunTrainLm(TrainLmFlags f) {
       j["schedule"] = f.schedule;
       j["islands"] = o.pipeline.islands;
     }
+    if (across_islands) j["islands"] = o.islands.islands;
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("model: %lld layers, %lld heads, embedding %lld, context %lld, vocabulary %lld: "
@@ -312,6 +346,15 @@ int RunTrainLm(TrainLmFlags f) {
   };
   absl::Status st = (*trainer)->Train(hooks, f.stop_at);
   if (!st.ok()) return Fail(cmd, st);
+  if (!f.trace_path.empty()) {
+    // Every step's launches, waits and transfers (with each piece's time in
+    // flight between hosts and islands), tracks named by island, host and
+    // device.
+    if (absl::Status s = conn->local->trace().WriteChromeJson(f.trace_path); !s.ok()) {
+      return Fail(cmd, s);
+    }
+    if (!f.json) std::printf("trace written to %s (open in Perfetto)\n", f.trace_path.c_str());
+  }
   const double wall = Seconds(Clock::now() - start);
   const double train_s = std::max(1e-9, wall - Seconds(eval_time));
   // Busy time counts a device from launch to finish of each step, so it
@@ -450,9 +493,13 @@ void AddTrainLmCommand(CLI::App* train, int* exit_code) {
   lm->add_option("--schedule", f->schedule, "Pipeline schedule: gpipe or 1f1b")
       ->check(CLI::IsMember({"gpipe", "1f1b"}));
   lm->add_option("--islands", f->islands,
-                 "Pipeline stages spread over this many islands (embedded cluster: emulated "
-                 "data-center network between them)")
+                 "Islands: a pipeline's stages spread over them, or (--parallel data) the "
+                 "devices split over them, gradients exchanged between them (embedded "
+                 "cluster: emulated data-center network)")
       ->check(CLI::Range(1, 64));
+  lm->add_option("--trace", f->trace_path,
+                 "Write a Chrome trace (Perfetto) of the run to FILE (embedded cluster; keep "
+                 "--iters small: every launch is recorded)");
   lm->add_option("--dcn-latency-us", f->dcn_latency_us,
                  "Embedded cluster, --islands > 1: one-way latency between islands")
       ->check(CLI::Range(0.0, 1e7));

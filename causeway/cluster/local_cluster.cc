@@ -51,6 +51,7 @@ LocalCluster::LocalCluster(const LocalClusterOptions& options)
   for (IslandId island : topology.islands()) {
     const IslandInfo info = *topology.island(island);
     for (HostId h : info.hosts) {
+      trace_.NameHost(h, absl::StrCat("island ", island.value(), " / host ", h.value()));
       HostExecutorOptions ho;
       ho.host = *topology.host(h);
       for (DeviceId d : ho.host.devices) ho.devices.push_back(*topology.device(d));

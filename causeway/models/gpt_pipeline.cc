@@ -327,12 +327,10 @@ absl::Status GptPipeline::CompileStages() {
     std::vector<Value> grads = acc;
     if (D > 1) {
       std::vector<Value> parts;
-      int64_t total = 0;
       for (Value a : acc) {
         int64_t n = 1;
         for (int64_t d : rb.shape(a).dims) n *= d;
         parts.push_back(rb.Reshape(a, {n}));
-        total += n;
       }
       if (s == S - 1) parts.push_back(rb.Reshape(loss_acc, {1}));
       Value flat = rb.AllReduce(rb.Concatenate(parts, 0), {kDataAxis});
@@ -602,7 +600,7 @@ absl::Status GptPipeline::Init(const std::vector<ir::Literal>& params,
   return absl::OkStatus();
 }
 
-ir::Literal GptPipeline::Rows(const ir::Literal& literal, int64_t m, int64_t rows) {
+ir::Literal LiteralRows(const ir::Literal& literal, int64_t m, int64_t rows) {
   std::vector<int64_t> dims = literal.shape().dims;
   const size_t row_bytes = literal.byte_size() / static_cast<size_t>(dims[0]);
   dims[0] = rows;
@@ -622,19 +620,19 @@ absl::Status GptPipeline::PutMicrobatches(const TokenBatch& batch, std::vector<A
   const int64_t S = options_.stages;
   const int64_t M = options_.microbatches;
   for (int64_t mb = 0; mb < M; ++mb) {
-    CW_ASSIGN_OR_RETURN(Array x, client_->Put(Rows(batch.inputs, mb, micro_rows_), meshes_[0],
+    CW_ASSIGN_OR_RETURN(Array x, client_->Put(LiteralRows(batch.inputs, mb, micro_rows_), meshes_[0],
                                               BatchSharding()));
     args.push_back(std::move(x));
   }
   for (int64_t mb = 0; mb < M; ++mb) {
-    CW_ASSIGN_OR_RETURN(Array y, client_->Put(Rows(batch.targets, mb, micro_rows_),
+    CW_ASSIGN_OR_RETURN(Array y, client_->Put(LiteralRows(batch.targets, mb, micro_rows_),
                                               meshes_[S - 1], BatchSharding()));
     args.push_back(std::move(y));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<GptPipeline::StepOutputs> GptPipeline::Step(const TokenBatch& batch, float step,
+absl::StatusOr<LmStepEngine::StepOutputs> GptPipeline::Step(const TokenBatch& batch, float step,
                                                             float learning_rate) {
   const int64_t S = options_.stages;
   std::vector<Array> args;

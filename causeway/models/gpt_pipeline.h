@@ -36,6 +36,7 @@
 #include "causeway/client/client.h"
 #include "causeway/ir/literal.h"
 #include "causeway/models/gpt.h"
+#include "causeway/models/lm_engine.h"
 #include "causeway/models/text_data.h"
 
 namespace causeway::models {
@@ -78,7 +79,7 @@ absl::Status ValidatePipeline(const GptConfig& config, const GptPipelineOptions&
 std::vector<std::vector<int>> PipelineStageParams(const GptConfig& config, int64_t stages);
 
 // Not thread-safe.
-class GptPipeline {
+class GptPipeline final : public LmStepEngine {
  public:
   // Allocates a mesh {data, model=1} per stage on explicit devices (stage s
   // on the next free devices of its island), compiles every stage function
@@ -88,27 +89,16 @@ class GptPipeline {
       Client* client, const GptConfig& config, const GptPipelineOptions& options,
       const AdamWConfig& adamw, GptKernels kernels, int64_t batch);
 
-  // Puts the model's state (GptParams order, global shapes).
   absl::Status Init(const std::vector<ir::Literal>& params, const std::vector<ir::Literal>& m,
-                    const std::vector<ir::Literal>& v);
-
-  struct StepOutputs {
-    Array loss;       // f32[]: mean over the batch, before the update
-    Array grad_norm;  // f32[]: global, before clipping
-  };
-  // Dispatches one step on `batch` (i32[batch, context] inputs and
-  // targets); returns at once. `hyper` is (1-based step, learning rate).
-  absl::StatusOr<StepOutputs> Step(const TokenBatch& batch, float step, float learning_rate);
-  // Dispatches the mean loss of `batch`, forward only.
-  absl::StatusOr<Array> Evaluate(const TokenBatch& batch);
-
-  // The current state in GptParams order (the token embedding: the first
-  // stage's copy).
-  std::vector<Array> params() const { return Gather(params_); }
-  std::vector<Array> adam_m() const { return Gather(m_); }
-  std::vector<Array> adam_v() const { return Gather(v_); }
-
-  const std::vector<Mesh>& meshes() const { return meshes_; }
+                    const std::vector<ir::Literal>& v) override;
+  absl::StatusOr<StepOutputs> Step(const TokenBatch& batch, float step,
+                                   float learning_rate) override;
+  absl::StatusOr<Array> Evaluate(const TokenBatch& batch) override;
+  // The token embedding: the first stage's copy.
+  std::vector<Array> params() const override { return Gather(params_); }
+  std::vector<Array> adam_m() const override { return Gather(m_); }
+  std::vector<Array> adam_v() const override { return Gather(v_); }
+  const std::vector<Mesh>& meshes() const override { return meshes_; }
   const Program& step_program() const { return step_program_; }
 
  private:
@@ -122,8 +112,6 @@ class GptPipeline {
   // the last) to `args`.
   absl::Status PutMicrobatches(const TokenBatch& batch, std::vector<Array>& args);
   std::vector<Array> Gather(const std::vector<std::vector<Array>>& by_stage) const;
-  // Rows [m * rows, (m + 1) * rows) of `literal`.
-  static ir::Literal Rows(const ir::Literal& literal, int64_t m, int64_t rows);
 
   Client* const client_;
   const GptConfig config_;

@@ -18,6 +18,19 @@ Sharding BatchSharding() { return Sharding({{kDataAxis}, {}}); }
 }  // namespace
 
 absl::Status LmTrainOptions::Validate() const {
+  if (islands.islands > 1) {
+    if (pipeline.stages > 1) {
+      return absl::InvalidArgumentError(
+          "a pipeline spreads its own stages over islands (pipeline.islands); islands.islands "
+          "is data parallelism across islands");
+    }
+    if (layout.data != 1 || layout.model != 1) {
+      return absl::InvalidArgumentError(
+          "across islands, each island's data axis is islands.data; the whole-model layout "
+          "must be 1 x 1");
+    }
+    CW_RETURN_IF_ERROR(ValidateIslands(model, islands, batch));
+  }
   if (pipeline.stages > 1) {
     if (layout.data != 1 || layout.model != 1) {
       return absl::InvalidArgumentError(
@@ -85,10 +98,15 @@ absl::Status LmTrainer::Init(const LmCheckpoint* resume) {
   const LmTrainOptions& o = options_;
   const int64_t local = o.batch / o.layout.data;
   specs_ = GptParams(o.model);
-  if (o.pipeline.stages > 1) {
-    CW_ASSIGN_OR_RETURN(pipeline_, GptPipeline::Create(client_, o.model, o.pipeline, o.adamw,
+  if (o.pipeline.stages > 1 || o.islands.islands > 1) {
+    if (o.pipeline.stages > 1) {
+      CW_ASSIGN_OR_RETURN(engine_, GptPipeline::Create(client_, o.model, o.pipeline, o.adamw,
                                                        o.kernels, o.batch));
-    mesh_ = pipeline_->meshes()[0];
+    } else {
+      CW_ASSIGN_OR_RETURN(engine_, GptIslandDataParallel::Create(client_, o.model, o.islands,
+                                                                 o.adamw, o.kernels, o.batch));
+    }
+    mesh_ = engine_->meshes()[0];
     std::vector<ir::Literal> params =
         resume != nullptr ? resume->params : InitGptParams(o.model, o.seed);
     std::vector<ir::Literal> m, v;
@@ -99,10 +117,10 @@ absl::Status LmTrainer::Init(const LmCheckpoint* resume) {
       v.push_back(has_moments ? resume->adam_v[i] : zeros);
     }
     iteration_ = resume != nullptr ? resume->iteration : 0;
-    CW_RETURN_IF_ERROR(pipeline_->Init(params, m, v));
-    params_ = pipeline_->params();
-    adam_m_ = pipeline_->adam_m();
-    adam_v_ = pipeline_->adam_v();
+    CW_RETURN_IF_ERROR(engine_->Init(params, m, v));
+    params_ = engine_->params();
+    adam_m_ = engine_->adam_m();
+    adam_v_ = engine_->adam_v();
     return absl::OkStatus();
   }
   CW_ASSIGN_OR_RETURN(mesh_, client_->AllocateMesh({{kDataAxis, o.layout.data},
@@ -220,12 +238,12 @@ absl::Status LmTrainer::Train(const Hooks& hooks, int64_t stop_at) {
     const absl::Time dispatch_begin = absl::Now();
     TokenBatch batch = data_->Sample(Split::kTrain, o.seed, 0, it, o.batch, o.model.context);
     const float lr = LearningRate(o, it);
-    if (pipeline_ != nullptr) {
-      CW_ASSIGN_OR_RETURN(GptPipeline::StepOutputs out,
-                          pipeline_->Step(batch, static_cast<float>(it + 1), lr));
-      params_ = pipeline_->params();
-      adam_m_ = pipeline_->adam_m();
-      adam_v_ = pipeline_->adam_v();
+    if (engine_ != nullptr) {
+      CW_ASSIGN_OR_RETURN(LmStepEngine::StepOutputs out,
+                          engine_->Step(batch, static_cast<float>(it + 1), lr));
+      params_ = engine_->params();
+      adam_m_ = engine_->adam_m();
+      adam_v_ = engine_->adam_v();
       pending.push_back({it, lr, std::move(out.loss), std::move(out.grad_norm)});
       iteration_ = it + 1;
       ++loop_times_.steps;
@@ -277,8 +295,8 @@ absl::StatusOr<EvalReport> LmTrainer::Evaluate() {
     for (int64_t k = 0; k < o.eval_batches; ++k) {
       TokenBatch batch = data_->Sample(split, o.seed, static_cast<uint64_t>(1 + iteration_), k,
                                        o.batch, o.model.context);
-      if (pipeline_ != nullptr) {
-        CW_ASSIGN_OR_RETURN(Array loss, pipeline_->Evaluate(batch));
+      if (engine_ != nullptr) {
+        CW_ASSIGN_OR_RETURN(Array loss, engine_->Evaluate(batch));
         losses.push_back(std::move(loss));
         continue;
       }

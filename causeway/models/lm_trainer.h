@@ -29,6 +29,7 @@
 #include "causeway/client/client.h"
 #include "causeway/ir/literal.h"
 #include "causeway/models/gpt.h"
+#include "causeway/models/gpt_islands.h"
 #include "causeway/models/gpt_pipeline.h"
 #include "causeway/models/text_data.h"
 
@@ -40,6 +41,9 @@ struct LmTrainOptions {
   // stages > 1: pipeline-parallel (gpt_pipeline.h) instead of `layout`,
   // which must then be 1 x 1 (data parallelism is pipeline.data per stage).
   GptPipelineOptions pipeline;
+  // islands > 1 (without a pipeline): data-parallel across islands
+  // (gpt_islands.h) instead of `layout`, which must then be 1 x 1.
+  GptIslandsOptions islands;
   AdamWConfig adamw;
   GptKernels kernels = GptKernels::kFused;
   int64_t batch = 12;  // global: sequences per step
@@ -162,7 +166,8 @@ class LmTrainer {
   CompiledFunction eval_;
   std::vector<ParamSpec> specs_;
   std::vector<Array> params_, adam_m_, adam_v_;
-  std::unique_ptr<GptPipeline> pipeline_;  // set for pipeline training
+  // Set when the model spans several meshes (a pipeline, islands).
+  std::unique_ptr<LmStepEngine> engine_;
   LoopTimes loop_times_;
 };
 

@@ -62,6 +62,11 @@ class LmTrainerTest : public ::testing::Test {
     co.islands = 1;
     co.hosts_per_island = o.layout.devices() % 2 == 0 ? 2 : 1;
     co.devices_per_host = static_cast<int>(o.layout.devices() / co.hosts_per_island);
+    if (o.islands.islands > 1) {  // a host per island
+      co.islands = static_cast<int>(o.islands.islands);
+      co.hosts_per_island = 1;
+      co.devices_per_host = static_cast<int>(o.islands.data);
+    }
     if (o.pipeline.stages > 1) {  // every stage on a host of its own
       co.islands = static_cast<int>(o.pipeline.islands);
       co.hosts_per_island = static_cast<int>(o.pipeline.stages / o.pipeline.islands);
@@ -158,6 +163,32 @@ TEST_F(LmTrainerTest, PipelinesGiveTheOneDeviceLossCurve) {
     ASSERT_EQ(other.evals.size(), one.evals.size()) << what;
     EXPECT_NEAR(other.evals.back().val_loss, one.evals.back().val_loss, 0.02f) << what;
   }
+}
+
+TEST_F(LmTrainerTest, DataParallelismAcrossIslandsGivesTheOneDeviceLossCurve) {
+  LmTrainOptions base = SmallOptions();
+  base.iters = 12;
+  base.decay_iters = 12;
+  base.eval_every = 6;
+  TrainRun one = Train(base);
+  ASSERT_OK(one.status);
+  for (const GptIslandsOptions& islands :
+       {GptIslandsOptions{2, 1}, GptIslandsOptions{2, 2}, GptIslandsOptions{4, 1}}) {
+    LmTrainOptions o = base;
+    o.islands = islands;
+    TrainRun other = Train(o);
+    const std::string what = absl::StrCat(islands.islands, " islands of ", islands.data);
+    ASSERT_TRUE(other.status.ok()) << what << ": " << other.status;
+    ASSERT_EQ(other.losses.size(), one.losses.size()) << what;
+    for (size_t i = 0; i < one.losses.size(); ++i) {
+      EXPECT_NEAR(other.losses[i], one.losses[i], 1e-3f) << "iteration " << i << ", " << what;
+    }
+    ASSERT_EQ(other.evals.size(), one.evals.size()) << what;
+    EXPECT_NEAR(other.evals.back().val_loss, one.evals.back().val_loss, 0.02f) << what;
+  }
+  LmTrainOptions bad = base;
+  bad.islands = {2, 3};  // batch 4 does not split into 2 x 3
+  EXPECT_THAT(bad.Validate(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("islands")));
 }
 
 TEST_F(LmTrainerTest, APipelinesCheckpointResumesOnOneDevice) {

@@ -504,10 +504,17 @@ void HostExecutor::EnqueueReshard(const RunRequest& run,
         continue;
       }
       DataTransport* transport = options_.transport;
+      TraceRecorder* trace = options_.trace;
+      Clock* clock = options_.clock;
       const int piece_index = static_cast<int>(i);
-      source->ready().OnReady([transport, self, to, key, source, &piece, piece_index, &src,
-                               plan](const absl::StatusOr<Unit>& ready) {
+      source->ready().OnReady([transport, trace, clock, self, to, key, source, &piece,
+                               piece_index, &src, plan](const absl::StatusOr<Unit>& ready) {
         ShardPieceMessage message{key.run, key.node, key.shard, piece_index, ready.status(), {}};
+        if (trace->enabled()) {
+          trace->Record(TraceEvent{TraceKind::kSend, self, source->device(), key.run, key.node,
+                                   "reshard", clock->NowMicros(), 0,
+                                   TraceFlowId(key.run, key.node, key.shard, piece_index)});
+        }
         if (ready.ok()) {
           const int64_t elem = ir::ByteSize(src.shard_shape.dtype);
           int64_t n = 1;
@@ -597,7 +604,8 @@ void HostExecutor::FillSlot(const SlotKey& key, int piece_index, const BufferRef
     if (options_.trace->enabled()) {
       options_.trace->Record(TraceEvent{TraceKind::kTransfer, options_.host.id,
                                         dst->device(), key.run, key.node, "reshard", start,
-                                        options_.clock->NowMicros() - start});
+                                        options_.clock->NowMicros() - start,
+                                        TraceFlowId(key.run, key.node, key.shard, piece_index)});
     }
     PieceDone(key, piece_index, absl::OkStatus());
   });

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -21,6 +22,7 @@ enum class TraceKind {
   kWait,      // span: waiting for inputs and output memory
   kRun,       // span: kernel running
   kTransfer,  // span: a reshard piece copied into its destination
+  kSend,      // instant: a reshard piece sent to another host
 };
 
 const char* TraceKindName(TraceKind kind);
@@ -34,26 +36,44 @@ struct TraceEvent {
   std::string name;
   int64_t start_us = 0;
   int64_t duration_us = 0;
+  // kSend and kTransfer: the piece (TraceFlowId), so that the export can
+  // draw a transfer from its send to its arrival.
+  uint64_t flow = 0;
 };
+
+// The same at both ends of a piece: its run, reshard node, destination
+// shard and piece index.
+uint64_t TraceFlowId(RunId run, int node, int dst_shard, int piece);
 
 // Thread-safe. Recording is off unless enabled.
 class TraceRecorder {
  public:
-  explicit TraceRecorder(bool enabled) : enabled_(enabled) {}
+  // At most `max_events` are kept; later ones are counted and dropped.
+  explicit TraceRecorder(bool enabled, size_t max_events = size_t{1} << 21)
+      : enabled_(enabled), max_events_(max_events) {}
   bool enabled() const { return enabled_; }
 
   void Record(TraceEvent event);
   std::vector<TraceEvent> Events() const;
   void Clear();
+  int64_t dropped() const;
+  // The name of a host's group of tracks (e.g. "island 0 / host 1").
+  void NameHost(HostId host, std::string name);
 
-  // Chrome trace JSON: one process per host, one thread per device.
+  // Chrome trace JSON: one process per host (named), one thread per device
+  // ("device N"). A piece sent to another host is drawn on the receiving
+  // device as an "in flight" span from its send to the start of its copy,
+  // with a flow arrow from the sender.
   std::string ToChromeJson() const;
   absl::Status WriteChromeJson(const std::string& path) const;
 
  private:
   const bool enabled_;
+  const size_t max_events_;
   mutable Mutex mu_;
   std::vector<TraceEvent> events_ ABSL_GUARDED_BY(mu_);
+  int64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::pair<HostId, std::string>> host_names_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace causeway

@@ -86,6 +86,29 @@ expect_error "another vocabulary" \
 expect_error "not a Causeway LM checkpoint\|cannot open" \
   "$bin" sample --checkpoint "$dir/none"
 
+# A pipeline over two islands, traced: tracks named by island, host and
+# device; every piece sent between the islands drawn from its send to its
+# arrival, at least the emulated network's latency long.
+piped=(--layers 2 --heads 2 --context 16 --batch 4 --embed 16)
+"$bin" train lm --data "$text" "${piped[@]}" --iters 3 --eval-every 0 --parallel pipeline \
+  --stages 2 --microbatches 2 --islands 2 --dcn-latency-us 300 --trace "$dir/trace.json" \
+  --json >/dev/null
+python3 - "$dir/trace.json" <<'PY'
+import json, sys
+events = json.load(open(sys.argv[1]))["traceEvents"]
+names = {e["args"]["name"] for e in events if e.get("name") == "process_name"}
+assert names == {"island 0 / host 0", "island 1 / host 1"}, names
+assert any(e.get("name") == "thread_name" for e in events)
+flights = [e for e in events if e.get("name") == "in flight"]
+assert flights, "no transfer drawn from send to arrival"
+assert min(e["dur"] for e in flights) >= 300, min(e["dur"] for e in flights)
+starts = {e["id"] for e in events if e.get("ph") == "s"}
+ends = {e["id"] for e in events if e.get("ph") == "f"}
+assert starts == ends and len(starts) == len(flights)
+PY
+expect_error "--trace needs the embedded cluster" \
+  "$bin" train lm --data "$text" "${tiny[@]}" --trace "$dir/t.json" --cluster grpc://127.0.0.1:1
+
 # The same on a distributed cluster (coordinator and worker processes).
 mkfifo "$dir/up"
 "$bin" cluster up --islands 1 --hosts-per-island 2 --devices-per-host 1 --json \
