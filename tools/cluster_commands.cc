@@ -15,6 +15,7 @@
 #include "causeway/base/check.h"
 #include "causeway/base/limits.h"
 #include "causeway/cluster/coordinator_server.h"
+#include "causeway/cluster/cluster_file.h"
 #include "causeway/cluster/process_cluster.h"
 #include "causeway/cluster/remote_cluster.h"
 #include "causeway/cluster/worker_server.h"
@@ -372,10 +373,18 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
       *exit_code = Fail("cluster up", cluster.status());
       return;
     }
+    // A client on this machine finds the token here (cluster_file.h).
+    absl::StatusOr<std::string> record = WriteClusterFile((*cluster)->url(), (*cluster)->token());
+    if (!record.ok()) {
+      std::fprintf(stderr, "causeway cluster up: the token is not recorded for local clients: %s\n",
+                   std::string(record.status().message()).c_str());
+    }
     if (*json) {
       nlohmann::json j;
       j["address"] = (*cluster)->url();
       j["token"] = (*cluster)->token();
+      if (record.ok()) j["token_file"] = *record;
+      j["log_dir"] = (*cluster)->log_dir();
       // The operator's credential (docs/DEPLOYMENT.md, "Tokens"): for whoever
       // started the cluster, never for its clients.
       j["worker_token"] = (*cluster)->worker_token();
@@ -385,14 +394,18 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
       std::printf("%s\n", j.dump().c_str());
     } else {
       std::printf("cluster up: %s (%d island(s), %d worker process(es), %lld devices)\n"
-                  "token: %s\n"
+                  "token: %s%s%s\n"
                   "operator (workers') token: %s\n"
-                  "try: CAUSEWAY_TOKEN=%s causeway demo --cluster %s\n"
+                  "logs: %s (kept if a process fails)\n"
+                  "try: causeway demo --cluster %s%s\n"
                   "Ctrl-C stops every process.\n",
                   (*cluster)->url().c_str(), o->islands, (*cluster)->num_workers(),
                   static_cast<long long>((*cluster)->num_devices()), (*cluster)->token().c_str(),
-                  (*cluster)->worker_token().c_str(), (*cluster)->token().c_str(),
-                  (*cluster)->url().c_str());
+                  record.ok() ? " (recorded for this user's clients in " : "",
+                  record.ok() ? (*record + ")").c_str() : "",
+                  (*cluster)->worker_token().c_str(), (*cluster)->log_dir().c_str(),
+                  (*cluster)->url().c_str(),
+                  record.ok() ? "" : "  (with CAUSEWAY_TOKEN set to the token above)");
     }
     std::fflush(stdout);
     int code = 0;
@@ -406,7 +419,9 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
         break;
       }
     }
-    (*cluster)->Stop();
+    RemoveClusterFile((*cluster)->url());
+    // A process that failed leaves its logs for a post-mortem.
+    (*cluster)->Stop(/*keep_logs=*/code != 0);
     std::printf("cluster stopped\n");
     *exit_code = code;
   });

@@ -7,6 +7,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "causeway/base/check.h"
 #include "causeway/transport/grpc/grpc_common.h"
 #include "tools/blas_kernels.h"
 #include "tools/commands.h"
@@ -24,6 +25,20 @@ int main(int argc, char** argv) {
                        absl::StrCat("causeway ", CAUSEWAY_VERSION, " (wire protocol ",
                                     causeway::grpc_transport::kProtocolVersion, ")"));
   app.require_subcommand(0, 1);
+  // Before or after the subcommand: `causeway --log-level warning worker ...`.
+  app.fallthrough();
+  app.add_option_function<std::string>(
+         "--log-level",
+         [](const std::string& name) {
+           causeway::internal::LogLevel level;
+           if (causeway::internal::ParseLogLevel(name, &level)) {
+             causeway::internal::SetMinLogLevel(level);
+           }
+         },
+         "Least level of the log lines written to stderr: info, warning or error (default: "
+         "CAUSEWAY_LOG_LEVEL, else info)")
+      ->check(CLI::IsMember({"info", "warning", "error"}))
+      ->trigger_on_parse();
   int exit_code = 0;
   causeway::tools::AddDemoCommand(app, &exit_code);
   causeway::tools::AddTrainCommand(app, &exit_code);

@@ -1,8 +1,15 @@
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <string>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 
 #include "causeway/base/check.h"
 #include "causeway/base/clock.h"
@@ -44,13 +51,68 @@ void CheckFailed(const char* file, int line, const char* cond,
   std::abort();
 }
 
+namespace {
+
+LogLevel LevelFromEnvironment() {
+  LogLevel level = LogLevel::kInfo;
+  if (const char* env = std::getenv("CAUSEWAY_LOG_LEVEL"); env != nullptr && *env != '\0') {
+    if (!ParseLogLevel(env, &level)) {
+      std::fprintf(stderr, "CAUSEWAY_LOG_LEVEL=%s is not info, warning or error; using info\n",
+                   env);
+    }
+  }
+  return level;
+}
+
+std::atomic<int>& MinLevel() {
+  static std::atomic<int> level(static_cast<int>(LevelFromEnvironment()));
+  return level;
+}
+
+// `file` relative to the repository: builds map the source directory away
+// (-fmacro-prefix-map); any absolute path left is cut at its last
+// top-level folder.
+absl::string_view RelativeFile(const char* file) {
+  absl::string_view f(file);
+  if (f.empty() || f[0] != '/') return f;
+  for (absl::string_view top : {"/causeway/", "/tools/", "/tests/", "/python/", "/bench/",
+                                "/examples/", "/fuzz/"}) {
+    const size_t at = f.rfind(top);
+    if (at != absl::string_view::npos) return f.substr(at + 1);
+  }
+  return f;
+}
+
+}  // namespace
+
+bool ParseLogLevel(absl::string_view name, LogLevel* level) {
+  if (name == "info") {
+    *level = LogLevel::kInfo;
+  } else if (name == "warning") {
+    *level = LogLevel::kWarning;
+  } else if (name == "error") {
+    *level = LogLevel::kError;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+void SetMinLogLevel(LogLevel level) { MinLevel().store(static_cast<int>(level)); }
+
 void LogLine(LogLevel level, const char* file, int line, absl::string_view message) {
+  if (static_cast<int>(level) < MinLevel().load(std::memory_order_relaxed)) return;
   static std::mutex* mu = new std::mutex;
   const char* tag = level == LogLevel::kInfo      ? "I"
                     : level == LogLevel::kWarning ? "W"
                                                   : "E";
+  const std::string when =
+      absl::FormatTime("%Y-%m-%dT%H:%M:%E6SZ", absl::Now(), absl::UTCTimeZone());
+  const long tid = static_cast<long>(::syscall(SYS_gettid));
+  const absl::string_view where = RelativeFile(file);
   std::lock_guard<std::mutex> lock(*mu);
-  std::fprintf(stderr, "%s %s:%d] %.*s\n", tag, file, line,
+  std::fprintf(stderr, "%s %s %ld %.*s:%d] %.*s\n", tag, when.c_str(), tid,
+               static_cast<int>(where.size()), where.data(), line,
                static_cast<int>(message.size()), message.data());
 }
 

@@ -35,8 +35,18 @@ class CheckFailure {
 
 enum class LogLevel { kInfo, kWarning, kError };
 
-// Writes one line to stderr with a level prefix. Thread-safe.
+// Writes one line to stderr, if `level` is at least the minimum:
+//   W 2026-12-01T13:45:01.123456Z 12345 causeway/worker/host_executor.cc:42] message
+// (level, UTC time, thread id, source file relative to the repository).
+// Thread-safe.
 void LogLine(LogLevel level, const char* file, int line, absl::string_view message);
+
+// The least level logged: CAUSEWAY_LOG_LEVEL (info, warning or error) when
+// the process starts, info if unset; changed by SetMinLogLevel (the
+// `causeway --log-level` flag).
+void SetMinLogLevel(LogLevel level);
+// "info", "warning", "error" -> the level; false if `name` is none of them.
+bool ParseLogLevel(absl::string_view name, LogLevel* level);
 
 class LogMessage {
  public:

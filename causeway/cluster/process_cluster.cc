@@ -265,7 +265,7 @@ std::string ProcessCluster::ReapExited() {
   return absl::StrJoin(out, "; ");
 }
 
-void ProcessCluster::Stop() {
+void ProcessCluster::Stop(bool keep_logs) {
   std::vector<Child*> children;
   for (Child& w : workers_) children.push_back(&w);
   children.push_back(&coordinator_);
@@ -281,7 +281,7 @@ void ProcessCluster::Stop() {
     c->pid = -1;
   }
   if (!log_dir_.empty()) {
-    if (std::getenv("CAUSEWAY_KEEP_CLUSTER_LOGS") != nullptr) {
+    if (keep_logs || std::getenv("CAUSEWAY_KEEP_CLUSTER_LOGS") != nullptr) {
       std::fprintf(stderr, "cluster logs kept in %s\n", log_dir_.c_str());
     } else {
       std::error_code ec;

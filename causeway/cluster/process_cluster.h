@@ -69,8 +69,10 @@ class ProcessCluster {
 
   // SIGTERM to every child, SIGKILL to any still running after 5 s; reaps
   // them all and removes their logs (kept, and their directory printed, if
-  // CAUSEWAY_KEEP_CLUSTER_LOGS is set). Idempotent.
-  void Stop();
+  // `keep_logs` or CAUSEWAY_KEEP_CLUSTER_LOGS is set). Idempotent.
+  void Stop(bool keep_logs = false);
+  // The directory of the processes' logs (coordinator.log, workerN.log).
+  const std::string& log_dir() const { return log_dir_; }
   // Reaps children that exited on their own; describes them ("worker 2
   // (pid 123) exited with status 1"), or returns an empty string.
   std::string ReapExited();

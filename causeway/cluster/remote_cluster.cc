@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "causeway/base/check.h"
 #include "causeway/base/status_macros.h"
+#include "causeway/cluster/cluster_file.h"
 #include "causeway/transport/grpc/cluster.grpc.pb.h"
 #include "causeway/transport/grpc/cluster_codec.h"
 #include "causeway/transport/grpc/wire_codec.h"
@@ -351,7 +352,18 @@ absl::Status RemoteCluster::Impl::Connect() {
               "signed its certificate)"));
   }
   stub_ = cluster::Coordinator::NewStub(channel);
-  grpc_transport::AddCallMetadata(context_, grpc_transport::TokenFromEnvironment(options_.token));
+  // No token given: the record `cluster up` keeps for a cluster on this
+  // machine (cluster_file.h), if it is private to this user.
+  std::string token = grpc_transport::TokenFromEnvironment(options_.token);
+  if (token.empty()) {
+    absl::StatusOr<std::string> recorded = ReadClusterToken(address_);
+    if (recorded.ok()) {
+      token = *std::move(recorded);
+    } else if (!absl::IsNotFound(recorded.status())) {
+      return recorded.status();
+    }
+  }
+  grpc_transport::AddCallMetadata(context_, token);
   stream_ = stub_->Connect(&context_);
   cluster::ToClient first;
   const bool read = stream_->Read(&first);

@@ -78,13 +78,13 @@ std::string TraceRecorder::ToChromeJson() const {
       auto it = host_name.find(e.host.value());
       const std::string name =
           it != host_name.end() ? it->second : absl::StrCat("host ", e.host.value());
-      events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", e.host.value()},
+      events.push_back({{"ph", "M"}, {"cat", "__metadata"}, {"name", "process_name"}, {"pid", e.host.value()},
                         {"args", {{"name", name}}}});
-      events.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", e.host.value()},
+      events.push_back({{"ph", "M"}, {"cat", "__metadata"}, {"name", "process_sort_index"}, {"pid", e.host.value()},
                         {"args", {{"sort_index", e.host.value()}}}});
     }
     if (devices.insert(e.device.value()).second) {
-      events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", e.host.value()},
+      events.push_back({{"ph", "M"}, {"cat", "__metadata"}, {"name", "thread_name"}, {"pid", e.host.value()},
                         {"tid", e.device.value()},
                         {"args", {{"name", absl::StrCat("device ", e.device.value())}}}});
     }

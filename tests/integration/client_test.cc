@@ -2,6 +2,8 @@
 // across meshes and islands, program caching, sequential vs parallel
 // dispatch, tracing.
 #include <algorithm>
+#include <set>
+#include <string>
 
 #include "gmock/gmock.h"
 #include "nlohmann/json.hpp"
@@ -152,14 +154,26 @@ TEST(ClientTest, TraceExportsChromeJsonWithOneTimelinePerDevice) {
   ASSERT_OK(AwaitOrHang(out[0].Ready()));
   const nlohmann::json trace = nlohmann::json::parse(cluster->trace().ToChromeJson());
   std::set<int64_t> run_tids;
+  std::set<std::string> process_names, thread_names;
   for (const auto& e : trace["traceEvents"]) {
+    ASSERT_TRUE(e.contains("cat") && e.contains("ph") && e.contains("pid")) << e.dump();
     if (e["cat"] == "run") {
       EXPECT_EQ(e["ph"], "X");
       EXPECT_EQ(e["name"], "all_reduce");
       run_tids.insert(e["tid"].get<int64_t>());
     }
+    if (e["ph"] == "M" && e["name"] == "process_name") {
+      process_names.insert(e["args"]["name"].get<std::string>());
+    }
+    if (e["ph"] == "M" && e["name"] == "thread_name") {
+      thread_names.insert(e["args"]["name"].get<std::string>());
+    }
   }
   EXPECT_EQ(run_tids.size(), 4u);
+  // Tracks are named by island, host and device.
+  EXPECT_TRUE(process_names.count("island 0 / host 0")) << process_names.size();
+  EXPECT_EQ(thread_names.size(), 4u);
+  EXPECT_TRUE(thread_names.count("device 0"));
 }
 
 }  // namespace

@@ -13,6 +13,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# The token record goes to a directory of this test's own.
+export XDG_RUNTIME_DIR="$dir/run"
+mkdir -m 700 "$XDG_RUNTIME_DIR"
+unset CAUSEWAY_TOKEN
 "$bin" cluster up --islands 2 --hosts-per-island 2 --devices-per-host 2 --json \
   >"$dir/out" 2>"$dir/err" &
 up=$!
@@ -35,6 +39,21 @@ if CAUSEWAY_TOKEN=wrong timeout 60 "$bin" demo --cluster "$addr" --steps 1 2>"$d
 fi
 grep -q UNAUTHENTICATED "$dir/refused" || { cat "$dir/refused"; exit 1; }
 
+# A client on this machine needs no token: cluster up recorded it, private
+# to this user.
+record=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["token_file"])' "$line")
+[ "$(stat -c %a "$record")" = 600 ] || { echo "record mode $(stat -c %a "$record")"; exit 1; }
+[ "$(stat -c %a "$XDG_RUNTIME_DIR/causeway")" = 700 ] || { echo "record directory not 0700"; exit 1; }
+result=$(timeout 120 "$bin" demo --cluster "$addr" --steps 1 --json)
+python3 -c 'import json,sys; assert json.loads(sys.argv[1])["ok"]' "$result"
+# Open to others, it is refused, naming the file.
+chmod 644 "$record"
+if timeout 60 "$bin" demo --cluster "$addr" --steps 1 2>"$dir/open"; then
+  echo "a record readable by others was used"; exit 1
+fi
+grep -q "open to other users" "$dir/open" || { cat "$dir/open"; exit 1; }
+chmod 600 "$record"
+
 kill -INT "$up"
 status=0
 timeout 30 tail --pid="$up" -f /dev/null || status=$?
@@ -44,4 +63,5 @@ up=
 for p in $children; do
   if kill -0 "$p" 2>/dev/null; then echo "process $p outlived the cluster"; exit 1; fi
 done
-echo "cluster stopped; no process left"
+[ ! -e "$record" ] || { echo "the token record outlived the cluster"; exit 1; }
+echo "cluster stopped; no process left; token record removed"

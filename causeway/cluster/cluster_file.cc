@@ -1,0 +1,121 @@
+#include "causeway/cluster/cluster_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/strip.h"
+#include "nlohmann/json.hpp"
+
+namespace causeway {
+namespace {
+
+std::string Bare(const std::string& address) {
+  return std::string(absl::StripPrefix(address, "grpc://"));
+}
+
+// OK if `path` is this user's and closed to group and others.
+absl::Status CheckPrivate(const std::string& path, const char* what) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) {
+    return absl::NotFoundError(absl::StrCat("no ", what, " ", path));
+  }
+  if (st.st_uid != ::getuid()) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "the ", what, " ", path, " belongs to another user; its token is not used"));
+  }
+  if ((st.st_mode & 077) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "the ", what, " ", path, " is open to other users (mode 0",
+        absl::StrFormat("%o", st.st_mode & 0777),
+        "); its token is not used: make it 0600 (directory 0700) or remove it"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string ClusterFileDirectory() {
+  if (const char* xdg = std::getenv("XDG_RUNTIME_DIR"); xdg != nullptr && *xdg != '\0') {
+    return absl::StrCat(xdg, "/causeway");
+  }
+  if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+    return absl::StrCat(home, "/.cache/causeway");
+  }
+  return "";
+}
+
+std::string ClusterFilePath(const std::string& address) {
+  const std::string dir = ClusterFileDirectory();
+  if (dir.empty()) return "";
+  return absl::StrCat(dir, "/", absl::StrReplaceAll(Bare(address), {{":", "_"}, {"/", "_"}}),
+                      ".json");
+}
+
+absl::StatusOr<std::string> WriteClusterFile(const std::string& address,
+                                             const std::string& token) {
+  const std::string dir = ClusterFileDirectory();
+  if (dir.empty()) {
+    return absl::FailedPreconditionError("neither XDG_RUNTIME_DIR nor HOME is set");
+  }
+  // The parent of ~/.cache/causeway may not exist yet.
+  if (const size_t slash = dir.rfind('/'); slash != std::string::npos && slash > 0) {
+    ::mkdir(dir.substr(0, slash).c_str(), 0700);
+  }
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", std::strerror(errno)));
+  }
+  if (absl::Status s = CheckPrivate(dir, "directory"); !s.ok()) return s;
+  const std::string path = ClusterFilePath(address);
+  const std::string tmp = absl::StrCat(path, ".", ::getpid(), ".tmp");
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0600);
+  if (fd < 0) {
+    return absl::InternalError(absl::StrCat("cannot write ", tmp, ": ", std::strerror(errno)));
+  }
+  const std::string body =
+      nlohmann::json{{"address", Bare(address)}, {"token", token}}.dump() + "\n";
+  const bool ok = ::write(fd, body.data(), body.size()) == static_cast<ssize_t>(body.size());
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    return absl::InternalError(absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
+  }
+  return path;
+}
+
+absl::StatusOr<std::string> ReadClusterToken(const std::string& address) {
+  const std::string path = ClusterFilePath(address);
+  if (path.empty()) return absl::NotFoundError("no directory for cluster records");
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) {
+    return absl::NotFoundError(absl::StrCat("no record of ", Bare(address), " at ", path));
+  }
+  if (absl::Status s = CheckPrivate(ClusterFileDirectory(), "directory"); !s.ok()) return s;
+  if (absl::Status s = CheckPrivate(path, "cluster record"); !s.ok()) return s;
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("token") || !j["token"].is_string() ||
+      !j.contains("address") || !j["address"].is_string() ||
+      j["address"].get<std::string>() != Bare(address)) {
+    return absl::DataLossError(absl::StrCat("the cluster record ", path, " is malformed"));
+  }
+  return j["token"].get<std::string>();
+}
+
+void RemoveClusterFile(const std::string& address) {
+  const std::string path = ClusterFilePath(address);
+  if (!path.empty()) ::unlink(path.c_str());
+}
+
+}  // namespace causeway
