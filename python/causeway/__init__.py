@@ -87,7 +87,9 @@ def local_cluster(islands: int = 1, hosts_per_island: int = 2, devices_per_host:
 def connect(address: str, token: Optional[str] = None, *, timeout: float = 30.0,
             tls_ca: str = "", weight: float = 1.0, priority: int = 0) -> Client:
     """A client of a distributed cluster: ``connect("grpc://HOST:PORT", token=...)``.
-    The token defaults to ``$CAUSEWAY_TOKEN``. Becomes the default client."""
+    The token defaults to ``$CAUSEWAY_TOKEN``, else to the record that
+    ``causeway cluster up`` keeps for a cluster on this machine (private to
+    this user). Becomes the default client."""
     if token is None:
         token = os.environ.get("CAUSEWAY_TOKEN", "")
     return _set_default(_C.connect(address, token, timeout, tls_ca, weight, priority))
