@@ -96,6 +96,18 @@ class LmTrainerTest : public ::testing::Test {
   std::filesystem::path dir_;
 };
 
+// `other` ran and logged `one`'s loss curve: every loss within 1e-3, the
+// final validation loss within 0.02.
+void ExpectSameCurve(const TrainRun& one, const TrainRun& other, const std::string& what) {
+  ASSERT_TRUE(other.status.ok()) << what << ": " << other.status;
+  ASSERT_EQ(other.losses.size(), one.losses.size()) << what;
+  for (size_t i = 0; i < one.losses.size(); ++i) {
+    EXPECT_NEAR(other.losses[i], one.losses[i], 1e-3f) << "iteration " << i << ", " << what;
+  }
+  ASSERT_EQ(other.evals.size(), one.evals.size()) << what;
+  EXPECT_NEAR(other.evals.back().val_loss, one.evals.back().val_loss, 0.02f) << what;
+}
+
 TEST_F(LmTrainerTest, OneBlockModelLearnsTheText) {
   LmTrainOptions o = SmallOptions();
   o.model.layers = 1;
@@ -120,15 +132,7 @@ TEST_F(LmTrainerTest, EveryParallelLayoutGivesTheOneDeviceLossCurve) {
   for (GptLayout layout : {GptLayout{2, 1}, GptLayout{1, 2}, GptLayout{2, 2}}) {
     LmTrainOptions o = base;
     o.layout = layout;
-    TrainRun other = Train(o);
-    ASSERT_OK(other.status);
-    ASSERT_EQ(other.losses.size(), one.losses.size());
-    for (size_t i = 0; i < one.losses.size(); ++i) {
-      EXPECT_NEAR(other.losses[i], one.losses[i], 1e-3f)
-          << "iteration " << i << ", data " << layout.data << " model " << layout.model;
-    }
-    ASSERT_EQ(other.evals.size(), one.evals.size());
-    EXPECT_NEAR(other.evals.back().val_loss, one.evals.back().val_loss, 0.02f);
+    ExpectSameCurve(one, Train(o), absl::StrCat("data ", layout.data, " model ", layout.model));
   }
 }
 
@@ -151,17 +155,10 @@ TEST_F(LmTrainerTest, PipelinesGiveTheOneDeviceLossCurve) {
                         Case{2, 1, 2, 2, PipelineSchedule::kGPipe}}) {
     LmTrainOptions o = base;
     o.pipeline = {c.stages, c.microbatches, c.schedule, c.data, c.islands};
-    TrainRun other = Train(o);
-    const std::string what = absl::StrCat(c.stages, " stages, ", c.microbatches,
-                                          " micro-batches, data ", c.data, ", islands ", c.islands,
-                                          c.schedule == PipelineSchedule::kGPipe ? ", GPipe" : ", 1F1B");
-    ASSERT_TRUE(other.status.ok()) << what << ": " << other.status;
-    ASSERT_EQ(other.losses.size(), one.losses.size()) << what;
-    for (size_t i = 0; i < one.losses.size(); ++i) {
-      EXPECT_NEAR(other.losses[i], one.losses[i], 1e-3f) << "iteration " << i << ", " << what;
-    }
-    ASSERT_EQ(other.evals.size(), one.evals.size()) << what;
-    EXPECT_NEAR(other.evals.back().val_loss, one.evals.back().val_loss, 0.02f) << what;
+    ExpectSameCurve(one, Train(o),
+                    absl::StrCat(c.stages, " stages, ", c.microbatches, " micro-batches, data ",
+                                 c.data, ", islands ", c.islands,
+                                 c.schedule == PipelineSchedule::kGPipe ? ", GPipe" : ", 1F1B"));
   }
 }
 
@@ -176,15 +173,7 @@ TEST_F(LmTrainerTest, DataParallelismAcrossIslandsGivesTheOneDeviceLossCurve) {
        {GptIslandsOptions{2, 1}, GptIslandsOptions{2, 2}, GptIslandsOptions{4, 1}}) {
     LmTrainOptions o = base;
     o.islands = islands;
-    TrainRun other = Train(o);
-    const std::string what = absl::StrCat(islands.islands, " islands of ", islands.data);
-    ASSERT_TRUE(other.status.ok()) << what << ": " << other.status;
-    ASSERT_EQ(other.losses.size(), one.losses.size()) << what;
-    for (size_t i = 0; i < one.losses.size(); ++i) {
-      EXPECT_NEAR(other.losses[i], one.losses[i], 1e-3f) << "iteration " << i << ", " << what;
-    }
-    ASSERT_EQ(other.evals.size(), one.evals.size()) << what;
-    EXPECT_NEAR(other.evals.back().val_loss, one.evals.back().val_loss, 0.02f) << what;
+    ExpectSameCurve(one, Train(o), absl::StrCat(islands.islands, " islands of ", islands.data));
   }
   LmTrainOptions bad = base;
   bad.islands = {2, 3};  // batch 4 does not split into 2 x 3
