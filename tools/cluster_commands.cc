@@ -5,17 +5,20 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <memory>
 #include <string>
 #include <thread>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "causeway/base/check.h"
 #include "causeway/base/limits.h"
 #include "causeway/cluster/coordinator_server.h"
 #include "causeway/cluster/cluster_file.h"
+#include "causeway/cluster/counters.h"
 #include "causeway/cluster/process_cluster.h"
 #include "causeway/cluster/remote_cluster.h"
 #include "causeway/cluster/worker_server.h"
@@ -232,6 +235,7 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
     std::string cluster;
     int64_t wait_devices = 0;
     double timeout_s = 60;
+    double interval_s = 1;
     bool json = false;
   };
   auto sf = std::make_shared<StatusFlags>();
@@ -246,6 +250,10 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::NonNegativeNumber)->check(Finite());
   status->add_option("--timeout", sf->timeout_s, "Seconds to wait (connecting and for devices)")
       ->check(CLI::PositiveNumber)->check(Finite());
+  status->add_option("--interval", sf->interval_s,
+                     "Seconds between the two readings of every device's counters that its "
+                     "busy fraction is computed over (0: no busy fraction)")
+      ->check(CLI::Range(0.0, 3600.0))->check(Finite());
   status->add_flag("--json", sf->json, "Print one JSON object");
   status->callback([sf, exit_code] {
     RemoteClusterOptions ro;
@@ -264,6 +272,30 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
       }
     }
     const Topology t = (*remote)->resources()->GetTopology();
+    // Every device's counters, read twice `interval` apart: the busy
+    // fraction is over that window (busy time includes collective waits).
+    const absl::Duration timeout = absl::Seconds(sf->timeout_s);
+    absl::StatusOr<std::vector<DeviceCounters>> first = ClusterCounters(**remote, false, timeout);
+    if (!first.ok()) {
+      *exit_code = Fail("cluster status", first.status());
+      return;
+    }
+    const absl::Time first_at = absl::Now();
+    std::vector<DeviceCounters> second = *first;
+    double window_s = 0;
+    if (sf->interval_s > 0) {
+      absl::SleepFor(absl::Seconds(sf->interval_s));
+      absl::StatusOr<std::vector<DeviceCounters>> c = ClusterCounters(**remote, false, timeout);
+      if (!c.ok()) {
+        *exit_code = Fail("cluster status", c.status());
+        return;
+      }
+      second = *std::move(c);
+      window_s = absl::ToDoubleSeconds(absl::Now() - first_at);
+    }
+    absl::flat_hash_map<int64_t, const DeviceCounters*> before, after;
+    for (const DeviceCounters& c : *first) before[c.device.value()] = &c;
+    for (const DeviceCounters& c : second) after[c.device.value()] = &c;
     nlohmann::json islands = nlohmann::json::array();
     for (IslandId i : t.islands()) {
       const IslandInfo island = *t.island(i);
@@ -271,7 +303,28 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
       for (HostId h : island.hosts) {
         nlohmann::json devices = nlohmann::json::array();
         const HostInfo info = *t.host(h);
-        for (DeviceId d : info.devices) devices.push_back(d.value());
+        for (DeviceId d : info.devices) {
+          nlohmann::json dj = {{"device", d.value()}};
+          if (absl::StatusOr<DeviceInfo> di = t.device(d); di.ok()) {
+            dj["memory_capacity"] = di->memory_bytes;
+          }
+          auto a = after.find(d.value());
+          if (a != after.end()) {
+            const DeviceCounters& c = *a->second;
+            dj["launches"] = c.launches;
+            dj["failed"] = c.failed;
+            dj["busy_s"] = static_cast<double>(c.busy_us) / 1e6;
+            dj["memory_in_use"] = c.memory_in_use;
+            dj["memory_peak"] = c.memory_peak;
+            auto b = before.find(d.value());
+            if (window_s > 0 && b != before.end()) {
+              dj["busy_fraction"] =
+                  std::clamp(static_cast<double>(c.busy_us - b->second->busy_us) / 1e6 / window_s,
+                             0.0, 1.0);
+            }
+          }
+          devices.push_back(std::move(dj));
+        }
         hosts.push_back({{"host", h.value()}, {"devices", devices}});
       }
       islands.push_back({{"island", i.value()}, {"hosts", hosts}});
@@ -279,19 +332,40 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
     if (sf->json) {
       std::printf("%s\n", nlohmann::json({{"cluster", sf->cluster},
                                           {"devices", t.num_devices()},
+                                          {"window_s", window_s},
                                           {"islands", islands}})
                                 .dump()
                                 .c_str());
     } else {
-      std::printf("%s: %d device(s) in %zu island(s)\n", sf->cluster.c_str(), t.num_devices(),
+      std::printf("%s: %d device(s) in %zu island(s)", sf->cluster.c_str(), t.num_devices(),
                   t.islands().size());
+      if (window_s > 0) {
+        std::printf("; busy = kernels and collective waits over the last %.1f s", window_s);
+      }
+      std::printf("\n");
       for (const auto& i : islands) {
-        std::printf("  island %lld:", static_cast<long long>(i["island"].get<int64_t>()));
+        std::printf("  island %lld\n", static_cast<long long>(i["island"].get<int64_t>()));
         for (const auto& h : i["hosts"]) {
-          std::printf(" host %lld (%zu devices)", static_cast<long long>(h["host"].get<int64_t>()),
-                      h["devices"].size());
+          std::printf("    host %lld\n", static_cast<long long>(h["host"].get<int64_t>()));
+          for (const auto& d : h["devices"]) {
+            std::printf("      device %lld:", static_cast<long long>(d["device"].get<int64_t>()));
+            if (d.contains("busy_fraction")) {
+              std::printf(" busy %5.1f %%", 100 * d["busy_fraction"].get<double>());
+            }
+            if (d.contains("memory_in_use") && d.contains("memory_capacity")) {
+              std::printf("  memory %.1f / %.1f MiB (peak %.1f)",
+                          d["memory_in_use"].get<int64_t>() / 1048576.0,
+                          d["memory_capacity"].get<int64_t>() / 1048576.0,
+                          d["memory_peak"].get<int64_t>() / 1048576.0);
+            }
+            if (d.contains("launches")) {
+              std::printf("  %lld launches (%lld failed)",
+                          static_cast<long long>(d["launches"].get<int64_t>()),
+                          static_cast<long long>(d["failed"].get<int64_t>()));
+            }
+            std::printf("\n");
+          }
         }
-        std::printf("\n");
       }
     }
     *exit_code = 0;

@@ -39,6 +39,21 @@ if CAUSEWAY_TOKEN=wrong timeout 60 "$bin" demo --cluster "$addr" --steps 1 2>"$d
 fi
 grep -q UNAUTHENTICATED "$dir/refused" || { cat "$dir/refused"; exit 1; }
 
+# cluster status: every device's launches, memory (in use, peak, capacity)
+# and busy fraction over a window.
+status=$(timeout 60 "$bin" cluster status --cluster "$addr" --interval 0.2 --json)
+python3 - "$status" <<'PY'
+import json, sys
+s = json.loads(sys.argv[1])
+devices = [d for i in s["islands"] for h in i["hosts"] for d in h["devices"]]
+assert len(devices) == 8, devices
+assert s["window_s"] >= 0.2, s["window_s"]
+for d in devices:
+    assert d["memory_capacity"] > 0 and 0 <= d["memory_in_use"] <= d["memory_capacity"], d
+    assert 0.0 <= d["busy_fraction"] <= 1.0 and d["failed"] == 0, d
+assert sum(d["launches"] for d in devices) > 0 and max(d["memory_peak"] for d in devices) > 0
+PY
+
 # A client on this machine needs no token: cluster up recorded it, private
 # to this user.
 record=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["token_file"])' "$line")
