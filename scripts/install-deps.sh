@@ -28,6 +28,7 @@ PACKAGES=(
   protobuf-compiler
   libgrpc++-dev
   protobuf-compiler-grpc
+  libcpp-httplib-dev    # the coordinator's Prometheus metrics endpoint
   python3
   python3-dev           # the Python package's extension module (python/)
   pybind11-dev

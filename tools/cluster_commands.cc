@@ -111,7 +111,12 @@ void AddCoordinatorCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--heartbeat-timeout-ms", *heartbeat_ms,
                   "Drop a worker after this long without a heartbeat")
       ->check(CLI::Range(int64_t{100}, int64_t{600000}));
-  cmd->add_option("--ready-fd", *ready_fd, "Write the bound address to this descriptor once serving");
+  cmd->add_option("--metrics", o->metrics_listen,
+                  "Serve Prometheus metrics (GET /metrics, plain HTTP, no token) on HOST:PORT "
+                  "(port 0: any free one); bind it where only operators reach it");
+  cmd->add_option("--ready-fd", *ready_fd,
+                  "Write the bound address (then the metrics address, if any) to this "
+                  "descriptor once serving");
   cmd->callback([o, ready_fd, heartbeat_ms, exit_code] {
     CatchStopSignals(false);
     grpc_transport::RaiseOpenFileLimit();
@@ -122,9 +127,14 @@ void AddCoordinatorCommand(CLI::App& app, int* exit_code) {
       return;
     }
     std::printf("coordinator listening on %s\n", (*server)->address().c_str());
+    if (!(*server)->metrics_address().empty()) {
+      std::printf("metrics on http://%s/metrics\n", (*server)->metrics_address().c_str());
+    }
     std::fflush(stdout);
     if (*ready_fd >= 0) {
-      const std::string line = (*server)->address() + "\n";
+      std::string line = (*server)->address();
+      if (!(*server)->metrics_address().empty()) line += " " + (*server)->metrics_address();
+      line += "\n";
       if (write(*ready_fd, line.data(), line.size()) < 0) std::perror("--ready-fd");
       close(*ready_fd);
     }
@@ -226,6 +236,10 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::PositiveNumber)->check(Finite());
   up->add_option("--port", o->port, "Coordinator port (0: any free one)")
       ->check(CLI::Range(0, 65535));
+  up->add_option("--metrics-port", o->metrics_port,
+                 "Serve the coordinator's Prometheus metrics on 127.0.0.1:PORT (0: any free "
+                 "one; -1: none)")
+      ->check(CLI::Range(-1, 65535));
   up->add_option("--token", o->token,
                  "Clients' token (default: $CAUSEWAY_TOKEN, else random); workers get a random "
                  "one of their own");
@@ -459,6 +473,9 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
       j["token"] = (*cluster)->token();
       if (record.ok()) j["token_file"] = *record;
       j["log_dir"] = (*cluster)->log_dir();
+      if (!(*cluster)->metrics_address().empty()) {
+        j["metrics"] = absl::StrCat("http://", (*cluster)->metrics_address(), "/metrics");
+      }
       // The operator's credential (docs/DEPLOYMENT.md, "Tokens"): for whoever
       // started the cluster, never for its clients.
       j["worker_token"] = (*cluster)->worker_token();
@@ -470,7 +487,7 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
       std::printf("cluster up: %s (%d island(s), %d worker process(es), %lld devices)\n"
                   "token: %s%s%s\n"
                   "operator (workers') token: %s\n"
-                  "logs: %s (kept if a process fails)\n"
+                  "logs: %s (kept if a process fails)\n%s"
                   "try: causeway demo --cluster %s%s\n"
                   "Ctrl-C stops every process.\n",
                   (*cluster)->url().c_str(), o->islands, (*cluster)->num_workers(),
@@ -478,6 +495,11 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
                   record.ok() ? " (recorded for this user's clients in " : "",
                   record.ok() ? (*record + ")").c_str() : "",
                   (*cluster)->worker_token().c_str(), (*cluster)->log_dir().c_str(),
+                  (*cluster)->metrics_address().empty()
+                      ? ""
+                      : absl::StrCat("metrics: http://", (*cluster)->metrics_address(),
+                                     "/metrics\n")
+                            .c_str(),
                   (*cluster)->url().c_str(),
                   record.ok() ? "" : "  (with CAUSEWAY_TOKEN set to the token above)");
     }

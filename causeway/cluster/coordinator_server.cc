@@ -3,6 +3,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <deque>
 #include <set>
@@ -11,7 +12,9 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "causeway/base/check.h"
 #include "causeway/base/limits.h"
 #include "causeway/base/status_macros.h"
@@ -21,6 +24,7 @@
 #include "causeway/transport/grpc/cluster.grpc.pb.h"
 #include "causeway/transport/grpc/cluster_codec.h"
 #include "causeway/transport/grpc/wire_codec.h"
+#include "httplib.h"
 
 namespace causeway {
 namespace {
@@ -54,6 +58,7 @@ class CoordinatorServer::Impl final : public cluster::Coordinator::Service {
   void Shutdown();
   void Wait() { stopped_.WaitForNotification(); }
   std::string address() const { return address_; }
+  std::string metrics_address() const { return metrics_address_; }
   Topology topology() const { return resources_.GetTopology(); }
 
   grpc::Status Connect(
@@ -83,6 +88,10 @@ class CoordinatorServer::Impl final : public cluster::Coordinator::Service {
     }
     return out;
   }
+
+  // The Prometheus text of GET /metrics; serves it if options_.metrics_listen.
+  std::string Metrics();
+  absl::Status StartMetrics();
 
   void BroadcastPeers();
   void BroadcastTopology();
@@ -114,6 +123,9 @@ class CoordinatorServer::Impl final : public cluster::Coordinator::Service {
   std::string worker_token_;
   std::string address_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<httplib::Server> metrics_;
+  std::thread metrics_thread_;
+  std::string metrics_address_;
   ResourceManager resources_;
   std::thread monitor_;
   Notification stop_;
@@ -185,7 +197,7 @@ absl::Status CoordinatorServer::Impl::Start() {
   const std::string& l = options_.listen;
   address_ = absl::StrCat(l.substr(0, l.rfind(':')), ":", port);
   monitor_ = std::thread([this] { MonitorLoop(); });
-  return absl::OkStatus();
+  return StartMetrics();
 }
 
 void CoordinatorServer::Impl::Shutdown() {
@@ -197,10 +209,168 @@ void CoordinatorServer::Impl::Shutdown() {
   }
   stop_.Notify();
   if (monitor_.joinable()) monitor_.join();
+  if (metrics_ != nullptr) {
+    metrics_->stop();
+    if (metrics_thread_.joinable()) metrics_thread_.join();
+  }
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   }
   stopped_.Notify();
+}
+
+namespace {
+
+// One Prometheus metric family: HELP, TYPE, then its samples.
+class Family {
+ public:
+  Family(std::string name, const char* type, const char* help)
+      : name_(std::move(name)) {
+    absl::StrAppend(&text_, "# HELP ", name_, " ", help, "\n# TYPE ", name_, " ", type, "\n");
+  }
+  void Add(const std::vector<std::pair<const char*, std::string>>& labels, double value) {
+    absl::StrAppend(&text_, name_);
+    if (!labels.empty()) {
+      absl::StrAppend(&text_, "{");
+      for (size_t i = 0; i < labels.size(); ++i) {
+        absl::StrAppend(&text_, i > 0 ? "," : "", labels[i].first, "=\"", labels[i].second, "\"");
+      }
+      absl::StrAppend(&text_, "}");
+    }
+    // Counts and byte sizes exactly; fractions with 9 significant digits.
+    if (std::floor(value) == value && std::fabs(value) < 9e15) {
+      absl::StrAppend(&text_, " ", static_cast<int64_t>(value), "\n");
+    } else {
+      absl::StrAppend(&text_, " ", absl::StrFormat("%.9g", value), "\n");
+    }
+    ++samples_;
+  }
+  void AppendTo(std::string* out) const {
+    if (samples_ > 0) absl::StrAppend(out, text_);
+  }
+
+ private:
+  std::string name_;
+  std::string text_;
+  int samples_ = 0;
+};
+
+}  // namespace
+
+std::string CoordinatorServer::Impl::Metrics() {
+  const Topology topology = resources_.GetTopology();
+  const std::vector<std::shared_ptr<RemoteHost>> hosts = LiveHosts();
+  std::vector<std::pair<IslandId, IslandScheduler*>> schedulers;
+  int64_t sessions = 0;
+  {
+    MutexLock lock(&mu_);
+    for (const auto& [island, s] : schedulers_) schedulers.emplace_back(island, s.get());
+    sessions = static_cast<int64_t>(sessions_.size());
+  }
+  Family islands("causeway_islands", "gauge", "Islands with at least one host.");
+  islands.Add({}, static_cast<double>(topology.islands().size()));
+  Family host_count("causeway_hosts", "gauge", "Hosts (worker processes) in the cluster.");
+  host_count.Add({}, static_cast<double>(hosts.size()));
+  Family devices("causeway_devices", "gauge", "Devices in the cluster.");
+  devices.Add({}, topology.num_devices());
+  Family connections("causeway_client_connections", "gauge", "Client connections open.");
+  connections.Add({}, static_cast<double>(sessions));
+
+  // Every host's device counters, asked at once, each answer awaited until
+  // one shared deadline: a host that does not answer is reported down.
+  std::vector<Future<std::vector<DeviceCounters>>> asked;
+  for (const auto& h : hosts) asked.push_back(h->GetCounters(/*reset=*/false));
+  const absl::Time deadline = absl::Now() + absl::Seconds(2);
+  Family up("causeway_host_up", "gauge", "1 if the host answered this scrape in time.");
+  // Launch and busy counters restart from zero when a client measuring its
+  // own run resets them (`causeway demo`, `train lm`): gauges, not counters.
+  Family launches("causeway_device_launches", "gauge",
+                  "Launches the device finished since its counters were last reset.");
+  Family failed("causeway_device_failed_launches", "gauge",
+                "Launches that failed since the device's counters were last reset.");
+  Family busy("causeway_device_busy_seconds", "gauge",
+              "Time the device spent in launches since its counters were last reset, collective "
+              "waits included: an upper bound on compute time, not a measure of useful work.");
+  Family in_use("causeway_device_memory_in_use_bytes", "gauge", "Device memory in use.");
+  Family peak("causeway_device_memory_peak_bytes", "gauge", "Most device memory ever in use.");
+  Family capacity("causeway_device_memory_capacity_bytes", "gauge", "Device memory in all.");
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    const std::string island = absl::StrCat(hosts[i]->island().value());
+    const std::string host = absl::StrCat(hosts[i]->id().value());
+    const absl::StatusOr<std::vector<DeviceCounters>>* c =
+        asked[i].AwaitWithTimeout(std::max(absl::ZeroDuration(), deadline - absl::Now()));
+    const bool answered = c != nullptr && c->ok();
+    up.Add({{"island", island}, {"host", host}}, answered ? 1 : 0);
+    if (!answered) continue;
+    for (const DeviceCounters& d : **c) {
+      const std::vector<std::pair<const char*, std::string>> labels = {
+          {"island", island}, {"host", host}, {"device", absl::StrCat(d.device.value())}};
+      launches.Add(labels, static_cast<double>(d.launches));
+      failed.Add(labels, static_cast<double>(d.failed));
+      busy.Add(labels, static_cast<double>(d.busy_us) / 1e6);
+      in_use.Add(labels, static_cast<double>(d.memory_in_use));
+      peak.Add(labels, static_cast<double>(d.memory_peak));
+      if (absl::StatusOr<DeviceInfo> info = topology.device(d.device); info.ok()) {
+        capacity.Add(labels, static_cast<double>(info->memory_bytes));
+      }
+    }
+  }
+
+  Family forwarded("causeway_client_runs_forwarded_total", "counter",
+                   "Runs of the client the island's scheduler forwarded to its hosts.");
+  Family finished("causeway_client_runs_finished_total", "counter",
+                  "Runs of the client every host of the island reported done.");
+  Family device_s("causeway_client_device_seconds_total", "counter",
+                  "Device time of the client's finished runs, as the hosts measured it.");
+  Family charged_s("causeway_client_charged_device_seconds_total", "counter",
+                   "Device time the scheduler charged the client's share (outliers clipped).");
+  Family queued("causeway_client_queued", "gauge", "Runs and releases the scheduler holds.");
+  Family weight("causeway_client_weight", "gauge", "The client's weight on the island.");
+  for (const auto& [island, s] : schedulers) {
+    for (const auto& [client, st] : s->all_client_stats()) {
+      const std::vector<std::pair<const char*, std::string>> labels = {
+          {"island", absl::StrCat(island.value())}, {"client", absl::StrCat(client.value())}};
+      forwarded.Add(labels, static_cast<double>(st.forwarded));
+      finished.Add(labels, static_cast<double>(st.finished));
+      device_s.Add(labels, static_cast<double>(st.device_us) / 1e6);
+      charged_s.Add(labels, static_cast<double>(st.charged_us) / 1e6);
+      queued.Add(labels, static_cast<double>(st.queued));
+      weight.Add(labels, st.share.weight);
+    }
+  }
+  std::string out;
+  for (const Family* f : {&islands, &host_count, &devices, &connections, &up, &launches, &failed,
+                          &busy, &in_use, &peak, &capacity, &forwarded, &finished, &device_s,
+                          &charged_s, &queued, &weight}) {
+    f->AppendTo(&out);
+  }
+  return out;
+}
+
+absl::Status CoordinatorServer::Impl::StartMetrics() {
+  if (options_.metrics_listen.empty()) return absl::OkStatus();
+  const std::string& l = options_.metrics_listen;
+  const size_t colon = l.rfind(':');
+  int port = -1;
+  if (colon == std::string::npos || !absl::SimpleAtoi(l.substr(colon + 1), &port) || port < 0 ||
+      port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the metrics address ", l, " is not HOST:PORT (port 0..65535)"));
+  }
+  const std::string host = l.substr(0, colon);
+  metrics_ = std::make_unique<httplib::Server>();
+  metrics_->set_read_timeout(5, 0);
+  metrics_->set_write_timeout(5, 0);
+  metrics_->Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
+    response.set_content(Metrics(), "text/plain; version=0.0.4");
+  });
+  const int bound = port == 0 ? metrics_->bind_to_any_port(host) : (metrics_->bind_to_port(host, port) ? port : -1);
+  if (bound <= 0) {
+    return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", l));
+  }
+  metrics_address_ = absl::StrCat(host, ":", bound);
+  metrics_thread_ = std::thread([this] { metrics_->listen_after_bind(); });
+  return absl::OkStatus();
 }
 
 void CoordinatorServer::Impl::MonitorLoop() {
@@ -884,6 +1054,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
 CoordinatorServer::CoordinatorServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CoordinatorServer::~CoordinatorServer() { Shutdown(); }
 std::string CoordinatorServer::address() const { return impl_->address(); }
+std::string CoordinatorServer::metrics_address() const { return impl_->metrics_address(); }
 Topology CoordinatorServer::topology() const { return impl_->topology(); }
 void CoordinatorServer::Shutdown() { impl_->Shutdown(); }
 void CoordinatorServer::Wait() { impl_->Wait(); }

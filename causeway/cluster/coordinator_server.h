@@ -39,6 +39,10 @@ struct CoordinatorOptions {
   absl::Duration heartbeat_timeout = absl::Seconds(3);
   // Handshake and idle timeouts, streams per connection, threads.
   grpc_transport::ServerLimits limits;
+  // "HOST:PORT" (port 0: any free one) to serve Prometheus metrics on, in
+  // the text format at GET /metrics (docs/DEPLOYMENT.md, "Metrics"); empty:
+  // none. Plain HTTP, no token: bind it to an address only operators reach.
+  std::string metrics_listen;
 };
 
 // Thread-safe.
@@ -52,6 +56,8 @@ class CoordinatorServer {
 
   // host:port as bound.
   std::string address() const;
+  // host:port of the metrics endpoint as bound; empty if none.
+  std::string metrics_address() const;
   Topology topology() const;
   // Ends every stream and stops serving. Idempotent.
   void Shutdown();

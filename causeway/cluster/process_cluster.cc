@@ -83,6 +83,9 @@ absl::StatusOr<std::unique_ptr<ProcessCluster>> ProcessCluster::Start(
   if (!options.tls_cert.empty()) {
     c.argv.insert(c.argv.end(), {"--tls-cert", options.tls_cert, "--tls-key", options.tls_key});
   }
+  if (options.metrics_port >= 0) {
+    c.argv.insert(c.argv.end(), {"--metrics", absl::StrCat("127.0.0.1:", options.metrics_port)});
+  }
   c.log_path = cluster->log_dir_ + "/coordinator.log";
   absl::Status spawned = cluster->Spawn(c, ready[1]);
   close(ready[1]);
@@ -90,7 +93,11 @@ absl::StatusOr<std::unique_ptr<ProcessCluster>> ProcessCluster::Start(
     close(ready[0]);
     return spawned;
   }
-  CW_ASSIGN_OR_RETURN(const std::string address, cluster->ReadReadyLine(ready[0], c));
+  // "ADDRESS[ METRICS_ADDRESS]".
+  CW_ASSIGN_OR_RETURN(const std::string ready_line, cluster->ReadReadyLine(ready[0], c));
+  const size_t space = ready_line.find(' ');
+  const std::string address = ready_line.substr(0, space);
+  if (space != std::string::npos) cluster->metrics_address_ = ready_line.substr(space + 1);
   cluster->url_ = absl::StrCat("grpc://", address);
 
   for (int i = 0; i < options.islands; ++i) {

@@ -26,6 +26,7 @@ struct ProcessClusterOptions {
   int devices_per_host = 4;
   int64_t memory_bytes = int64_t{1} << 30;
   int port = 0;         // the coordinator's; 0 picks a free one
+  int metrics_port = -1;  // the coordinator's metrics endpoint; 0: any free; -1: none
   std::string token;    // clients'; empty: a random one
   std::string worker_token;  // workers'; empty: a random one
   absl::Duration heartbeat_timeout = absl::Seconds(3);
@@ -71,6 +72,8 @@ class ProcessCluster {
   // them all and removes their logs (kept, and their directory printed, if
   // `keep_logs` or CAUSEWAY_KEEP_CLUSTER_LOGS is set). Idempotent.
   void Stop(bool keep_logs = false);
+  // HOST:PORT of the coordinator's metrics endpoint; empty if none.
+  const std::string& metrics_address() const { return metrics_address_; }
   // The directory of the processes' logs (coordinator.log, workerN.log).
   const std::string& log_dir() const { return log_dir_; }
   // Reaps children that exited on their own; describes them ("worker 2
@@ -98,6 +101,7 @@ class ProcessCluster {
   std::string worker_token_;
   std::string url_;
   std::string log_dir_;
+  std::string metrics_address_;
   Child coordinator_;
   std::vector<Child> workers_;
 };

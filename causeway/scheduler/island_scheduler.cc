@@ -512,6 +512,18 @@ ClientScheduleStats IslandScheduler::client_stats(ClientId client) const {
   return s;
 }
 
+std::vector<std::pair<ClientId, ClientScheduleStats>> IslandScheduler::all_client_stats() const {
+  MutexLock lock(&mu_);
+  std::vector<std::pair<ClientId, ClientScheduleStats>> out;
+  for (const auto& [client, stats] : stats_) {
+    ClientScheduleStats s = stats;
+    s.queued = queue_.queued(client);
+    s.share = queue_.share(client);
+    out.emplace_back(client, s);
+  }
+  return out;
+}
+
 DecisionStats IslandScheduler::decision_stats() const {
   MutexLock lock(&mu_);
   return decision_stats_;

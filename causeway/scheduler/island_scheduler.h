@@ -138,6 +138,8 @@ class IslandScheduler final : public SchedulerService {
 
   IslandId island() const { return options_.island; }
   ClientScheduleStats client_stats(ClientId client) const;
+  // Every connected client this scheduler has run or queued work for.
+  std::vector<std::pair<ClientId, ClientScheduleStats>> all_client_stats() const;
   // Runs forwarded and not yet finished.
   int in_flight() const;
   DecisionStats decision_stats() const;

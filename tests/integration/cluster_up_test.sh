@@ -17,7 +17,7 @@ trap cleanup EXIT
 export XDG_RUNTIME_DIR="$dir/run"
 mkdir -m 700 "$XDG_RUNTIME_DIR"
 unset CAUSEWAY_TOKEN
-"$bin" cluster up --islands 2 --hosts-per-island 2 --devices-per-host 2 --json \
+"$bin" cluster up --islands 2 --hosts-per-island 2 --devices-per-host 2 --metrics-port 0 --json \
   >"$dir/out" 2>"$dir/err" &
 up=$!
 exec 3<"$dir/out"
@@ -38,6 +38,37 @@ if CAUSEWAY_TOKEN=wrong timeout 60 "$bin" demo --cluster "$addr" --steps 1 2>"$d
   echo "demo without the token succeeded"; exit 1
 fi
 grep -q UNAUTHENTICATED "$dir/refused" || { cat "$dir/refused"; exit 1; }
+
+# The coordinator's Prometheus endpoint: well-formed text, every device
+# and host, and counters that move with a run.
+metrics=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["metrics"])' "$line")
+scrape() {
+  python3 - "$metrics" <<'PY'
+import re, sys, urllib.request
+text = urllib.request.urlopen(sys.argv[1], timeout=10).read().decode()
+sample = re.compile(r'^[a-z_]+(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? -?[0-9.e+]+$')
+values = {}
+for line in text.splitlines():
+    if line.startswith("# HELP ") or line.startswith("# TYPE "):
+        continue
+    assert sample.match(line), line
+    name, value = line.rsplit(" ", 1)
+    values[name] = float(value)
+assert values["causeway_devices"] == 8 and values["causeway_hosts"] == 4, values
+assert sum(1 for k in values if k.startswith("causeway_host_up{") and values[k] == 1) == 4
+caps = [v for k, v in values.items() if k.startswith("causeway_device_memory_capacity_bytes")]
+assert len(caps) == 8 and all(c == 1 << 30 for c in caps), caps
+launches = [v for k, v in values.items() if k.startswith("causeway_device_launches{")]
+busy = [v for k, v in values.items() if k.startswith("causeway_device_busy_seconds{")]
+assert len(launches) == 8 and len(busy) == 8, values
+print(int(sum(launches)), sum(busy) > 0)
+PY
+}
+# (The demo resets the devices' counters when it starts, then runs on every
+# device: they show its launches and busy time.)
+CAUSEWAY_TOKEN=$token timeout 120 "$bin" demo --cluster "$addr" --steps 2 --json >/dev/null
+read -r launched busy <<<"$(scrape)"
+[ "$launched" -gt 0 ] && [ "$busy" = True ] || { echo "metrics after a demo: $launched $busy"; exit 1; }
 
 # cluster status: every device's launches, memory (in use, peak, capacity)
 # and busy fraction over a window.
