@@ -3,7 +3,7 @@
 against `causeway train lm` with the same settings, rounds interleaved.
 
     PYTHONPATH=build/release/python python3 python/bench/bench_train.py \\
-        --data ../shared/data/tinyshakespeare.txt [--iters 300] [--rounds 3] [--json]
+        --data tinyshakespeare.txt [--iters 300] [--rounds 3] [--json]
 
 Both measure tokens/s over training time (evaluation excluded; none is run).
 """
