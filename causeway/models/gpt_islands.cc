@@ -16,13 +16,8 @@ using ir::FunctionBuilder;
 using ir::Shape;
 using ir::Value;
 
-Sharding BatchSharding() { return Sharding({{kDataAxis}, {}}); }
-
-int64_t NumElements(const std::vector<int64_t>& dims) {
-  int64_t n = 1;
-  for (int64_t d : dims) n *= d;
-  return n;
-}
+// Elements of a parameter of `spec`.
+int64_t NumElements(const ParamSpec& spec) { return Shape(DType::kF32, spec.dims).num_elements(); }
 
 }  // namespace
 
@@ -70,7 +65,7 @@ absl::Status GptIslandDataParallel::Build() {
   const std::vector<ParamSpec> specs = GptParams(c);
   const int np = static_cast<int>(specs.size());
   int64_t total = 0;
-  for (const ParamSpec& s : specs) total += NumElements(s.dims);
+  for (const ParamSpec& s : specs) total += NumElements(s);
   const Shape flat(DType::kF32, {total + 1});  // every gradient, then the loss
   const Shape scalar(DType::kF32, {});
   std::vector<Sharding> param_sh;
@@ -96,7 +91,7 @@ absl::Status GptIslandDataParallel::Build() {
   for (int k = 0; k < loss.num_parameters(); ++k) args.push_back(gb.Parameter(loss.parameter_shape(k)));
   std::vector<Value> out = gb.Call(grad, args);
   std::vector<Value> parts;
-  for (int k = 0; k < np; ++k) parts.push_back(gb.Reshape(out[1 + k], {NumElements(specs[k].dims)}));
+  for (int k = 0; k < np; ++k) parts.push_back(gb.Reshape(out[1 + k], {NumElements(specs[k])}));
   parts.push_back(gb.Reshape(out[0], {1}));
   Value g = gb.Mul(gb.Concatenate(parts, 0), gb.Full(1.0f / static_cast<float>(I), {total + 1}));
   if (D > 1) g = gb.AllReduce(g, {kDataAxis});
@@ -123,7 +118,7 @@ absl::Status GptIslandDataParallel::Build() {
   Value sumsq = ub.ConstantF32(0.0f);
   int64_t offset = 0;
   for (const ParamSpec& s : specs) {
-    const int64_t n = NumElements(s.dims);
+    const int64_t n = NumElements(s);
     Value gi = ub.Slice(summed, {offset}, {offset + n});
     sumsq = ub.Add(sumsq, ub.ReduceSum(ub.Mul(gi, gi), {0}));
     grads.push_back(ub.Reshape(gi, s.dims));
@@ -254,24 +249,17 @@ absl::Status GptIslandDataParallel::Init(const std::vector<ir::Literal>& params,
                                          const std::vector<ir::Literal>& m,
                                          const std::vector<ir::Literal>& v) {
   const std::vector<ParamSpec> specs = GptParams(config_);
-  if (params.size() != specs.size() || m.size() != specs.size() || v.size() != specs.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("the model has ", specs.size(),
-                                                   " parameters; given ", params.size()));
-  }
+  CW_RETURN_IF_ERROR(CheckModelState(specs.size(), params, m, v));
+  std::vector<int> all(specs.size());
+  for (size_t k = 0; k < specs.size(); ++k) all[k] = static_cast<int>(k);
   const int64_t I = options_.islands;
   params_.assign(I, {});
   m_.assign(I, {});
   v_.assign(I, {});
   for (int64_t i = 0; i < I; ++i) {
-    for (size_t k = 0; k < specs.size(); ++k) {
-      const Sharding sh = ParamSharding(specs[k]);
-      CW_ASSIGN_OR_RETURN(Array a, client_->Put(params[k], meshes_[i], sh));
-      CW_ASSIGN_OR_RETURN(Array am, client_->Put(m[k], meshes_[i], sh));
-      CW_ASSIGN_OR_RETURN(Array av, client_->Put(v[k], meshes_[i], sh));
-      params_[i].push_back(std::move(a));
-      m_[i].push_back(std::move(am));
-      v_[i].push_back(std::move(av));
-    }
+    CW_ASSIGN_OR_RETURN(params_[i], PutParams(client_, meshes_[i], specs, all, params));
+    CW_ASSIGN_OR_RETURN(m_[i], PutParams(client_, meshes_[i], specs, all, m));
+    CW_ASSIGN_OR_RETURN(v_[i], PutParams(client_, meshes_[i], specs, all, v));
   }
   return absl::OkStatus();
 }

@@ -1,7 +1,6 @@
 #include "causeway/models/gpt_pipeline.h"
 
 #include <algorithm>
-#include <cstring>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -20,8 +19,6 @@ using ir::DType;
 using ir::FunctionBuilder;
 using ir::Shape;
 using ir::Value;
-
-Sharding BatchSharding() { return Sharding({{kDataAxis}, {}}); }
 
 std::vector<int64_t> AllAxes(const FunctionBuilder& b, Value v) {
   std::vector<int64_t> axes(b.shape(v).dims.size());
@@ -327,18 +324,13 @@ absl::Status GptPipeline::CompileStages() {
     std::vector<Value> grads = acc;
     if (D > 1) {
       std::vector<Value> parts;
-      for (Value a : acc) {
-        int64_t n = 1;
-        for (int64_t d : rb.shape(a).dims) n *= d;
-        parts.push_back(rb.Reshape(a, {n}));
-      }
+      for (Value a : acc) parts.push_back(rb.Reshape(a, {rb.shape(a).num_elements()}));
       if (s == S - 1) parts.push_back(rb.Reshape(loss_acc, {1}));
       Value flat = rb.AllReduce(rb.Concatenate(parts, 0), {kDataAxis});
       int64_t offset = 0;
       for (size_t i = 0; i < acc.size(); ++i) {
         const std::vector<int64_t> dims = rb.shape(acc[i]).dims;
-        int64_t n = 1;
-        for (int64_t d : dims) n *= d;
+        const int64_t n = rb.shape(acc[i]).num_elements();
         grads[i] = rb.Reshape(rb.Slice(flat, {offset}, {offset + n}), dims);
         offset += n;
       }
@@ -573,41 +565,22 @@ absl::Status GptPipeline::Init(const std::vector<ir::Literal>& params,
                                const std::vector<ir::Literal>& v) {
   const int64_t S = options_.stages;
   const std::vector<ParamSpec> specs = GptParams(config_);
-  if (params.size() != specs.size() || m.size() != specs.size() || v.size() != specs.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("the model has ", specs.size(),
-                                                   " parameters; given ", params.size()));
-  }
+  CW_RETURN_IF_ERROR(CheckModelState(specs.size(), params, m, v));
+  std::vector<ir::Literal> zeros;
+  for (const ParamSpec& spec : specs) zeros.emplace_back(Shape(DType::kF32, spec.dims));
   params_.assign(S, {});
   m_.assign(S, {});
   v_.assign(S, {});
   zeros_.assign(S, {});
   for (int64_t s = 0; s < S; ++s) {
-    for (int id : stage_params_[s]) {
-      const Sharding sh = ParamSharding(specs[id]);
-      CW_ASSIGN_OR_RETURN(Array a, client_->Put(params[id], meshes_[s], sh));
-      CW_ASSIGN_OR_RETURN(Array am, client_->Put(m[id], meshes_[s], sh));
-      CW_ASSIGN_OR_RETURN(Array av, client_->Put(v[id], meshes_[s], sh));
-      CW_ASSIGN_OR_RETURN(Array z, client_->Put(ir::Literal(Shape(DType::kF32, specs[id].dims)),
-                                                meshes_[s], sh));
-      params_[s].push_back(std::move(a));
-      m_[s].push_back(std::move(am));
-      v_[s].push_back(std::move(av));
-      zeros_[s].push_back(std::move(z));
-    }
+    CW_ASSIGN_OR_RETURN(params_[s], PutParams(client_, meshes_[s], specs, stage_params_[s], params));
+    CW_ASSIGN_OR_RETURN(m_[s], PutParams(client_, meshes_[s], specs, stage_params_[s], m));
+    CW_ASSIGN_OR_RETURN(v_[s], PutParams(client_, meshes_[s], specs, stage_params_[s], v));
+    CW_ASSIGN_OR_RETURN(zeros_[s], PutParams(client_, meshes_[s], specs, stage_params_[s], zeros));
   }
   CW_ASSIGN_OR_RETURN(zero_loss_, client_->Put(ir::Literal::ScalarF32(0.0f), meshes_[S - 1],
                                                Sharding::Replicated(0)));
   return absl::OkStatus();
-}
-
-ir::Literal LiteralRows(const ir::Literal& literal, int64_t m, int64_t rows) {
-  std::vector<int64_t> dims = literal.shape().dims;
-  const size_t row_bytes = literal.byte_size() / static_cast<size_t>(dims[0]);
-  dims[0] = rows;
-  ir::Literal out(Shape(literal.shape().dtype, dims));
-  std::memcpy(out.data(), literal.data() + static_cast<size_t>(m * rows) * row_bytes,
-              out.byte_size());
-  return out;
 }
 
 absl::Status GptPipeline::PutMicrobatches(const TokenBatch& batch, std::vector<Array>& args) {

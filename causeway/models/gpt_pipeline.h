@@ -99,7 +99,6 @@ class GptPipeline final : public LmStepEngine {
   std::vector<Array> adam_m() const override { return Gather(m_); }
   std::vector<Array> adam_v() const override { return Gather(v_); }
   const std::vector<Mesh>& meshes() const override { return meshes_; }
-  const Program& step_program() const { return step_program_; }
 
  private:
   GptPipeline(Client* client, GptConfig config, GptPipelineOptions options, AdamWConfig adamw,

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "causeway/client/client.h"
 #include "causeway/ir/literal.h"
+#include "causeway/models/gpt.h"
 #include "causeway/models/text_data.h"
 
 namespace causeway::models {
@@ -42,9 +43,27 @@ class LmStepEngine {
   virtual const std::vector<Mesh>& meshes() const = 0;
 };
 
+// Helpers the engines share.
+
+// Token batches are split over the "data" axis by rows.
+Sharding BatchSharding();
+
 // Rows [part * rows, (part + 1) * rows) of a literal whose first dimension
 // is at least that long.
 ir::Literal LiteralRows(const ir::Literal& literal, int64_t part, int64_t rows);
+
+// INVALID_ARGUMENT unless params, m and v each hold one literal per
+// parameter of a model of `num_params`.
+absl::Status CheckModelState(size_t num_params, const std::vector<ir::Literal>& params,
+                             const std::vector<ir::Literal>& m,
+                             const std::vector<ir::Literal>& v);
+
+// values[id] for each of `ids`, put on `mesh` with its parameter's
+// sharding (ParamSharding of specs[id]).
+absl::StatusOr<std::vector<Array>> PutParams(Client* client, const Mesh& mesh,
+                                             const std::vector<ParamSpec>& specs,
+                                             const std::vector<int>& ids,
+                                             const std::vector<ir::Literal>& values);
 
 }  // namespace causeway::models
 

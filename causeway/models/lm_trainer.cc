@@ -13,8 +13,6 @@ namespace {
 
 constexpr double kPi = 3.14159265358979323846;
 
-Sharding BatchSharding() { return Sharding({{kDataAxis}, {}}); }
-
 }  // namespace
 
 absl::Status LmTrainOptions::Validate() const {

@@ -47,7 +47,6 @@ __version__ = "0.9.0"
 # --------------------------------------------------------------------------
 # Clusters and clients
 
-_default = threading.local()
 _default_lock = threading.Lock()
 _default_client: Optional[Client] = None
 
@@ -460,10 +459,6 @@ class Compiled:
     def _put(self, args):
         ins = _shardings(self._in, len(args), "in_shardings")
         return [a if isinstance(a, Array) else device_put(a, s) for a, s in zip(args, ins)]
-
-    def lower(self, *shapes) -> CompiledFunction:
-        """The compiled function for global (shape, dtype) pairs."""
-        return self.specialize(shapes)
 
 
 def compile(fn: Optional[Union[Callable, Function]] = None, *, in_shardings: Any = None,

@@ -40,7 +40,7 @@ ClientRef MakeClient(std::shared_ptr<ClusterOwner> cluster, double weight, int p
   return owner;
 }
 
-std::vector<Array> Handles(const std::vector<PyArray*>& args, const ClientRef& owner) {
+std::vector<Array> Handles(const std::vector<PyArray*>& args) {
   std::vector<Array> out;
   out.reserve(args.size());
   for (const PyArray* a : args) {
@@ -155,7 +155,7 @@ void RegisterClient(py::module_& m) {
       .def(
           "call",
           [](const ClientRef& c, const PyCompiled& f, const std::vector<PyArray*>& args) {
-            std::vector<Array> handles = Handles(args, c);
+            std::vector<Array> handles = Handles(args);
             absl::StatusOr<std::vector<Array>> out;
             {
               py::gil_scoped_release release;
@@ -403,7 +403,7 @@ void RegisterClient(py::module_& m) {
       .def(
           "run",
           [](const PyProgram& p, const std::vector<PyArray*>& args) {
-            std::vector<Array> handles = Handles(args, p.owner);
+            std::vector<Array> handles = Handles(args);
             absl::StatusOr<std::vector<Array>> out;
             {
               py::gil_scoped_release release;
@@ -418,7 +418,7 @@ void RegisterClient(py::module_& m) {
       [](const PyCompiled& f, const std::vector<PyArray*>& args, int64_t n) {
         // The baseline of the Python dispatch benchmark: the same calls
         // made from C++ in a loop, outputs dropped as in Python.
-        std::vector<Array> handles = Handles(args, f.owner);
+        std::vector<Array> handles = Handles(args);
         py::gil_scoped_release release;
         const absl::Time begin = absl::Now();
         for (int64_t i = 0; i < n; ++i) {

@@ -59,14 +59,12 @@ PyValue Here(const PyValue& v) {
 // A further operand of an op whose first operand (already Here) is `like`.
 PyValue In(const PyValue& like, const PyValue& v) { return Into(like.owner, Here(v)); }
 
-// A Python scalar as a constant of `dtype`, broadcast to nothing (rank 0).
+// A Python scalar as a rank-0 constant of `dtype`.
 Value ScalarConstant(FunctionBuilder& b, py::handle x, ir::DType dtype) {
-  if (py::isinstance<py::bool_>(x)) {
-    if (dtype == ir::DType::kPred) return b.Constant(ir::Literal([&] {
-        ir::Literal l(ir::Shape(ir::DType::kPred, {}));
-        l.mutable_values<uint8_t>()[0] = x.cast<bool>() ? 1 : 0;
-        return l;
-      }()));
+  if (dtype == ir::DType::kPred && py::isinstance<py::bool_>(x)) {
+    ir::Literal l(ir::Shape(ir::DType::kPred, {}));
+    l.mutable_values<uint8_t>()[0] = x.cast<bool>() ? 1 : 0;
+    return b.Constant(std::move(l));
   }
   if (dtype == ir::DType::kF32) return b.ConstantF32(x.cast<float>());
   if (dtype == ir::DType::kI32) {
