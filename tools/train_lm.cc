@@ -141,7 +141,8 @@ int RunTrainLm(TrainLmFlags f) {
   o.model.bias = !f.no_bias;
   o.kernels = f.op_by_op ? models::GptKernels::kOpByOp : models::GptKernels::kFused;
   o.decay_iters = f.decay_iters >= 0 ? f.decay_iters : o.iters;
-  std::unique_ptr<LocalClusterOptions> pipeline_cluster;
+  // The embedded cluster of a pipeline or of data parallelism across islands.
+  std::unique_ptr<LocalClusterOptions> multi_mesh_cluster;
   if (f.parallel == "pipeline") {
     if (o.pipeline.stages < 2) return Usage(cmd, "--parallel pipeline needs --stages >= 2");
     // --mesh data=D is each stage's; the stages are hosts of their own.
@@ -164,7 +165,7 @@ int RunTrainLm(TrainLmFlags f) {
       absl::StatusOr<LocalClusterOptions> lo =
           LmPipelineClusterOptions(o.pipeline.stages, o.pipeline.data, f.islands, dcn);
       if (!lo.ok()) return Usage(cmd, std::string(lo.status().message()));
-      pipeline_cluster = std::make_unique<LocalClusterOptions>(*lo);
+      multi_mesh_cluster = std::make_unique<LocalClusterOptions>(*lo);
     }
   } else if (o.pipeline.stages > 1 || f.schedule != "gpipe") {
     return Usage(cmd, "--stages, --microbatches and --schedule go with --parallel pipeline");
@@ -185,7 +186,7 @@ int RunTrainLm(TrainLmFlags f) {
       lo.devices_per_host = static_cast<int>(f.devices / f.islands);
       lo.dcn.latency = absl::Microseconds(f.dcn_latency_us);
       lo.dcn.bytes_per_second = f.dcn_gbps * 1e9 / 8;
-      pipeline_cluster = std::make_unique<LocalClusterOptions>(lo);
+      multi_mesh_cluster = std::make_unique<LocalClusterOptions>(lo);
     }
   }
   if (f.parallel == "pipeline" || f.islands > 1) {
@@ -219,7 +220,7 @@ int RunTrainLm(TrainLmFlags f) {
     return Usage(cmd, "--trace needs the embedded cluster");
   }
   absl::StatusOr<Connection> conn = Connect(f.cluster, o.layout.devices(), f.hosts, f.timeout_s,
-                                            f.share, pipeline_cluster.get(),
+                                            f.share, multi_mesh_cluster.get(),
                                             !f.trace_path.empty());
   if (!conn.ok()) return Fail(cmd, conn.status());
   absl::StatusOr<std::unique_ptr<models::LmTrainer>> trainer =
