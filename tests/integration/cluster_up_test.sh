@@ -46,7 +46,8 @@ scrape() {
   python3 - "$metrics" <<'PY'
 import re, sys, urllib.request
 text = urllib.request.urlopen(sys.argv[1], timeout=10).read().decode()
-sample = re.compile(r'^[a-z_]+(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? -?[0-9.e+]+$')
+sample = re.compile(r'^[a-z_]+(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? '
+                    r'(-?[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?|NaN|[-+]Inf)$')
 values = {}
 for line in text.splitlines():
     if line.startswith("# HELP ") or line.startswith("# TYPE "):
