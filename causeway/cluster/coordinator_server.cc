@@ -122,7 +122,7 @@ class CoordinatorServer::Impl final : public cluster::Coordinator::Service {
   std::string token_;
   std::string worker_token_;
   std::string address_;
-  std::unique_ptr<grpc::Server> server_;
+  grpc_transport::StartedServer server_;
   std::unique_ptr<httplib::Server> metrics_;
   std::thread metrics_thread_;
   std::string metrics_address_;
@@ -183,19 +183,15 @@ absl::Status CoordinatorServer::Impl::Start() {
     return absl::InvalidArgumentError(
         "the worker token must differ from the client token (or be left unset)");
   }
-  CW_ASSIGN_OR_RETURN(auto creds, grpc_transport::MakeServerCredentials(
-                                      grpc_transport::TlsFromEnvironment(options_.tls)));
+  const grpc_transport::TlsFiles tls = grpc_transport::TlsFromEnvironment(options_.tls);
+  CW_ASSIGN_OR_RETURN(auto creds, grpc_transport::MakeServerCredentials(tls));
   grpc::ServerBuilder builder;
-  int port = 0;
   grpc_transport::ConfigureServer(builder, options_.limits);
-  builder.AddListeningPort(options_.listen, creds, &port);
   builder.RegisterService(this);
-  server_ = builder.BuildAndStart();
-  if (server_ == nullptr || port == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.listen));
-  }
+  CW_ASSIGN_OR_RETURN(server_, grpc_transport::StartServer(builder, options_.listen, creds,
+                                                           tls.cert.empty(), options_.limits));
   const std::string& l = options_.listen;
-  address_ = absl::StrCat(l.substr(0, l.rfind(':')), ":", port);
+  address_ = absl::StrCat(l.substr(0, l.rfind(':')), ":", server_.port);
   monitor_ = std::thread([this] { MonitorLoop(); });
   return StartMetrics();
 }
@@ -213,9 +209,7 @@ void CoordinatorServer::Impl::Shutdown() {
     metrics_->stop();
     if (metrics_thread_.joinable()) metrics_thread_.join();
   }
-  if (server_ != nullptr) {
-    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  }
+  server_.Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   stopped_.Notify();
 }
 
@@ -275,6 +269,22 @@ std::string CoordinatorServer::Impl::Metrics() {
   devices.Add({}, topology.num_devices());
   Family connections("causeway_client_connections", "gauge", "Client connections open.");
   connections.Add({}, static_cast<double>(sessions));
+  // The listener's account of TCP connections (plaintext servers; a TLS
+  // server's connections are gRPC's own and not counted here).
+  Family tcp_open("causeway_tcp_connections", "gauge",
+                  "TCP connections open, as of the last connection accepted.");
+  Family tcp_accepted("causeway_tcp_connections_accepted_total", "counter",
+                      "TCP connections handed to the server.");
+  Family tcp_refused("causeway_tcp_connections_refused_total", "counter",
+                     "TCP connections closed on arrival, by reason.");
+  if (server_.listener != nullptr) {
+    const grpc_transport::ListenerStats l = server_.listener->stats();
+    tcp_open.Add({}, static_cast<double>(l.open));
+    tcp_accepted.Add({}, static_cast<double>(l.accepted));
+    tcp_refused.Add({{"reason", "peer_limit"}}, static_cast<double>(l.refused_peer));
+    tcp_refused.Add({{"reason", "server_limit"}}, static_cast<double>(l.refused_total));
+    tcp_refused.Add({{"reason", "no_file_descriptors"}}, static_cast<double>(l.shed_no_files));
+  }
 
   // Every host's device counters, asked at once, each answer awaited until
   // one shared deadline: a host that does not answer is reported down.
@@ -339,7 +349,8 @@ std::string CoordinatorServer::Impl::Metrics() {
     }
   }
   std::string out;
-  for (const Family* f : {&islands, &host_count, &devices, &connections, &up, &launches, &failed,
+  for (const Family* f : {&islands, &host_count, &devices, &connections, &tcp_open, &tcp_accepted,
+                          &tcp_refused, &up, &launches, &failed,
                           &busy, &in_use, &peak, &capacity, &forwarded, &finished, &device_s,
                           &charged_s, &queued, &weight}) {
     f->AppendTo(&out);

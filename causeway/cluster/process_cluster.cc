@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -225,6 +226,11 @@ absl::Status ProcessCluster::Spawn(Child& child, int ready_fd) {
     dup2(log, STDOUT_FILENO);
     dup2(log, STDERR_FILENO);
     if (ready_fd >= 0) dup2(ready_fd, 3);  // dup2 clears close-on-exec
+    if (options_.max_open_files > 0) {
+      const rlimit files{static_cast<rlim_t>(options_.max_open_files),
+                         static_cast<rlim_t>(options_.max_open_files)};
+      if (setrlimit(RLIMIT_NOFILE, &files) != 0) _exit(126);
+    }
     execve(argv[0], argv.data(), envp.data());
     _exit(127);
   }

@@ -37,6 +37,8 @@ struct ProcessClusterOptions {
   std::string tls_key;
   std::string tls_ca;
   absl::Duration start_timeout = absl::Seconds(30);
+  // Every process's open-file limit (soft and hard); 0: this process's.
+  int max_open_files = 0;
 };
 
 // Thread-compatible (one owner).

@@ -48,7 +48,7 @@ class WorkerServer::Impl {
     if (reader_.joinable()) reader_.join();
     if (writer_ != nullptr) writer_->Close();
     if (data_ != nullptr) data_->Shutdown();
-    if (server_ != nullptr) server_->Shutdown(std::chrono::system_clock::now());
+    server_.Shutdown(std::chrono::system_clock::now());
     if (hub_ != nullptr) hub_->Shutdown();
     if (executor_ != nullptr) {
       executor_->store().Shutdown();
@@ -79,7 +79,7 @@ class WorkerServer::Impl {
   int data_port_ = 0;
   std::shared_ptr<grpc::ChannelCredentials> channel_creds_;
   std::unique_ptr<DataPlane> data_;
-  std::unique_ptr<grpc::Server> server_;
+  grpc_transport::StartedServer server_;
   std::unique_ptr<TraceRecorder> trace_;
   std::unique_ptr<CollectiveHub> hub_;
   std::unique_ptr<HostExecutor> executor_;
@@ -131,16 +131,16 @@ absl::Status WorkerServer::Impl::Start() {
   // tells anyone about this host.
   data_ = std::make_unique<DataPlane>(token_, channel_creds_);
   grpc::ServerBuilder builder;
-  int port = 0;
   grpc_transport::ConfigureServer(builder);
-  builder.AddListeningPort(options_.listen, server_creds, &port);
   builder.RegisterService(data_->service());
-  server_ = builder.BuildAndStart();
-  if (server_ == nullptr || port == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot serve the data plane on ", options_.listen));
+  absl::StatusOr<grpc_transport::StartedServer> started =
+      grpc_transport::StartServer(builder, options_.listen, server_creds, tls.cert.empty());
+  if (!started.ok()) {
+    return absl::UnavailableError(absl::StrCat("cannot serve the data plane on ",
+                                               options_.listen, ": ", started.status().message()));
   }
-  data_port_ = port;
+  server_ = std::move(*started);
+  data_port_ = server_.port;
 
   auto channel = grpc_transport::MakeChannel(options_.coordinator, channel_creds_);
   if (!channel->WaitForConnected(std::chrono::system_clock::now() +
@@ -157,7 +157,7 @@ absl::Status WorkerServer::Impl::Start() {
   h.set_island(options_.island);
   h.set_devices(options_.devices);
   h.set_memory_bytes(options_.memory_bytes);
-  h.set_data_address(absl::StrCat(options_.advertise, ":", port));
+  h.set_data_address(absl::StrCat(options_.advertise, ":", data_port_));
   cluster::ToWorkerBatch first;
   const bool read = stream_->Write(hello) && stream_->Read(&first);
   if (!read || first.messages_size() == 0 || !first.messages(0).has_welcome()) {

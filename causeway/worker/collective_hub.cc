@@ -134,9 +134,7 @@ absl::Status CollectiveHub::Meet(const CollectiveKey& key, DeviceId self, int ra
     }
     slot->what = what;
     if (auto it = early_remote_.find(key); it != early_remote_.end()) {
-      auto early = std::move(it->second.contributions);
-      EraseEarlyLocked(it);
-      for (auto& [r, bytes] : early) AbsorbRemoteLocked(*slot, r, std::move(bytes));
+      for (auto& [r, bytes] : EraseEarlyLocked(it)) AbsorbRemoteLocked(*slot, r, std::move(bytes));
     }
   }
   std::shared_ptr<State> state = slot;
@@ -267,13 +265,15 @@ void CollectiveHub::DeliverContribution(const CollectiveKey& key, int rank, std:
   AbsorbRemoteLocked(*it->second, rank, std::move(bytes));
 }
 
-void CollectiveHub::EraseEarlyLocked(
+std::vector<std::pair<int, std::string>> CollectiveHub::EraseEarlyLocked(
     absl::flat_hash_map<CollectiveKey, EarlyRemote>::iterator it) {
-  for (const auto& [rank, bytes] : it->second.contributions) {
+  std::vector<std::pair<int, std::string>> contributions = std::move(it->second.contributions);
+  for (const auto& [rank, bytes] : contributions) {
     early_remote_bytes_ -= static_cast<int64_t>(bytes.size());
     --early_remote_count_;
   }
   early_remote_.erase(it);
+  return contributions;
 }
 
 int64_t CollectiveHub::early_remote_bytes() const {

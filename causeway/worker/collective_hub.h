@@ -219,8 +219,8 @@ class CollectiveHub {
   absl::flat_hash_map<CollectiveKey, EarlyRemote> early_remote_ ABSL_GUARDED_BY(mu_);
   int64_t early_remote_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t early_remote_count_ ABSL_GUARDED_BY(mu_) = 0;
-  // Removes early_remote_[it], keeping the totals.
-  void EraseEarlyLocked(
+  // Removes early_remote_[it], keeping the totals; returns its contributions.
+  std::vector<std::pair<int, std::string>> EraseEarlyLocked(
       absl::flat_hash_map<CollectiveKey, EarlyRemote>::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records the gang of (run, node) as aborted with `status` (members that
   // arrive later fail at once) and fails its collectives in progress.

@@ -218,5 +218,27 @@ TEST(CollectiveHubPeersTest, ContributionsForACollectiveThatNeverStartsHereExpir
               StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("did not come here")));
 }
 
+// A contribution that came before its collective's local member is counted
+// while it waits and no longer once that member took it: the bound on early
+// contributions counts only those still waiting (it once kept counting the
+// taken ones, and a long-lived worker refused every cross-host collective
+// after 65,536 of them).
+TEST(CollectiveHubPeersTest, AnEarlyContributionStopsCountingOnceItsCollectiveTakesIt) {
+  Fabric fabric(2, 1);
+  const std::vector<DeviceId> members = Devices(2);
+  for (int run = 1; run <= 3; ++run) {
+    const CollectiveKey key{RunId(run), 0, 0, 0};
+    std::vector<float> theirs = {1, 2, 3};
+    fabric.hub(0).DeliverContribution(
+        key, 1, std::string(reinterpret_cast<const char*>(theirs.data()), 12));
+    EXPECT_EQ(fabric.hub(0).early_remote_bytes(), 12);
+    std::vector<float> mine = {1, 1, 1};
+    ASSERT_OK(fabric.hub(0).AllReduce(key, members[0], 0, members, kVec, ir::ReduceKind::kSum,
+                                      mine.data(), "all_reduce"));
+    EXPECT_EQ(mine, (std::vector<float>{2, 3, 4}));
+    EXPECT_EQ(fabric.hub(0).early_remote_bytes(), 0);
+  }
+}
+
 }  // namespace
 }  // namespace causeway

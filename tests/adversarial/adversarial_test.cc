@@ -3,8 +3,11 @@
 // malicious or broken client can send, not what our client would), and
 // asserts a clear refusal. After every probe: no process died, memory on
 // every device is back where it started, and an honest client is served.
+#include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <unistd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 
@@ -106,6 +109,20 @@ class Peer {
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+// Serves an honest client: an all-reduce over both workers.
+void AllReduceWorks(RemoteCluster* conn) {
+  auto client = Connect(conn);
+  ASSERT_OK_AND_ASSIGN(Mesh mesh, client->AllocateMesh({{"x", 2}}));
+  ASSERT_OK_AND_ASSIGN(CompiledFunction f,
+                       client->Compile(AllReduceSum(2, {"x"}), mesh,
+                                       {{Sharding({{"x"}})}, {Sharding({{"x"}})}}));
+  ASSERT_OK_AND_ASSIGN(Array in, client->Put(ir::Literal::F32({4}, {1, 2, 3, 4}), mesh,
+                                             Sharding({{"x"}})));
+  ASSERT_OK_AND_ASSIGN(std::vector<Array> out, client->Call(f, {in}));
+  ASSERT_OK_AND_ASSIGN(ir::Literal v, AwaitOrHang(out[0].Fetch()));
+  EXPECT_EQ(v.values<float>(), (std::vector<float>{4, 6, 4, 6}));
+}
+
 class AdversarialTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -157,18 +174,7 @@ class AdversarialTest : public ::testing::Test {
     return out;
   }
 
-  void ServesAnHonestClient() {
-    auto client = Connect(conn_.get());
-    ASSERT_OK_AND_ASSIGN(Mesh mesh, client->AllocateMesh({{"x", 2}}));
-    ASSERT_OK_AND_ASSIGN(CompiledFunction f,
-                         client->Compile(AllReduceSum(2, {"x"}), mesh,
-                                         {{Sharding({{"x"}})}, {Sharding({{"x"}})}}));
-    ASSERT_OK_AND_ASSIGN(Array in, client->Put(ir::Literal::F32({4}, {1, 2, 3, 4}), mesh,
-                                               Sharding({{"x"}})));
-    ASSERT_OK_AND_ASSIGN(std::vector<Array> out, client->Call(f, {in}));
-    ASSERT_OK_AND_ASSIGN(ir::Literal v, AwaitOrHang(out[0].Fetch()));
-    EXPECT_EQ(v.values<float>(), (std::vector<float>{4, 6, 4, 6}));
-  }
+  void ServesAnHonestClient() { AllReduceWorks(conn_.get()); }
 
   HostId HostOf(DeviceId d) { return topology_.device(d)->host; }
   IslandInfo Island() { return *topology_.island(topology_.islands()[0]); }
@@ -520,6 +526,137 @@ TEST(ConnectionTest, ConnectionsThatNeverAuthenticateAreClosed) {
   EXPECT_TRUE(channel->WaitForStateChange(GRPC_CHANNEL_READY,
                                           std::chrono::system_clock::now() + std::chrono::seconds(20)));
   EXPECT_NE(channel->GetState(false), GRPC_CHANNEL_READY);
+}
+
+// A TCP connection to 127.0.0.1:`port` from the loopback address `from`
+// (any 127.x.y.z is this machine); -1 if it cannot be made.
+int ConnectFrom(const char* from, int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in local{};
+  local.sin_family = AF_INET;
+  inet_pton(AF_INET, from, &local.sin_addr);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof(local)) != 0 ||
+      connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// The coordinator's metrics (Prometheus text) over plain HTTP; empty if it
+// does not answer within 10 s.
+std::string Scrape(const std::string& address) {
+  absl::StatusOr<std::pair<std::string, int>> hp = grpc_transport::SplitHostPort(address);
+  if (!hp.ok()) return "";
+  const int fd = ConnectFrom("127.0.0.1", hp->second);
+  if (fd < 0) return "";
+  timeval wait{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
+  const std::string request = "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n";
+  if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
+    close(fd);
+    return "";
+  }
+  std::string text;
+  char buffer[4096];
+  ssize_t n;
+  while ((n = recv(fd, buffer, sizeof(buffer), 0)) > 0) text.append(buffer, static_cast<size_t>(n));
+  close(fd);
+  return text;
+}
+
+// The value of metric sample `name` (with its labels, as printed); -1 if absent.
+double Metric(const std::string& text, const std::string& name) {
+  const std::string key = "\n" + name + " ";
+  const size_t at = text.find(key);
+  if (at == std::string::npos) return -1;
+  return std::strtod(text.c_str() + at + key.size(), nullptr);
+}
+
+// Connections the coordinator closed on arrival, by reason ("peer_limit",
+// "no_file_descriptors"), waiting until `accepted + refused` reaches
+// `arrived` or 20 s pass.
+double RefusedOnceSettled(const std::string& metrics, const std::string& reason, double arrived) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  for (;;) {
+    const std::string text = Scrape(metrics);
+    const double accepted = Metric(text, "causeway_tcp_connections_accepted_total");
+    const double refused =
+        Metric(text, "causeway_tcp_connections_refused_total{reason=\"" + reason + "\"}");
+    if ((accepted >= 0 && refused >= 0 && accepted + refused >= arrived) ||
+        absl::Now() > deadline) {
+      return refused;
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+}
+
+// One peer address holds at most 64 connections at once: the rest are
+// closed on arrival, and the cluster still serves other peers.
+TEST(ConnectionTest, OnePeerCannotHoldMoreThanItsShareOfConnections) {
+  ProcessClusterOptions o = ProcessShape(1, 2, 1);
+  o.metrics_port = 0;
+  auto cluster = StartProcesses(o);
+  ASSERT_OK_AND_ASSIGN(auto address, grpc_transport::SplitHostPort(cluster->url().substr(7)));
+  const double before =
+      Metric(Scrape(cluster->metrics_address()), "causeway_tcp_connections_accepted_total");
+  ASSERT_GE(before, 0);
+  std::vector<int> held;
+  for (int i = 0; i < 100; ++i) {
+    const int fd = ConnectFrom("127.0.0.9", address.second);
+    ASSERT_GE(fd, 0) << "connect " << i << ": errno " << errno;
+    held.push_back(fd);
+  }
+  // 100 arrived from 127.0.0.9 (+ the scrapes from 127.0.0.1, accepted).
+  EXPECT_EQ(RefusedOnceSettled(cluster->metrics_address(), "peer_limit", before + 100), 36);
+  AllReduceWorks(ConnectRemote(*cluster).get());
+  for (int fd : held) close(fd);
+  EXPECT_EQ(cluster->ReapExited(), "");
+}
+
+// Out of file descriptors, the coordinator sheds new connections instead of
+// closing its listener for good (gRPC's own listener stops accepting after
+// its first EMFILE): once the flood's connections close, it serves again.
+TEST(ConnectionTest, RunningOutOfFileDescriptorsDoesNotStopTheListener) {
+  ProcessClusterOptions o = ProcessShape(1, 2, 1);
+  o.metrics_port = 0;
+  o.max_open_files = 256;
+  auto cluster = StartProcesses(o);
+  ASSERT_OK_AND_ASSIGN(auto address, grpc_transport::SplitHostPort(cluster->url().substr(7)));
+  // 600 connections from 20 addresses (30 each, within the per-peer bound):
+  // more than the coordinator has descriptors for.
+  std::vector<int> held;
+  for (int i = 0; i < 600; ++i) {
+    const std::string from = absl::StrCat("127.0.1.", 1 + i % 20);
+    const int fd = ConnectFrom(from.c_str(), address.second);
+    if (fd >= 0) held.push_back(fd);
+  }
+  // The shed ones see their connection closed; wait until some did.
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  int closed = 0;
+  while (closed == 0 && absl::Now() < deadline) {
+    std::vector<pollfd> fds;
+    for (int fd : held) fds.push_back({fd, POLLIN, 0});
+    poll(fds.data(), fds.size(), 100);
+    for (const pollfd& p : fds) {
+      char byte;
+      if ((p.revents & (POLLIN | POLLHUP)) != 0 && recv(p.fd, &byte, 1, MSG_PEEK) == 0) ++closed;
+    }
+  }
+  EXPECT_GT(closed, 0) << "no connection was shed";
+  for (int fd : held) close(fd);
+  // The idle connections it did take close with their sockets; new clients
+  // are served.
+  AllReduceWorks(ConnectRemote(*cluster).get());
+  const std::string text = Scrape(cluster->metrics_address());
+  EXPECT_GT(Metric(text, "causeway_tcp_connections_refused_total{reason=\"no_file_descriptors\"}"), 0)
+      << text;
+  EXPECT_EQ(cluster->ReapExited(), "");
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "absl/strings/numbers.h"
+#include "causeway/base/status_macros.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 
@@ -108,6 +109,29 @@ void ConfigureServer(grpc::ServerBuilder& builder, const ServerLimits& limits) {
   builder.SetResourceQuota(quota);
 }
 
+void StartedServer::Shutdown(std::chrono::system_clock::time_point deadline) {
+  if (listener != nullptr) listener->Stop();
+  if (server != nullptr) server->Shutdown(deadline);
+}
+
+absl::StatusOr<StartedServer> StartServer(grpc::ServerBuilder& builder, const std::string& address,
+                                          const std::shared_ptr<grpc::ServerCredentials>& creds,
+                                          bool plaintext, const ServerLimits& limits) {
+  StartedServer started;
+  if (plaintext) {
+    CW_ASSIGN_OR_RETURN(started.listener, Listener::Open(address, limits.connections));
+    started.port = started.listener->port();
+  } else {
+    builder.AddListeningPort(address, creds, &started.port);
+  }
+  started.server = builder.BuildAndStart();
+  if (started.server == nullptr || started.port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
+  }
+  if (started.listener != nullptr) started.listener->Start(started.server.get());
+  return started;
+}
+
 int64_t RaiseOpenFileLimit() {
   rlimit limit{};
   if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return -1;
@@ -160,7 +184,8 @@ grpc::Status ToGrpc(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
-std::string PeerHost(const std::string& peer) {
+std::string PeerHost(const std::string& grpc_peer) {
+  const std::string peer = ResolvePeer(grpc_peer);
   absl::string_view p = peer;
   if (p.substr(0, 5) == "ipv4:") {
     p.remove_prefix(5);

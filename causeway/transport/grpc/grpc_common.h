@@ -18,6 +18,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "causeway/base/mutex.h"
+#include "causeway/transport/grpc/listener.h"
 #include "grpcpp/grpcpp.h"
 
 namespace causeway::grpc_transport {
@@ -67,9 +68,28 @@ struct ServerLimits {
   // Calls served at once by the whole server (each holds a thread of the
   // synchronous server); beyond, new calls fail with RESOURCE_EXHAUSTED.
   int max_threads = 2048;
+  // Connections open at once, from one peer address and in all (a
+  // plaintext server's; see Listener).
+  ListenerLimits connections;
 };
 // Applies the message-size limits and `limits` to a server.
 void ConfigureServer(grpc::ServerBuilder& builder, const ServerLimits& limits = {});
+
+// A started server and what accepts its connections.
+struct StartedServer {
+  std::unique_ptr<grpc::Server> server;
+  // Set for a plaintext server; null for TLS, which gRPC's own listener serves.
+  std::unique_ptr<Listener> listener;
+  int port = 0;
+  // Stops accepting, then shuts the server down with `deadline`.
+  void Shutdown(std::chrono::system_clock::time_point deadline);
+};
+// Builds and starts `builder`'s server (configured, services registered) on
+// `address` with `creds`: through a Listener of ours when `plaintext`, else
+// through gRPC's listener. UNAVAILABLE naming the address if it cannot.
+absl::StatusOr<StartedServer> StartServer(grpc::ServerBuilder& builder, const std::string& address,
+                                          const std::shared_ptr<grpc::ServerCredentials>& creds,
+                                          bool plaintext, const ServerLimits& limits = {});
 
 // Raises this process's soft limit on open files to its hard limit, so
 // that connections run out later (gRPC 1.51's listener stops accepting for
