@@ -178,10 +178,17 @@ void AddWorkerCommand(CLI::App& app, int* exit_code) {
                   "Fail allocations waiting on a full device after this long with nothing freed")
       ->check(CLI::Range(int64_t{100}, int64_t{3600000}))
       ->capture_default_str();
+  auto input_ms = std::make_shared<int64_t>(300000);
+  cmd->add_option("--input-timeout-ms", *input_ms,
+                  "Fail a launch whose inputs are not ready after it has waited this long at the "
+                  "head of its device's queue (a run another host never got, a piece never sent)")
+      ->check(CLI::Range(int64_t{100}, int64_t{86400000}))
+      ->capture_default_str();
   cmd->add_option("--ready-fd", *ready_fd,
                   "Write the host id this worker joined as to this descriptor");
-  cmd->callback([o, ready_fd, stall_ms, exit_code] {
+  cmd->callback([o, ready_fd, stall_ms, input_ms, exit_code] {
     o->memory_stall_timeout = absl::Milliseconds(*stall_ms);
+    o->input_timeout = absl::Milliseconds(*input_ms);
     CatchStopSignals(false);
     grpc_transport::RaiseOpenFileLimit();
     if (o->coordinator.empty()) {

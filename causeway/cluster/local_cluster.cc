@@ -62,6 +62,7 @@ LocalCluster::LocalCluster(const LocalClusterOptions& options)
       ho.transport = &transport_;
       ho.fault_injector = options.fault_injector;
       ho.memory_stall_timeout = options.memory_stall_timeout;
+      ho.input_timeout = options.input_timeout;
       ho.early_piece_budget_bytes = options.early_piece_budget_bytes;
       ho.housekeeping_period = absl::ZeroDuration();  // one thread below, for all hosts
       ho.on_run_done = [this, island](HostId h, RunId run, int64_t device_us, int launches) {

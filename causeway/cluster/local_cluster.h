@@ -36,6 +36,7 @@ struct LocalClusterOptions {
   Clock* clock = Clock::Real();
   // Reclamation bounds of every host (see HostExecutorOptions).
   absl::Duration memory_stall_timeout = absl::Seconds(60);
+  absl::Duration input_timeout = absl::Minutes(5);
   int64_t early_piece_budget_bytes = int64_t{256} << 20;
   // How each island scheduler orders runs (see IslandSchedulerOptions).
   SchedulingPolicy scheduling = SchedulingPolicy::kProportionalShare;

@@ -108,7 +108,9 @@ absl::StatusOr<std::unique_ptr<ProcessCluster>> ProcessCluster::Start(
                 absl::StrCat(i), "--devices", absl::StrCat(options.devices_per_host),
                 "--memory", absl::StrCat(options.memory_bytes), "--listen", "127.0.0.1:0",
                 "--memory-stall-timeout-ms",
-                absl::StrCat(absl::ToInt64Milliseconds(options.memory_stall_timeout))};
+                absl::StrCat(absl::ToInt64Milliseconds(options.memory_stall_timeout)),
+                "--input-timeout-ms",
+                absl::StrCat(absl::ToInt64Milliseconds(options.input_timeout))};
       if (!options.tls_ca.empty()) {
         w.argv.insert(w.argv.end(), {"--tls-ca", options.tls_ca, "--tls-cert", options.tls_cert,
                                      "--tls-key", options.tls_key});

@@ -32,6 +32,8 @@ struct ProcessClusterOptions {
   absl::Duration heartbeat_timeout = absl::Seconds(3);
   // Workers' --memory-stall-timeout-ms.
   absl::Duration memory_stall_timeout = absl::Seconds(60);
+  // Workers' --input-timeout-ms.
+  absl::Duration input_timeout = absl::Minutes(5);
   // TLS: the coordinator and workers serve with cert/key; workers trust ca.
   std::string tls_cert;
   std::string tls_key;

@@ -189,6 +189,7 @@ absl::Status WorkerServer::Impl::Start() {
   }
   ho.device_memory_bytes = options_.memory_bytes;
   ho.memory_stall_timeout = options_.memory_stall_timeout;
+  ho.input_timeout = options_.input_timeout;
   trace_ = std::make_unique<TraceRecorder>(false);
   hub_ = std::make_unique<CollectiveHub>(options_.collective_timeout, data_.get());
   ho.trace = trace_.get();

@@ -43,6 +43,9 @@ struct WorkerServerOptions {
   // Allocations waiting on a full device with nothing freed for this long
   // fail with RESOURCE_EXHAUSTED.
   absl::Duration memory_stall_timeout = absl::Seconds(60);
+  // A launch waits at most this long for its inputs at the head of its
+  // device's queue (HostExecutorOptions::input_timeout).
+  absl::Duration input_timeout = absl::Minutes(5);
 };
 
 // Thread-safe.

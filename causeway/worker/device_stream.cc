@@ -11,8 +11,12 @@
 namespace causeway {
 
 DeviceStream::DeviceStream(DeviceInfo device, Clock* clock, TraceRecorder* trace,
-                           FaultInjector fault_injector)
-    : device_(device), clock_(clock), trace_(trace), fault_injector_(std::move(fault_injector)) {
+                           FaultInjector fault_injector, absl::Duration input_timeout)
+    : device_(device),
+      clock_(clock),
+      trace_(trace),
+      fault_injector_(std::move(fault_injector)),
+      input_timeout_(input_timeout) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -81,12 +85,27 @@ void DeviceStream::Loop() {
 }
 
 // Waits for the launch's inputs (in order; the first error is the root
-// cause) and then for its output memory.
+// cause), all of them within `input_timeout`, and then for its output
+// memory (whose waits DeviceMemory bounds).
 // An input's error is already the root cause and passes on unchanged; an
-// output that could not be allocated is this launch's own failure.
-static absl::Status AwaitDependencies(const Launch& launch, bool* own_failure) {
-  for (const BufferRef& b : launch.inputs) {
-    if (const absl::StatusOr<Unit>& r = b->ready().Await(); !r.ok()) return r.status();
+// output that could not be allocated, or an input that never came, is this
+// launch's own failure.
+static absl::Status AwaitDependencies(const Launch& launch, absl::Duration input_timeout,
+                                      bool* own_failure) {
+  const absl::Time deadline = input_timeout == absl::InfiniteDuration()
+                                  ? absl::InfiniteFuture()
+                                  : absl::Now() + input_timeout;
+  for (size_t i = 0; i < launch.inputs.size(); ++i) {
+    const absl::StatusOr<Unit>* r =
+        launch.inputs[i]->ready().AwaitWithTimeout(deadline - absl::Now());
+    if (r == nullptr) {
+      *own_failure = true;
+      return absl::DeadlineExceededError(absl::StrCat(
+          "input ", i, " was not ready after ", absl::FormatDuration(input_timeout),
+          " at the head of the device's queue: its producer (a launch of this run, or a piece "
+          "another host was to send) never ran or never came"));
+    }
+    if (!r->ok()) return r->status();
   }
   for (const BufferRef& b : launch.outputs) {
     if (const absl::StatusOr<Unit>& r = b->allocated().Await(); !r.ok()) {
@@ -107,7 +126,7 @@ void DeviceStream::Execute(Launch& launch) {
   // Only the trace needs to know how long the launch waited.
   const int64_t wait_start = trace_->enabled() ? clock_->NowMicros() : 0;
   bool own_failure = false;
-  absl::Status status = AwaitDependencies(launch, &own_failure);
+  absl::Status status = AwaitDependencies(launch, input_timeout_, &own_failure);
   const int64_t start = clock_->NowMicros();
   if (trace_->enabled() && start - wait_start > 0) {
     trace_->Record(TraceEvent{TraceKind::kWait, device_.host, device_.id, launch.info.run,

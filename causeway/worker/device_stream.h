@@ -93,8 +93,13 @@ struct DeviceStreamStats {
 // Thread-safe.
 class DeviceStream {
  public:
+  // A launch at the head of the queue waits at most `input_timeout` for
+  // its inputs (then fails with DEADLINE_EXCEEDED naming the input): a
+  // producer that never runs — a run some host never got, a piece a peer
+  // never sends — must not hold every later launch of the device forever.
   DeviceStream(DeviceInfo device, Clock* clock, TraceRecorder* trace,
-               FaultInjector fault_injector);
+               FaultInjector fault_injector,
+               absl::Duration input_timeout = absl::InfiniteDuration());
   ~DeviceStream();
 
   const DeviceInfo& device() const { return device_; }
@@ -126,6 +131,7 @@ class DeviceStream {
   Clock* const clock_;
   TraceRecorder* const trace_;
   const FaultInjector fault_injector_;
+  const absl::Duration input_timeout_;
   mutable Mutex mu_;
   std::deque<Launch> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

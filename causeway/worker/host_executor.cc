@@ -18,7 +18,8 @@ HostExecutor::HostExecutor(HostExecutorOptions options)
            options_.transport != nullptr);
   for (const DeviceInfo& d : options_.devices) {
     streams_.push_back(std::make_unique<DeviceStream>(d, options_.clock, options_.trace,
-                                                      options_.fault_injector));
+                                                      options_.fault_injector,
+                                                      options_.input_timeout));
   }
   if (options_.housekeeping_period > absl::ZeroDuration()) {
     housekeeper_ = std::thread([this] {

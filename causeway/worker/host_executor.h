@@ -42,6 +42,10 @@ struct HostExecutorOptions {
   // most this many bytes and pieces in all; beyond, they are dropped and
   // the run's receive fails naming why when it is posted.
   absl::Duration early_piece_ttl = absl::Seconds(60);
+  // A launch waits at most this long at the head of its device's queue for
+  // its inputs (DeviceStream): bounds what a run that one host never got,
+  // or a piece that never comes, costs the device's other work.
+  absl::Duration input_timeout = absl::Minutes(5);
   int64_t early_piece_budget_bytes = int64_t{256} << 20;
   int64_t early_piece_budget_count = 65536;
   // How often the housekeeping thread runs Housekeep(); zero: never (tests
