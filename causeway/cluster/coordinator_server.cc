@@ -35,9 +35,24 @@ using ReplyFn = RemoteReplyFn;
 // One client connection (which may carry several clients). `clients` and
 // `programs` belong to the connection's handler thread; the writer is
 // thread-safe.
+// Bytes queued for one worker past which a client's puts wait (their
+// reader pushes back on the client) and how long; and past which the
+// worker is deemed not to read and is dropped.
+constexpr size_t kHostBacklogBytes = size_t{256} << 20;
+constexpr absl::Duration kHostBacklogWait = absl::Seconds(30);
+constexpr size_t kMaxHostBacklogBytes = size_t{1} << 30;
+
 struct ClientSession {
-  explicit ClientSession(grpc::ServerReaderWriter<cluster::ToClient, cluster::ClientBatch>* stream)
-      : writer([stream](const cluster::ToClient& b) { return stream->Write(b); }) {}
+  // Replies past `max_unread_bytes` unread end the connection (posts to a
+  // client never wait: they come from threads that serve every client).
+  ClientSession(grpc::ServerContext* context,
+                grpc::ServerReaderWriter<cluster::ToClient, cluster::ClientBatch>* stream,
+                size_t max_unread_bytes)
+      : context(context),
+        writer([stream](const cluster::ToClient& b) { return stream->Write(b); },
+               grpc_transport::WriterLimit{max_unread_bytes, absl::ZeroDuration()}) {}
+  // Valid while the session is in the coordinator's table.
+  grpc::ServerContext* const context;
   BatchWriter<cluster::ToClient, cluster::ClientEvent> writer;
   std::set<ClientId> clients;
   // Programs registered through this connection, to unregister if it ends.
@@ -45,6 +60,9 @@ struct ClientSession {
   std::set<std::pair<HostId, ProgramId>> host_programs;
   // Authenticated with the workers' token: may change any client's share.
   bool operator_ = false;
+  // Ended for not reading its replies (the monitor's; under the
+  // coordinator's lock).
+  bool cancelled = false;
 };
 
 }  // namespace
@@ -393,6 +411,22 @@ void CoordinatorServer::Impl::MonitorLoop() {
       const absl::Duration silent = now - h->last_seen();
       if (silent > options_.heartbeat_timeout) {
         h->Cancel(absl::StrCat("no heartbeat for ", absl::FormatDuration(silent)));
+      } else if (h->overflowed()) {
+        h->Cancel(absl::StrCat("it fell more than ", kMaxHostBacklogBytes >> 20,
+                               " MiB behind reading its stream"));
+      }
+    }
+    // A client with more replies unread than its bound: its writer gave up,
+    // and its connection ends here (not on the thread that posted, which
+    // may hold locks that serve every client).
+    MutexLock lock(&mu_);
+    for (auto& [p, s] : sessions_) {
+      if (s->writer.overflowed() && !s->cancelled) {
+        s->cancelled = true;
+        CW_LOG(kWarning) << "ending a client connection: more than "
+                         << (options_.max_unread_client_bytes >> 20)
+                         << " MiB of its replies unread";
+        s->context->TryCancel();
       }
     }
   }
@@ -595,7 +629,8 @@ grpc::Status CoordinatorServer::Impl::Connect(
   if (!auth.ok()) return auth;
   const PeerStream counted(this, *context);
   if (!counted.status().ok()) return counted.status();
-  auto session = std::make_shared<ClientSession>(stream);
+  auto session =
+      std::make_shared<ClientSession>(context, stream, options_.max_unread_client_bytes);
   session->operator_ = is_operator;
   {
     MutexLock lock(&mu_);
@@ -1051,6 +1086,17 @@ void CoordinatorServer::Impl::HandleHostCall(ClientSession& session,
       event.mutable_reply()->set_id(id);
       shared->writer.Post(std::move(event));
     };
+  }
+  // A put is the one large message a client sends a worker: while the
+  // worker's queue is long the client's reader waits, pushing back on the
+  // client, rather than queueing without bound.
+  if (call.call_case() == cluster::HostCall::kPutShard &&
+      !host->AwaitBacklogBelow(kHostBacklogBytes, kHostBacklogWait)) {
+    const absl::Status full = absl::ResourceExhaustedError(absl::StrCat(
+        "put refused: ", host->Name(), " has had more than ", kHostBacklogBytes >> 20,
+        " MiB queued to it for ", absl::FormatDuration(kHostBacklogWait)));
+    if (on_reply) on_reply(ErrorReply(full));
+    return;
   }
   host->Forward(std::move(call), std::move(on_reply));
 }

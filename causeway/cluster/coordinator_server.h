@@ -43,6 +43,9 @@ struct CoordinatorOptions {
   // the text format at GET /metrics (docs/DEPLOYMENT.md, "Metrics"); empty:
   // none. Plain HTTP, no token: bind it to an address only operators reach.
   std::string metrics_listen;
+  // Replies a client connection may leave unread; beyond, the client is
+  // deemed not to read and its connection is ended.
+  size_t max_unread_client_bytes = size_t{1} << 30;
 };
 
 // Thread-safe.

@@ -37,11 +37,14 @@ class DataPlane::Sender {
   Sender(std::shared_ptr<grpc::Channel> channel, const std::string& token)
       : stub_(cluster::Data::NewStub(channel)) {
     grpc_transport::AddCallMetadata(context_, token);
+    // A peer more than 1 GiB behind is not reading: the writer gives up,
+    // and the stream is reopened for later messages (DataPlane::Post).
     writer_ = std::make_unique<BatchWriter<cluster::DataBatch, cluster::DataMessage>>(
         [this](const cluster::DataBatch& batch) {
           if (stream_ == nullptr) stream_ = stub_->Push(&context_, &ack_);
           return stream_->Write(batch);
-        });
+        },
+        grpc_transport::WriterLimit{size_t{1} << 30, absl::ZeroDuration()});
   }
 
   ~Sender() {

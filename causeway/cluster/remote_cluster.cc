@@ -41,7 +41,11 @@ class RemoteCluster::Impl {
   // Queues `message`; its reply (or the connection's loss) settles the future.
   Future<cluster::Reply> Call(cluster::ClientMessage message) {
     Promise<cluster::Reply> promise;
-    absl::Status broken;
+    absl::Status broken = AwaitRoom();
+    if (!broken.ok()) {
+      promise.Set(broken);
+      return promise.future();
+    }
     {
       MutexLock lock(&mu_);
       broken = broken_;
@@ -51,7 +55,15 @@ class RemoteCluster::Impl {
         pending_[id] = promise;
         if (!writer_->Post(std::move(message))) {
           pending_.erase(id);
-          broken = absl::UnavailableError("connection to the coordinator is closed");
+          // Given up for its backlog: end the stream, so every call waiting
+          // on it fails now.
+          if (writer_->overflowed()) context_.TryCancel();
+          broken = writer_->overflowed()
+                       ? absl::ResourceExhaustedError(absl::StrCat(
+                             "more than ", kMaxOutboxBytes >> 20,
+                             " MiB of this client's messages wait to be sent to the "
+                             "coordinator; the connection is closed"))
+                       : absl::UnavailableError("connection to the coordinator is closed");
         }
       }
     }
@@ -69,7 +81,22 @@ class RemoteCluster::Impl {
     }
     return *r;
   }
-  void Send(cluster::ClientMessage message) { writer_->Post(std::move(message)); }
+  void Send(cluster::ClientMessage message) {
+    if (AwaitRoom().ok()) writer_->Post(std::move(message));
+  }
+  // Messages queued to the coordinator past which a call waits for room
+  // (back-pressure on the caller), and past which the connection is given
+  // up (a post that cannot wait).
+  static constexpr size_t kOutboxBytes = size_t{256} << 20;
+  static constexpr size_t kMaxOutboxBytes = size_t{1} << 30;
+  // Waits, holding no lock, while the outbox is over kOutboxBytes: up to
+  // the connection's timeout.
+  absl::Status AwaitRoom() {
+    if (writer_->AwaitBelow(kOutboxBytes, options_.timeout)) return absl::OkStatus();
+    return absl::DeadlineExceededError(absl::StrCat(
+        "the coordinator at ", address_, " took none of this client's last ",
+        kOutboxBytes >> 20, " MiB of messages within ", absl::FormatDuration(options_.timeout)));
+  }
 
   // Who to tell when the coordinator reports `run` forwarded (or dropped).
   // Registered before the run is sent: the report may overtake the reply.
@@ -382,7 +409,8 @@ absl::Status RemoteCluster::Impl::Connect() {
   }
   resources_ = std::make_unique<Resources>(this);
   writer_ = std::make_unique<BatchWriter<cluster::ClientBatch, cluster::ClientMessage>>(
-      [this](const cluster::ClientBatch& b) { return stream_->Write(b); });
+      [this](const cluster::ClientBatch& b) { return stream_->Write(b); },
+      grpc_transport::WriterLimit{kMaxOutboxBytes, absl::ZeroDuration()});
   reader_ = std::thread([this] { ReadLoop(); });
   return absl::OkStatus();
 }

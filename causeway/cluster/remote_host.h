@@ -41,7 +41,8 @@ class RemoteHost final : public HostService {
              grpc::ServerReaderWriter<cluster::ToWorkerBatch, cluster::WorkerBatch>* stream)
       : id_(id), island_(island), address_(std::move(address)), devices_(std::move(devices)),
         context_(context),
-        writer_([stream](const cluster::ToWorkerBatch& b) { return stream->Write(b); }) {
+        writer_([stream](const cluster::ToWorkerBatch& b) { return stream->Write(b); },
+                grpc_transport::WriterLimit{size_t{1} << 30, absl::ZeroDuration()}) {
     MutexLock lock(&mu_);
     last_seen_ = absl::Now();
   }
@@ -53,6 +54,13 @@ class RemoteHost final : public HostService {
   std::string Name() const { return absl::StrCat(id_.ToString(), " (", address_, ")"); }
 
   void Send(cluster::ToWorker message) { writer_.Post(std::move(message)); }
+  // More than 1 GiB queued for the worker: its writer gave up, and the
+  // coordinator's monitor drops the host.
+  bool overflowed() const { return writer_.overflowed(); }
+  // Waits up to `timeout` for at most `bytes` to be queued for the worker.
+  bool AwaitBacklogBelow(size_t bytes, absl::Duration timeout) {
+    return writer_.AwaitBelow(bytes, timeout);
+  }
 
   // Sends `call`. `on_reply`, if set, runs once: with the worker's reply (on
   // the thread reading the worker's stream), or with UNAVAILABLE when the

@@ -208,13 +208,23 @@ absl::Status WorkerServer::Impl::Start() {
   executor_ = std::make_unique<HostExecutor>(std::move(ho));
   data_->Attach(host_, executor_.get(), hub_.get());
 
+  // Replies to fetches are the large messages: a whole shard at once, so
+  // the bound is well above a device's memory. A coordinator this far
+  // behind is not reading.
   writer_ = std::make_unique<BatchWriter<cluster::WorkerBatch, cluster::FromWorker>>(
-      [this](const cluster::WorkerBatch& batch) { return stream_->Write(batch); });
+      [this](const cluster::WorkerBatch& batch) { return stream_->Write(batch); },
+      grpc_transport::WriterLimit{size_t{4} << 30, absl::ZeroDuration()});
   // The rest of the first batch (the peer table follows the welcome).
   for (int i = 1; i < first.messages_size(); ++i) Handle(*first.mutable_messages(i));
   reader_ = std::thread([this] { ReadLoop(); });
   heartbeat_ = std::thread([this] {
     while (!stop_heartbeat_.WaitForNotificationWithTimeout(options_.heartbeat_interval)) {
+      if (writer_->overflowed()) {
+        Stop(absl::UnavailableError(absl::StrCat(
+            "the coordinator at ", options_.coordinator,
+            " fell more than 4 GiB behind reading this worker's stream")));
+        return;
+      }
       cluster::FromWorker beat;
       beat.set_heartbeat(true);
       writer_->PostUrgent(std::move(beat));

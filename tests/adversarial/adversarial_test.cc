@@ -20,6 +20,7 @@
 #include "causeway/base/limits.h"
 #include "causeway/base/status_macros.h"
 #include "causeway/cluster/coordinator_server.h"
+#include "causeway/cluster/worker_server.h"
 #include "causeway/transport/grpc/cluster.grpc.pb.h"
 #include "causeway/transport/grpc/grpc_common.h"
 #include "causeway/transport/grpc/wire_codec.h"
@@ -46,7 +47,12 @@ class Peer {
     stream_ = stub_->Connect(&context_);
     reader_ = std::thread([this] {
       cluster::ToClient batch;
-      while (stream_->Read(&batch)) {
+      while (true) {
+        {
+          MutexLock lock(&mu_);
+          mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !paused_; });
+        }
+        if (!stream_->Read(&batch)) break;
         MutexLock lock(&mu_);
         for (const cluster::ClientEvent& e : batch.messages()) {
           if (e.has_reply()) replies_[e.reply().id()].push_back(e.reply());
@@ -59,7 +65,14 @@ class Peer {
   ~Peer() {
     stream_->WritesDone();
     context_.TryCancel();
+    Pause(false);
     reader_.join();
+  }
+
+  // Stops (or resumes) reading what the coordinator sends.
+  void Pause(bool paused) {
+    MutexLock lock(&mu_);
+    paused_ = paused;
   }
 
   // Sends `m` and waits for its (first) reply.
@@ -83,10 +96,12 @@ class Peer {
     absl::StatusOr<cluster::Reply> r = Call(std::move(m));
     return r.ok() ? wire::DecodeStatus(r->status()) : r.status();
   }
-  void Send(cluster::ClientMessage m) {
+  void Send(cluster::ClientMessage m) { ASSERT_TRUE(TrySend(std::move(m))); }
+  // False once the stream is closed.
+  bool TrySend(cluster::ClientMessage m) {
     cluster::ClientBatch batch;
     *batch.add_messages() = std::move(m);
-    ASSERT_TRUE(stream_->Write(batch));
+    return stream_->Write(batch);
   }
 
   ClientId RegisterClient() {
@@ -107,6 +122,7 @@ class Peer {
   Mutex mu_;
   absl::flat_hash_map<uint64_t, std::deque<cluster::Reply>> replies_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool paused_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // Serves an honest client: an all-reduce over both workers.
@@ -594,6 +610,66 @@ double RefusedOnceSettled(const std::string& metrics, const std::string& reason,
     }
     absl::SleepFor(absl::Milliseconds(20));
   }
+}
+
+// A client that stops reading its replies while asking for more is cut off
+// once they pass the coordinator's bound on unread bytes (rather than held
+// in the coordinator's memory without end); other clients are served.
+TEST(BacklogTest, AClientThatStopsReadingIsCutOffAtItsBound) {
+  CoordinatorOptions o;
+  o.token = "client-token";
+  o.worker_token = "worker-token";
+  o.max_unread_client_bytes = size_t{8} << 20;
+  o.metrics_listen = "127.0.0.1:0";
+  ASSERT_OK_AND_ASSIGN(auto coordinator, CoordinatorServer::Start(o));
+  WorkerServerOptions w;
+  w.coordinator = coordinator->address();
+  w.token = o.worker_token;
+  w.devices = 1;
+  w.memory_bytes = int64_t{16} << 20;
+  w.listen = "127.0.0.1:0";
+  w.advertise = "127.0.0.1";
+  ASSERT_OK_AND_ASSIGN(auto worker, WorkerServer::Start(w));
+  const std::string url = "grpc://" + coordinator->address();
+  Peer peer(url, o.token);
+  const ClientId client = peer.RegisterClient();
+  const ArrayId array(ClientIdBase(client) + 1);
+  cluster::ClientMessage put;
+  put.mutable_host()->set_host(worker->host().value());
+  cluster::PutShard& p = *put.mutable_host()->mutable_put_shard();
+  p.set_array(array.value());
+  p.set_owner(client.value());
+  wire::EncodeLiteral(ir::Literal(ir::Shape(ir::DType::kF32, {(1 << 20) / 4})), p.mutable_value());
+  ASSERT_OK(peer.CallStatus(put));
+  // 64 MiB of replies asked for, none read: the coordinator ends the
+  // connection (its metrics count it gone).
+  peer.Pause(true);
+  cluster::ClientMessage fetch;
+  fetch.mutable_host()->set_host(worker->host().value());
+  fetch.mutable_host()->mutable_fetch_shard()->set_array(array.value());
+  for (uint64_t id = 1000; id < 1064; ++id) {
+    fetch.set_id(id);
+    if (!peer.TrySend(fetch)) break;
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  double connections = -1;
+  while (absl::Now() < deadline) {
+    connections = Metric(Scrape(coordinator->metrics_address()), "causeway_client_connections");
+    if (connections == 0) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(connections, 0) << "a client not reading its replies was never cut off";
+  peer.Pause(false);
+  // Another client is served.
+  RemoteClusterOptions ro;
+  ro.address = url;
+  ro.token = o.token;
+  ASSERT_OK_AND_ASSIGN(auto remote, RemoteCluster::Connect(ro));
+  auto honest = Connect(remote.get());
+  ASSERT_OK_AND_ASSIGN(Mesh mesh, honest->AllocateMesh({{"x", 1}}));
+  ASSERT_OK_AND_ASSIGN(Array in, honest->Put(ir::Literal::F32({2}, {1, 2}), mesh, Sharding::Replicated(1)));
+  ASSERT_OK_AND_ASSIGN(ir::Literal v, AwaitOrHang(in.Fetch()));
+  EXPECT_EQ(v.values<float>(), (std::vector<float>{1, 2}));
 }
 
 // One peer address holds at most 64 connections at once: the rest are

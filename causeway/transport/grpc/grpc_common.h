@@ -118,9 +118,22 @@ std::string WorkerTokenFromEnvironment(const std::string& token);
 // port; INVALID_ARGUMENT without a port in 1..65535.
 absl::StatusOr<std::pair<std::string, int>> SplitHostPort(absl::string_view address);
 
+// What a BatchWriter may hold unwritten, and what happens beyond.
+struct WriterLimit {
+  // Bytes queued and not yet taken by the writer thread. A message larger
+  // than this alone is taken once the queue is empty.
+  size_t max_bytes = size_t{1} << 30;
+  // How long a post that would pass `max_bytes` waits for the writer thread
+  // to make room (the peer to read). Zero: it does not wait. Past it the
+  // writer gives up on the stream: it is broken (overflowed() is true),
+  // everything queued is dropped, and its owner ends the stream.
+  absl::Duration wait = absl::ZeroDuration();
+};
+
 // The writing half of one stream. Post() queues a message and returns at
-// once; one thread writes everything queued since its last write as one
-// batch (at most kMaxBatchBytes, unless one message is larger). Thread-safe.
+// once (or, over the writer's limit, waits for room as the limit says); one
+// thread writes everything queued since its last write as one batch (at
+// most kMaxBatchBytes, unless one message is larger). Thread-safe.
 template <typename Batch, typename Message>
 class BatchWriter {
  public:
@@ -128,36 +141,59 @@ class BatchWriter {
 
   // `write` runs on the writer thread and returns false once the stream is
   // broken; the writer then drops everything queued and later posts.
-  explicit BatchWriter(std::function<bool(const Batch&)> write)
-      : write_(std::move(write)), thread_([this] { Loop(); }) {}
+  explicit BatchWriter(std::function<bool(const Batch&)> write, WriterLimit limit = {})
+      : write_(std::move(write)), limit_(limit), thread_([this] { Loop(); }) {}
   BatchWriter(const BatchWriter&) = delete;
   BatchWriter& operator=(const BatchWriter&) = delete;
   ~BatchWriter() { Close(); }
 
-  // False if the writer is closed or the stream broken (the message is dropped).
+  // False if the writer is closed, the stream broken or the writer's limit
+  // passed (the message is dropped).
   bool Post(Message message) {
+    const size_t bytes = message.ByteSizeLong();
     MutexLock lock(&mu_);
-    if (closed_ || broken_) return false;
-    queue_.push_back(std::move(message));
+    if (!RoomLocked(bytes)) return false;
+    queued_bytes_ += bytes;
+    queue_.push_back(Entry{std::move(message), bytes});
     return true;
   }
 
   // Queues every message at once, in order. False (all dropped) as Post.
   bool PostAll(std::vector<Message> messages) {
+    size_t bytes = 0;
+    std::vector<size_t> sizes;
+    sizes.reserve(messages.size());
+    for (const Message& m : messages) bytes += sizes.emplace_back(m.ByteSizeLong());
     MutexLock lock(&mu_);
-    if (closed_ || broken_) return false;
-    for (Message& m : messages) queue_.push_back(std::move(m));
+    if (!RoomLocked(bytes)) return false;
+    queued_bytes_ += bytes;
+    for (size_t i = 0; i < messages.size(); ++i) {
+      queue_.push_back(Entry{std::move(messages[i]), sizes[i]});
+    }
     return true;
   }
 
-  // Queues `message` ahead of everything queued: for messages that carry no
-  // order with the others (heartbeats), so that they wait for at most the
-  // batch being written.
+  // Queues `message` ahead of everything queued: for small messages that
+  // carry no order with the others (heartbeats), so that they wait for at
+  // most the batch being written. Not held to the limit.
   bool PostUrgent(Message message) {
+    const size_t bytes = message.ByteSizeLong();
     MutexLock lock(&mu_);
     if (closed_ || broken_) return false;
-    queue_.push_front(std::move(message));
+    queued_bytes_ += bytes;
+    queue_.push_front(Entry{std::move(message), bytes});
     return true;
+  }
+
+  // Waits up to `timeout` until at most `bytes` are queued; false only if
+  // that timed out (a closed or broken writer has nothing to wait for: its
+  // posts fail). For a caller that pushes back on its own source before
+  // posting, holding no lock.
+  bool AwaitBelow(size_t bytes, absl::Duration timeout) {
+    MutexLock lock(&mu_);
+    return mu_.AwaitWithTimeout([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return closed_ || broken_ || queued_bytes_ <= bytes;
+    }, timeout);
   }
 
   // Writes what is queued, then stops the thread. Idempotent.
@@ -173,8 +209,40 @@ class BatchWriter {
     MutexLock lock(&mu_);
     return broken_;
   }
+  // True once a post passed the writer's limit (the writer is then broken).
+  bool overflowed() const {
+    MutexLock lock(&mu_);
+    return overflowed_;
+  }
+  size_t queued_bytes() const {
+    MutexLock lock(&mu_);
+    return queued_bytes_;
+  }
 
  private:
+  struct Entry {
+    Message message;
+    size_t bytes;
+  };
+
+  // REQUIRES: mu_. Whether `bytes` more may be queued, waiting for room as
+  // the limit says; past it, breaks the writer.
+  bool RoomLocked(size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (closed_ || broken_) return false;
+    auto fits = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return closed_ || broken_ || queued_bytes_ == 0 ||
+             queued_bytes_ + bytes <= limit_.max_bytes;
+    };
+    if (!fits() && limit_.wait > absl::ZeroDuration()) mu_.AwaitWithTimeout(fits, limit_.wait);
+    if (closed_ || broken_) return false;
+    if (fits()) return true;
+    broken_ = true;
+    overflowed_ = true;
+    queue_.clear();
+    queued_bytes_ = 0;
+    return false;
+  }
+
   void Loop() {
     while (true) {
       Batch batch;
@@ -186,25 +254,30 @@ class BatchWriter {
         if (broken_ || queue_.empty()) return;  // closed and drained
         size_t bytes = 0;
         while (!queue_.empty() && (batch.messages_size() == 0 || bytes < kMaxBatchBytes)) {
-          bytes += queue_.front().ByteSizeLong();
-          *batch.add_messages() = std::move(queue_.front());
+          bytes += queue_.front().bytes;
+          *batch.add_messages() = std::move(queue_.front().message);
           queue_.pop_front();
         }
+        queued_bytes_ -= bytes;
       }
       if (!write_(batch)) {
         MutexLock lock(&mu_);
         broken_ = true;
         queue_.clear();
+        queued_bytes_ = 0;
         return;
       }
     }
   }
 
   const std::function<bool(const Batch&)> write_;
+  const WriterLimit limit_;
   mutable Mutex mu_;
-  std::deque<Message> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<Entry> queue_ ABSL_GUARDED_BY(mu_);
+  size_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   bool broken_ ABSL_GUARDED_BY(mu_) = false;
+  bool overflowed_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 
