@@ -41,6 +41,13 @@ using ReplyFn = RemoteReplyFn;
 constexpr size_t kHostBacklogBytes = size_t{256} << 20;
 constexpr absl::Duration kHostBacklogWait = absl::Seconds(30);
 constexpr size_t kMaxHostBacklogBytes = size_t{1} << 30;
+// RESOURCE_EXHAUSTED once a connection has `max` programs registered.
+absl::Status CheckProgramRoom(size_t registered, size_t max, absl::string_view where) {
+  if (registered < max) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "this connection has ", registered, " programs registered ", where, " (at most ", max,
+      "); unregister some, or reconnect"));
+}
 
 struct ClientSession {
   // Replies past `max_unread_bytes` unread end the connection (posts to a
@@ -905,6 +912,10 @@ void CoordinatorServer::Impl::HandleScheduler(ClientSession& session,
       }
       if (status.ok()) status = CheckOwned(session, (*plan)->id.value(), "program");
       if (status.ok()) {
+        status = CheckProgramRoom(session.scheduler_programs.size(),
+                                  options_.max_programs_per_connection, "with schedulers");
+      }
+      if (status.ok()) {
         for (HostId h : (*plan)->hosts) {
           if (Host(h) == nullptr) {
             status = absl::NotFoundError(absl::StrCat("plan names unknown ", h.ToString()));
@@ -1005,6 +1016,10 @@ void CoordinatorServer::Impl::HandleHostCall(ClientSession& session,
       status = CheckOwned(session, call.register_program().id(), "program");
       if (status.ok() && !session.clients.contains(ClientId(call.register_program().client()))) {
         status = absl::PermissionDeniedError("plan of another client");
+      }
+      if (status.ok()) {
+        status = CheckProgramRoom(session.host_programs.size(),
+                                  options_.max_programs_per_connection, "with hosts");
       }
       if (status.ok()) session.host_programs.insert({h, ProgramId(call.register_program().id())});
       break;

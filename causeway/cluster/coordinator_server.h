@@ -46,6 +46,9 @@ struct CoordinatorOptions {
   // Replies a client connection may leave unread; beyond, the client is
   // deemed not to read and its connection is ended.
   size_t max_unread_client_bytes = size_t{1} << 30;
+  // Programs one client connection may have registered at once, with
+  // schedulers and with hosts (each); they are reclaimed when it ends.
+  size_t max_programs_per_connection = 65536;
 };
 
 // Thread-safe.

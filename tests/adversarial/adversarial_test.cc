@@ -672,6 +672,45 @@ TEST(BacklogTest, AClientThatStopsReadingIsCutOffAtItsBound) {
   EXPECT_EQ(v.values<float>(), (std::vector<float>{1, 2}));
 }
 
+// A connection registers at most its bound of programs with hosts (and,
+// likewise, with schedulers); past it registration is refused, naming the
+// bound, and nothing more is forwarded.
+TEST(BacklogTest, AConnectionRegistersAtMostItsBoundOfPrograms) {
+  CoordinatorOptions o;
+  o.token = "client-token";
+  o.worker_token = "worker-token";
+  o.max_programs_per_connection = 2;
+  ASSERT_OK_AND_ASSIGN(auto coordinator, CoordinatorServer::Start(o));
+  WorkerServerOptions w;
+  w.coordinator = coordinator->address();
+  w.token = o.worker_token;
+  w.devices = 1;
+  w.memory_bytes = int64_t{16} << 20;
+  w.listen = "127.0.0.1:0";
+  w.advertise = "127.0.0.1";
+  ASSERT_OK_AND_ASSIGN(auto worker, WorkerServer::Start(w));
+  Peer peer("grpc://" + coordinator->address(), o.token);
+  const ClientId client = peer.RegisterClient();
+  // The plans need not be valid: the coordinator counts before the worker
+  // decodes (and refuses) them.
+  for (int k = 1; k <= 3; ++k) {
+    ProgramPlan plan;
+    plan.id = ProgramId(ClientIdBase(client) + k);
+    plan.client = client;
+    plan.name = "p";
+    cluster::ClientMessage m;
+    m.mutable_host()->set_host(worker->host().value());
+    wire::EncodePlan(plan, m.mutable_host()->mutable_register_program());
+    const absl::Status status = peer.CallStatus(m);
+    if (k <= 2) {
+      EXPECT_NE(status.code(), absl::StatusCode::kResourceExhausted) << status;
+    } else {
+      EXPECT_THAT(status, StatusIs(absl::StatusCode::kResourceExhausted,
+                                   HasSubstr("2 programs registered with hosts (at most 2)")));
+    }
+  }
+}
+
 // One peer address holds at most 64 connections at once: the rest are
 // closed on arrival, and the cluster still serves other peers.
 TEST(ConnectionTest, OnePeerCannotHoldMoreThanItsShareOfConnections) {
