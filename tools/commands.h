@@ -56,6 +56,8 @@ void AddBenchMatmulCommand(CLI::App* bench, int* exit_code);
 void AddBenchDispatchCommands(CLI::App* bench, int* exit_code);
 // `causeway bench pipeline`.
 void AddBenchPipelineCommand(CLI::App* bench, int* exit_code);
+// `causeway bench collective` (tools/bench_collective.cc).
+void AddBenchCollectiveCommand(CLI::App* bench, int* exit_code);
 // `causeway bench lm` (tools/bench_lm.cc).
 void AddBenchLmCommand(CLI::App* bench, int* exit_code);
 // `causeway bench tenancy` (tools/bench_tenancy.cc).
