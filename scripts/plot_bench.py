@@ -4,8 +4,8 @@
     plot_bench.py RESULTS.jsonl OUTDIR
 
 Writes dispatch.png (computations/s per mode and controller), scaling.png
-(chained computations/s against devices), utilization.png (utilisation
-against computation length) and pipeline.png, for whichever of those the
+(chained computations/s against devices), utilization.png (compute fraction,
+and busy time including collective waits, against computation length) and pipeline.png, for whichever of those the
 results contain. Uses Debian's matplotlib (call it with /usr/bin/python3).
 """
 import json
@@ -71,20 +71,26 @@ def plot_scaling(rows, outdir):
 
 
 def plot_utilization(rows, outdir):
+    """Compute fraction (requested computation time / wall time, every
+    device busy with it) against computation length; busy time, which
+    includes time parked in collectives, dashed for comparison."""
     rows = [r for r in rows if r.get("bench") == "utilization"]
     if not rows:
         return
     fig, ax = plt.subplots(figsize=(6, 4))
     for r in rows:
-        pts = [(p["compute_us"], 100 * p["utilization"]) for p in r["rows"]]
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
-                label=f'{r["controller"]} controller')
-    ax.axhline(98, color="red", linestyle="--", linewidth=1)
+        us = [p["compute_us"] for p in r["rows"]]
+        line, = ax.plot(us, [100 * p["compute_fraction"] for p in r["rows"]], marker="o",
+                        label=f'{r["controller"]}: compute fraction')
+        busy = [100 * p.get("busy_fraction_including_collective_waits", p.get("utilization", 0))
+                for p in r["rows"]]
+        ax.plot(us, busy, linestyle="--", color=line.get_color(), linewidth=1,
+                label=f'{r["controller"]}: busy, incl. collective waits')
     ax.set_xscale("log")
     ax.set_xlabel("computation length (us)")
-    ax.set_ylabel("utilisation (%)")
-    ax.set_title(f'Utilisation, {rows[0]["devices"]} devices / {rows[0]["hosts"]} hosts')
-    ax.legend()
+    ax.set_ylabel("% of devices x wall time")
+    ax.set_title(f'Compute fraction, {rows[0]["devices"]} devices / {rows[0]["hosts"]} hosts')
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(os.path.join(outdir, "utilization.png"), dpi=120)
 

@@ -198,7 +198,9 @@ absl::StatusOr<DispatchBenchResult> RunDispatchBench(const DispatchBenchOptions&
   for (const DeviceCounters& c : counters) {
     if (std::find(mesh.begin(), mesh.end(), c.device) != mesh.end()) busy += c.busy_us;
   }
-  result.utilization = busy / (1e6 * result.seconds * o.devices);
+  result.busy_fraction = busy / (1e6 * result.seconds * o.devices);
+  result.compute_fraction =
+      static_cast<double>(result.computations) * o.compute_us / (1e6 * result.seconds);
   bench.client->Disconnect();
   return result;
 }

@@ -43,8 +43,13 @@ struct DispatchBenchResult {
   int64_t computations = 0;
   double seconds = 0;
   double computations_per_second = 0;
-  // Sum of the mesh's device busy time / (devices x wall time).
-  double utilization = 0;
+  // Sum of the mesh's device busy time / (devices x wall time): time in
+  // collectives (waiting for peers) included, so not a measure of work.
+  double busy_fraction = 0;
+  // The requested computation time of every computation run / wall time
+  // (each computation keeps every device of the mesh busy for compute_us):
+  // the useful work done per device-second. 0 when compute_us is 0.
+  double compute_fraction = 0;
   // Hosts the mesh spans.
   int hosts = 0;
 };

@@ -299,7 +299,7 @@ int RunDemo(const DemoOptions& options) {
                        {"island", r.device.island.value()},
                        {"launches", r.stats.launches},
                        {"busy_us", r.stats.busy_us},
-                       {"utilization", util},
+                       {"busy_fraction_including_collective_waits", util},
                        {"memory_peak_bytes", r.memory_peak}});
   }
   if (!options.trace_path.empty()) {
@@ -323,7 +323,10 @@ int RunDemo(const DemoOptions& options) {
     j["dispatch_us_per_step"] = dispatch_us;
     j["max_relative_error"] = std::max(max_err, total_err);
     if (cluster != nullptr) j["dcn_bytes"] = cluster->transport().bytes_sent_between_islands();
-    j["mean_utilization"] = util_sum / std::max<size_t>(1, report.size());
+    // Busy time is what the devices spent in launches, time parked in
+    // collectives waiting for peers included: an upper bound on device work.
+    j["mean_busy_fraction_including_collective_waits"] =
+        util_sum / std::max<size_t>(1, report.size());
     j["devices"] = devices;
     std::printf("%s\n", j.dump().c_str());
   } else {
@@ -346,7 +349,7 @@ int RunDemo(const DemoOptions& options) {
                   (long long)cluster->transport().bytes_sent_between_islands());
     }
     std::printf("%-8s %-6s %-7s %-9s %-10s %s\n", "device", "host", "island", "launches",
-                "busy_ms", "utilisation");
+                "busy_ms", "busy (incl. collective waits)");
     for (const DeviceReport& r : report) {
       std::printf("%-8lld %-6lld %-7lld %-9lld %-10.2f %.1f%%\n", (long long)r.device.id.value(),
                   (long long)r.device.host.value(), (long long)r.device.island.value(),
@@ -370,7 +373,7 @@ void AddDemoCommand(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "demo",
       "Run a two-stage program spanning islands on the embedded cluster, check it against a "
-      "host computation, and report placement, timings and device utilisation");
+      "host computation, and report placement, timings and device busy time");
   cmd->add_option("--islands", demo.islands, "Islands")->check(CLI::Range(1, 64));
   cmd->add_option("--hosts-per-island", demo.hosts_per_island, "Hosts per island")
       ->check(CLI::Range(1, 64));
