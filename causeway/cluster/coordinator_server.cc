@@ -32,15 +32,13 @@ namespace {
 using grpc_transport::BatchWriter;
 using ReplyFn = RemoteReplyFn;
 
-// One client connection (which may carry several clients). `clients` and
-// `programs` belong to the connection's handler thread; the writer is
-// thread-safe.
 // Bytes queued for one worker past which a client's puts wait (their
-// reader pushes back on the client) and how long; and past which the
-// worker is deemed not to read and is dropped.
+// reader pushes back on the client) and how long. (Past
+// RemoteHost::kMaxBacklogBytes the worker is deemed not to read and is
+// dropped.)
 constexpr size_t kHostBacklogBytes = size_t{256} << 20;
 constexpr absl::Duration kHostBacklogWait = absl::Seconds(30);
-constexpr size_t kMaxHostBacklogBytes = size_t{1} << 30;
+
 // RESOURCE_EXHAUSTED once a connection has `max` programs registered.
 absl::Status CheckProgramRoom(size_t registered, size_t max, absl::string_view where) {
   if (registered < max) return absl::OkStatus();
@@ -49,6 +47,9 @@ absl::Status CheckProgramRoom(size_t registered, size_t max, absl::string_view w
       "); unregister some, or reconnect"));
 }
 
+// One client connection (which may carry several clients). `clients` and
+// `programs` belong to the connection's handler thread; the writer is
+// thread-safe.
 struct ClientSession {
   // Replies past `max_unread_bytes` unread end the connection (posts to a
   // client never wait: they come from threads that serve every client).
@@ -419,7 +420,7 @@ void CoordinatorServer::Impl::MonitorLoop() {
       if (silent > options_.heartbeat_timeout) {
         h->Cancel(absl::StrCat("no heartbeat for ", absl::FormatDuration(silent)));
       } else if (h->overflowed()) {
-        h->Cancel(absl::StrCat("it fell more than ", kMaxHostBacklogBytes >> 20,
+        h->Cancel(absl::StrCat("it fell more than ", RemoteHost::kMaxBacklogBytes >> 20,
                                " MiB behind reading its stream"));
       }
     }

@@ -42,7 +42,7 @@ class RemoteHost final : public HostService {
       : id_(id), island_(island), address_(std::move(address)), devices_(std::move(devices)),
         context_(context),
         writer_([stream](const cluster::ToWorkerBatch& b) { return stream->Write(b); },
-                grpc_transport::WriterLimit{size_t{1} << 30, absl::ZeroDuration()}) {
+                grpc_transport::WriterLimit{kMaxBacklogBytes, absl::ZeroDuration()}) {
     MutexLock lock(&mu_);
     last_seen_ = absl::Now();
   }
@@ -54,8 +54,10 @@ class RemoteHost final : public HostService {
   std::string Name() const { return absl::StrCat(id_.ToString(), " (", address_, ")"); }
 
   void Send(cluster::ToWorker message) { writer_.Post(std::move(message)); }
-  // More than 1 GiB queued for the worker: its writer gave up, and the
-  // coordinator's monitor drops the host.
+  // Bytes queued for the worker past which it is deemed not to read.
+  static constexpr size_t kMaxBacklogBytes = size_t{1} << 30;
+  // More than kMaxBacklogBytes queued for the worker: its writer gave up,
+  // and the coordinator's monitor drops the host.
   bool overflowed() const { return writer_.overflowed(); }
   // Waits up to `timeout` for at most `bytes` to be queued for the worker.
   bool AwaitBacklogBelow(size_t bytes, absl::Duration timeout) {
