@@ -114,6 +114,15 @@ void AddCoordinatorCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--metrics", o->metrics_listen,
                   "Serve Prometheus metrics (GET /metrics, plain HTTP, no token) on HOST:PORT "
                   "(port 0: any free one); bind it where only operators reach it");
+  cmd->add_option("--max-connections-per-peer", o->limits.connections.max_connections_per_peer,
+                  "TCP connections one peer address may hold open at once (clients and workers "
+                  "on one machine share its address; plaintext only)")
+      ->check(CLI::Range(1, 65536))
+      ->capture_default_str();
+  cmd->add_option("--max-connections", o->limits.connections.max_connections,
+                  "TCP connections open at once in all (plaintext only)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
   cmd->add_option("--ready-fd", *ready_fd,
                   "Write the bound address (then the metrics address, if any) to this "
                   "descriptor once serving");

@@ -38,7 +38,10 @@ class Server;
 namespace causeway::grpc_transport {
 
 struct ListenerLimits {
-  int max_connections_per_peer = 64;
+  // As many as the coordinator's streams per peer address: every process
+  // on one machine (workers of a local cluster, clients) shares its
+  // address, so a peer is a machine rather than a process.
+  int max_connections_per_peer = 256;
   int max_connections = 8192;
 };
 
