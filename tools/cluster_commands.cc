@@ -344,6 +344,8 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
             dj["launches"] = c.launches;
             dj["failed"] = c.failed;
             dj["busy_s"] = static_cast<double>(c.busy_us) / 1e6;
+            dj["collective_s"] = static_cast<double>(c.collective_us) / 1e6;
+            dj["queued"] = c.queued;
             dj["memory_in_use"] = c.memory_in_use;
             dj["memory_peak"] = c.memory_peak;
             auto b = before.find(d.value());
@@ -351,6 +353,11 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
               dj["busy_fraction"] =
                   std::clamp(static_cast<double>(c.busy_us - b->second->busy_us) / 1e6 / window_s,
                              0.0, 1.0);
+              // Busy time outside collectives: the device's own work.
+              const int64_t own = (c.busy_us - c.collective_us) -
+                                  (b->second->busy_us - b->second->collective_us);
+              dj["compute_fraction"] =
+                  std::clamp(static_cast<double>(own) / 1e6 / window_s, 0.0, 1.0);
             }
           }
           devices.push_back(std::move(dj));
@@ -370,7 +377,9 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
       std::printf("%s: %d device(s) in %zu island(s)", sf->cluster.c_str(), t.num_devices(),
                   t.islands().size());
       if (window_s > 0) {
-        std::printf("; busy = kernels and collective waits over the last %.1f s", window_s);
+        std::printf("; over the last %.1f s: compute = kernels outside collectives, busy = "
+                    "kernels and collective waits",
+                    window_s);
       }
       std::printf("\n");
       for (const auto& i : islands) {
@@ -379,6 +388,9 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
           std::printf("    host %lld\n", static_cast<long long>(h["host"].get<int64_t>()));
           for (const auto& d : h["devices"]) {
             std::printf("      device %lld:", static_cast<long long>(d["device"].get<int64_t>()));
+            if (d.contains("compute_fraction")) {
+              std::printf(" compute %5.1f %%", 100 * d["compute_fraction"].get<double>());
+            }
             if (d.contains("busy_fraction")) {
               std::printf(" busy %5.1f %%", 100 * d["busy_fraction"].get<double>());
             }

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -283,6 +284,7 @@ int RunDemo(const DemoOptions& options) {
       r.stats.launches = c.launches;
       r.stats.failed = c.failed;
       r.stats.busy_us = c.busy_us;
+      r.stats.collective_us = c.collective_us;
       r.memory_in_use = c.memory_in_use;
       r.memory_peak = c.memory_peak;
       report.push_back(r);
@@ -291,14 +293,21 @@ int RunDemo(const DemoOptions& options) {
   const int64_t wall_us = static_cast<int64_t>(seconds * 1e6);
   nlohmann::json devices = nlohmann::json::array();
   double util_sum = 0;
+  double compute_sum = 0;
   for (const DeviceReport& r : report) {
     const double util = wall_us > 0 ? double(r.stats.busy_us) / wall_us : 0;
+    // The device's own work: busy time outside collectives.
+    const int64_t own = r.stats.busy_us - std::clamp<int64_t>(r.stats.collective_us, 0,
+                                                             r.stats.busy_us);
+    const double compute = wall_us > 0 ? double(own) / wall_us : 0;
     util_sum += util;
+    compute_sum += compute;
     devices.push_back({{"device", r.device.id.value()},
                        {"host", r.device.host.value()},
                        {"island", r.device.island.value()},
                        {"launches", r.stats.launches},
                        {"busy_us", r.stats.busy_us},
+                       {"compute_fraction", compute},
                        {"busy_fraction_including_collective_waits", util},
                        {"memory_peak_bytes", r.memory_peak}});
   }
@@ -327,6 +336,8 @@ int RunDemo(const DemoOptions& options) {
     // collectives waiting for peers included: an upper bound on device work.
     j["mean_busy_fraction_including_collective_waits"] =
         util_sum / std::max<size_t>(1, report.size());
+    // Busy time outside collectives / wall time: the devices' own work.
+    j["mean_compute_fraction"] = compute_sum / std::max<size_t>(1, report.size());
     j["devices"] = devices;
     std::printf("%s\n", j.dump().c_str());
   } else {
@@ -348,12 +359,16 @@ int RunDemo(const DemoOptions& options) {
       std::printf("%lld bytes crossed islands\n",
                   (long long)cluster->transport().bytes_sent_between_islands());
     }
-    std::printf("%-8s %-6s %-7s %-9s %-10s %s\n", "device", "host", "island", "launches",
-                "busy_ms", "busy (incl. collective waits)");
+    std::printf("%-8s %-6s %-7s %-9s %-10s %-14s %s\n", "device", "host", "island",
+                "launches", "busy_ms", "compute (own)", "busy (incl. collective waits)");
     for (const DeviceReport& r : report) {
-      std::printf("%-8lld %-6lld %-7lld %-9lld %-10.2f %.1f%%\n", (long long)r.device.id.value(),
-                  (long long)r.device.host.value(), (long long)r.device.island.value(),
-                  (long long)r.stats.launches, r.stats.busy_us / 1000.0,
+      const int64_t own = r.stats.busy_us - std::clamp<int64_t>(r.stats.collective_us, 0,
+                                                               r.stats.busy_us);
+      std::printf("%-8lld %-6lld %-7lld %-9lld %-10.2f %-14s %.1f%%\n",
+                  (long long)r.device.id.value(), (long long)r.device.host.value(),
+                  (long long)r.device.island.value(), (long long)r.stats.launches,
+                  r.stats.busy_us / 1000.0,
+                  absl::StrFormat("%.1f%%", wall_us > 0 ? 100.0 * own / wall_us : 0.0).c_str(),
                   wall_us > 0 ? 100.0 * r.stats.busy_us / wall_us : 0.0);
     }
     std::printf("check against host computation: max relative error %.2e -> %s\n",

@@ -3,6 +3,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <deque>
@@ -179,6 +180,11 @@ class CoordinatorServer::Impl final : public cluster::Coordinator::Service {
   static constexpr int kShareLogReply = 1 << 16;
   Mutex log_mu_;
   std::deque<Accounted> share_log_ ABSL_GUARDED_BY(log_mu_);
+  // Transport totals for clients: read from them, and sent to connections
+  // that have ended (live ones are read from their writers).
+  std::atomic<int64_t> client_bytes_in_{0};
+  std::atomic<int64_t> client_messages_in_{0};
+  grpc_transport::WriterStats ended_sessions_sent_ ABSL_GUARDED_BY(mu_);
   int64_t next_host_ ABSL_GUARDED_BY(mu_) = 0;
   // Lost hosts, oldest first: kept (so that workers and clients learn of the
   // loss and runs naming them fail clearly) up to kMaxLostHosts.
@@ -282,10 +288,18 @@ std::string CoordinatorServer::Impl::Metrics() {
   const std::vector<std::shared_ptr<RemoteHost>> hosts = LiveHosts();
   std::vector<std::pair<IslandId, IslandScheduler*>> schedulers;
   int64_t sessions = 0;
+  grpc_transport::WriterStats to_clients;
   {
     MutexLock lock(&mu_);
     for (const auto& [island, s] : schedulers_) schedulers.emplace_back(island, s.get());
     sessions = static_cast<int64_t>(sessions_.size());
+    to_clients = ended_sessions_sent_;
+    for (const auto& [p, s] : sessions_) {
+      const grpc_transport::WriterStats w = s->writer.stats();
+      to_clients.bytes += w.bytes;
+      to_clients.messages += w.messages;
+      to_clients.queued_bytes += w.queued_bytes;
+    }
   }
   Family islands("causeway_islands", "gauge", "Islands with at least one host.");
   islands.Add({}, static_cast<double>(topology.islands().size()));
@@ -303,6 +317,21 @@ std::string CoordinatorServer::Impl::Metrics() {
                       "TCP connections handed to the server.");
   Family tcp_refused("causeway_tcp_connections_refused_total", "counter",
                      "TCP connections closed on arrival, by reason.");
+  Family bytes_total("causeway_transport_bytes_total", "counter",
+                     "Message bytes the coordinator sent to and read from clients and each worker.");
+  Family messages_total("causeway_transport_messages_total", "counter",
+                        "Messages the coordinator sent to and read from clients and each worker.");
+  Family unread("causeway_client_unread_bytes", "gauge",
+                "Replies queued for clients and not yet written to them.");
+  bytes_total.Add({{"peer", "clients"}, {"direction", "sent"}},
+                  static_cast<double>(to_clients.bytes));
+  bytes_total.Add({{"peer", "clients"}, {"direction", "received"}},
+                  static_cast<double>(client_bytes_in_.load()));
+  messages_total.Add({{"peer", "clients"}, {"direction", "sent"}},
+                     static_cast<double>(to_clients.messages));
+  messages_total.Add({{"peer", "clients"}, {"direction", "received"}},
+                     static_cast<double>(client_messages_in_.load()));
+  unread.Add({}, static_cast<double>(to_clients.queued_bytes));
   if (server_.listener != nullptr) {
     const grpc_transport::ListenerStats l = server_.listener->stats();
     tcp_open.Add({}, static_cast<double>(l.open));
@@ -318,6 +347,8 @@ std::string CoordinatorServer::Impl::Metrics() {
   for (const auto& h : hosts) asked.push_back(h->GetCounters(/*reset=*/false));
   const absl::Time deadline = absl::Now() + absl::Seconds(2);
   Family up("causeway_host_up", "gauge", "1 if the host answered this scrape in time.");
+  Family send_queue("causeway_host_send_queue_bytes", "gauge",
+                    "Messages queued for the host and not yet written to its stream.");
   // Launch and busy counters restart from zero when a client measuring its
   // own run resets them (`causeway demo`, `train lm`): gauges, not counters.
   Family launches("causeway_device_launches", "gauge",
@@ -327,6 +358,14 @@ std::string CoordinatorServer::Impl::Metrics() {
   Family busy("causeway_device_busy_seconds", "gauge",
               "Time the device spent in launches since its counters were last reset, collective "
               "waits included: an upper bound on compute time, not a measure of useful work.");
+  Family collective("causeway_device_collective_seconds", "gauge",
+                    "Of the busy time, the time inside collectives: waiting for peers and "
+                    "exchanging data.");
+  Family compute("causeway_device_compute_seconds", "gauge",
+                 "Busy time outside collectives: the device's own computation since its "
+                 "counters were last reset.");
+  Family queued_launches("causeway_device_queued_launches", "gauge",
+                         "Launches waiting in the device's queue.");
   Family in_use("causeway_device_memory_in_use_bytes", "gauge", "Device memory in use.");
   Family peak("causeway_device_memory_peak_bytes", "gauge", "Most device memory ever in use.");
   Family capacity("causeway_device_memory_capacity_bytes", "gauge", "Device memory in all.");
@@ -337,6 +376,17 @@ std::string CoordinatorServer::Impl::Metrics() {
         asked[i].AwaitWithTimeout(std::max(absl::ZeroDuration(), deadline - absl::Now()));
     const bool answered = c != nullptr && c->ok();
     up.Add({{"island", island}, {"host", host}}, answered ? 1 : 0);
+    const grpc_transport::WriterStats sent = hosts[i]->sent();
+    const auto [received_bytes, received_messages] = hosts[i]->received();
+    send_queue.Add({{"island", island}, {"host", host}}, static_cast<double>(sent.queued_bytes));
+    const std::string peer = absl::StrCat("host ", host);
+    bytes_total.Add({{"peer", peer}, {"direction", "sent"}}, static_cast<double>(sent.bytes));
+    bytes_total.Add({{"peer", peer}, {"direction", "received"}},
+                    static_cast<double>(received_bytes));
+    messages_total.Add({{"peer", peer}, {"direction", "sent"}},
+                       static_cast<double>(sent.messages));
+    messages_total.Add({{"peer", peer}, {"direction", "received"}},
+                       static_cast<double>(received_messages));
     if (!answered) continue;
     for (const DeviceCounters& d : **c) {
       const std::vector<std::pair<const char*, std::string>> labels = {
@@ -344,6 +394,10 @@ std::string CoordinatorServer::Impl::Metrics() {
       launches.Add(labels, static_cast<double>(d.launches));
       failed.Add(labels, static_cast<double>(d.failed));
       busy.Add(labels, static_cast<double>(d.busy_us) / 1e6);
+      const int64_t in_collectives = std::clamp<int64_t>(d.collective_us, 0, d.busy_us);
+      collective.Add(labels, static_cast<double>(in_collectives) / 1e6);
+      compute.Add(labels, static_cast<double>(d.busy_us - in_collectives) / 1e6);
+      queued_launches.Add(labels, static_cast<double>(d.queued));
       in_use.Add(labels, static_cast<double>(d.memory_in_use));
       peak.Add(labels, static_cast<double>(d.memory_peak));
       if (absl::StatusOr<DeviceInfo> info = topology.device(d.device); info.ok()) {
@@ -376,8 +430,9 @@ std::string CoordinatorServer::Impl::Metrics() {
   }
   std::string out;
   for (const Family* f : {&islands, &host_count, &devices, &connections, &tcp_open, &tcp_accepted,
-                          &tcp_refused, &up, &launches, &failed,
-                          &busy, &in_use, &peak, &capacity, &forwarded, &finished, &device_s,
+                          &tcp_refused, &bytes_total, &messages_total, &unread, &up,
+                          &send_queue, &launches, &failed,
+                          &busy, &collective, &compute, &queued_launches, &in_use, &peak, &capacity, &forwarded, &finished, &device_s,
                           &charged_s, &queued, &weight}) {
     f->AppendTo(&out);
   }
@@ -605,6 +660,7 @@ grpc::Status CoordinatorServer::Impl::Join(
   cluster::WorkerBatch batch;
   while (stream->Read(&batch)) {
     host->Touch();
+    host->CountReceived(static_cast<int64_t>(batch.ByteSizeLong()), batch.messages_size());
     for (cluster::FromWorker& m : *batch.mutable_messages()) {
       if (m.has_reply()) {
         host->OnReply(std::move(*m.mutable_reply()));
@@ -651,12 +707,18 @@ grpc::Status CoordinatorServer::Impl::Connect(
   session->writer.Post(std::move(hello));
   cluster::ClientBatch batch;
   while (stream->Read(&batch)) {
+    client_bytes_in_.fetch_add(static_cast<int64_t>(batch.ByteSizeLong()));
+    client_messages_in_.fetch_add(batch.messages_size());
     for (cluster::ClientMessage& m : *batch.mutable_messages()) HandleClient(*session, session, m);
   }
   {
     MutexLock lock(&mu_);
     sessions_.erase(session.get());
     contexts_.erase(std::find(contexts_.begin(), contexts_.end(), context));
+    // What it was sent stays in the totals.
+    const grpc_transport::WriterStats sent = session->writer.stats();
+    ended_sessions_sent_.bytes += sent.bytes;
+    ended_sessions_sent_.messages += sent.messages;
   }
   Reclaim(*session);
   session->writer.Close();

@@ -59,6 +59,18 @@ class RemoteHost final : public HostService {
   // More than kMaxBacklogBytes queued for the worker: its writer gave up,
   // and the coordinator's monitor drops the host.
   bool overflowed() const { return writer_.overflowed(); }
+  // What the coordinator sent the worker, and holds for it.
+  grpc_transport::WriterStats sent() const { return writer_.stats(); }
+  // What it read from the worker (the Join handler counts each batch).
+  void CountReceived(int64_t bytes, int64_t messages) {
+    MutexLock lock(&mu_);
+    received_bytes_ += bytes;
+    received_messages_ += messages;
+  }
+  std::pair<int64_t, int64_t> received() const {
+    MutexLock lock(&mu_);
+    return {received_bytes_, received_messages_};
+  }
   // Waits up to `timeout` for at most `bytes` to be queued for the worker.
   bool AwaitBacklogBelow(size_t bytes, absl::Duration timeout) {
     return writer_.AwaitBelow(bytes, timeout);
@@ -283,6 +295,8 @@ class RemoteHost final : public HostService {
   absl::Status lost_ ABSL_GUARDED_BY(mu_);
   absl::Time last_seen_ ABSL_GUARDED_BY(mu_);
   std::string cancel_reason_ ABSL_GUARDED_BY(mu_);
+  int64_t received_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t received_messages_ ABSL_GUARDED_BY(mu_) = 0;
 };
 }  // namespace causeway
 

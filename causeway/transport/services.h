@@ -66,6 +66,10 @@ struct DeviceCounters {
   int64_t launches = 0;
   int64_t failed = 0;
   int64_t busy_us = 0;  // time spent running kernels
+  // Of busy_us, the time inside collectives (waiting for peers, exchanging
+  // data): busy_us - collective_us is the device's own computation.
+  int64_t collective_us = 0;
+  int64_t queued = 0;  // launches waiting in the device's queue now
   int64_t memory_in_use = 0;
   int64_t memory_peak = 0;
 };

@@ -562,6 +562,7 @@ absl::Status HubCollectives::AllReduce(int index, absl::Span<const std::string> 
                                        ir::ReduceKind kind, const ir::Shape& shape,
                                        void* data) {
   CW_ASSIGN_OR_RETURN(Group g, MakeGroup(index, axes, "all_reduce"));
+  const Timed timed(&micros_);
   return hub_->AllReduce(g.key, mesh_->devices()[position_], g.rank, g.members, shape, kind,
                          data, g.what);
 }
@@ -570,6 +571,7 @@ absl::Status HubCollectives::AllGather(int index, absl::Span<const std::string> 
                                        const ir::Shape& in_shape, const ir::Shape& out_shape,
                                        int64_t dimension, const void* in, void* out) {
   CW_ASSIGN_OR_RETURN(Group g, MakeGroup(index, axes, "all_gather"));
+  const Timed timed(&micros_);
   return hub_->AllGather(g.key, mesh_->devices()[position_], g.rank, g.members, in_shape,
                          out_shape, dimension, in, out, g.what);
 }
@@ -579,6 +581,7 @@ absl::Status HubCollectives::ReduceScatter(int index, absl::Span<const std::stri
                                            const ir::Shape& out_shape, int64_t dimension,
                                            const void* in, void* out) {
   CW_ASSIGN_OR_RETURN(Group g, MakeGroup(index, axes, "reduce_scatter"));
+  const Timed timed(&micros_);
   return hub_->ReduceScatter(g.key, mesh_->devices()[position_], g.rank, g.members, kind,
                              in_shape, out_shape, dimension, in, out, g.what);
 }
@@ -588,6 +591,7 @@ absl::Status HubCollectives::AllToAll(int index, absl::Span<const std::string> a
                                       int64_t split_dimension, int64_t concat_dimension,
                                       const void* in, void* out) {
   CW_ASSIGN_OR_RETURN(Group g, MakeGroup(index, axes, "all_to_all"));
+  const Timed timed(&micros_);
   return hub_->AllToAll(g.key, mesh_->devices()[position_], g.rank, g.members, in_shape,
                         out_shape, split_dimension, concat_dimension, in, out, g.what);
 }
@@ -596,6 +600,7 @@ absl::Status HubCollectives::CollectivePermute(
     int index, absl::Span<const std::string> axes, const ir::Shape& shape,
     absl::Span<const std::pair<int64_t, int64_t>> pairs, const void* in, void* out) {
   CW_ASSIGN_OR_RETURN(Group g, MakeGroup(index, axes, "collective_permute"));
+  const Timed timed(&micros_);
   return hub_->CollectivePermute(g.key, mesh_->devices()[position_], g.rank, g.members,
                                  shape, pairs, in, out, g.what);
 }

@@ -18,6 +18,7 @@
 #ifndef CAUSEWAY_WORKER_COLLECTIVE_HUB_H_
 #define CAUSEWAY_WORKER_COLLECTIVE_HUB_H_
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -268,6 +269,7 @@ class HubCollectives final : public backend::cpu::CollectiveOps {
                                  const void* in, void* out) override;
   // See CollectiveHub::AbortGang.
   void AbortGang(const absl::Status& status) { hub_->AbortGang(run_, node_, status); }
+  int64_t micros_in_collectives() const override { return micros_; }
 
  private:
   CollectiveHub* const hub_;
@@ -276,6 +278,24 @@ class HubCollectives final : public backend::cpu::CollectiveOps {
   const Mesh* const mesh_;  // owned by the program plan, which outlives the launch
   const int position_;
   const absl::string_view function_name_;
+  // Time inside the hub's calls; only the launch's device thread calls.
+  int64_t micros_ = 0;
+
+  // Adds the time from its construction to its end to `*micros`.
+  class Timed {
+   public:
+    explicit Timed(int64_t* micros)
+        : micros_(micros), start_(std::chrono::steady_clock::now()) {}
+    ~Timed() {
+      *micros_ += std::chrono::duration_cast<std::chrono::microseconds>(
+                      std::chrono::steady_clock::now() - start_)
+                      .count();
+    }
+
+   private:
+    int64_t* const micros_;
+    const std::chrono::steady_clock::time_point start_;
+  };
 
   // This device's group over `axes`, its rank in it, and the key and
   // description of collective `index`.

@@ -135,6 +135,7 @@ void DeviceStream::Execute(Launch& launch) {
   }
   // An input's error is already the root cause; pass it on unchanged.
   bool ran = false;
+  int64_t collective_us = 0;
   if (status.ok() && fault_injector_) {
     status = fault_injector_(launch.info);
     ran = true;
@@ -147,6 +148,9 @@ void DeviceStream::Execute(Launch& launch) {
     backend::cpu::RunContext context;
     context.collectives = launch.collectives.get();
     status = launch.executable->Run(in, out, context);
+    if (launch.collectives != nullptr) {
+      collective_us = launch.collectives->micros_in_collectives();
+    }
     launch.scratch.reset();
     launch.scratch_hold.reset();
     ran = true;
@@ -168,6 +172,7 @@ void DeviceStream::Execute(Launch& launch) {
     if (!status.ok()) ++stats_.failed;
     if (ran) {
       stats_.busy_us += end - start;
+      stats_.collective_us += std::min(collective_us, end - start);
       if (stats_.first_start_us < 0) stats_.first_start_us = start;
       stats_.last_end_us = end;
     }
@@ -199,7 +204,9 @@ void DeviceStream::Shutdown() {
 
 DeviceStreamStats DeviceStream::stats() const {
   MutexLock lock(&mu_);
-  return stats_;
+  DeviceStreamStats s = stats_;
+  s.queued = static_cast<int64_t>(queue_.size());
+  return s;
 }
 
 void DeviceStream::ResetStats() {

@@ -86,6 +86,10 @@ struct DeviceStreamStats {
   int64_t launches = 0;
   int64_t failed = 0;
   int64_t busy_us = 0;         // time spent running kernels
+  // Of busy_us, the time inside collectives (waiting for peers and
+  // exchanging data); busy_us - collective_us is the devices' own work.
+  int64_t collective_us = 0;
+  int64_t queued = 0;          // launches waiting in the queue (stats() fills it)
   int64_t first_start_us = -1; // clock micros
   int64_t last_end_us = -1;
 };

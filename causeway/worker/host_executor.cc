@@ -247,6 +247,8 @@ Future<std::vector<DeviceCounters>> HostExecutor::GetCounters(bool reset) {
     c.launches = s.launches;
     c.failed = s.failed;
     c.busy_us = s.busy_us;
+    c.collective_us = s.collective_us;
+    c.queued = s.queued;
     c.memory_in_use = store_.memory(i)->in_use();
     c.memory_peak = store_.memory(i)->peak();
     out.push_back(c);

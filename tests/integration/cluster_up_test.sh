@@ -62,6 +62,18 @@ assert len(caps) == 8 and all(c == 1 << 30 for c in caps), caps
 launches = [v for k, v in values.items() if k.startswith("causeway_device_launches{")]
 busy = [v for k, v in values.items() if k.startswith("causeway_device_busy_seconds{")]
 assert len(launches) == 8 and len(busy) == 8, values
+# Busy time splits into the device's own computation and time in collectives.
+for k, v in values.items():
+    if k.startswith("causeway_device_busy_seconds{"):
+        labels = k[len("causeway_device_busy_seconds"):]
+        own = values["causeway_device_compute_seconds" + labels]
+        waits = values["causeway_device_collective_seconds" + labels]
+        assert own >= 0 and waits >= 0 and abs(own + waits - v) < 1e-5, (k, v, own, waits)
+        assert values["causeway_device_queued_launches" + labels] >= 0
+# Transport totals: clients have been sent replies and read from; every host too.
+assert values['causeway_transport_bytes_total{peer="clients",direction="sent"}'] > 0
+assert values['causeway_transport_bytes_total{peer="clients",direction="received"}'] > 0
+assert sum(1 for k in values if k.startswith("causeway_host_send_queue_bytes{")) == 4
 print(int(sum(launches)), sum(busy) > 0)
 PY
 }

@@ -56,6 +56,11 @@ class CollectiveOps {
       int index, absl::Span<const std::string> axes, const ir::Shape& shape,
       absl::Span<const std::pair<int64_t, int64_t>> source_target_pairs, const void* in,
       void* out);
+
+  // Microseconds spent inside the calls above so far (waiting for peers
+  // and exchanging data): the part of a launch that is not its own
+  // computation. 0 if not measured.
+  virtual int64_t micros_in_collectives() const { return 0; }
 };
 
 // Per-run context given to Executable::Run.

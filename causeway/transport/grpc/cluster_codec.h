@@ -39,6 +39,8 @@ inline void EncodeCounters(const std::vector<DeviceCounters>& counters,
     d.set_launches(c.launches);
     d.set_failed(c.failed);
     d.set_busy_us(c.busy_us);
+    d.set_collective_us(c.collective_us);
+    d.set_queued(c.queued);
     d.set_memory_in_use(c.memory_in_use);
     d.set_memory_peak(c.memory_peak);
   }
@@ -52,6 +54,8 @@ inline std::vector<DeviceCounters> DecodeCounters(const cluster::CounterList& in
     c.launches = d.launches();
     c.failed = d.failed();
     c.busy_us = d.busy_us();
+    c.collective_us = d.collective_us();
+    c.queued = d.queued();
     c.memory_in_use = d.memory_in_use();
     c.memory_peak = d.memory_peak();
     out.push_back(c);

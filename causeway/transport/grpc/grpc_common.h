@@ -130,6 +130,14 @@ struct WriterLimit {
   absl::Duration wait = absl::ZeroDuration();
 };
 
+// What a BatchWriter has handed to its stream, and holds.
+struct WriterStats {
+  int64_t bytes = 0;     // messages' bytes taken for writing
+  int64_t messages = 0;
+  int64_t batches = 0;   // writes
+  int64_t queued_bytes = 0;
+};
+
 // The writing half of one stream. Post() queues a message and returns at
 // once (or, over the writer's limit, waits for room as the limit says); one
 // thread writes everything queued since its last write as one batch (at
@@ -218,6 +226,12 @@ class BatchWriter {
     MutexLock lock(&mu_);
     return queued_bytes_;
   }
+  WriterStats stats() const {
+    MutexLock lock(&mu_);
+    WriterStats s = stats_;
+    s.queued_bytes = static_cast<int64_t>(queued_bytes_);
+    return s;
+  }
 
  private:
   struct Entry {
@@ -259,6 +273,9 @@ class BatchWriter {
           queue_.pop_front();
         }
         queued_bytes_ -= bytes;
+        stats_.bytes += static_cast<int64_t>(bytes);
+        stats_.messages += batch.messages_size();
+        ++stats_.batches;
       }
       if (!write_(batch)) {
         MutexLock lock(&mu_);
@@ -278,6 +295,7 @@ class BatchWriter {
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   bool broken_ ABSL_GUARDED_BY(mu_) = false;
   bool overflowed_ ABSL_GUARDED_BY(mu_) = false;
+  WriterStats stats_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };
 
