@@ -2,6 +2,7 @@
 // causeway/models on a text file, on the embedded cluster or a distributed
 // one. Flag parsing, progress output and wiring only; the model, the data
 // and the training loop live in causeway/models.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -361,17 +362,23 @@ int RunTrainLm(TrainLmFlags f) {
   // Busy time counts a device from launch to finish of each step, so it
   // includes time parked in a collective: an upper bound on kernel time.
   double busy_s = 0;
+  double collective_s = 0;
   int64_t busy_devices = 0;
   if (absl::StatusOr<std::vector<DeviceCounters>> c = ClusterCounters(*conn->connection, false);
       counters && c.ok()) {
     for (const DeviceCounters& d : *c) {
       if (d.launches == 0) continue;
       busy_s += static_cast<double>(d.busy_us) / 1e6;
+      collective_s += static_cast<double>(std::clamp<int64_t>(d.collective_us, 0, d.busy_us)) / 1e6;
       ++busy_devices;
     }
   }
   const double busy_fraction =
       busy_devices > 0 ? busy_s / (static_cast<double>(busy_devices) * wall) : 0.0;
+  // The devices' own work: busy time outside collectives.
+  const double compute_fraction =
+      busy_devices > 0 ? (busy_s - collective_s) / (static_cast<double>(busy_devices) * wall)
+                       : 0.0;
   const models::LmTrainer::LoopTimes& loop = (*trainer)->loop_times();
   const double dispatch_ms =
       loop.steps > 0 ? absl::ToDoubleMilliseconds(loop.dispatch) / static_cast<double>(loop.steps)
@@ -386,6 +393,7 @@ int RunTrainLm(TrainLmFlags f) {
                         {"train_loss", last_eval.train_loss},
                         {"val_loss", last_eval.val_loss},
                         {"devices", devices},
+                        {"device_compute_fraction", compute_fraction},
                         {"device_busy_fraction", busy_fraction},
                         {"dispatch_ms_per_step", dispatch_ms},
                         {"step_ms", train_s * 1e3 / static_cast<double>(std::max<int64_t>(done, 1))}};
@@ -399,10 +407,10 @@ int RunTrainLm(TrainLmFlags f) {
                   static_cast<long long>(last_eval.iteration));
     }
     std::printf("\n");
-    std::printf("per step: %.1f ms; control plane (batch, put, call) %.2f ms; devices busy "
-                "%.1f %% of the wall time (busy includes collective waits)\n",
+    std::printf("per step: %.1f ms; control plane (batch, put, call) %.2f ms; devices computing "
+                "%.1f %% of the wall time, busy %.1f %% (busy includes collective waits)\n",
                 train_s * 1e3 / static_cast<double>(std::max<int64_t>(done, 1)), dispatch_ms,
-                100.0 * busy_fraction);
+                100.0 * compute_fraction, 100.0 * busy_fraction);
   }
   return 0;
 }
