@@ -311,8 +311,7 @@ std::string CoordinatorServer::Impl::Metrics() {
   connections.Add({}, static_cast<double>(sessions));
   // The listener's account of TCP connections (plaintext servers; a TLS
   // server's connections are gRPC's own and not counted here).
-  Family tcp_open("causeway_tcp_connections", "gauge",
-                  "TCP connections open, as of the last connection accepted.");
+  Family tcp_open("causeway_tcp_connections", "gauge", "TCP connections open.");
   Family tcp_accepted("causeway_tcp_connections_accepted_total", "counter",
                       "TCP connections handed to the server.");
   Family tcp_refused("causeway_tcp_connections_refused_total", "counter",

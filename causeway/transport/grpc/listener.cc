@@ -175,7 +175,12 @@ void Listener::Stop() {
 ListenerStats Listener::stats() const {
   MutexLock lock(&mu_);
   ListenerStats s = stats_;
-  s.open = open_;
+  // Closed connections are forgotten lazily (when a limit is near); count
+  // only those whose sockets are still open.
+  s.open = 0;
+  for (const auto& [host, conns] : by_host_) {
+    for (const Conn& c : conns) s.open += StillOpen(c.fd, c.dev, c.ino) ? 1 : 0;
+  }
   return s;
 }
 
