@@ -612,26 +612,44 @@ double RefusedOnceSettled(const std::string& metrics, const std::string& reason,
   }
 }
 
-// A client that stops reading its replies while asking for more is cut off
-// once they pass the coordinator's bound on unread bytes (rather than held
-// in the coordinator's memory without end); other clients are served.
-TEST(BacklogTest, AClientThatStopsReadingIsCutOffAtItsBound) {
-  CoordinatorOptions o;
+// A coordinator (with `o`'s limits and these tokens) and one worker of one
+// device, in this process.
+struct InProcessCluster {
+  std::unique_ptr<CoordinatorServer> coordinator;
+  std::unique_ptr<WorkerServer> worker;
+};
+InProcessCluster StartInProcess(CoordinatorOptions o) {
   o.token = "client-token";
   o.worker_token = "worker-token";
-  o.max_unread_client_bytes = size_t{8} << 20;
-  o.metrics_listen = "127.0.0.1:0";
-  ASSERT_OK_AND_ASSIGN(auto coordinator, CoordinatorServer::Start(o));
+  InProcessCluster c;
+  auto coordinator = CoordinatorServer::Start(o);
+  CW_CHECK_OK(coordinator.status());
+  c.coordinator = std::move(*coordinator);
   WorkerServerOptions w;
-  w.coordinator = coordinator->address();
+  w.coordinator = c.coordinator->address();
   w.token = o.worker_token;
   w.devices = 1;
   w.memory_bytes = int64_t{16} << 20;
   w.listen = "127.0.0.1:0";
   w.advertise = "127.0.0.1";
-  ASSERT_OK_AND_ASSIGN(auto worker, WorkerServer::Start(w));
+  auto worker = WorkerServer::Start(w);
+  CW_CHECK_OK(worker.status());
+  c.worker = std::move(*worker);
+  return c;
+}
+
+// A client that stops reading its replies while asking for more is cut off
+// once they pass the coordinator's bound on unread bytes (rather than held
+// in the coordinator's memory without end); other clients are served.
+TEST(BacklogTest, AClientThatStopsReadingIsCutOffAtItsBound) {
+  CoordinatorOptions o;
+  o.max_unread_client_bytes = size_t{8} << 20;
+  o.metrics_listen = "127.0.0.1:0";
+  InProcessCluster cluster = StartInProcess(o);
+  CoordinatorServer* coordinator = cluster.coordinator.get();
+  WorkerServer* worker = cluster.worker.get();
   const std::string url = "grpc://" + coordinator->address();
-  Peer peer(url, o.token);
+  Peer peer(url, "client-token");
   const ClientId client = peer.RegisterClient();
   const ArrayId array(ClientIdBase(client) + 1);
   cluster::ClientMessage put;
@@ -663,7 +681,7 @@ TEST(BacklogTest, AClientThatStopsReadingIsCutOffAtItsBound) {
   // Another client is served.
   RemoteClusterOptions ro;
   ro.address = url;
-  ro.token = o.token;
+  ro.token = "client-token";
   ASSERT_OK_AND_ASSIGN(auto remote, RemoteCluster::Connect(ro));
   auto honest = Connect(remote.get());
   ASSERT_OK_AND_ASSIGN(Mesh mesh, honest->AllocateMesh({{"x", 1}}));
@@ -677,19 +695,10 @@ TEST(BacklogTest, AClientThatStopsReadingIsCutOffAtItsBound) {
 // bound, and nothing more is forwarded.
 TEST(BacklogTest, AConnectionRegistersAtMostItsBoundOfPrograms) {
   CoordinatorOptions o;
-  o.token = "client-token";
-  o.worker_token = "worker-token";
   o.max_programs_per_connection = 2;
-  ASSERT_OK_AND_ASSIGN(auto coordinator, CoordinatorServer::Start(o));
-  WorkerServerOptions w;
-  w.coordinator = coordinator->address();
-  w.token = o.worker_token;
-  w.devices = 1;
-  w.memory_bytes = int64_t{16} << 20;
-  w.listen = "127.0.0.1:0";
-  w.advertise = "127.0.0.1";
-  ASSERT_OK_AND_ASSIGN(auto worker, WorkerServer::Start(w));
-  Peer peer("grpc://" + coordinator->address(), o.token);
+  InProcessCluster cluster = StartInProcess(o);
+  WorkerServer* worker = cluster.worker.get();
+  Peer peer("grpc://" + cluster.coordinator->address(), "client-token");
   const ClientId client = peer.RegisterClient();
   // The plans need not be valid: the coordinator counts before the worker
   // decodes (and refuses) them.
