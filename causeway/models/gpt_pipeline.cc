@@ -406,6 +406,35 @@ absl::Status GptPipeline::CompileStages() {
   return absl::OkStatus();
 }
 
+absl::Status GptPipeline::TraceStageParams(ProgramBuilder& pb,
+                                           std::vector<std::vector<TracedArray>>& group) const {
+  const std::vector<ParamSpec> specs = GptParams(config_);
+  group.assign(options_.stages, {});
+  for (int64_t s = 0; s < options_.stages; ++s) {
+    for (int id : stage_params_[s]) {
+      CW_ASSIGN_OR_RETURN(TracedArray a, pb.Parameter(Shape(DType::kF32, specs[id].dims),
+                                                      meshes_[s], ParamSharding(specs[id])));
+      group[s].push_back(std::move(a));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GptPipeline::TraceBatches(ProgramBuilder& pb, std::vector<TracedArray>& tokens,
+                                       std::vector<TracedArray>& targets) const {
+  const Shape batch_shape(DType::kI32, {micro_rows_, config_.context});
+  for (int64_t mb = 0; mb < options_.microbatches; ++mb) {
+    CW_ASSIGN_OR_RETURN(TracedArray x, pb.Parameter(batch_shape, meshes_[0], BatchSharding()));
+    tokens.push_back(std::move(x));
+  }
+  for (int64_t mb = 0; mb < options_.microbatches; ++mb) {
+    CW_ASSIGN_OR_RETURN(TracedArray y,
+                        pb.Parameter(batch_shape, meshes_[options_.stages - 1], BatchSharding()));
+    targets.push_back(std::move(y));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status GptPipeline::TraceStep() {
   const int64_t S = options_.stages;
   const int64_t M = options_.microbatches;
@@ -416,30 +445,14 @@ absl::Status GptPipeline::TraceStep() {
   };
   // Program parameters: per stage params, m, v, accumulator zeros; the zero
   // loss; hyper; each micro-batch's tokens and targets.
-  std::vector<std::vector<TracedArray>> p(S), m(S), v(S), acc(S);
-  for (auto* group : {&p, &m, &v, &acc}) {
-    for (int64_t s = 0; s < S; ++s) {
-      for (int id : stage_params_[s]) {
-        CW_ASSIGN_OR_RETURN(TracedArray a, param(Shape(DType::kF32, specs[id].dims), s,
-                                                  ParamSharding(specs[id])));
-        (*group)[s].push_back(std::move(a));
-      }
-    }
-  }
+  std::vector<std::vector<TracedArray>> p, m, v, acc;
+  for (auto* group : {&p, &m, &v, &acc}) CW_RETURN_IF_ERROR(TraceStageParams(pb, *group));
   CW_ASSIGN_OR_RETURN(TracedArray loss_acc,
                       param(Shape(DType::kF32, {}), S - 1, Sharding::Replicated(0)));
   CW_ASSIGN_OR_RETURN(TracedArray hyper,
                       param(Shape(DType::kF32, {2}), 0, Sharding::Replicated(1)));
-  const Shape batch_shape(DType::kI32, {micro_rows_, config_.context});
   std::vector<TracedArray> tokens, targets;
-  for (int64_t mb = 0; mb < M; ++mb) {
-    CW_ASSIGN_OR_RETURN(TracedArray x, param(batch_shape, 0, BatchSharding()));
-    tokens.push_back(std::move(x));
-  }
-  for (int64_t mb = 0; mb < M; ++mb) {
-    CW_ASSIGN_OR_RETURN(TracedArray y, param(batch_shape, S - 1, BatchSharding()));
-    targets.push_back(std::move(y));
-  }
+  CW_RETURN_IF_ERROR(TraceBatches(pb, tokens, targets));
 
   // The calls, in the schedule's order.
   std::vector<std::vector<TracedArray>> inputs(S, std::vector<TracedArray>(M));  // stage inputs
@@ -519,27 +532,12 @@ absl::Status GptPipeline::TraceEval() {
   const int64_t M = options_.microbatches;
   const std::vector<ParamSpec> specs = GptParams(config_);
   ProgramBuilder pb = client_->NewProgram("gpt_pipeline_eval");
-  std::vector<std::vector<TracedArray>> p(S);
-  for (int64_t s = 0; s < S; ++s) {
-    for (int id : stage_params_[s]) {
-      CW_ASSIGN_OR_RETURN(TracedArray a, pb.Parameter(Shape(DType::kF32, specs[id].dims),
-                                                      meshes_[s], ParamSharding(specs[id])));
-      p[s].push_back(std::move(a));
-    }
-  }
+  std::vector<std::vector<TracedArray>> p;
+  CW_RETURN_IF_ERROR(TraceStageParams(pb, p));
   CW_ASSIGN_OR_RETURN(TracedArray loss_acc, pb.Parameter(Shape(DType::kF32, {}), meshes_[S - 1],
                                                          Sharding::Replicated(0)));
-  const Shape batch_shape(DType::kI32, {micro_rows_, config_.context});
   std::vector<TracedArray> tokens, targets;
-  for (int64_t mb = 0; mb < M; ++mb) {
-    CW_ASSIGN_OR_RETURN(TracedArray x, pb.Parameter(batch_shape, meshes_[0], BatchSharding()));
-    tokens.push_back(std::move(x));
-  }
-  for (int64_t mb = 0; mb < M; ++mb) {
-    CW_ASSIGN_OR_RETURN(TracedArray y,
-                        pb.Parameter(batch_shape, meshes_[S - 1], BatchSharding()));
-    targets.push_back(std::move(y));
-  }
+  CW_RETURN_IF_ERROR(TraceBatches(pb, tokens, targets));
   for (int64_t mb = 0; mb < M; ++mb) {
     TracedArray x = tokens[mb];
     for (int64_t s = 0; s < S - 1; ++s) {

@@ -107,6 +107,14 @@ class GptPipeline final : public LmStepEngine {
   absl::Status CompileStages();
   absl::Status TraceStep();
   absl::Status TraceEval();
+  // Program parameters both programs take, in this order where used: one
+  // per parameter of every stage, on the stage's mesh (`group[s]`); then,
+  // after the caller's scalars, every micro-batch's tokens (first stage)
+  // and targets (last stage).
+  absl::Status TraceStageParams(ProgramBuilder& pb,
+                                std::vector<std::vector<TracedArray>>& group) const;
+  absl::Status TraceBatches(ProgramBuilder& pb, std::vector<TracedArray>& tokens,
+                            std::vector<TracedArray>& targets) const;
   // Appends each micro-batch's inputs (on the first stage) and targets (on
   // the last) to `args`.
   absl::Status PutMicrobatches(const TokenBatch& batch, std::vector<Array>& args);
