@@ -344,7 +344,7 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
             dj["launches"] = c.launches;
             dj["failed"] = c.failed;
             dj["busy_s"] = static_cast<double>(c.busy_us) / 1e6;
-            dj["collective_s"] = static_cast<double>(c.collective_us) / 1e6;
+            dj["collective_s"] = static_cast<double>(c.busy_us - c.compute_us()) / 1e6;
             dj["queued"] = c.queued;
             dj["memory_in_use"] = c.memory_in_use;
             dj["memory_peak"] = c.memory_peak;
@@ -354,8 +354,7 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
                   std::clamp(static_cast<double>(c.busy_us - b->second->busy_us) / 1e6 / window_s,
                              0.0, 1.0);
               // Busy time outside collectives: the device's own work.
-              const int64_t own = (c.busy_us - c.collective_us) -
-                                  (b->second->busy_us - b->second->collective_us);
+              const int64_t own = c.compute_us() - b->second->compute_us();
               dj["compute_fraction"] =
                   std::clamp(static_cast<double>(own) / 1e6 / window_s, 0.0, 1.0);
             }

@@ -284,7 +284,7 @@ int RunDemo(const DemoOptions& options) {
       r.stats.launches = c.launches;
       r.stats.failed = c.failed;
       r.stats.busy_us = c.busy_us;
-      r.stats.collective_us = c.collective_us;
+      r.stats.collective_us = c.busy_us - c.compute_us();  // clamped into range
       r.memory_in_use = c.memory_in_use;
       r.memory_peak = c.memory_peak;
       report.push_back(r);
@@ -297,9 +297,7 @@ int RunDemo(const DemoOptions& options) {
   for (const DeviceReport& r : report) {
     const double util = wall_us > 0 ? double(r.stats.busy_us) / wall_us : 0;
     // The device's own work: busy time outside collectives.
-    const int64_t own = r.stats.busy_us - std::clamp<int64_t>(r.stats.collective_us, 0,
-                                                             r.stats.busy_us);
-    const double compute = wall_us > 0 ? double(own) / wall_us : 0;
+    const double compute = wall_us > 0 ? double(r.stats.compute_us()) / wall_us : 0;
     util_sum += util;
     compute_sum += compute;
     devices.push_back({{"device", r.device.id.value()},
@@ -362,8 +360,7 @@ int RunDemo(const DemoOptions& options) {
     std::printf("%-8s %-6s %-7s %-9s %-10s %-14s %s\n", "device", "host", "island",
                 "launches", "busy_ms", "compute (own)", "busy (incl. collective waits)");
     for (const DeviceReport& r : report) {
-      const int64_t own = r.stats.busy_us - std::clamp<int64_t>(r.stats.collective_us, 0,
-                                                               r.stats.busy_us);
+      const int64_t own = r.stats.compute_us();
       std::printf("%-8lld %-6lld %-7lld %-9lld %-10.2f %-14s %.1f%%\n",
                   (long long)r.device.id.value(), (long long)r.device.host.value(),
                   (long long)r.device.island.value(), (long long)r.stats.launches,

@@ -369,7 +369,7 @@ int RunTrainLm(TrainLmFlags f) {
     for (const DeviceCounters& d : *c) {
       if (d.launches == 0) continue;
       busy_s += static_cast<double>(d.busy_us) / 1e6;
-      collective_s += static_cast<double>(std::clamp<int64_t>(d.collective_us, 0, d.busy_us)) / 1e6;
+      collective_s += static_cast<double>(d.busy_us - d.compute_us()) / 1e6;
       ++busy_devices;
     }
   }

@@ -393,9 +393,8 @@ std::string CoordinatorServer::Impl::Metrics() {
       launches.Add(labels, static_cast<double>(d.launches));
       failed.Add(labels, static_cast<double>(d.failed));
       busy.Add(labels, static_cast<double>(d.busy_us) / 1e6);
-      const int64_t in_collectives = std::clamp<int64_t>(d.collective_us, 0, d.busy_us);
-      collective.Add(labels, static_cast<double>(in_collectives) / 1e6);
-      compute.Add(labels, static_cast<double>(d.busy_us - in_collectives) / 1e6);
+      collective.Add(labels, static_cast<double>(d.busy_us - d.compute_us()) / 1e6);
+      compute.Add(labels, static_cast<double>(d.compute_us()) / 1e6);
       queued_launches.Add(labels, static_cast<double>(d.queued));
       in_use.Add(labels, static_cast<double>(d.memory_in_use));
       peak.Add(labels, static_cast<double>(d.memory_peak));
@@ -658,8 +657,7 @@ grpc::Status CoordinatorServer::Impl::Join(
 
   cluster::WorkerBatch batch;
   while (stream->Read(&batch)) {
-    host->Touch();
-    host->CountReceived(static_cast<int64_t>(batch.ByteSizeLong()), batch.messages_size());
+    host->Touch(static_cast<int64_t>(batch.ByteSizeLong()), batch.messages_size());
     for (cluster::FromWorker& m : *batch.mutable_messages()) {
       if (m.has_reply()) {
         host->OnReply(std::move(*m.mutable_reply()));

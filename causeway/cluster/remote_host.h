@@ -61,12 +61,7 @@ class RemoteHost final : public HostService {
   bool overflowed() const { return writer_.overflowed(); }
   // What the coordinator sent the worker, and holds for it.
   grpc_transport::WriterStats sent() const { return writer_.stats(); }
-  // What it read from the worker (the Join handler counts each batch).
-  void CountReceived(int64_t bytes, int64_t messages) {
-    MutexLock lock(&mu_);
-    received_bytes_ += bytes;
-    received_messages_ += messages;
-  }
+  // What it read from the worker (Touch counts each batch).
   std::pair<int64_t, int64_t> received() const {
     MutexLock lock(&mu_);
     return {received_bytes_, received_messages_};
@@ -147,9 +142,13 @@ class RemoteHost final : public HostService {
     return lost_;
   }
 
-  void Touch() {
+  // A batch of `bytes` and `messages` came from the worker: it is alive,
+  // and the transport totals count it.
+  void Touch(int64_t bytes = 0, int64_t messages = 0) {
     MutexLock lock(&mu_);
     last_seen_ = absl::Now();
+    received_bytes_ += bytes;
+    received_messages_ += messages;
   }
   absl::Time last_seen() const {
     MutexLock lock(&mu_);

@@ -70,6 +70,10 @@ struct DeviceCounters {
   // data): busy_us - collective_us is the device's own computation.
   int64_t collective_us = 0;
   int64_t queued = 0;  // launches waiting in the device's queue now
+  // busy_us outside collectives (a peer's figures are clamped into range).
+  int64_t compute_us() const {
+    return busy_us - std::clamp<int64_t>(collective_us, 0, std::max<int64_t>(busy_us, 0));
+  }
   int64_t memory_in_use = 0;
   int64_t memory_peak = 0;
 };

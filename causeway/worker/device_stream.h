@@ -90,6 +90,8 @@ struct DeviceStreamStats {
   // exchanging data); busy_us - collective_us is the devices' own work.
   int64_t collective_us = 0;
   int64_t queued = 0;          // launches waiting in the queue (stats() fills it)
+  // The device's own work: busy_us outside collectives.
+  int64_t compute_us() const { return busy_us - collective_us; }
   int64_t first_start_us = -1; // clock micros
   int64_t last_end_us = -1;
 };

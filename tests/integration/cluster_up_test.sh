@@ -70,6 +70,10 @@ for k, v in values.items():
         waits = values["causeway_device_collective_seconds" + labels]
         assert own >= 0 and waits >= 0 and abs(own + waits - v) < 1e-5, (k, v, own, waits)
         assert values["causeway_device_queued_launches" + labels] >= 0
+# The demo all-reduces on island 0: its devices' time in collectives comes
+# through from the workers.
+assert sum(v for k, v in values.items()
+           if k.startswith('causeway_device_collective_seconds{island="0"')) > 0
 # Transport totals: clients have been sent replies and read from; every host too.
 assert values['causeway_transport_bytes_total{peer="clients",direction="sent"}'] > 0
 assert values['causeway_transport_bytes_total{peer="clients",direction="received"}'] > 0

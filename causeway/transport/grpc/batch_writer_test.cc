@@ -60,12 +60,12 @@ TEST(BatchWriterTest, APostPastTheLimitThatMayNotWaitGivesUpTheStream) {
     gate.AwaitStarted(1);  // the first is being written; the rest queue
     EXPECT_TRUE(writer.Post(Piece(400)));
     EXPECT_TRUE(writer.Post(Piece(400)));
-    EXPECT_GT(writer.queued_bytes(), 800u);
+    EXPECT_GT(writer.stats().queued_bytes, 800);
     EXPECT_FALSE(writer.overflowed());
     EXPECT_FALSE(writer.Post(Piece(400)));  // would pass 1000
     EXPECT_TRUE(writer.overflowed());
     EXPECT_TRUE(writer.broken());
-    EXPECT_EQ(writer.queued_bytes(), 0u);  // dropped
+    EXPECT_EQ(writer.stats().queued_bytes, 0);  // dropped
     EXPECT_FALSE(writer.Post(Piece(1)));
     gate.Permit(100);
   }

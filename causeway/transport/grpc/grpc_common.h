@@ -222,10 +222,6 @@ class BatchWriter {
     MutexLock lock(&mu_);
     return overflowed_;
   }
-  size_t queued_bytes() const {
-    MutexLock lock(&mu_);
-    return queued_bytes_;
-  }
   WriterStats stats() const {
     MutexLock lock(&mu_);
     WriterStats s = stats_;
