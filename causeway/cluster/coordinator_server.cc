@@ -368,6 +368,13 @@ std::string CoordinatorServer::Impl::Metrics() {
   Family in_use("causeway_device_memory_in_use_bytes", "gauge", "Device memory in use.");
   Family peak("causeway_device_memory_peak_bytes", "gauge", "Most device memory ever in use.");
   Family capacity("causeway_device_memory_capacity_bytes", "gauge", "Device memory in all.");
+  Family client_memory("causeway_client_memory_bytes", "gauge",
+                       "Device memory granted to the client's arrays and running launches.");
+  Family client_waiting("causeway_client_memory_waiting_bytes", "gauge",
+                        "Device memory the client asked for and has not been granted yet "
+                        "(over its quota, or the device full).");
+  Family client_arrays("causeway_client_arrays", "gauge",
+                       "The client's arrays with a shard on the device.");
   for (size_t i = 0; i < hosts.size(); ++i) {
     const std::string island = absl::StrCat(hosts[i]->island().value());
     const std::string host = absl::StrCat(hosts[i]->id().value());
@@ -401,6 +408,13 @@ std::string CoordinatorServer::Impl::Metrics() {
       if (absl::StatusOr<DeviceInfo> info = topology.device(d.device); info.ok()) {
         capacity.Add(labels, static_cast<double>(info->memory_bytes));
       }
+      for (const ClientUsage& u : d.clients) {
+        std::vector<std::pair<const char*, std::string>> by_client = labels;
+        by_client.emplace_back("client", absl::StrCat(u.client.value()));
+        client_memory.Add(by_client, static_cast<double>(u.memory_bytes));
+        client_waiting.Add(by_client, static_cast<double>(u.waiting_bytes));
+        client_arrays.Add(by_client, static_cast<double>(u.arrays));
+      }
     }
   }
 
@@ -430,7 +444,8 @@ std::string CoordinatorServer::Impl::Metrics() {
   for (const Family* f : {&islands, &host_count, &devices, &connections, &tcp_open, &tcp_accepted,
                           &tcp_refused, &bytes_total, &messages_total, &unread, &up,
                           &send_queue, &launches, &failed,
-                          &busy, &collective, &compute, &queued_launches, &in_use, &peak, &capacity, &forwarded, &finished, &device_s,
+                          &busy, &collective, &compute, &queued_launches, &in_use, &peak, &capacity, &client_memory,
+                          &client_waiting, &client_arrays, &forwarded, &finished, &device_s,
                           &charged_s, &queued, &weight}) {
     f->AppendTo(&out);
   }
@@ -1118,7 +1133,12 @@ void CoordinatorServer::Impl::HandleHostCall(ClientSession& session,
       }
       break;
     case cluster::HostCall::kGetCounters:
-      break;  // counters name no client's data
+      // Counters name no client's data; the per-client view does.
+      if (call.by_client()) {
+        status = absl::PermissionDeniedError(
+            "per-client usage is read through the coordinator's metrics, not by clients");
+      }
+      break;
     case cluster::HostCall::kSetQuota:
       status = absl::PermissionDeniedError(
           "memory quotas are set by the coordinator (a client's share), not by clients");

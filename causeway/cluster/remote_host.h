@@ -249,6 +249,7 @@ class RemoteHost final : public HostService {
   Future<std::vector<DeviceCounters>> GetCounters(bool reset) override {
     cluster::HostCall call;
     call.set_get_counters(reset);
+    call.set_by_client(true);  // the coordinator's own view: every client's usage
     return Call(std::move(call)).Then(
         [](const absl::StatusOr<cluster::Reply>& r)
             -> absl::StatusOr<std::vector<DeviceCounters>> {

@@ -366,9 +366,10 @@ void WorkerServer::Impl::HandleCall(uint64_t id, cluster::HostCall& call) {
       break;
     case cluster::HostCall::kGetCounters:
       executor_->GetCounters(call.get_counters())
-          .OnReady([this, id](const absl::StatusOr<std::vector<DeviceCounters>>& counters) {
+          .OnReady([this, id, by_client = call.by_client()](
+                       const absl::StatusOr<std::vector<DeviceCounters>>& counters) {
             Reply(id, counters.status(), [&](cluster::Reply& r) {
-              grpc_transport::EncodeCounters(*counters, r.mutable_counters());
+              grpc_transport::EncodeCounters(*counters, by_client, r.mutable_counters());
             });
           });
       break;

@@ -182,6 +182,30 @@ int64_t DeviceMemory::quota(ClientId owner) const {
   return it == owners_.end() ? 0 : it->second.quota;
 }
 
+std::vector<DeviceMemory::OwnerUsage> DeviceMemory::Usage() const {
+  MutexLock lock(&mu_);
+  absl::flat_hash_map<ClientId, int64_t> waiting;
+  for (const Waiter& w : waiting_) {
+    if (w.owner.valid()) waiting[w.owner] += w.bytes;
+  }
+  std::vector<OwnerUsage> out;
+  out.reserve(owners_.size());
+  for (const auto& [owner, o] : owners_) {
+    OwnerUsage u;
+    u.owner = owner;
+    auto w = waiting.find(owner);
+    // admitted counts the owner's waiters in waiting_, not its over-quota line.
+    u.waiting = w == waiting.end() ? 0 : w->second;
+    u.in_use = o.admitted - u.waiting;
+    for (const Waiter& q : o.over_quota) u.waiting += q.bytes;
+    u.quota = o.quota;
+    if (u.in_use != 0 || u.waiting != 0) out.push_back(u);
+  }
+  std::sort(out.begin(), out.end(),
+            [](const OwnerUsage& a, const OwnerUsage& b) { return a.owner < b.owner; });
+  return out;
+}
+
 int64_t DeviceMemory::admitted(ClientId owner) const {
   MutexLock lock(&mu_);
   auto it = owners_.find(owner);

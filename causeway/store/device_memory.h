@@ -97,6 +97,15 @@ class DeviceMemory {
   // Bytes granted to `owner` or waiting for the device on its behalf.
   int64_t admitted(ClientId owner) const;
 
+  // Each owner's bytes on the device now (owners with none are left out).
+  struct OwnerUsage {
+    ClientId owner;
+    int64_t in_use = 0;   // granted
+    int64_t waiting = 0;  // requested and not yet granted (quota or device full)
+    int64_t quota = 0;    // 0: none
+  };
+  std::vector<OwnerUsage> Usage() const;
+
   // Fails every waiting reservation with CANCELLED and every later one too.
   void Shutdown();
 

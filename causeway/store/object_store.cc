@@ -77,6 +77,18 @@ int ObjectStore::num_shards() const {
   return static_cast<int>(shards_.size());
 }
 
+std::vector<absl::flat_hash_map<ClientId, int64_t>> ObjectStore::ShardsByOwner() const {
+  std::vector<absl::flat_hash_map<ClientId, int64_t>> out(memories_.size());
+  absl::flat_hash_map<DeviceId, size_t> local;
+  for (size_t i = 0; i < memories_.size(); ++i) local[memories_[i]->device()] = i;
+  MutexLock lock(&mu_);
+  for (const auto& [key, buffer] : shards_) {
+    auto it = local.find(buffer->device());
+    if (it != local.end()) ++out[it->second][buffer->owner()];
+  }
+  return out;
+}
+
 int64_t ObjectStore::memory_in_use() const {
   int64_t total = 0;
   for (const auto& m : memories_) total += m->in_use();

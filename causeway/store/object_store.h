@@ -61,6 +61,8 @@ class ObjectStore {
   int ReleaseOwner(ClientId owner);
 
   int num_shards() const;
+  // For each local device, how many shards each owner holds on it.
+  std::vector<absl::flat_hash_map<ClientId, int64_t>> ShardsByOwner() const;
   // Sum of in_use() over this host's devices.
   int64_t memory_in_use() const;
   void Shutdown();

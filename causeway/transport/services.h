@@ -61,6 +61,14 @@ struct SpmdLoop {
 absl::Status CheckSpmdLoopRange(int64_t id_base, int64_t first, int64_t count);
 
 // One device's counters, as its host reports them.
+// One client's part of a device.
+struct ClientUsage {
+  ClientId client;
+  int64_t memory_bytes = 0;   // granted to the client's buffers and launches
+  int64_t waiting_bytes = 0;  // requested, not yet granted (quota or memory full)
+  int64_t arrays = 0;         // its arrays with a shard on the device
+};
+
 struct DeviceCounters {
   DeviceId device;
   int64_t launches = 0;
@@ -76,6 +84,8 @@ struct DeviceCounters {
   }
   int64_t memory_in_use = 0;
   int64_t memory_peak = 0;
+  // Every client with memory or arrays on the device, by id.
+  std::vector<ClientUsage> clients;
 };
 
 // A host: its executor and object store. Thread-safe.

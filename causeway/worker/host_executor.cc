@@ -5,6 +5,7 @@
 #include <tuple>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "causeway/base/check.h"
 #include "causeway/base/limits.h"
@@ -239,6 +240,7 @@ Future<Unit> HostExecutor::DriveSpmd(const SpmdLoop& loop) {
 
 Future<std::vector<DeviceCounters>> HostExecutor::GetCounters(bool reset) {
   std::vector<DeviceCounters> out;
+  const std::vector<absl::flat_hash_map<ClientId, int64_t>> shards = store_.ShardsByOwner();
   for (int i = 0; i < num_devices(); ++i) {
     const DeviceStreamStats s = streams_[i]->stats();
     if (reset) streams_[i]->ResetStats();
@@ -251,7 +253,20 @@ Future<std::vector<DeviceCounters>> HostExecutor::GetCounters(bool reset) {
     c.queued = s.queued;
     c.memory_in_use = store_.memory(i)->in_use();
     c.memory_peak = store_.memory(i)->peak();
-    out.push_back(c);
+    absl::flat_hash_map<ClientId, ClientUsage> by_client;
+    for (const DeviceMemory::OwnerUsage& u : store_.memory(i)->Usage()) {
+      ClientUsage& cu = by_client[u.owner];
+      cu.memory_bytes = u.in_use;
+      cu.waiting_bytes = u.waiting;
+    }
+    for (const auto& [client, n] : shards[i]) by_client[client].arrays = n;
+    for (auto& [client, cu] : by_client) {
+      cu.client = client;
+      c.clients.push_back(cu);
+    }
+    std::sort(c.clients.begin(), c.clients.end(),
+              [](const ClientUsage& a, const ClientUsage& b) { return a.client < b.client; });
+    out.push_back(std::move(c));
   }
   return Future<std::vector<DeviceCounters>>::Ready(std::move(out));
 }

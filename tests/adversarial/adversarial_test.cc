@@ -17,6 +17,8 @@
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
 #include "causeway/base/limits.h"
 #include "causeway/base/status_macros.h"
 #include "causeway/cluster/coordinator_server.h"
@@ -688,6 +690,64 @@ TEST(BacklogTest, AClientThatStopsReadingIsCutOffAtItsBound) {
   ASSERT_OK_AND_ASSIGN(Array in, honest->Put(ir::Literal::F32({2}, {1, 2}), mesh, Sharding::Replicated(1)));
   ASSERT_OK_AND_ASSIGN(ir::Literal v, AwaitOrHang(in.Fetch()));
   EXPECT_EQ(v.values<float>(), (std::vector<float>{1, 2}));
+}
+
+// Sum of every sample of metric `name` whose labels include `label`.
+double SumOf(const std::string& text, const std::string& name, const std::string& label) {
+  double total = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (!absl::StartsWith(line, name + "{") || !absl::StrContains(line, label)) continue;
+    const size_t space = line.rfind(' ');
+    total += std::strtod(std::string(line.substr(space + 1)).c_str(), nullptr);
+  }
+  return total;
+}
+
+// The metrics name each client's device memory and arrays; a client cannot
+// read that view of other clients through a host call of its own.
+TEST(MetricsTest, EachClientsMemoryAndArraysAreMeteredAndOnlyTheCoordinatorReadsThem) {
+  CoordinatorOptions o;
+  o.metrics_listen = "127.0.0.1:0";
+  InProcessCluster cluster = StartInProcess(o);
+  const std::string url = "grpc://" + cluster.coordinator->address();
+  RemoteClusterOptions ro;
+  ro.address = url;
+  ro.token = "client-token";
+  ASSERT_OK_AND_ASSIGN(auto remote, RemoteCluster::Connect(ro));
+  auto client = Connect(remote.get());
+  ASSERT_OK_AND_ASSIGN(Mesh mesh, client->AllocateMesh({{"x", 1}}));
+  std::vector<Array> held;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_OK_AND_ASSIGN(Array a, client->Put(ir::Literal(ir::Shape(ir::DType::kF32, {1 << 18})),
+                                              mesh, Sharding::Replicated(1)));
+    ASSERT_OK(AwaitOrHang(a.Fetch()).status());
+    held.push_back(std::move(a));
+  }
+  const std::string who = absl::StrCat("client=\"", client->id().value(), "\"");
+  std::string text = Scrape(cluster.coordinator->metrics_address());
+  EXPECT_EQ(SumOf(text, "causeway_client_arrays", who), 3) << text;
+  EXPECT_EQ(SumOf(text, "causeway_client_memory_bytes", who), 3 << 20) << text;
+  EXPECT_EQ(SumOf(text, "causeway_client_memory_waiting_bytes", who), 0) << text;
+
+  // Released, they leave the metrics (the release reaches the host
+  // asynchronously: read until it has, for at most 20 s).
+  held.clear();
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (SumOf(text, "causeway_client_arrays", who) != 0 && absl::Now() < deadline) {
+    text = Scrape(cluster.coordinator->metrics_address());
+  }
+  EXPECT_EQ(SumOf(text, "causeway_client_arrays", who), 0) << text;
+  EXPECT_EQ(SumOf(text, "causeway_client_memory_bytes", who), 0) << text;
+
+  Peer peer(url, "client-token");
+  peer.RegisterClient();
+  cluster::ClientMessage ask;
+  ask.mutable_host()->set_host(cluster.worker->host().value());
+  ask.mutable_host()->set_get_counters(false);
+  ASSERT_OK(peer.CallStatus(ask));
+  ask.mutable_host()->set_by_client(true);
+  EXPECT_THAT(peer.CallStatus(ask),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("per-client")));
 }
 
 // A connection registers at most its bound of programs with hosts (and,

@@ -31,7 +31,8 @@ inline SpmdLoop DecodeSpmdLoop(const cluster::SpmdLoop& in) {
   return loop;
 }
 
-inline void EncodeCounters(const std::vector<DeviceCounters>& counters,
+// `by_client`: with each device's per-client usage.
+inline void EncodeCounters(const std::vector<DeviceCounters>& counters, bool by_client,
                            cluster::CounterList* out) {
   for (const DeviceCounters& c : counters) {
     cluster::DeviceCounters& d = *out->add_devices();
@@ -43,6 +44,14 @@ inline void EncodeCounters(const std::vector<DeviceCounters>& counters,
     d.set_queued(c.queued);
     d.set_memory_in_use(c.memory_in_use);
     d.set_memory_peak(c.memory_peak);
+    if (!by_client) continue;
+    for (const ClientUsage& u : c.clients) {
+      cluster::ClientUsage& w = *d.add_clients();
+      w.set_client(u.client.value());
+      w.set_memory_bytes(u.memory_bytes);
+      w.set_waiting_bytes(u.waiting_bytes);
+      w.set_arrays(u.arrays);
+    }
   }
 }
 
@@ -58,7 +67,15 @@ inline std::vector<DeviceCounters> DecodeCounters(const cluster::CounterList& in
     c.queued = d.queued();
     c.memory_in_use = d.memory_in_use();
     c.memory_peak = d.memory_peak();
-    out.push_back(c);
+    for (const cluster::ClientUsage& w : d.clients()) {
+      ClientUsage u;
+      u.client = ClientId(w.client());
+      u.memory_bytes = w.memory_bytes();
+      u.waiting_bytes = w.waiting_bytes();
+      u.arrays = w.arrays();
+      c.clients.push_back(u);
+    }
+    out.push_back(std::move(c));
   }
   return out;
 }
