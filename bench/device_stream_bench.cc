@@ -14,7 +14,7 @@
 #include "causeway/store/buffer.h"
 #include "causeway/store/device_memory.h"
 #include "causeway/worker/device_stream.h"
-#include "causeway/worker/trace.h"
+#include "causeway/base/trace.h"
 
 namespace causeway {
 namespace {

@@ -140,9 +140,6 @@ int RunDemo(const DemoOptions& options) {
     cluster = std::move(*cluster_or);
     connection = cluster.get();
   } else {
-    if (!options.trace_path.empty()) {
-      return Usage("--trace needs the embedded cluster");
-    }
     RemoteClusterOptions ro;
     ro.address = options.cluster;
     ro.timeout = absl::Seconds(options.timeout_s);
@@ -237,6 +234,8 @@ int RunDemo(const DemoOptions& options) {
     cluster->trace().Clear();
   } else if (auto reset = ClusterCounters(*connection, /*reset=*/true); !reset.ok()) {
     return Fail(reset.status());
+  } else if (!options.trace_path.empty()) {
+    if (absl::Status s = remote->StartTrace(); !s.ok()) return Fail(s);
   }
 
   const auto start = Clock::now();
@@ -310,9 +309,13 @@ int RunDemo(const DemoOptions& options) {
                        {"memory_peak_bytes", r.memory_peak}});
   }
   if (!options.trace_path.empty()) {
-    if (absl::Status s = cluster->trace().WriteChromeJson(options.trace_path); !s.ok()) {
-      return Fail(s);
+    // A distributed cluster's events come from every worker and the
+    // coordinator, collected through it (docs/DEPLOYMENT.md, "Traces").
+    if (remote != nullptr) {
+      if (absl::Status s = remote->CollectTrace(); !s.ok()) return Fail(s);
     }
+    TraceRecorder& trace = remote != nullptr ? remote->trace() : cluster->trace();
+    if (absl::Status s = trace.WriteChromeJson(options.trace_path); !s.ok()) return Fail(s);
   }
   if (options.json) {
     nlohmann::json j;
@@ -405,7 +408,9 @@ void AddDemoCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--dcn-gbps", demo.dcn_gbps,
                   "Emulated bandwidth between islands, Gbit/s (0: unlimited)")
       ->check(CLI::NonNegativeNumber)->check(Finite());
-  cmd->add_option("--trace", demo.trace_path, "Write a Chrome trace (Perfetto) to FILE");
+  cmd->add_option("--trace", demo.trace_path,
+                  "Write a Chrome trace (Perfetto) of the timed runs to FILE (with --cluster: "
+                  "collected from every worker and the coordinator)");
   cmd->add_flag("--json", demo.json, "Print one JSON object instead of text");
   cmd->add_option("--cluster", demo.cluster,
                   "local (the embedded cluster) or grpc://HOST:PORT of a running cluster "
@@ -424,7 +429,7 @@ void AddDemoCommand(CLI::App& app, int* exit_code) {
     // refused rather than silently ignored.
     if (options->cluster != "local") {
       for (const char* flag : {"--islands", "--hosts-per-island", "--devices-per-host",
-                               "--memory", "--dcn-latency-us", "--dcn-gbps", "--trace"}) {
+                               "--memory", "--dcn-latency-us", "--dcn-gbps"}) {
         if (cmd->count(flag) > 0) {
           *exit_code = Usage(absl::StrCat(flag, " applies to the embedded cluster only; with "
                                           "--cluster the running cluster decides"));

@@ -79,6 +79,9 @@ absl::StatusOr<Connection> Connect(const std::string& cluster, int64_t devices, 
     if (!r.ok()) return r.status();
     c.remote = *std::move(r);
     connection = c.remote.get();
+    if (trace) {
+      if (absl::Status s = c.remote->StartTrace(); !s.ok()) return s;
+    }
   }
   ClientOptions options;
   options.share = share;
@@ -217,9 +220,6 @@ int RunTrainLm(TrainLmFlags f) {
     if (!c.ok()) return Fail(cmd, c.status());
     resume = std::make_unique<models::LmCheckpoint>(*std::move(c));
   }
-  if (!f.trace_path.empty() && f.cluster != "local") {
-    return Usage(cmd, "--trace needs the embedded cluster");
-  }
   absl::StatusOr<Connection> conn = Connect(f.cluster, o.layout.devices(), f.hosts, f.timeout_s,
                                             f.share, multi_mesh_cluster.get(),
                                             !f.trace_path.empty());
@@ -351,10 +351,13 @@ int RunTrainLm(TrainLmFlags f) {
   if (!f.trace_path.empty()) {
     // Every step's launches, waits and transfers (with each piece's time in
     // flight between hosts and islands), tracks named by island, host and
-    // device.
-    if (absl::Status s = conn->local->trace().WriteChromeJson(f.trace_path); !s.ok()) {
-      return Fail(cmd, s);
+    // device; on a distributed cluster, collected from every worker and
+    // the coordinator, with the schedulers' and this client's tracks.
+    if (conn->remote != nullptr) {
+      if (absl::Status s = conn->remote->CollectTrace(); !s.ok()) return Fail(cmd, s);
     }
+    TraceRecorder& trace = conn->remote != nullptr ? conn->remote->trace() : conn->local->trace();
+    if (absl::Status s = trace.WriteChromeJson(f.trace_path); !s.ok()) return Fail(cmd, s);
     if (!f.json) std::printf("trace written to %s (open in Perfetto)\n", f.trace_path.c_str());
   }
   const double wall = Seconds(Clock::now() - start);
@@ -507,8 +510,9 @@ void AddTrainLmCommand(CLI::App* train, int* exit_code) {
                  "cluster: emulated data-center network)")
       ->check(CLI::Range(1, 64));
   lm->add_option("--trace", f->trace_path,
-                 "Write a Chrome trace (Perfetto) of the run to FILE (embedded cluster; keep "
-                 "--iters small: every launch is recorded)");
+                 "Write a Chrome trace (Perfetto) of the run to FILE (with --cluster: collected "
+                 "from every worker and the coordinator; keep --iters small: every launch is "
+                 "recorded)");
   lm->add_option("--dcn-latency-us", f->dcn_latency_us,
                  "Embedded cluster, --islands > 1: one-way latency between islands")
       ->check(CLI::Range(0.0, 1e7));

@@ -6,6 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "causeway/base/check.h"
+#include "causeway/base/clock.h"
+#include "causeway/base/trace.h"
 #include "causeway/base/status_macros.h"
 #include "causeway/ir/verifier.h"
 
@@ -248,6 +250,10 @@ absl::StatusOr<std::vector<Array>> ClientCore::Call(const CompiledFunction& func
 
 absl::Status ClientCore::Submit(const RunRequest& run, const ProgramPlan& plan,
                                 std::function<void(const absl::Status&)> forwarded) {
+  if (TraceRecorder* trace = cluster_->client_trace(); trace != nullptr && trace->enabled()) {
+    trace->Record(TraceEvent{TraceKind::kSubmit, HostId(), DeviceId(), run.run, -1, plan.name,
+                             Clock::Real()->NowMicros()});
+  }
   if (options_.scheduling == SchedulerPath::kIslandScheduler) {
     return cluster_->SubmitRun(run, plan.islands, std::move(forwarded));
   }

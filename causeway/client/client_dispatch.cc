@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "causeway/base/check.h"
+#include "causeway/base/clock.h"
+#include "causeway/base/trace.h"
 #include "causeway/client/client_core.h"
 
 namespace causeway::internal {
@@ -339,9 +341,15 @@ void ClientCore::SendBatch(std::vector<OutboxItem>& batch) {
     std::vector<RunRequest> runs;
     runs.reserve(group.size());
     auto settlers = std::make_shared<std::vector<std::unique_ptr<OnceSettler>>>();
+    TraceRecorder* trace = cluster_->client_trace();
+    const int64_t now_us = trace != nullptr && trace->enabled() ? Clock::Real()->NowMicros() : 0;
     for (OutboxItem* item : group) {
       runs.push_back(item->run);
       settlers->push_back(std::make_unique<OnceSettler>(std::move(item->submitted)));
+      if (now_us != 0) {
+        trace->Record(TraceEvent{TraceKind::kSubmit, HostId(), DeviceId(), item->run.run, -1,
+                                 item->plan->name, now_us});
+      }
     }
     const std::vector<absl::Status> statuses = scheduler->SubmitRuns(
         std::move(runs),

@@ -17,6 +17,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "causeway/base/check.h"
+#include "causeway/base/clock.h"
+#include "causeway/base/trace.h"
 #include "causeway/base/limits.h"
 #include "causeway/base/status_macros.h"
 #include "causeway/cluster/remote_host.h"
@@ -72,6 +74,8 @@ struct ClientSession {
   // Ended for not reading its replies (the monitor's; under the
   // coordinator's lock).
   bool cancelled = false;
+  // Tracing its runs (TraceRequest START; the session's reader thread's).
+  bool tracing = false;
 };
 
 }  // namespace
@@ -132,6 +136,11 @@ class CoordinatorServer::Impl final : public cluster::Coordinator::Service {
   void HandleHostCall(ClientSession& session, const std::shared_ptr<ClientSession>& shared,
                       uint64_t id, cluster::HostCall& call);
   void Reclaim(ClientSession& session);
+  // Tracing (cluster::TraceRequest): a connection's runs' events from every
+  // host and scheduler; hosts record while any connection traces.
+  void HandleTrace(ClientSession& session, uint64_t id, const cluster::TraceRequest& request);
+  void EndTrace(ClientSession& session);
+  void SetHostsTracing(bool on);
   // Records `client`'s share and applies it to every scheduler and host.
   absl::Status SetShare(ClientId client, const cluster::ClientShare& share);
   // A worker's reports of runs it finished, for its island's scheduler.
@@ -160,6 +169,8 @@ class CoordinatorServer::Impl final : public cluster::Coordinator::Service {
   // Serialises submissions of runs that span islands.
   Mutex multi_island_mu_;
 
+  // The island schedulers' tracks; recording while any session traces.
+  TraceRecorder trace_{false, size_t{1} << 19};
   Mutex mu_;
   absl::flat_hash_map<HostId, std::shared_ptr<RemoteHost>> hosts_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<IslandId, std::unique_ptr<IslandScheduler>> schedulers_ ABSL_GUARDED_BY(mu_);
@@ -193,6 +204,7 @@ class CoordinatorServer::Impl final : public cluster::Coordinator::Service {
   // Open Connect and Join streams per peer address.
   absl::flat_hash_map<std::string, int> streams_by_peer_ ABSL_GUARDED_BY(mu_);
   int64_t next_device_ ABSL_GUARDED_BY(mu_) = 0;
+  int tracing_sessions_ ABSL_GUARDED_BY(mu_) = 0;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 };
 
@@ -640,6 +652,7 @@ grpc::Status CoordinatorServer::Impl::Join(
       IslandSchedulerOptions so;
       so.island = island;
       so.policy = SchedulingPolicy::kProportionalShare;
+      so.trace = &trace_;
       so.on_run_accounted = [this](ClientId client, int64_t device_us, int launches) {
         timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);
@@ -663,6 +676,12 @@ grpc::Status CoordinatorServer::Impl::Join(
     // Quotas of clients already connected hold on the new host too.
     for (const auto& [client, share] : shares_) {
       if (share.memory_quota_bytes > 0) host->SetMemoryQuota(client, share.memory_quota_bytes);
+    }
+    // So does a trace in progress.
+    if (tracing_sessions_ > 0) {
+      cluster::TraceCall start;
+      start.set_enable(true);
+      host->Trace(start);
     }
   }
   CW_LOG(kInfo) << host->Name() << " joined " << island.ToString() << " with " << hello.devices()
@@ -732,6 +751,7 @@ grpc::Status CoordinatorServer::Impl::Connect(
     ended_sessions_sent_.bytes += sent.bytes;
     ended_sessions_sent_.messages += sent.messages;
   }
+  EndTrace(*session);
   Reclaim(*session);
   session->writer.Close();
   return grpc::Status::OK;
@@ -774,6 +794,143 @@ absl::Status CoordinatorServer::Impl::SetShare(ClientId client, const cluster::C
   for (IslandScheduler* s : schedulers) s->SetShare(client, share);
   for (const auto& h : LiveHosts()) h->SetMemoryQuota(client, share.memory_quota_bytes);
   return absl::OkStatus();
+}
+
+namespace {
+// Waits for every answer until one shared deadline; the unanswered are
+// DEADLINE_EXCEEDED.
+template <typename T>
+std::vector<absl::StatusOr<T>> AwaitAll(const std::vector<std::shared_ptr<RemoteHost>>& hosts,
+                                        const std::vector<Future<T>>& asked,
+                                        absl::Time deadline) {
+  std::vector<absl::StatusOr<T>> out;
+  for (size_t i = 0; i < asked.size(); ++i) {
+    const absl::StatusOr<T>* r =
+        asked[i].AwaitWithTimeout(std::max(absl::ZeroDuration(), deadline - absl::Now()));
+    if (r == nullptr) {
+      out.push_back(absl::DeadlineExceededError(
+          absl::StrCat(hosts[i]->Name(), " did not answer the trace request in time")));
+    } else {
+      out.push_back(*r);
+    }
+  }
+  return out;
+}
+}  // namespace
+
+void CoordinatorServer::Impl::SetHostsTracing(bool on) {
+  cluster::TraceCall call;
+  call.set_enable(on);
+  const std::vector<std::shared_ptr<RemoteHost>> hosts = LiveHosts();
+  std::vector<Future<cluster::Reply>> asked;
+  for (const auto& h : hosts) asked.push_back(h->Trace(call));
+  // Started once every host answered (or 10 s passed): what the client
+  // runs next is recorded everywhere.
+  AwaitAll(hosts, asked, absl::Now() + absl::Seconds(10));
+}
+
+void CoordinatorServer::Impl::EndTrace(ClientSession& session) {
+  if (!session.tracing) return;
+  session.tracing = false;
+  bool last = false;
+  {
+    MutexLock lock(&mu_);
+    last = --tracing_sessions_ == 0;
+  }
+  if (!last) return;
+  trace_.SetEnabled(false);
+  trace_.Clear();
+  SetHostsTracing(false);
+}
+
+void CoordinatorServer::Impl::HandleTrace(ClientSession& session, uint64_t id,
+                                          const cluster::TraceRequest& request) {
+  switch (request.op()) {
+    case cluster::TraceRequest::START: {
+      if (!session.tracing) {
+        session.tracing = true;
+        bool first = false;
+        {
+          MutexLock lock(&mu_);
+          first = tracing_sessions_++ == 0;
+        }
+        if (first) {
+          trace_.SetEnabled(true);
+          SetHostsTracing(true);
+        }
+      }
+      ReplyTo(session, id, absl::OkStatus());
+      return;
+    }
+    case cluster::TraceRequest::STOP:
+      EndTrace(session);
+      ReplyTo(session, id, absl::OkStatus());
+      return;
+    case cluster::TraceRequest::COLLECT:
+      break;
+    default:
+      ReplyTo(session, id, absl::InvalidArgumentError(
+                               absl::StrCat("unknown trace request ", request.op())));
+      return;
+  }
+  if (!session.tracing) {
+    ReplyTo(session, id, absl::FailedPreconditionError("no trace was started on this connection"));
+    return;
+  }
+  // This connection's runs' events from every host, each moved onto this
+  // clock, and the schedulers' own; at most kPerHost from each a round.
+  constexpr int kPerHost = 1 << 14;
+  const std::vector<ClientId> clients(session.clients.begin(), session.clients.end());
+  cluster::TraceCall call;
+  call.set_collect(true);
+  call.set_max_events(kPerHost);
+  for (ClientId c : clients) call.add_clients(c.value());
+  const std::vector<std::shared_ptr<RemoteHost>> hosts = LiveHosts();
+  // Each answer with the time it arrived.
+  using Timed = std::pair<cluster::Reply, int64_t>;
+  std::vector<Future<Timed>> asked;
+  std::vector<int64_t> asked_us;
+  for (const auto& h : hosts) {
+    asked_us.push_back(Clock::Real()->NowMicros());
+    asked.push_back(h->Trace(call).Then(
+        [](const absl::StatusOr<cluster::Reply>& r) -> absl::StatusOr<Timed> {
+          if (!r.ok()) return r.status();
+          return Timed{*r, Clock::Real()->NowMicros()};
+        }));
+  }
+  const std::vector<absl::StatusOr<Timed>> answers =
+      AwaitAll(hosts, asked, absl::Now() + absl::Seconds(10));
+  cluster::TraceEvents out;
+  bool more = false;
+  int64_t dropped = trace_.dropped();
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    if (!answers[i].ok()) {
+      CW_LOG(kWarning) << "trace collection: " << answers[i].status();
+      continue;
+    }
+    const cluster::TraceEvents& got = answers[i]->first.trace();
+    absl::StatusOr<std::vector<TraceEvent>> events = grpc_transport::DecodeTraceEvents(
+        got, grpc_transport::ClockShift(asked_us[i], answers[i]->second, got.now_us()));
+    if (!events.ok()) {
+      CW_LOG(kWarning) << hosts[i]->Name() << " sent a malformed trace: " << events.status();
+      continue;
+    }
+    for (TraceEvent& e : *events) {
+      // A host speaks for itself only.
+      if (e.host != hosts[i]->id() || IsSchedulerEvent(e.kind) || IsClientEvent(e.kind)) continue;
+      grpc_transport::EncodeTraceEvent(e, out.add_events());
+    }
+    more = more || got.more();
+    dropped += std::max<int64_t>(0, got.dropped());
+  }
+  bool scheduler_more = false;
+  for (const TraceEvent& e : trace_.Take(clients, kPerHost, &scheduler_more)) {
+    grpc_transport::EncodeTraceEvent(e, out.add_events());
+  }
+  out.set_more(more || scheduler_more);
+  out.set_dropped(dropped);
+  out.set_now_us(Clock::Real()->NowMicros());
+  ReplyTo(session, id, absl::OkStatus(), [&](cluster::Reply& r) { *r.mutable_trace() = std::move(out); });
 }
 
 void CoordinatorServer::Impl::RunsDone(RemoteHost& host, const cluster::RunsDone& done) {
@@ -961,6 +1118,9 @@ void CoordinatorServer::Impl::HandleClient(ClientSession& session,
     case cluster::ClientMessage::kHost:
       HandleHostCall(session, shared, id, *message.mutable_host());
       return;
+    case cluster::ClientMessage::kTrace:
+      HandleTrace(session, id, message.trace());
+      return;
     case cluster::ClientMessage::BODY_NOT_SET:
       ReplyTo(session, id, absl::InvalidArgumentError("empty client message"));
       return;
@@ -1142,6 +1302,11 @@ void CoordinatorServer::Impl::HandleHostCall(ClientSession& session,
     case cluster::HostCall::kSetQuota:
       status = absl::PermissionDeniedError(
           "memory quotas are set by the coordinator (a client's share), not by clients");
+      break;
+    case cluster::HostCall::kTrace:
+      status = absl::PermissionDeniedError(
+          "hosts' traces are started and collected through the coordinator (a trace request), "
+          "which hands a connection its own runs' events only");
       break;
     case cluster::HostCall::kDriveSpmd: {
       const cluster::SpmdLoop& l = call.drive_spmd();

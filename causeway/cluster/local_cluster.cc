@@ -80,6 +80,8 @@ LocalCluster::LocalCluster(const LocalClusterOptions& options)
     so.policy = options.scheduling;
     so.run_ahead = options.run_ahead;
     so.on_run_accounted = options.on_run_accounted;
+    so.trace = &trace_;
+    so.clock = options.clock;
     schedulers_.push_back(std::make_unique<IslandScheduler>(std::move(so)));
   }
   resources_ = std::make_unique<ResourceManager>(std::move(topology));

@@ -17,7 +17,7 @@
 #include "causeway/transport/inproc/inproc_transport.h"
 #include "causeway/worker/collective_hub.h"
 #include "causeway/worker/host_executor.h"
-#include "causeway/worker/trace.h"
+#include "causeway/base/trace.h"
 
 namespace causeway {
 
@@ -69,6 +69,7 @@ class LocalCluster final : public ClusterConnection {
                      std::vector<ArrayId> arrays) override;
   absl::Status SetClientShare(ClientId client, const ClientShare& share) override;
   void DropClient(ClientId client) override;
+  TraceRecorder* client_trace() override { return &trace_; }
   IslandScheduler* island_scheduler(IslandId island);
 
   ResourceManager& resource_manager() { return *resources_; }

@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "causeway/base/check.h"
+#include "causeway/base/clock.h"
 #include "causeway/base/status_macros.h"
 #include "causeway/cluster/cluster_file.h"
 #include "causeway/transport/grpc/cluster.grpc.pb.h"
@@ -609,5 +610,53 @@ absl::Status RemoteCluster::WaitForTopology(const std::function<bool(const Topol
 }
 
 absl::Status RemoteCluster::status() const { return impl_->status(); }
+
+namespace {
+cluster::ClientMessage TraceMessage(cluster::TraceRequest::Op op) {
+  cluster::ClientMessage m;
+  m.mutable_trace()->set_op(op);
+  return m;
+}
+}  // namespace
+
+absl::Status RemoteCluster::StartTrace() {
+  CW_RETURN_IF_ERROR(
+      ReplyStatus(impl_->CallAndWait(TraceMessage(cluster::TraceRequest::START), "StartTrace")));
+  trace_.SetEnabled(true);
+  return absl::OkStatus();
+}
+
+absl::Status RemoteCluster::StopTrace() {
+  trace_.SetEnabled(false);
+  return ReplyStatus(impl_->CallAndWait(TraceMessage(cluster::TraceRequest::STOP), "StopTrace"));
+}
+
+absl::Status RemoteCluster::CollectTrace() {
+  // Rounds of at most 16,384 events a host, until none are left; bounded,
+  // in case a misbehaving coordinator always says there are more.
+  constexpr int kMaxRounds = 4096;
+  for (int round = 0; round < kMaxRounds; ++round) {
+    const int64_t asked_us = Clock::Real()->NowMicros();
+    CW_ASSIGN_OR_RETURN(cluster::Reply r, impl_->CallAndWait(
+                                              TraceMessage(cluster::TraceRequest::COLLECT),
+                                              "CollectTrace"));
+    const int64_t answered_us = Clock::Real()->NowMicros();
+    CW_ASSIGN_OR_RETURN(std::vector<TraceEvent> events,
+                        grpc_transport::DecodeTraceEvents(
+                            r.trace(), grpc_transport::ClockShift(asked_us, answered_us,
+                                                                  r.trace().now_us())));
+    trace_.Merge(std::move(events));
+    if (!r.trace().more()) break;
+  }
+  const Topology topology = impl_->topology();
+  for (IslandId island : topology.islands()) {
+    absl::StatusOr<IslandInfo> info = topology.island(island);
+    if (!info.ok()) continue;
+    for (HostId h : info->hosts) {
+      trace_.NameHost(h, absl::StrCat("island ", island.value(), " / host ", h.value()));
+    }
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace causeway

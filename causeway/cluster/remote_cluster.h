@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "causeway/base/trace.h"
 #include "causeway/transport/grpc/grpc_common.h"
 #include "causeway/transport/services.h"
 
@@ -80,11 +81,26 @@ class RemoteCluster final : public ClusterConnection {
   // UNAVAILABLE once the connection to the coordinator is gone.
   absl::Status status() const;
 
+  // Tracing (docs/DEPLOYMENT.md, "Traces"). StartTrace: every host and
+  // island scheduler records from when it returns, and this connection's
+  // clients record the runs they submit. CollectTrace moves what the
+  // cluster recorded of this connection's runs (no other connection's) into
+  // trace(), on this process's clock, with the hosts' tracks named; call it
+  // once the runs of interest finished. StopTrace ends this connection's
+  // part (so does disconnecting): hosts stop recording when no connection
+  // traces.
+  absl::Status StartTrace();
+  absl::Status CollectTrace();
+  absl::Status StopTrace();
+  TraceRecorder& trace() { return trace_; }
+  TraceRecorder* client_trace() override { return &trace_; }
+
   class Impl;
 
  private:
   explicit RemoteCluster(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
+  TraceRecorder trace_{false};
 };
 
 // Strips "grpc://"; INVALID_ARGUMENT unless what remains is HOST:PORT.

@@ -246,6 +246,12 @@ class RemoteHost final : public HostService {
           return Unit{};
         });
   }
+  // Starts, stops or collects the host's trace (cluster::TraceCall).
+  Future<cluster::Reply> Trace(const cluster::TraceCall& trace) {
+    cluster::HostCall call;
+    *call.mutable_trace() = trace;
+    return Call(std::move(call));
+  }
   Future<std::vector<DeviceCounters>> GetCounters(bool reset) override {
     cluster::HostCall call;
     call.set_get_counters(reset);

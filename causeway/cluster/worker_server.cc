@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "causeway/base/check.h"
+#include "causeway/base/clock.h"
 #include "causeway/base/limits.h"
 #include "causeway/base/status_macros.h"
 #include "causeway/cluster/data_plane.h"
@@ -14,7 +15,7 @@
 #include "causeway/transport/grpc/wire_codec.h"
 #include "causeway/worker/collective_hub.h"
 #include "causeway/worker/host_executor.h"
-#include "causeway/worker/trace.h"
+#include "causeway/base/trace.h"
 
 namespace causeway {
 
@@ -190,7 +191,9 @@ absl::Status WorkerServer::Impl::Start() {
   ho.device_memory_bytes = options_.memory_bytes;
   ho.memory_stall_timeout = options_.memory_stall_timeout;
   ho.input_timeout = options_.input_timeout;
-  trace_ = std::make_unique<TraceRecorder>(false);
+  // Off until the coordinator starts a trace; bounded (about 100 bytes an
+  // event) and emptied as clients collect their runs' events.
+  trace_ = std::make_unique<TraceRecorder>(false, size_t{1} << 19);
   hub_ = std::make_unique<CollectiveHub>(options_.collective_timeout, data_.get());
   ho.trace = trace_.get();
   ho.collectives = hub_.get();
@@ -373,6 +376,37 @@ void WorkerServer::Impl::HandleCall(uint64_t id, cluster::HostCall& call) {
             });
           });
       break;
+    case cluster::HostCall::kTrace: {
+      const cluster::TraceCall& t = call.trace();
+      if (!t.collect()) {
+        trace_->SetEnabled(t.enable());
+        if (!t.enable()) trace_->Clear();
+        Reply(id, absl::OkStatus());
+        break;
+      }
+      constexpr size_t kMaxClients = 1024;
+      constexpr int kMaxEvents = 1 << 16;
+      if (static_cast<size_t>(t.clients_size()) > kMaxClients) {
+        Reply(id, absl::InvalidArgumentError(absl::StrCat(
+                      "a trace collection names ", t.clients_size(), " clients (at most ",
+                      kMaxClients, ")")));
+        break;
+      }
+      std::vector<ClientId> clients;
+      for (int64_t c : t.clients()) clients.push_back(ClientId(c));
+      bool more = false;
+      const std::vector<TraceEvent> events =
+          trace_->Take(clients, static_cast<size_t>(std::clamp(t.max_events(), 1, kMaxEvents)),
+                       &more);
+      Reply(id, absl::OkStatus(), [&](cluster::Reply& r) {
+        cluster::TraceEvents& out = *r.mutable_trace();
+        for (const TraceEvent& e : events) grpc_transport::EncodeTraceEvent(e, out.add_events());
+        out.set_more(more);
+        out.set_dropped(trace_->dropped());
+        out.set_now_us(Clock::Real()->NowMicros());
+      });
+      break;
+    }
     case cluster::HostCall::CALL_NOT_SET:
       Reply(id, absl::InvalidArgumentError("empty host call"));
       break;

@@ -164,6 +164,7 @@ absl::Status IslandScheduler::Enqueue(RunRequest run,
   Pending p;
   p.run = std::move(run);
   p.forwarded = std::move(forwarded);
+  if (tracing()) p.arrived_us = options_.clock->NowMicros();
   if (spanning) p.spanning = spanning_submitted_++;
   const ClientId client = p.run.client;
   stats_.try_emplace(client);
@@ -289,6 +290,14 @@ void IslandScheduler::ForwardLocked(Pending p) {
   p.run.sequence = next_sequence_++;
   ClientScheduleStats& stats = stats_[p.run.client];
   ++stats.forwarded;
+  const int64_t now_us = tracing() ? options_.clock->NowMicros() : 0;
+  if (now_us != 0) {
+    TraceEvent e{TraceKind::kForward, HostId(), DeviceId(), p.run.run, -1,
+                 absl::StrCat(p.run.run.ToString(), " of ", p.run.client.ToString()), now_us,
+                 p.arrived_us > 0 ? now_us - p.arrived_us : 0};
+    e.island = options_.island;
+    options_.trace->Record(std::move(e));
+  }
   if (options_.policy == SchedulingPolicy::kProportionalShare) {
     const Program& program = programs_.find(p.run.program)->second;
     InFlight f;
@@ -297,6 +306,7 @@ void IslandScheduler::ForwardLocked(Pending p) {
     for (HostService* h : out.hosts) f.hosts_left.push_back(h->id());
     f.estimate_device_us = EstimateDeviceUs(program);
     f.estimate_wall_us = EstimateWallUs(program);
+    f.forwarded_us = now_us;
     queue_.Charge(f.client, f.estimate_device_us);
     in_flight_wall_us_ += f.estimate_wall_us;
     in_flight_.insert_or_assign(p.run.run, f);
@@ -352,6 +362,13 @@ bool IslandScheduler::FinishLocked(HostId host, RunId run, int64_t device_us, in
   *client = f.client;
   *total_us = f.device_us;
   *total_launches = f.launches;
+  if (f.forwarded_us != 0 && tracing()) {
+    TraceEvent e{TraceKind::kInFlight, HostId(), DeviceId(), run, -1,
+                 absl::StrCat(run.ToString(), " of ", f.client.ToString()), f.forwarded_us,
+                 options_.clock->NowMicros() - f.forwarded_us};
+    e.island = options_.island;
+    options_.trace->Record(std::move(e));
+  }
   in_flight_wall_us_ = std::max(0.0, in_flight_wall_us_ - f.estimate_wall_us);
   double measured = static_cast<double>(f.device_us);
   auto program = programs_.find(f.program);

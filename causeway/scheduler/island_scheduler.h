@@ -35,7 +35,9 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/time/time.h"
+#include "causeway/base/clock.h"
 #include "causeway/base/mutex.h"
+#include "causeway/base/trace.h"
 #include "causeway/scheduler/share_queue.h"
 #include "causeway/transport/services.h"
 
@@ -65,6 +67,10 @@ struct IslandSchedulerOptions {
   // device threads); false: by the thread reporting, before it returns
   // (deterministic, for tests).
   bool deliver_on_own_thread = true;
+  // Where to record the island's track (runs forwarded, runs in flight);
+  // nullptr: nowhere. Must outlive the scheduler.
+  TraceRecorder* trace = nullptr;
+  Clock* clock = Clock::Real();
 };
 
 // What the scheduler's choices cost: time spent choosing which run goes
@@ -162,6 +168,7 @@ class IslandScheduler final : public SchedulerService {
     int64_t spanning = -1;  // position among spanning runs on this island
     std::vector<HostId> release_hosts;
     std::vector<ArrayId> release;  // non-empty: a release
+    int64_t arrived_us = 0;  // when queued, while tracing
   };
   // Something to do outside the lock, in order.
   struct Outgoing {
@@ -179,6 +186,7 @@ class IslandScheduler final : public SchedulerService {
     double estimate_wall_us = 0;
     int64_t device_us = 0;
     int launches = 0;
+    int64_t forwarded_us = 0;  // while tracing
   };
   // The hosts `run` goes to, or why it cannot go. Inline: on the dispatch
   // path of every run, no allocation for islands of up to 8 hosts.
@@ -199,6 +207,7 @@ class IslandScheduler final : public SchedulerService {
   // Hosts' part of a batch, in order; then the callbacks (never under mu_).
   void SendToHosts(std::vector<Outgoing>& batch);
   static void Tell(std::vector<Outgoing>& batch);
+  bool tracing() const { return options_.trace != nullptr && options_.trace->enabled(); }
   double EstimateDeviceUs(const Program& p) const;
   double EstimateWallUs(const Program& p) const;
 

@@ -26,6 +26,8 @@
 
 namespace causeway {
 
+class TraceRecorder;
+
 // A piece of a reshard travelling between hosts.
 struct ShardPieceMessage {
   RunId run;
@@ -241,6 +243,9 @@ class ClusterConnection {
   // Forgets the client's runs not yet forwarded; afterwards none of them
   // reaches a host.
   virtual void DropClient(ClientId client) { (void)client; }
+  // Where clients record their track (runs submitted) while the cluster is
+  // being traced; nullptr when it is not.
+  virtual TraceRecorder* client_trace() { return nullptr; }
 };
 
 // Moves reshard pieces between hosts. Thread-safe.

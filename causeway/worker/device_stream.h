@@ -21,7 +21,7 @@
 #include "causeway/base/mutex.h"
 #include "causeway/store/buffer.h"
 #include "causeway/topology/topology.h"
-#include "causeway/worker/trace.h"
+#include "causeway/base/trace.h"
 
 namespace causeway {
 

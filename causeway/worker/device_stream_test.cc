@@ -7,7 +7,7 @@
 #include "causeway/store/buffer.h"
 #include "causeway/store/device_memory.h"
 #include "causeway/testing/status_matchers.h"
-#include "causeway/worker/trace.h"
+#include "causeway/base/trace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

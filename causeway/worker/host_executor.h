@@ -22,7 +22,7 @@
 #include "causeway/transport/services.h"
 #include "causeway/worker/collective_hub.h"
 #include "causeway/worker/device_stream.h"
-#include "causeway/worker/trace.h"
+#include "causeway/base/trace.h"
 
 namespace causeway {
 

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <deque>
 #include <limits>
+#include <map>
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
@@ -748,6 +749,55 @@ TEST(MetricsTest, EachClientsMemoryAndArraysAreMeteredAndOnlyTheCoordinatorReads
   ask.mutable_host()->set_by_client(true);
   EXPECT_THAT(peer.CallStatus(ask),
               StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("per-client")));
+}
+
+// Each connection collects its own runs' events only, from the hosts and
+// the scheduler; hosts' traces cannot be read by a client's own host call.
+TEST(TraceTest, AConnectionCollectsItsOwnRunsEventsOnly) {
+  InProcessCluster cluster = StartInProcess(CoordinatorOptions{});
+  const std::string url = "grpc://" + cluster.coordinator->address();
+  RemoteClusterOptions ro;
+  ro.address = url;
+  ro.token = "client-token";
+  std::vector<std::unique_ptr<RemoteCluster>> remotes;
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_OK_AND_ASSIGN(auto remote, RemoteCluster::Connect(ro));
+    ASSERT_OK(remote->StartTrace());
+    clients.push_back(Connect(remote.get()));
+    remotes.push_back(std::move(remote));
+  }
+  for (auto& client : clients) {
+    ASSERT_OK_AND_ASSIGN(Mesh mesh, client->AllocateMesh({{"x", 1}}));
+    ASSERT_OK_AND_ASSIGN(CompiledFunction f,
+                         client->Compile(AllReduceSum(2, {"x"}), mesh,
+                                         {{Sharding({{"x"}})}, {Sharding({{"x"}})}}));
+    ASSERT_OK_AND_ASSIGN(Array in, client->Put(ir::Literal::F32({2}, {1, 2}), mesh,
+                                               Sharding({{"x"}})));
+    for (int run = 0; run < 3; ++run) {
+      ASSERT_OK_AND_ASSIGN(std::vector<Array> out, client->Call(f, {in}));
+      ASSERT_OK(AwaitOrHang(out[0].Fetch()).status());
+    }
+  }
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_OK(remotes[i]->CollectTrace());
+    std::map<TraceKind, int> kinds;
+    for (const TraceEvent& e : remotes[i]->trace().Events()) {
+      EXPECT_EQ(OwnerOfId(e.run.value()), clients[i]->id()) << TraceKindName(e.kind);
+      ++kinds[e.kind];
+    }
+    EXPECT_GE(kinds[TraceKind::kSubmit], 3) << "connection " << i;
+    EXPECT_GE(kinds[TraceKind::kForward], 3) << "connection " << i;
+    EXPECT_GE(kinds[TraceKind::kRun], 3) << "connection " << i;
+  }
+  ASSERT_OK(remotes[0]->StopTrace());
+  Peer peer(url, "client-token");
+  peer.RegisterClient();
+  cluster::ClientMessage ask;
+  ask.mutable_host()->set_host(cluster.worker->host().value());
+  ask.mutable_host()->mutable_trace()->set_collect(true);
+  EXPECT_THAT(peer.CallStatus(ask),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("through the coordinator")));
 }
 
 // A connection registers at most its bound of programs with hosts (and,

@@ -170,10 +170,12 @@ TEST(ClientTest, TraceExportsChromeJsonWithOneTimelinePerDevice) {
     }
   }
   EXPECT_EQ(run_tids.size(), 4u);
-  // Tracks are named by island, host and device.
+  // Tracks are named by island, host and device; the scheduler's by island,
+  // the client's by what it records.
   EXPECT_TRUE(process_names.count("island 0 / host 0")) << process_names.size();
-  EXPECT_EQ(thread_names.size(), 4u);
-  EXPECT_TRUE(thread_names.count("device 0"));
+  EXPECT_TRUE(process_names.count("scheduler"));
+  EXPECT_EQ(thread_names, (std::set<std::string>{"device 0", "device 1", "device 2", "device 3",
+                                                 "island 0", "runs submitted"}));
 }
 
 }  // namespace

@@ -97,7 +97,7 @@ python3 - "$dir/trace.json" <<'PY'
 import json, sys
 events = json.load(open(sys.argv[1]))["traceEvents"]
 names = {e["args"]["name"] for e in events if e.get("name") == "process_name"}
-assert names == {"island 0 / host 0", "island 1 / host 1"}, names
+assert names == {"island 0 / host 0", "island 1 / host 1", "scheduler", "client 0"}, names
 assert any(e.get("name") == "thread_name" for e in events)
 flights = [e for e in events if e.get("name") == "in flight"]
 assert flights, "no transfer drawn from send to arrival"
@@ -106,8 +106,6 @@ starts = {e["id"] for e in events if e.get("ph") == "s"}
 ends = {e["id"] for e in events if e.get("ph") == "f"}
 assert starts == ends and len(starts) == len(flights)
 PY
-expect_error "--trace needs the embedded cluster" \
-  "$bin" train lm --data "$text" "${tiny[@]}" --trace "$dir/t.json" --cluster grpc://127.0.0.1:1
 
 # The same on a distributed cluster (coordinator and worker processes).
 mkfifo "$dir/up"
@@ -122,6 +120,33 @@ export CAUSEWAY_TOKEN=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1
 timeout 120 "$bin" train lm --cluster "$addr" --data "$text" "${tiny[@]}" --iters 4 \
   --eval-every 2 --devices 2 --checkpoint "$dir/remote" --json >"$dir/remote.json"
 grep -q '"event":"summary"' "$dir/remote.json"
+# Traced on the distributed cluster: events from both workers, the island
+# scheduler and this client, collected through the coordinator; pieces sent
+# between the workers drawn from their send (one process) to their arrival
+# (the other).
+timeout 120 "$bin" train lm --cluster "$addr" --data "$text" "${piped[@]}" --iters 3 \
+  --eval-every 0 --parallel pipeline --stages 2 --microbatches 2 --trace "$dir/remote-trace.json" \
+  --json >/dev/null
+python3 - "$dir/remote-trace.json" <<'PY'
+import json, sys
+events = json.load(open(sys.argv[1]))["traceEvents"]
+pids = {e["args"]["name"]: e["pid"] for e in events if e.get("name") == "process_name"}
+assert {"island 0 / host 0", "island 0 / host 1", "scheduler"} <= set(pids), pids
+clients = [n for n in pids if n.startswith("client ")]
+assert len(clients) == 1, pids
+def on(name, cat):
+    return [e for e in events if e["pid"] == pids[name] and e.get("cat") == cat]
+for host in ("island 0 / host 0", "island 0 / host 1"):
+    assert on(host, "run"), "no launches recorded on " + host
+assert len(on("scheduler", "forward")) >= 3, "the scheduler's runs forwarded are missing"
+assert len(on(clients[0], "submit")) >= 3, "the client's runs submitted are missing"
+starts = {e["id"]: e for e in events if e.get("ph") == "s"}
+ends = {e["id"]: e for e in events if e.get("ph") == "f"}
+assert starts and set(starts) == set(ends), "transfers between the workers lack their arrows"
+assert all(starts[i]["pid"] != ends[i]["pid"] for i in starts), "an arrow within one worker"
+# One clock: nothing arrives before it was sent.
+assert all(ends[i]["ts"] >= starts[i]["ts"] for i in starts)
+PY
 r=$(timeout 60 "$bin" sample --cluster "$addr" --checkpoint "$dir/remote" --tokens 10)
 [ -n "$r" ] || { echo "no sample from the distributed cluster"; exit 1; }
 kill -INT "$up"

@@ -6,6 +6,9 @@
 
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "causeway/base/trace.h"
 #include "causeway/transport/grpc/cluster.pb.h"
 #include "causeway/transport/services.h"
 
@@ -53,6 +56,54 @@ inline void EncodeCounters(const std::vector<DeviceCounters>& counters, bool by_
       w.set_arrays(u.arrays);
     }
   }
+}
+
+inline void EncodeTraceEvent(const TraceEvent& e, cluster::TraceEventProto* out) {
+  out->set_kind(static_cast<int32_t>(e.kind));
+  out->set_host(e.host.value());
+  out->set_device(e.device.value());
+  out->set_run(e.run.value());
+  out->set_node(e.node);
+  out->set_name(e.name);
+  out->set_start_us(e.start_us);
+  out->set_duration_us(e.duration_us);
+  out->set_flow(e.flow);
+  out->set_island(e.island.value());
+}
+
+// Events sent by a peer, their times moved by `shift_us` onto the
+// receiver's clock. INVALID_ARGUMENT for a kind this build does not know or
+// a negative duration.
+inline absl::StatusOr<std::vector<TraceEvent>> DecodeTraceEvents(const cluster::TraceEvents& in,
+                                                                 int64_t shift_us) {
+  std::vector<TraceEvent> out;
+  out.reserve(static_cast<size_t>(in.events_size()));
+  for (const cluster::TraceEventProto& p : in.events()) {
+    if (p.kind() < 0 || p.kind() > static_cast<int32_t>(TraceKind::kInFlight)) {
+      return absl::InvalidArgumentError(absl::StrCat("a trace event of unknown kind ", p.kind()));
+    }
+    if (p.duration_us() < 0) {
+      return absl::InvalidArgumentError("a trace event with a negative duration");
+    }
+    TraceEvent e{static_cast<TraceKind>(p.kind()), HostId(p.host()), DeviceId(p.device()),
+                 RunId(p.run()), p.node(), p.name(), p.start_us() + shift_us, p.duration_us(),
+                 p.flow()};
+    e.island = IslandId(p.island());
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+// How far to move a peer's times onto this clock. The peer read
+// `peer_now_us` between this side's `asked_us` and `answered_us`: a reading
+// inside that interval is consistent with the clocks agreeing (as on one
+// machine, where every process reads the same monotonic clock), and is not
+// moved: guessing the midpoint would skew two peers' events against each
+// other by up to half their round trips. A reading outside it is moved to
+// the midpoint.
+inline int64_t ClockShift(int64_t asked_us, int64_t answered_us, int64_t peer_now_us) {
+  if (peer_now_us >= asked_us && peer_now_us <= answered_us) return 0;
+  return asked_us + (answered_us - asked_us) / 2 - peer_now_us;
 }
 
 inline std::vector<DeviceCounters> DecodeCounters(const cluster::CounterList& in) {

@@ -8,6 +8,7 @@
 #include "causeway/ir/builder.h"
 #include "causeway/ir/serialization.h"
 #include "causeway/testing/status_matchers.h"
+#include "causeway/transport/grpc/cluster_codec.h"
 #include "causeway/testing/two_mesh_plan.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -401,6 +402,42 @@ TEST(WireCodecTest, StatusesRoundTripAndUnknownCodesBecomeUnknown) {
   EXPECT_EQ(DecodeStatus(wire), absl::UnknownError("from the future"));
   wire.set_code(-3);
   EXPECT_EQ(DecodeStatus(wire).code(), absl::StatusCode::kUnknown);
+}
+
+TEST(ClusterCodecTest, TraceEventsRoundTripOntoTheReceiversClock) {
+  TraceEvent e{TraceKind::kTransfer, HostId(2), DeviceId(5), RunId(77), 3, "reshard", 1000, 20,
+               TraceFlowId(RunId(77), 3, 1, 0)};
+  e.island = IslandId(1);
+  cluster::TraceEvents wire;
+  grpc_transport::EncodeTraceEvent(e, wire.add_events());
+  ASSERT_OK_AND_ASSIGN(std::vector<TraceEvent> back, grpc_transport::DecodeTraceEvents(wire, 500));
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].kind, e.kind);
+  EXPECT_EQ(back[0].host, e.host);
+  EXPECT_EQ(back[0].device, e.device);
+  EXPECT_EQ(back[0].run, e.run);
+  EXPECT_EQ(back[0].node, 3);
+  EXPECT_EQ(back[0].name, "reshard");
+  EXPECT_EQ(back[0].start_us, 1500);
+  EXPECT_EQ(back[0].duration_us, 20);
+  EXPECT_EQ(back[0].flow, e.flow);
+  EXPECT_EQ(back[0].island, IslandId(1));
+  // A peer's kinds and durations are checked.
+  wire.mutable_events(0)->set_kind(99);
+  EXPECT_FALSE(grpc_transport::DecodeTraceEvents(wire, 0).ok());
+  wire.mutable_events(0)->set_kind(0);
+  wire.mutable_events(0)->set_duration_us(-1);
+  EXPECT_FALSE(grpc_transport::DecodeTraceEvents(wire, 0).ok());
+}
+
+TEST(ClusterCodecTest, ClocksThatAgreeWithinTheRoundTripAreNotShifted) {
+  // The peer read its clock between asking and answering: consistent with
+  // one clock (one machine), left as it is.
+  EXPECT_EQ(grpc_transport::ClockShift(1000, 3000, 1100), 0);
+  EXPECT_EQ(grpc_transport::ClockShift(1000, 3000, 3000), 0);
+  // Outside it: moved to the midpoint of the round trip.
+  EXPECT_EQ(grpc_transport::ClockShift(1000, 3000, 10'000), 2000 - 10'000);
+  EXPECT_EQ(grpc_transport::ClockShift(1000, 3000, 500), 1500);
 }
 
 }  // namespace

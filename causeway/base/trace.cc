@@ -1,11 +1,10 @@
-#include "causeway/worker/trace.h"
+#include "causeway/base/trace.h"
 
 #include <algorithm>
 #include <fstream>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
-#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 
@@ -18,6 +17,9 @@ const char* TraceKindName(TraceKind kind) {
     case TraceKind::kRun: return "run";
     case TraceKind::kTransfer: return "transfer";
     case TraceKind::kSend: return "send";
+    case TraceKind::kSubmit: return "submit";
+    case TraceKind::kForward: return "forward";
+    case TraceKind::kInFlight: return "in flight";
   }
   return "?";
 }
@@ -27,17 +29,57 @@ uint64_t TraceFlowId(RunId run, int node, int dst_shard, int piece) {
   const uint64_t low = (static_cast<uint64_t>(node) & 0xFFFFF) << 24 |
                        (static_cast<uint64_t>(dst_shard) & 0xFFF) << 12 |
                        (static_cast<uint64_t>(piece) & 0xFFF);
-  return absl::HashOf(run.value(), low) | 1;  // never 0: 0 is "no flow"
+  // The same in every process (absl::Hash is seeded per process, and the
+  // two ends of a piece may be in different ones): splitmix64's finaliser.
+  uint64_t x = static_cast<uint64_t>(run.value()) * 0x9E3779B97F4A7C15ULL ^ low;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  x ^= x >> 31;
+  return x | 1;  // never 0: 0 is "no flow"
 }
 
 void TraceRecorder::Record(TraceEvent event) {
-  if (!enabled_) return;
+  if (!enabled()) return;
   MutexLock lock(&mu_);
   if (events_.size() >= max_events_) {
     ++dropped_;
     return;
   }
   events_.push_back(std::move(event));
+}
+
+void TraceRecorder::Merge(std::vector<TraceEvent> events) {
+  MutexLock lock(&mu_);
+  for (TraceEvent& e : events) {
+    if (events_.size() >= max_events_) {
+      ++dropped_;
+      continue;
+    }
+    events_.push_back(std::move(e));
+  }
+}
+
+std::vector<TraceEvent> TraceRecorder::Take(const std::vector<ClientId>& clients, size_t max,
+                                            bool* more) {
+  const absl::flat_hash_set<ClientId> whose(clients.begin(), clients.end());
+  std::vector<TraceEvent> taken;
+  *more = false;
+  MutexLock lock(&mu_);
+  size_t kept = 0;
+  for (size_t i = 0; i < events_.size(); ++i) {
+    TraceEvent& e = events_[i];
+    if (whose.contains(OwnerOfId(e.run.value()))) {
+      if (taken.size() < max) {
+        taken.push_back(std::move(e));
+        continue;
+      }
+      *more = true;
+    }
+    if (kept != i) events_[kept] = std::move(e);
+    ++kept;
+  }
+  events_.resize(kept);
+  return taken;
 }
 
 int64_t TraceRecorder::dropped() const {
@@ -72,8 +114,46 @@ std::string TraceRecorder::ToChromeJson() const {
   // Track names: a process per host, a thread per device.
   absl::flat_hash_map<int64_t, std::string> host_name;
   for (const auto& [host, name] : names) host_name[host.value()] = name;
+  // Scheduler and client tracks get processes of their own, numbered past
+  // every host id and sorted above the hosts.
+  constexpr int64_t kSchedulerPid = int64_t{1} << 40;
+  constexpr int64_t kClientPidBase = kSchedulerPid + 1;
+  absl::flat_hash_map<int64_t, int64_t> client_pid;  // by client id
+  absl::flat_hash_set<int64_t> islands;
+  auto track = [&](const TraceEvent& e) -> std::pair<int64_t, int64_t> {
+    if (IsSchedulerEvent(e.kind)) return {kSchedulerPid, e.island.value()};
+    if (IsClientEvent(e.kind)) {
+      const int64_t client = OwnerOfId(e.run.value()).value();
+      auto [it, added] = client_pid.try_emplace(client, kClientPidBase + client_pid.size());
+      if (added) {
+        events.push_back({{"ph", "M"}, {"cat", "__metadata"}, {"name", "process_name"},
+                          {"pid", it->second}, {"args", {{"name", absl::StrCat("client ", client)}}}});
+        events.push_back({{"ph", "M"}, {"cat", "__metadata"}, {"name", "process_sort_index"},
+                          {"pid", it->second}, {"args", {{"sort_index", -2}}}});
+        events.push_back({{"ph", "M"}, {"cat", "__metadata"}, {"name", "thread_name"},
+                          {"pid", it->second}, {"tid", 0}, {"args", {{"name", "runs submitted"}}}});
+      }
+      return {it->second, 0};
+    }
+    return {e.host.value(), e.device.value()};
+  };
   absl::flat_hash_set<int64_t> hosts, devices;
   for (const TraceEvent& e : recorded) {
+    if (IsSchedulerEvent(e.kind)) {
+      if (islands.empty()) {
+        events.push_back({{"ph", "M"}, {"cat", "__metadata"}, {"name", "process_name"},
+                          {"pid", kSchedulerPid}, {"args", {{"name", "scheduler"}}}});
+        events.push_back({{"ph", "M"}, {"cat", "__metadata"}, {"name", "process_sort_index"},
+                          {"pid", kSchedulerPid}, {"args", {{"sort_index", -1}}}});
+      }
+      if (islands.insert(e.island.value()).second) {
+        events.push_back({{"ph", "M"}, {"cat", "__metadata"}, {"name", "thread_name"},
+                          {"pid", kSchedulerPid}, {"tid", e.island.value()},
+                          {"args", {{"name", absl::StrCat("island ", e.island.value())}}}});
+      }
+      continue;
+    }
+    if (IsClientEvent(e.kind)) continue;
     if (hosts.insert(e.host.value()).second) {
       auto it = host_name.find(e.host.value());
       const std::string name =
@@ -95,20 +175,34 @@ std::string TraceRecorder::ToChromeJson() const {
     if (e.kind == TraceKind::kSend && e.flow != 0) sends[e.flow] = &e;
   }
   for (const TraceEvent& e : recorded) {
+    const auto [pid, tid] = track(e);
     nlohmann::json j;
     j["name"] = e.kind == TraceKind::kRun ? e.name : absl::StrCat(TraceKindName(e.kind), " ", e.name);
     j["cat"] = TraceKindName(e.kind);
-    j["pid"] = e.host.value();
-    j["tid"] = e.device.value();
+    j["pid"] = pid;
+    j["tid"] = tid;
     j["ts"] = e.start_us;
-    if (e.kind == TraceKind::kPrepared || e.kind == TraceKind::kSend) {
+    j["args"] = {{"run", e.run.value()}, {"node", e.node}};
+    if (e.kind == TraceKind::kInFlight) {
+      // Runs in flight overlap: async spans, one per run.
+      j["ph"] = "b";
+      j["id"] = absl::StrCat(e.run.value());
+      nlohmann::json end = j;
+      end["ph"] = "e";
+      end["ts"] = e.start_us + e.duration_us;
+      events.push_back(std::move(j));
+      events.push_back(std::move(end));
+      continue;
+    }
+    if (e.kind == TraceKind::kPrepared || e.kind == TraceKind::kSend ||
+        e.kind == TraceKind::kSubmit || e.kind == TraceKind::kForward) {
       j["ph"] = "i";
       j["s"] = "t";
+      if (e.kind == TraceKind::kForward) j["args"]["held_us"] = e.duration_us;
     } else {
       j["ph"] = "X";
       j["dur"] = e.duration_us;
     }
-    j["args"] = {{"run", e.run.value()}, {"node", e.node}};
     events.push_back(std::move(j));
     if (e.kind != TraceKind::kTransfer || e.flow == 0) continue;
     auto send = sends.find(e.flow);
