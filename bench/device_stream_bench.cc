@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "benchmark/benchmark.h"
+#include "causeway/backend/cpu/executable.h"
 #include "causeway/base/check.h"
 #include "causeway/base/clock.h"
 #include "causeway/ir/builder.h"
@@ -25,7 +26,7 @@ void BM_EnqueueToCompletion(benchmark::State& state) {
   absl::StatusOr<ir::Function> f = b.Build({b.Neg(b.Parameter(scalar))});
   CW_CHECK_OK(f.status());
   absl::StatusOr<std::shared_ptr<const backend::cpu::Executable>> exe =
-      backend::cpu::Executable::Compile(*f);
+      backend::cpu::Compile(*f);
   CW_CHECK_OK(exe.status());
 
   const DeviceInfo device{DeviceId(0), HostId(0), IslandId(0), 0, 1 << 20};

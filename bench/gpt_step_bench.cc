@@ -20,7 +20,7 @@ void BM_GptTrainStep(benchmark::State& state) {
       models::GptTrainStepFunction(config, {}, batch, models::AdamWConfig{});
   CW_CHECK_OK(f.status());
   absl::StatusOr<std::shared_ptr<const backend::cpu::Executable>> exe =
-      backend::cpu::Executable::Compile(*f);
+      backend::cpu::Compile(*f);
   CW_CHECK_OK(exe.status());
   // GPT-2 initial weights, zero moments, token ids 0, step 1 at lr 1e-3.
   std::vector<ir::Literal> inputs = models::InitGptParams(config, 1);

@@ -12,6 +12,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       causeway::ir::Deserialize(absl::string_view(reinterpret_cast<const char*>(data), size));
   if (!f.ok()) return 0;
   // Compiling plans buffers and kernels but allocates nothing per element.
-  causeway::backend::cpu::Executable::Compile(*f).IgnoreError();
+  causeway::backend::cpu::Compile(*f).IgnoreError();
   return 0;
 }

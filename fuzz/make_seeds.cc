@@ -7,6 +7,7 @@
 #include <fstream>
 #include <string>
 
+#include "causeway/backend/cpu/executable.h"
 #include "causeway/base/check.h"
 #include "causeway/base/ids.h"
 #include "causeway/ir/builder.h"
@@ -72,7 +73,7 @@ ProgramPlan Plan(ClientId client, int devices) {
   call.inputs = {0};
   call.outputs = {1};
   call.has_collectives = true;
-  call.executable = *backend::cpu::Executable::Compile(Neg(4 / devices, true));
+  call.executable = *backend::cpu::Compile(Neg(4 / devices, true));
   PlanNode reshard;
   reshard.kind = PlanNodeKind::kReshard;
   reshard.name = "reshard";

@@ -133,7 +133,7 @@ int RunBenchMatmul(const MatmulOptions& o) {
       }
     };
     // The same compiled function run directly on this thread (no runtime).
-    auto exe = backend::cpu::Executable::Compile(*fn);
+    auto exe = backend::cpu::Compile(*fn);
     if (!exe.ok()) return 1;
     auto exe_body = [&](int iterations) {
       const void* ins[] = {av.data(), bv.data()};

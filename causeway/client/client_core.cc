@@ -190,6 +190,12 @@ absl::StatusOr<CompiledFunction> ClientCore::Compile(const ir::Function& functio
   const Topology topology = cluster_->resources()->GetTopology();
   for (DeviceId d : mesh.devices()) {
     CW_ASSIGN_OR_RETURN(DeviceInfo info, topology.device(d));
+    if (state->device_kind.empty()) state->device_kind = info.kind;
+    if (info.kind != state->device_kind) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": the mesh mixes device kinds (", state->device_kind, " and ", info.kind,
+          " on ", d.ToString(), "); a function is compiled for one kind"));
+    }
     for (int i = 0; i < function.num_outputs(); ++i) {
       if (function.output_shape(i).byte_size() > info.memory_bytes) {
         return absl::ResourceExhaustedError(absl::StrCat(
@@ -199,7 +205,10 @@ absl::StatusOr<CompiledFunction> ClientCore::Compile(const ir::Function& functio
       }
     }
   }
-  CW_ASSIGN_OR_RETURN(state->executable, backend::cpu::Executable::Compile(function));
+  // Compiled by the backend of the mesh's devices (the device seam,
+  // causeway/backend/executable.h).
+  CW_ASSIGN_OR_RETURN(const backend::DeviceKind* kind, backend::FindDeviceKind(state->device_kind));
+  CW_ASSIGN_OR_RETURN(state->executable, kind->Compile(function));
   return CompiledFunction(std::move(state));
 }
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "causeway/backend/cpu/executable.h"
+#include "causeway/backend/executable.h"
 #include "causeway/base/mutex.h"
 #include "causeway/client/client.h"
 
@@ -36,7 +36,8 @@ struct CompiledState {
   int64_t id = 0;
   ClientId client;
   ir::Function function;
-  std::shared_ptr<const backend::cpu::Executable> executable;
+  std::shared_ptr<const backend::Executable> executable;
+  std::string device_kind;  // what `executable` was compiled for
   Mesh mesh;
   std::vector<ir::Shape> in_shapes;
   std::vector<ir::Shape> out_shapes;

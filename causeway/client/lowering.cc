@@ -165,6 +165,7 @@ std::shared_ptr<ProgramPlan> SingleNodePlan(const Topology& topology, const Prog
   plan->id = id;
   plan->client = full.client;
   plan->name = absl::StrCat(full.name, "/", node);
+  plan->device_kind = full.device_kind;
   PlanNode n = full.nodes[node];
   std::vector<int> remap;
   for (int& v : n.inputs) {
@@ -205,6 +206,12 @@ absl::StatusOr<Program> ClientCore::Lower(const TraceState& trace, absl::Span<co
     node.kind = PlanNodeKind::kCall;
     node.name = tn.function->function.name();
     node.executable = tn.function->executable;
+    if (&tn == &trace.nodes.front()) plan->device_kind = tn.function->device_kind;
+    if (tn.function->device_kind != plan->device_kind) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "program '", trace.name, "' calls functions compiled for device kinds ",
+          plan->device_kind, " and ", tn.function->device_kind, "; a program runs on one kind"));
+    }
     for (const ir::Instruction& inst : tn.function->function.instructions()) {
       node.has_collectives = node.has_collectives || ir::IsCollective(inst.op);
     }

@@ -620,6 +620,12 @@ grpc::Status CoordinatorServer::Impl::Join(
                      " bytes per device (1 to ", limits::kMaxDeviceMemoryBytes, "), island ",
                      hello.island(), " (0 to ", limits::kMaxIsland, ")"));
   }
+  const std::string device_kind =
+      hello.device_kind().empty() ? std::string(kDefaultDeviceKind) : hello.device_kind();
+  if (absl::Status s = CheckDeviceKindName(device_kind); !s.ok()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("bad worker hello: ", s.message()));
+  }
   absl::StatusOr<std::pair<std::string, int>> data_address =
       grpc_transport::SplitHostPort(hello.data_address());
   if (!data_address.ok()) {
@@ -647,7 +653,7 @@ grpc::Status CoordinatorServer::Impl::Join(
     host->Send(std::move(welcome));
     hosts_[id] = host;
     contexts_.push_back(context);
-    resources_.AddHost(id, island, devices, hello.memory_bytes());
+    resources_.AddHost(id, island, devices, hello.memory_bytes(), device_kind);
     if (!schedulers_.contains(island)) {
       IslandSchedulerOptions so;
       so.island = island;

@@ -4,6 +4,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "causeway/backend/cpu/executable.h"
 #include "causeway/base/status_macros.h"
 
 namespace causeway {
@@ -26,6 +27,9 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("a local cluster of ", devices, " devices (one thread each) is too large"));
   }
+  backend::cpu::Kind();  // the built-in kind, registered
+  CW_RETURN_IF_ERROR(CheckDeviceKindName(options.device_kind));
+  CW_RETURN_IF_ERROR(backend::FindDeviceKind(options.device_kind).status());
   return std::unique_ptr<LocalCluster>(new LocalCluster(options));
 }
 
@@ -44,7 +48,8 @@ LocalCluster::LocalCluster(const LocalClusterOptions& options)
       const HostId host(next_host++);
       topology.AddHost(host, island);
       for (int d = 0; d < options.devices_per_host; ++d) {
-        topology.AddDevice(DeviceId(next_device++), host, options.device_memory_bytes);
+        topology.AddDevice(DeviceId(next_device++), host, options.device_memory_bytes,
+                           options.device_kind);
       }
     }
   }

@@ -26,6 +26,9 @@ struct LocalClusterOptions {
   int hosts_per_island = 2;
   int devices_per_host = 4;
   int64_t device_memory_bytes = int64_t{1} << 30;
+  // Which backend runs the devices' code: a registered DeviceKind's name
+  // (causeway/backend/executable.h; the CPU backend registers itself).
+  std::string device_kind = std::string(kDefaultDeviceKind);
   // Emulated data-center network between islands.
   DcnOptions dcn;
   // Record per-device timelines (see TraceRecorder).

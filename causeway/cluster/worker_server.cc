@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "causeway/backend/cpu/executable.h"
 #include "causeway/base/check.h"
 #include "causeway/base/clock.h"
 #include "causeway/base/limits.h"
@@ -157,6 +158,7 @@ absl::Status WorkerServer::Impl::Start() {
   cluster::WorkerHello& h = *hello.add_messages()->mutable_hello();
   h.set_island(options_.island);
   h.set_devices(options_.devices);
+  h.set_device_kind(std::string(backend::cpu::Kind().name()));
   h.set_memory_bytes(options_.memory_bytes);
   h.set_data_address(absl::StrCat(options_.advertise, ":", data_port_));
   cluster::ToWorkerBatch first;
@@ -185,6 +187,7 @@ absl::Status WorkerServer::Impl::Start() {
     d.island = IslandId(options_.island);
     d.local_index = i;
     d.memory_bytes = options_.memory_bytes;
+    d.kind = std::string(backend::cpu::Kind().name());
     ho.host.devices.push_back(d.id);
     ho.devices.push_back(d);
   }

@@ -77,7 +77,7 @@ TEST(SerializationTest, RoundTripComputesTheSameResults) {
   Value y = b.Mul(x, b.Broadcast(c, {2, 3}, {1}));
   ASSERT_OK_AND_ASSIGN(Function f, b.Build({b.ReduceSum(b.Exp(y), {1})}));
   ASSERT_OK_AND_ASSIGN(Function back, Deserialize(Serialize(f)));
-  ASSERT_OK_AND_ASSIGN(auto exe, backend::cpu::Executable::Compile(back));
+  ASSERT_OK_AND_ASSIGN(auto exe, backend::cpu::Compile(back));
   const Literal in = Literal::F32({2, 3}, {0.1f, 0.2f, 0.3f, -0.1f, 0.5f, 0.0f});
   Literal out(Shape(DType::kF32, {2}));
   const void* ins[] = {in.data()};
@@ -117,7 +117,7 @@ void ExpectCleanOutcome(const std::string& bytes, int* accepted) {
   if (f.ok()) {
     ++*accepted;
     EXPECT_OK(Verify(*f));
-    EXPECT_OK(backend::cpu::Executable::Compile(*f).status());
+    EXPECT_OK(backend::cpu::Compile(*f).status());
   } else {
     EXPECT_EQ(f.status().code(), absl::StatusCode::kInvalidArgument) << f.status();
   }

@@ -105,11 +105,11 @@ Topology ResourceManager::GetTopology() const {
 }
 
 void ResourceManager::AddHost(HostId host, IslandId island, const std::vector<DeviceId>& devices,
-                              int64_t memory_bytes) {
+                              int64_t memory_bytes, absl::string_view kind) {
   MutexLock lock(&mu_);
   if (!topology_.island(island).ok()) topology_.AddIsland(island);
   topology_.AddHost(host, island);
-  for (DeviceId d : devices) topology_.AddDevice(d, host, memory_bytes);
+  for (DeviceId d : devices) topology_.AddDevice(d, host, memory_bytes, kind);
 }
 
 absl::Status ResourceManager::RemoveHost(HostId host, const std::string& reason) {

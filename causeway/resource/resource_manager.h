@@ -32,7 +32,7 @@ class ResourceManager final : public ResourceService {
 
   // Adds a host (and its devices) to a known island.
   void AddHost(HostId host, IslandId island, const std::vector<DeviceId>& devices,
-               int64_t memory_bytes);
+               int64_t memory_bytes, absl::string_view kind = kDefaultDeviceKind);
   // Removes a host and its devices; later meshes will not use them.
   absl::Status RemoveHost(HostId host, const std::string& reason = "");
 

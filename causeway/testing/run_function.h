@@ -16,7 +16,7 @@ namespace causeway::testing {
 // error: for functions the test expects to be valid.
 inline std::vector<ir::Literal> RunFunction(const ir::Function& f,
                                             const std::vector<ir::Literal>& inputs) {
-  auto exe = backend::cpu::Executable::Compile(f);
+  auto exe = backend::cpu::Compile(f);
   CW_CHECK_OK(exe.status());
   std::vector<const void*> in;
   for (const ir::Literal& l : inputs) in.push_back(l.data());

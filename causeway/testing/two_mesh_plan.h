@@ -9,6 +9,7 @@
 #include <memory>
 #include <utility>
 
+#include "causeway/backend/cpu/executable.h"
 #include "causeway/base/check.h"
 #include "causeway/ir/builder.h"
 #include "causeway/transport/plan.h"
@@ -18,7 +19,7 @@ namespace causeway::testing {
 inline std::shared_ptr<const backend::cpu::Executable> CompileOrDie(
     absl::StatusOr<ir::Function> f) {
   CW_CHECK_OK(f.status());
-  auto exe = backend::cpu::Executable::Compile(*f);
+  auto exe = backend::cpu::Compile(*f);
   CW_CHECK_OK(exe.status());
   return *exe;
 }

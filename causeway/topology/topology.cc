@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
 #include "causeway/base/check.h"
 
 namespace causeway {
@@ -19,12 +21,24 @@ void Topology::AddHost(HostId id, IslandId island) {
   islands_[island].hosts.push_back(id);
 }
 
-void Topology::AddDevice(DeviceId id, HostId host, int64_t memory_bytes) {
+absl::Status CheckDeviceKindName(absl::string_view kind) {
+  const bool ok = !kind.empty() && kind.size() <= 32 &&
+                  std::all_of(kind.begin(), kind.end(), [](char c) {
+                    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
+                           c == '-';
+                  });
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "device kind \"", absl::CHexEscape(kind.substr(0, 64)),
+      "\" is not 1 to 32 characters of a-z, 0-9, _ and -"));
+}
+
+void Topology::AddDevice(DeviceId id, HostId host, int64_t memory_bytes, absl::string_view kind) {
   CW_CHECK(hosts_.contains(host)) << host;
   CW_CHECK(!devices_.contains(id)) << id;
   HostInfo& h = hosts_[host];
   devices_[id] = DeviceInfo{id, host, h.island, static_cast<int>(h.devices.size()),
-                            memory_bytes};
+                            memory_bytes, std::string(kind)};
   h.devices.push_back(id);
   islands_[h.island].devices.push_back(id);
 }

@@ -9,9 +9,15 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "causeway/base/ids.h"
 
 namespace causeway {
+
+// The kind of device a worker that names none has (the CPU backend's).
+inline constexpr absl::string_view kDefaultDeviceKind = "cpu";
+// INVALID_ARGUMENT unless `kind` is 1 to 32 characters of [a-z0-9_-].
+absl::Status CheckDeviceKindName(absl::string_view kind);
 
 struct DeviceInfo {
   DeviceId id;
@@ -19,6 +25,8 @@ struct DeviceInfo {
   IslandId island;
   int local_index = 0;  // position of the device on its host
   int64_t memory_bytes = 0;
+  // Which backend runs its code (backend::DeviceKind::name()).
+  std::string kind = std::string(kDefaultDeviceKind);
 };
 
 struct HostInfo {
@@ -41,7 +49,8 @@ class Topology {
   // REQUIRES: the island exists, the host does not.
   void AddHost(HostId id, IslandId island);
   // REQUIRES: the host exists, the device does not.
-  void AddDevice(DeviceId id, HostId host, int64_t memory_bytes);
+  void AddDevice(DeviceId id, HostId host, int64_t memory_bytes,
+                 absl::string_view kind = kDefaultDeviceKind);
   // Removes the host and its devices, and its island if it was the last
   // host there. NOT_FOUND if unknown. `reason` (why the host left) is kept
   // for its devices: a later device() lookup of one is UNAVAILABLE naming

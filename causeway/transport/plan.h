@@ -15,10 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "causeway/backend/cpu/executable.h"
+#include "causeway/backend/executable.h"
 #include "causeway/base/ids.h"
 #include "causeway/ir/shape.h"
 #include "causeway/topology/mesh.h"
+#include "causeway/topology/topology.h"
 
 namespace causeway {
 
@@ -49,7 +50,7 @@ struct PlanNode {
   std::vector<int> inputs;   // value ids
   std::vector<int> outputs;  // value ids
   // kCall.
-  std::shared_ptr<const backend::cpu::Executable> executable;
+  std::shared_ptr<const backend::Executable> executable;
   // Whether the function contains collectives (its launches then meet their
   // gang in the hub). Fixed at lowering, so runs need not rescan it.
   bool has_collectives = false;
@@ -61,6 +62,9 @@ struct ProgramPlan {
   ProgramId id;
   ClientId client;
   std::string name;
+  // The device kind its executables were compiled for (every device of
+  // every mesh of the plan is of it).
+  std::string device_kind = std::string(kDefaultDeviceKind);
   std::vector<PlanValue> values;
   std::vector<int> parameters;  // value ids, in argument order
   std::vector<int> outputs;     // value ids, in result order

@@ -30,7 +30,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "causeway/backend/cpu/executable.h"
+#include "causeway/backend/executable.h"
 #include "causeway/base/ids.h"
 #include "causeway/base/mutex.h"
 #include "causeway/ir/function.h"
@@ -241,7 +241,7 @@ class CollectiveHub {
 };
 
 // The CollectiveOps of one launch: one device's view of the hub.
-class HubCollectives final : public backend::cpu::CollectiveOps {
+class HubCollectives final : public backend::CollectiveOps {
  public:
   // `mesh` and `function_name` must outlive this object (they live in the
   // program plan, which the launch keeps alive).

@@ -145,7 +145,7 @@ void DeviceStream::Execute(Launch& launch) {
     absl::InlinedVector<void*, 8> out;
     for (const BufferRef& b : launch.inputs) in.push_back(b->data());
     for (const BufferRef& b : launch.outputs) out.push_back(b->data());
-    backend::cpu::RunContext context;
+    backend::RunContext context;
     context.collectives = launch.collectives.get();
     status = launch.executable->Run(in, out, context);
     if (launch.collectives != nullptr) {

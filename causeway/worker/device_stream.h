@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "causeway/async/future.h"
-#include "causeway/backend/cpu/executable.h"
+#include "causeway/backend/executable.h"
 #include "causeway/base/clock.h"
 #include "causeway/base/mutex.h"
 #include "causeway/store/buffer.h"
@@ -62,7 +62,7 @@ struct Launch {
   LaunchInfo info;
   // Keeps alive what the launch points into (its program plan).
   std::shared_ptr<const void> keep_alive;
-  std::shared_ptr<const backend::cpu::Executable> executable;
+  std::shared_ptr<const backend::Executable> executable;
   std::vector<BufferRef> inputs;
   std::vector<BufferRef> outputs;
   // The device memory its temporaries take while it runs: granted at once
@@ -72,7 +72,7 @@ struct Launch {
   MemoryHold scratch_hold;
   BufferRef scratch;
   // Null if the function has no collectives.
-  std::unique_ptr<backend::cpu::CollectiveOps> collectives;
+  std::unique_ptr<backend::CollectiveOps> collectives;
   // Runs on the device thread if the launch fails (input error, injected
   // fault, kernel error), before its outputs are poisoned. May be empty.
   std::function<void(const absl::Status&)> on_failure;

@@ -1,3 +1,4 @@
+#include "causeway/backend/cpu/executable.h"
 #include "causeway/worker/device_stream.h"
 
 #include <memory>
@@ -22,7 +23,7 @@ class DeviceStreamTest : public ::testing::Test {
   void SetUp() override {
     ir::FunctionBuilder b("negate");
     ASSERT_OK_AND_ASSIGN(ir::Function f, b.Build({b.Neg(b.Parameter(scalar_))}));
-    ASSERT_OK_AND_ASSIGN(negate_, backend::cpu::Executable::Compile(f));
+    ASSERT_OK_AND_ASSIGN(negate_, backend::cpu::Compile(f));
   }
 
   BufferRef Ready(float value) {
@@ -74,7 +75,7 @@ TEST_F(DeviceStreamTest, AnInputThatNeverComesFailsItsLaunchAndFreesTheDevice) {
 TEST_F(DeviceStreamTest, TheInputTimeoutCountsFromTheHeadOfTheQueue) {
   ir::FunctionBuilder b("slow");
   ASSERT_OK_AND_ASSIGN(ir::Function f, b.Build({b.Delay(b.Parameter(scalar_), 400000)}));
-  ASSERT_OK_AND_ASSIGN(auto slow, backend::cpu::Executable::Compile(f));
+  ASSERT_OK_AND_ASSIGN(auto slow, backend::cpu::Compile(f));
   DeviceStream stream(device_, Clock::Real(), &trace_, nullptr, absl::Milliseconds(200));
   BufferRef middle = DeviceBuffer::Allocate(&memory_, scalar_, owner_);
   BufferRef out = DeviceBuffer::Allocate(&memory_, scalar_, owner_);

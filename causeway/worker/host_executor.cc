@@ -112,6 +112,14 @@ void HostExecutor::Shutdown() {
 }
 
 absl::Status HostExecutor::RegisterProgram(std::shared_ptr<const ProgramPlan> plan) {
+  // Its code must be for this host's kind of device.
+  for (const DeviceInfo& d : options_.devices) {
+    if (d.kind != plan->device_kind) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "plan '", plan->name, "' was compiled for device kind ", plan->device_kind, ", but ",
+          d.id.ToString(), " of ", id().ToString(), " is of kind ", d.kind));
+    }
+  }
   // A plan may come from another process: every shard placed here must name
   // one of this host's devices.
   for (const PlanValue& v : plan->values) {

@@ -20,6 +20,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
+#include "causeway/backend/cpu/executable.h"
 #include "causeway/base/limits.h"
 #include "causeway/base/status_macros.h"
 #include "causeway/cluster/coordinator_server.h"
@@ -233,7 +234,7 @@ class AdversarialTest : public ::testing::Test {
     node.name = "neg";
     node.inputs = {0};
     node.outputs = {1};
-    node.executable = *backend::cpu::Executable::Compile(f);
+    node.executable = *backend::cpu::Compile(f);
     plan.nodes = {node};
     plan.parameters = {0};
     plan.outputs = {1};

@@ -15,10 +15,17 @@
 
 namespace causeway::testing {
 
-enum class ClusterKind { kEmbedded, kProcesses };
+// kEmbeddedOtherDevice: the embedded cluster with devices of a second kind
+// (tests/integration/wrapped_kind.h), reached only through the device seam.
+enum class ClusterKind { kEmbedded, kProcesses, kEmbeddedOtherDevice };
 
 inline std::string KindName(const ::testing::TestParamInfo<ClusterKind>& info) {
-  return info.param == ClusterKind::kEmbedded ? "Embedded" : "Processes";
+  switch (info.param) {
+    case ClusterKind::kEmbedded: return "Embedded";
+    case ClusterKind::kProcesses: return "Processes";
+    case ClusterKind::kEmbeddedOtherDevice: return "EmbeddedOtherDevice";
+  }
+  return "?";
 }
 
 // The `causeway` binary of this build (set by CMake).

@@ -9,6 +9,7 @@
 #include "gmock/gmock.h"
 #include "causeway/cluster/counters.h"
 #include "tests/integration/cluster_kinds.h"
+#include "tests/integration/wrapped_kind.h"
 
 namespace causeway::testing {
 namespace {
@@ -33,20 +34,26 @@ class ConformanceTest : public ::testing::TestWithParam<ClusterKind> {
     lo.device_memory_bytes = kDeviceMemory;
     lo.collective_timeout = absl::Seconds(30);
     local_ = MakeCluster(lo).release();
+    lo.device_kind = std::string(RegisterWrappedCpuKind());
+    other_kind_ = MakeCluster(lo).release();
     ProcessClusterOptions po = ProcessShape(2, 2, 2);
     po.memory_bytes = kDeviceMemory;
     processes_ = StartProcesses(po).release();
   }
   static void TearDownTestSuite() {
     delete local_;
+    delete other_kind_;
     delete processes_;
     local_ = nullptr;
+    other_kind_ = nullptr;
     processes_ = nullptr;
   }
 
   void SetUp() override {
     if (GetParam() == ClusterKind::kEmbedded) {
       connection_ = local_;
+    } else if (GetParam() == ClusterKind::kEmbeddedOtherDevice) {
+      connection_ = other_kind_;
     } else {
       remote_ = ConnectRemote(*processes_);
       connection_ = remote_.get();
@@ -56,16 +63,24 @@ class ConformanceTest : public ::testing::TestWithParam<ClusterKind> {
   void TearDown() override {
     client_.reset();
     remote_.reset();
-    if (GetParam() == ClusterKind::kEmbedded) {
+    if (LocalCluster* local = embedded()) {
       // Nothing left behind by a disconnected client (launches drop their
       // last buffer references just after their outputs are ready).
-      for (const auto& host : local_->executors()) {
+      for (const auto& host : local->executors()) {
         for (int d = 0; d < host->num_devices(); ++d) {
           host->store().memory(d)->AwaitEmpty(absl::Seconds(10));
         }
       }
-      EXPECT_EQ(local_->MemoryInUse(), 0);
+      EXPECT_EQ(local->MemoryInUse(), 0);
     }
+  }
+  LocalCluster* embedded() const {
+    switch (GetParam()) {
+      case ClusterKind::kEmbedded: return local_;
+      case ClusterKind::kEmbeddedOtherDevice: return other_kind_;
+      case ClusterKind::kProcesses: return nullptr;
+    }
+    return nullptr;
   }
 
   std::unique_ptr<Client> NewClient() { return Connect(connection_); }
@@ -89,6 +104,7 @@ class ConformanceTest : public ::testing::TestWithParam<ClusterKind> {
 
   static ClusterConnection* connection_;
   static LocalCluster* local_;
+  static LocalCluster* other_kind_;
   static ProcessCluster* processes_;
   std::unique_ptr<RemoteCluster> remote_;
   std::unique_ptr<Client> client_;
@@ -96,6 +112,7 @@ class ConformanceTest : public ::testing::TestWithParam<ClusterKind> {
 
 ClusterConnection* ConformanceTest::connection_ = nullptr;
 LocalCluster* ConformanceTest::local_ = nullptr;
+LocalCluster* ConformanceTest::other_kind_ = nullptr;
 ProcessCluster* ConformanceTest::processes_ = nullptr;
 
 TEST_P(ConformanceTest, TopologyHasTwoIslandsOfTwoHostsWithTwoDevices) {
@@ -410,8 +427,32 @@ TEST_P(ConformanceTest, DeviceCountersCountLaunchesAndMemoryOnEveryHost) {
   }
 }
 
+// A device of another kind runs the code its kind compiled: the client
+// compiles for the mesh's kind, the plan carries it, the hosts run it.
+TEST_P(ConformanceTest, EachDeviceRunsCodeOfItsOwnKind) {
+  const Topology t = connection_->resources()->GetTopology();
+  const std::string kind = t.device(t.island(t.islands()[0])->devices[0])->kind;
+  EXPECT_EQ(kind, GetParam() == ClusterKind::kEmbeddedOtherDevice ? "wrapped-cpu" : "cpu");
+  const int64_t before = WrappedKindRuns().load();
+  Mesh mesh = TwoByTwo();
+  const Sharding split(std::vector<std::vector<std::string>>{{"x", "y"}});
+  ASSERT_OK_AND_ASSIGN(CompiledFunction f, client_->Compile(AllReduceSum(1, {"x", "y"}), mesh,
+                                                            {{split}, {split}}));
+  ASSERT_OK_AND_ASSIGN(Array in, client_->Put(Literal::F32({4}, {1, 2, 3, 4}), mesh, split));
+  ASSERT_OK_AND_ASSIGN(std::vector<Array> out, client_->Call(f, {in}));
+  ASSERT_OK_AND_ASSIGN(Literal v, AwaitOrHang(out[0].Fetch()));
+  EXPECT_THAT(v.values<float>(), ElementsAreArray({10.f, 10.f, 10.f, 10.f}));
+  const int64_t ran = WrappedKindRuns().load() - before;
+  if (GetParam() == ClusterKind::kEmbeddedOtherDevice) {
+    EXPECT_EQ(ran, 4);  // one launch per device of the mesh
+  } else {
+    EXPECT_EQ(ran, 0);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Clusters, ConformanceTest,
-                         ::testing::Values(ClusterKind::kEmbedded, ClusterKind::kProcesses),
+                         ::testing::Values(ClusterKind::kEmbedded, ClusterKind::kProcesses,
+                                           ClusterKind::kEmbeddedOtherDevice),
                          KindName);
 
 }  // namespace

@@ -6,6 +6,7 @@
 // Labelled `stress`: `make test` runs it, `make quick` skips it.
 #include <thread>
 
+#include "causeway/backend/cpu/executable.h"
 #include "gmock/gmock.h"
 #include "tests/integration/test_util.h"
 
@@ -76,7 +77,7 @@ TEST(SoakTest, ClientsAcrossIslandsUnderBackPressureAndFaultsStayCorrectAndLeakN
   // stage0 launch 64 bytes of result plus its temporaries while it runs:
   // with three inputs in place, room remains for three launches per device,
   // so allocations wait (back-pressure).
-  const int64_t temporaries = (*backend::cpu::Executable::Compile(Stage0()))->temporary_bytes();
+  const int64_t temporaries = (*backend::cpu::Compile(Stage0()))->temporary_bytes();
   o.device_memory_bytes = 3 * 4096 + 3 * (64 + temporaries);
   o.dcn.latency = absl::Microseconds(100);
   o.dcn.bytes_per_second = 1e9;

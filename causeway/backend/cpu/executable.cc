@@ -407,33 +407,28 @@ absl::Status CpuExecutable::Run(absl::Span<const void* const> inputs,
 
 }  // namespace
 
-absl::Status CollectiveOps::AllGather(int, absl::Span<const std::string>, const ir::Shape&,
-                                      const ir::Shape&, int64_t, const void*, void*) {
-  return absl::UnimplementedError("all_gather is not supported by this runtime");
-}
-absl::Status CollectiveOps::ReduceScatter(int, absl::Span<const std::string>, ir::ReduceKind,
-                                          const ir::Shape&, const ir::Shape&, int64_t,
-                                          const void*, void*) {
-  return absl::UnimplementedError("reduce_scatter is not supported by this runtime");
-}
-absl::Status CollectiveOps::AllToAll(int, absl::Span<const std::string>, const ir::Shape&,
-                                     const ir::Shape&, int64_t, int64_t, const void*, void*) {
-  return absl::UnimplementedError("all_to_all is not supported by this runtime");
-}
-absl::Status CollectiveOps::CollectivePermute(int, absl::Span<const std::string>,
-                                              const ir::Shape&,
-                                              absl::Span<const std::pair<int64_t, int64_t>>,
-                                              const void*, void*) {
-  return absl::UnimplementedError("collective_permute is not supported by this runtime");
-}
-
-absl::StatusOr<std::shared_ptr<const Executable>> Executable::Compile(
-    const ir::Function& function) {
+absl::StatusOr<std::shared_ptr<const Executable>> Compile(const ir::Function& function) {
   CW_RETURN_IF_ERROR(ir::Verify(function));
   kernels::InitBlas();
   ExecutionPlan plan = PlanExecution(function);
   return std::shared_ptr<const Executable>(
       std::make_shared<CpuExecutable>(function, std::move(plan)));
+}
+
+namespace {
+class CpuKind final : public DeviceKind {
+ public:
+  absl::string_view name() const override { return kKindName; }
+  absl::StatusOr<std::shared_ptr<const Executable>> Compile(
+      const ir::Function& function) const override {
+    return cpu::Compile(function);
+  }
+};
+}  // namespace
+
+const DeviceKind& Kind() {
+  static const DeviceKind& kind = RegisterDeviceKind(std::make_unique<CpuKind>());
+  return kind;
 }
 
 }  // namespace causeway::backend::cpu

@@ -1,101 +1,30 @@
-// The CPU backend: compiles an ir::Function once into an Executable that a
-// device thread runs over its own shards.
-//
-// An Executable is immutable after Compile and may be run concurrently by
-// many device threads (each run gets its own temporaries). Collectives are
-// delegated to a CollectiveOps supplied per run by the runtime, so the
-// backend knows nothing of hosts or transports.
+// The CPU backend: compiles an ir::Function once into an Executable (the
+// device seam's, causeway/backend/executable.h) that a device thread runs
+// over its own shards, with Eigen and BLAS kernels.
 #ifndef CAUSEWAY_BACKEND_CPU_EXECUTABLE_H_
 #define CAUSEWAY_BACKEND_CPU_EXECUTABLE_H_
 
-#include <cstdint>
 #include <memory>
-#include <string>
-#include <utility>
-#include <vector>
 
-#include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/types/span.h"
+#include "absl/strings/string_view.h"
+#include "causeway/backend/executable.h"
 #include "causeway/ir/function.h"
 
 namespace causeway::backend::cpu {
 
-// How a running function reaches its peers. Implemented by the runtime for
-// each launch; `index` numbers collective instructions within the function so
-// that all participants of one collective agree on which one they are in.
-class CollectiveOps {
- public:
-  virtual ~CollectiveOps() = default;
+using backend::CollectiveOps;
+using backend::Executable;
+using backend::RunContext;
 
-  // All-reduces `data` (shape `shape`) in place among the devices of this
-  // device's group over mesh `axes`. Blocks until every member contributed.
-  // Errors: a peer failed, or the collective was aborted (deadlock watchdog,
-  // cancellation).
-  virtual absl::Status AllReduce(int index, absl::Span<const std::string> axes,
-                                 ir::ReduceKind kind, const ir::Shape& shape,
-                                 void* data) = 0;
+inline constexpr absl::string_view kKindName = "cpu";
 
-  // The other collectives read `in` (shape `in_shape`) and write `out`
-  // (shape `out_shape`), which never overlap; semantics as in ir::OpKind.
-  // Besides the errors of AllReduce, INVALID_ARGUMENT if the shapes do not
-  // fit the group (e.g. an all_gather result that is not group-size times
-  // the operand). The defaults return UNIMPLEMENTED.
-  virtual absl::Status AllGather(int index, absl::Span<const std::string> axes,
-                                 const ir::Shape& in_shape, const ir::Shape& out_shape,
-                                 int64_t dimension, const void* in, void* out);
-  virtual absl::Status ReduceScatter(int index, absl::Span<const std::string> axes,
-                                     ir::ReduceKind kind, const ir::Shape& in_shape,
-                                     const ir::Shape& out_shape, int64_t dimension,
-                                     const void* in, void* out);
-  virtual absl::Status AllToAll(int index, absl::Span<const std::string> axes,
-                                const ir::Shape& in_shape, const ir::Shape& out_shape,
-                                int64_t split_dimension, int64_t concat_dimension,
-                                const void* in, void* out);
-  virtual absl::Status CollectivePermute(
-      int index, absl::Span<const std::string> axes, const ir::Shape& shape,
-      absl::Span<const std::pair<int64_t, int64_t>> source_target_pairs, const void* in,
-      void* out);
+// Verifies `function` and compiles it. INVALID_ARGUMENT if it does not
+// verify.
+absl::StatusOr<std::shared_ptr<const Executable>> Compile(const ir::Function& function);
 
-  // Microseconds spent inside the calls above so far (waiting for peers
-  // and exchanging data): the part of a launch that is not its own
-  // computation. 0 if not measured.
-  virtual int64_t micros_in_collectives() const { return 0; }
-};
-
-// Per-run context given to Executable::Run.
-struct RunContext {
-  // May be null if the function has no collectives.
-  CollectiveOps* collectives = nullptr;
-};
-
-class Executable {
- public:
-  // Verifies `function` and compiles it. INVALID_ARGUMENT if it does not
-  // verify.
-  static absl::StatusOr<std::shared_ptr<const Executable>> Compile(
-      const ir::Function& function);
-
-  virtual ~Executable() = default;
-
-  const ir::Function& function() const { return function_; }
-  // Bytes of temporaries one run uses besides its inputs and outputs.
-  virtual int64_t temporary_bytes() const { return 0; }
-
-  // Runs the function. `inputs[i]` points at parameter i's bytes (row-major,
-  // shape function().parameter_shape(i)); `outputs[i]` at preallocated space
-  // for result i. Inputs are never written. Thread-safe: concurrent runs do
-  // not share temporaries.
-  virtual absl::Status Run(absl::Span<const void* const> inputs,
-                           absl::Span<void* const> outputs,
-                           const RunContext& context) const = 0;
-
- protected:
-  explicit Executable(ir::Function function) : function_(std::move(function)) {}
-
- private:
-  ir::Function function_;
-};
+// The CPU device kind, registered (RegisterDeviceKind) on first use.
+const DeviceKind& Kind();
 
 }  // namespace causeway::backend::cpu
 

@@ -45,7 +45,7 @@ Function BuildOrDie(FunctionBuilder& b, std::vector<Value> outputs) {
 }
 
 std::shared_ptr<const Executable> CompileOrDie(const Function& f) {
-  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::Compile(f);
+  absl::StatusOr<std::shared_ptr<const Executable>> exe = Compile(f);
   CW_CHECK_OK(exe.status());
   return *std::move(exe);
 }
@@ -465,7 +465,7 @@ TEST(CpuExecutableTest, CollectiveErrorsCarryInstructionContext) {
 
 TEST(CpuExecutableTest, CompileRejectsInvalidFunctions) {
   Function bad("bad", {}, {}, {0});
-  absl::StatusOr<std::shared_ptr<const Executable>> exe = Executable::Compile(bad);
+  absl::StatusOr<std::shared_ptr<const Executable>> exe = Compile(bad);
   EXPECT_EQ(exe.status().code(), absl::StatusCode::kInvalidArgument);
 }
 

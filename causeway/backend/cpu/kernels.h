@@ -98,7 +98,7 @@ void NormalizeGrad(const float* x, float epsilon, const float* g, float* out, in
                    int64_t cols);
 
 // Makes BLAS single-threaded in this process (each device computes on one
-// thread). Idempotent and thread-safe; called by Executable::Compile.
+// thread). Idempotent and thread-safe; called by cpu::Compile.
 void InitBlas();
 
 }  // namespace causeway::backend::cpu::kernels

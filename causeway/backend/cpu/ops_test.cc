@@ -28,7 +28,7 @@ Literal Eval(const std::vector<Literal>& inputs, const Body& body) {
   for (const Literal& l : inputs) params.push_back(b.Parameter(l.shape()));
   absl::StatusOr<Function> f = b.Build({body(b, params)});
   CW_CHECK_OK(f.status());
-  auto exe = Executable::Compile(*f);
+  auto exe = Compile(*f);
   CW_CHECK_OK(exe.status());
   std::vector<const void*> in;
   for (const Literal& l : inputs) in.push_back(l.data());
@@ -211,7 +211,7 @@ TEST(OpsTest, CollectivesWithoutACollectiveContextFailCleanly) {
   FunctionBuilder b("needs_peers");
   Value x = b.Parameter(Shape(DType::kF32, {4}));
   ASSERT_OK_AND_ASSIGN(Function f, b.Build({b.AllGather(x, {"d"}, 0, 2)}));
-  ASSERT_OK_AND_ASSIGN(auto exe, Executable::Compile(f));
+  ASSERT_OK_AND_ASSIGN(auto exe, Compile(f));
   std::vector<float> in(4), out(8);
   const void* ins[] = {in.data()};
   void* outs[] = {out.data()};

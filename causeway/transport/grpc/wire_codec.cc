@@ -16,7 +16,7 @@
 namespace causeway::wire {
 namespace {
 
-using backend::cpu::Executable;
+using backend::Executable;
 using google::protobuf::RepeatedField;
 
 template <typename... Args>
@@ -201,6 +201,12 @@ absl::Status DecodePlanInto(const Plan& in, CompileMode mode, ProgramPlan& plan)
   plan.id = ProgramId(in.id());
   plan.client = ClientId(in.client());
   plan.name = in.name();
+  plan.device_kind = in.device_kind().empty() ? std::string(kDefaultDeviceKind) : in.device_kind();
+  CW_RETURN_IF_ERROR(CheckDeviceKindName(plan.device_kind));
+  const backend::DeviceKind* kind = nullptr;
+  if (mode == CompileMode::kCompile) {
+    CW_ASSIGN_OR_RETURN(kind, backend::FindDeviceKind(plan.device_kind));
+  }
   for (int v = 0; v < in.values_size(); ++v) {
     absl::StatusOr<causeway::PlanValue> value = DecodeValue(in.values(v));
     if (!value.ok()) return Annotate(value.status(), absl::StrCat("value ", v));
@@ -252,7 +258,7 @@ absl::Status DecodePlanInto(const Plan& in, CompileMode mode, ProgramPlan& plan)
         const std::string context = absl::StrCat(where, "function ", f);
         absl::StatusOr<ir::Function> function = ir::Deserialize(in.functions(f));
         if (!function.ok()) return Annotate(function.status(), context);
-        absl::StatusOr<std::shared_ptr<const Executable>> made = Executable::Compile(*function);
+        absl::StatusOr<std::shared_ptr<const Executable>> made = kind->Compile(*function);
         if (!made.ok()) return Annotate(made.status(), context);
         exe = *std::move(made);
       }
@@ -425,6 +431,7 @@ void EncodeTopology(const causeway::Topology& t, Topology* out) {
       p->set_id(d.value());
       p->set_host(info.host.value());
       p->set_memory_bytes(info.memory_bytes);
+      if (info.kind != kDefaultDeviceKind) p->set_kind(info.kind);
     }
   }
   for (const auto& [device, reason] : t.gone()) {
@@ -459,7 +466,11 @@ absl::StatusOr<causeway::Topology> DecodeTopology(const Topology& in) {
       if (d.memory_bytes() < 0) {
         return Invalid("topology: device ", d.id(), " has ", d.memory_bytes(), " bytes");
       }
-      t.AddDevice(DeviceId(d.id()), HostId(d.host()), d.memory_bytes());
+      const absl::string_view kind = d.kind().empty() ? kDefaultDeviceKind : d.kind();
+      if (absl::Status s = CheckDeviceKindName(kind); !s.ok()) {
+        return Invalid("topology: device ", d.id(), ": ", s.message());
+      }
+      t.AddDevice(DeviceId(d.id()), HostId(d.host()), d.memory_bytes(), kind);
     }
   }
   if (static_cast<size_t>(in.gone_size()) > causeway::Topology::kGoneRemembered) {
@@ -497,6 +508,7 @@ void EncodePlan(const ProgramPlan& plan, Plan* out) {
   out->set_id(plan.id.value());
   out->set_client(plan.client.value());
   out->set_name(plan.name);
+  if (plan.device_kind != kDefaultDeviceKind) out->set_device_kind(plan.device_kind);
   for (const causeway::PlanValue& v : plan.values) EncodeValue(v, out->add_values());
   out->mutable_parameters()->Add(plan.parameters.begin(), plan.parameters.end());
   out->mutable_outputs()->Add(plan.outputs.begin(), plan.outputs.end());

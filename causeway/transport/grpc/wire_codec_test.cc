@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "causeway/backend/cpu/executable.h"
 #include "causeway/base/check.h"
 #include "causeway/ir/builder.h"
 #include "causeway/ir/serialization.h"
@@ -15,6 +16,10 @@
 
 namespace causeway::wire {
 namespace {
+
+// A worker registers its device kind before it decodes plans; so do these
+// tests.
+const bool kCpuRegistered = (backend::cpu::Kind(), true);
 
 using ::causeway::testing::StatusIs;
 using ::testing::HasSubstr;
@@ -438,6 +443,20 @@ TEST(ClusterCodecTest, ClocksThatAgreeWithinTheRoundTripAreNotShifted) {
   // Outside it: moved to the midpoint of the round trip.
   EXPECT_EQ(grpc_transport::ClockShift(1000, 3000, 10'000), 2000 - 10'000);
   EXPECT_EQ(grpc_transport::ClockShift(1000, 3000, 500), 1500);
+}
+
+TEST(WireCodecTest, APlanForADeviceKindThisProcessLacksIsRefusedNamingIt) {
+  ASSERT_TRUE(kCpuRegistered);
+  Plan wire;
+  EncodePlan(TwoMeshPlan(), &wire);
+  wire.set_device_kind("tpu");
+  EXPECT_THAT(DecodePlan(wire, CompileMode::kCompile),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("device kind \"tpu\"")));
+  // A coordinator, which compiles nothing, passes it on.
+  EXPECT_OK(DecodePlan(wire, CompileMode::kSkip).status());
+  wire.set_device_kind("no such kind!");
+  EXPECT_THAT(DecodePlan(wire, CompileMode::kSkip),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("device kind")));
 }
 
 }  // namespace

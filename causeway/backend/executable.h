@@ -1,0 +1,128 @@
+// The device seam: what the runtime (plans, device streams, the client's
+// compiler step, the wire codec) knows of a device's code. A kind of device
+// (`DeviceKind`) compiles an ir::Function into an Executable that a device
+// thread runs over its own shards; collectives are delegated to the runtime
+// through CollectiveOps, so a backend knows nothing of hosts or transports.
+//
+// Adding a device kind: implement DeviceKind and Executable in
+// causeway/backend/<kind>/, register the kind (RegisterDeviceKind) before a
+// cluster of its devices is made, and give those devices its name
+// (DeviceInfo::kind). Transport, client and scheduler are untouched: the
+// client compiles with the kind of its mesh's devices, a plan carries its
+// kind's name, and a host compiles a plan it receives with that kind.
+//
+// An Executable is immutable after compilation and may be run concurrently
+// by many device threads (each run gets its own temporaries).
+#ifndef CAUSEWAY_BACKEND_EXECUTABLE_H_
+#define CAUSEWAY_BACKEND_EXECUTABLE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "causeway/ir/function.h"
+
+namespace causeway::backend {
+
+// How a running function reaches its peers. Implemented by the runtime for
+// each launch; `index` numbers collective instructions within the function so
+// that all participants of one collective agree on which one they are in.
+class CollectiveOps {
+ public:
+  virtual ~CollectiveOps() = default;
+
+  // All-reduces `data` (shape `shape`) in place among the devices of this
+  // device's group over mesh `axes`. Blocks until every member contributed.
+  // Errors: a peer failed, or the collective was aborted (deadlock watchdog,
+  // cancellation).
+  virtual absl::Status AllReduce(int index, absl::Span<const std::string> axes,
+                                 ir::ReduceKind kind, const ir::Shape& shape,
+                                 void* data) = 0;
+
+  // The other collectives read `in` (shape `in_shape`) and write `out`
+  // (shape `out_shape`), which never overlap; semantics as in ir::OpKind.
+  // Besides the errors of AllReduce, INVALID_ARGUMENT if the shapes do not
+  // fit the group (e.g. an all_gather result that is not group-size times
+  // the operand). The defaults return UNIMPLEMENTED.
+  virtual absl::Status AllGather(int index, absl::Span<const std::string> axes,
+                                 const ir::Shape& in_shape, const ir::Shape& out_shape,
+                                 int64_t dimension, const void* in, void* out);
+  virtual absl::Status ReduceScatter(int index, absl::Span<const std::string> axes,
+                                     ir::ReduceKind kind, const ir::Shape& in_shape,
+                                     const ir::Shape& out_shape, int64_t dimension,
+                                     const void* in, void* out);
+  virtual absl::Status AllToAll(int index, absl::Span<const std::string> axes,
+                                const ir::Shape& in_shape, const ir::Shape& out_shape,
+                                int64_t split_dimension, int64_t concat_dimension,
+                                const void* in, void* out);
+  virtual absl::Status CollectivePermute(
+      int index, absl::Span<const std::string> axes, const ir::Shape& shape,
+      absl::Span<const std::pair<int64_t, int64_t>> source_target_pairs, const void* in,
+      void* out);
+
+  // Microseconds spent inside the calls above so far (waiting for peers
+  // and exchanging data): the part of a launch that is not its own
+  // computation. 0 if not measured.
+  virtual int64_t micros_in_collectives() const { return 0; }
+};
+
+// Per-run context given to Executable::Run.
+struct RunContext {
+  // May be null if the function has no collectives.
+  CollectiveOps* collectives = nullptr;
+};
+
+// A function compiled for one kind of device, run by a device's thread over
+// its own shards.
+class Executable {
+ public:
+  virtual ~Executable() = default;
+
+  const ir::Function& function() const { return function_; }
+  // Bytes of temporaries one run uses besides its inputs and outputs.
+  virtual int64_t temporary_bytes() const { return 0; }
+
+  // Runs the function. `inputs[i]` points at parameter i's bytes (row-major,
+  // shape function().parameter_shape(i)); `outputs[i]` at preallocated space
+  // for result i. Inputs are never written. Thread-safe: concurrent runs do
+  // not share temporaries.
+  virtual absl::Status Run(absl::Span<const void* const> inputs,
+                           absl::Span<void* const> outputs,
+                           const RunContext& context) const = 0;
+
+ protected:
+  explicit Executable(ir::Function function) : function_(std::move(function)) {}
+
+ private:
+  ir::Function function_;
+};
+
+// A kind of device: compiles functions into its executables. Thread-safe.
+class DeviceKind {
+ public:
+  virtual ~DeviceKind() = default;
+  // The name devices of this kind carry (DeviceInfo::kind), e.g. "cpu".
+  virtual absl::string_view name() const = 0;
+  // Verifies `function` and compiles it. INVALID_ARGUMENT if it does not
+  // verify or uses what this kind cannot run.
+  virtual absl::StatusOr<std::shared_ptr<const Executable>> Compile(
+      const ir::Function& function) const = 0;
+};
+
+// Makes `kind` findable by its name for the rest of the process. Registering
+// a second kind of the same name keeps the first (and returns it).
+const DeviceKind& RegisterDeviceKind(std::unique_ptr<DeviceKind> kind);
+// NOT_FOUND, naming the kinds this process has, if `name` is not registered.
+absl::StatusOr<const DeviceKind*> FindDeviceKind(absl::string_view name);
+// The names registered so far, sorted.
+std::vector<std::string> DeviceKindNames();
+
+}  // namespace causeway::backend
+
+#endif  // CAUSEWAY_BACKEND_EXECUTABLE_H_
