@@ -38,6 +38,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "causeway/transport/grpc/grpc_common.h"
+#include "causeway/scheduler/island_scheduler.h"
 #include "causeway/base/mutex.h"
 #include "causeway/base/status_macros.h"
 #include "causeway/client/client.h"

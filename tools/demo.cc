@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "causeway/transport/inproc/inproc_transport.h"
 #include "causeway/client/client.h"
 #include "causeway/cluster/counters.h"
 #include "causeway/cluster/local_cluster.h"

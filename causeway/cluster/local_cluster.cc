@@ -1,11 +1,18 @@
 #include "causeway/cluster/local_cluster.h"
 
 #include <algorithm>
+#include <thread>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "causeway/backend/cpu/executable.h"
+#include "causeway/base/mutex.h"
 #include "causeway/base/status_macros.h"
+#include "causeway/resource/resource_manager.h"
+#include "causeway/scheduler/island_scheduler.h"
+#include "causeway/transport/inproc/inproc_transport.h"
+#include "causeway/worker/collective_hub.h"
+#include "causeway/worker/host_executor.h"
 
 namespace causeway {
 
@@ -33,11 +40,29 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Create(
   return std::unique_ptr<LocalCluster>(new LocalCluster(options));
 }
 
+struct LocalCluster::State {
+  explicit State(const LocalClusterOptions& options)
+      : trace(options.trace),
+        hub(options.collective_timeout),
+        transport(options.dcn, options.clock) {}
+
+  TraceRecorder trace;
+  CollectiveHub hub;
+  InProcessDataTransport transport;
+  std::unique_ptr<ResourceManager> resources;
+  std::vector<std::unique_ptr<IslandScheduler>> schedulers;
+  std::vector<std::unique_ptr<HostExecutor>> hosts;
+  std::vector<IslandId> host_island;  // by host id
+  // Serialises submissions of runs that span islands (see
+  // ClusterConnection::SubmitRun).
+  Mutex multi_island_mu;
+  // One housekeeping thread for every host (HostExecutor::Housekeep).
+  std::thread housekeeper;
+  Notification stop_housekeeping;
+};
+
 LocalCluster::LocalCluster(const LocalClusterOptions& options)
-    : options_(options),
-      trace_(options.trace),
-      hub_(options.collective_timeout),
-      transport_(options.dcn, options.clock) {
+    : options_(options), s_(std::make_unique<State>(options)) {
   Topology topology;
   int64_t next_host = 0;
   int64_t next_device = 0;
@@ -56,15 +81,15 @@ LocalCluster::LocalCluster(const LocalClusterOptions& options)
   for (IslandId island : topology.islands()) {
     const IslandInfo info = *topology.island(island);
     for (HostId h : info.hosts) {
-      trace_.NameHost(h, absl::StrCat("island ", island.value(), " / host ", h.value()));
+      s_->trace.NameHost(h, absl::StrCat("island ", island.value(), " / host ", h.value()));
       HostExecutorOptions ho;
       ho.host = *topology.host(h);
       for (DeviceId d : ho.host.devices) ho.devices.push_back(*topology.device(d));
       ho.device_memory_bytes = options.device_memory_bytes;
       ho.clock = options.clock;
-      ho.trace = &trace_;
-      ho.collectives = &hub_;
-      ho.transport = &transport_;
+      ho.trace = &s_->trace;
+      ho.collectives = &s_->hub;
+      ho.transport = &s_->transport;
       ho.fault_injector = options.fault_injector;
       ho.memory_stall_timeout = options.memory_stall_timeout;
       ho.input_timeout = options.input_timeout;
@@ -75,9 +100,9 @@ LocalCluster::LocalCluster(const LocalClusterOptions& options)
           s->RunFinished(h, run, device_us, launches);
         }
       };
-      host_island_.push_back(island);
-      hosts_.push_back(std::make_unique<HostExecutor>(std::move(ho)));
-      transport_.RegisterHost(hosts_.back().get(), island);
+      s_->host_island.push_back(island);
+      s_->hosts.push_back(std::make_unique<HostExecutor>(std::move(ho)));
+      s_->transport.RegisterHost(s_->hosts.back().get(), island);
     }
     IslandSchedulerOptions so;
     so.island = island;
@@ -85,14 +110,14 @@ LocalCluster::LocalCluster(const LocalClusterOptions& options)
     so.policy = options.scheduling;
     so.run_ahead = options.run_ahead;
     so.on_run_accounted = options.on_run_accounted;
-    so.trace = &trace_;
+    so.trace = &s_->trace;
     so.clock = options.clock;
-    schedulers_.push_back(std::make_unique<IslandScheduler>(std::move(so)));
+    s_->schedulers.push_back(std::make_unique<IslandScheduler>(std::move(so)));
   }
-  resources_ = std::make_unique<ResourceManager>(std::move(topology));
-  housekeeper_ = std::thread([this] {
-    while (!stop_housekeeping_.WaitForNotificationWithTimeout(absl::Seconds(1))) {
-      for (auto& h : hosts_) h->Housekeep(absl::Now());
+  s_->resources = std::make_unique<ResourceManager>(std::move(topology));
+  s_->housekeeper = std::thread([this] {
+    while (!s_->stop_housekeeping.WaitForNotificationWithTimeout(absl::Seconds(1))) {
+      for (auto& h : s_->hosts) h->Housekeep(absl::Now());
     }
   });
 }
@@ -100,20 +125,29 @@ LocalCluster::LocalCluster(const LocalClusterOptions& options)
 LocalCluster::~LocalCluster() { Shutdown(); }
 
 void LocalCluster::Shutdown() {
-  stop_housekeeping_.Notify();
-  if (housekeeper_.joinable()) housekeeper_.join();
+  s_->stop_housekeeping.Notify();
+  if (s_->housekeeper.joinable()) s_->housekeeper.join();
   // Delayed transfers are delivered at once; then collectives and waiting
   // allocations fail so that every queued launch can drain.
-  transport_.Shutdown();
-  hub_.Shutdown();
-  for (auto& h : hosts_) h->store().Shutdown();
-  for (auto& h : hosts_) h->Shutdown();
+  s_->transport.Shutdown();
+  s_->hub.Shutdown();
+  for (auto& h : s_->hosts) h->store().Shutdown();
+  for (auto& h : s_->hosts) h->Shutdown();
 }
 
 SchedulerService* LocalCluster::scheduler(IslandId island) { return island_scheduler(island); }
+ResourceService* LocalCluster::resources() { return s_->resources.get(); }
+TraceRecorder* LocalCluster::client_trace() { return &s_->trace; }
+ResourceManager& LocalCluster::resource_manager() { return *s_->resources; }
+const std::vector<std::unique_ptr<HostExecutor>>& LocalCluster::executors() const {
+  return s_->hosts;
+}
+TraceRecorder& LocalCluster::trace() { return s_->trace; }
+CollectiveHub& LocalCluster::collective_hub() { return s_->hub; }
+InProcessDataTransport& LocalCluster::transport() { return s_->transport; }
 
 IslandScheduler* LocalCluster::island_scheduler(IslandId island) {
-  for (auto& s : schedulers_) {
+  for (auto& s : s_->schedulers) {
     if (s->island() == island) return s.get();
   }
   return nullptr;
@@ -125,8 +159,8 @@ void LocalCluster::ReleaseArrays(ClientId client, const std::vector<HostId>& hos
   // runs there.
   absl::InlinedVector<IslandId, 2> islands;
   for (HostId h : hosts) {
-    if (h.value() < 0 || h.value() >= static_cast<int64_t>(host_island_.size())) continue;
-    const IslandId island = host_island_[h.value()];
+    if (h.value() < 0 || h.value() >= static_cast<int64_t>(s_->host_island.size())) continue;
+    const IslandId island = s_->host_island[h.value()];
     if (std::find(islands.begin(), islands.end(), island) == islands.end()) {
       islands.push_back(island);
     }
@@ -134,8 +168,8 @@ void LocalCluster::ReleaseArrays(ClientId client, const std::vector<HostId>& hos
   for (IslandId island : islands) {
     std::vector<HostId> mine;
     for (HostId h : hosts) {
-      if (h.value() >= 0 && h.value() < static_cast<int64_t>(host_island_.size()) &&
-          host_island_[h.value()] == island) {
+      if (h.value() >= 0 && h.value() < static_cast<int64_t>(s_->host_island.size()) &&
+          s_->host_island[h.value()] == island) {
         mine.push_back(h);
       }
     }
@@ -145,20 +179,20 @@ void LocalCluster::ReleaseArrays(ClientId client, const std::vector<HostId>& hos
 
 absl::Status LocalCluster::SetClientShare(ClientId client, const ClientShare& share) {
   CW_RETURN_IF_ERROR(CheckClientShare(share));
-  for (auto& s : schedulers_) s->SetShare(client, share);
-  for (auto& h : hosts_) h->SetMemoryQuota(client, share.memory_quota_bytes);
+  for (auto& s : s_->schedulers) s->SetShare(client, share);
+  for (auto& h : s_->hosts) h->SetMemoryQuota(client, share.memory_quota_bytes);
   return absl::OkStatus();
 }
 
 void LocalCluster::DropClient(ClientId client) {
-  for (auto& s : schedulers_) s->DropClient(client);
+  for (auto& s : s_->schedulers) s->DropClient(client);
 }
 
 HostService* LocalCluster::host(HostId host) { return executor(host); }
 
 HostExecutor* LocalCluster::executor(HostId host) {
-  if (host.value() < 0 || host.value() >= static_cast<int64_t>(hosts_.size())) return nullptr;
-  return hosts_[host.value()].get();
+  if (host.value() < 0 || host.value() >= static_cast<int64_t>(s_->hosts.size())) return nullptr;
+  return s_->hosts[host.value()].get();
 }
 
 absl::Status LocalCluster::SubmitRun(const RunRequest& run, const std::vector<IslandId>& islands,
@@ -166,19 +200,19 @@ absl::Status LocalCluster::SubmitRun(const RunRequest& run, const std::vector<Is
   std::vector<IslandScheduler*> schedulers;
   for (IslandId island : islands) {
     IslandScheduler* found = nullptr;
-    for (auto& s : schedulers_) {
+    for (auto& s : s_->schedulers) {
       if (s->island() == island) found = s.get();
     }
     schedulers.push_back(found);
   }
   if (islands.size() <= 1) return SubmitToIslands(run, islands, schedulers, std::move(forwarded));
-  MutexLock lock(&multi_island_mu_);
+  MutexLock lock(&s_->multi_island_mu);
   return SubmitToIslands(run, islands, schedulers, std::move(forwarded));
 }
 
 std::vector<DeviceReport> LocalCluster::Report() const {
   std::vector<DeviceReport> out;
-  for (const auto& h : hosts_) {
+  for (const auto& h : s_->hosts) {
     for (int i = 0; i < h->num_devices(); ++i) {
       DeviceReport r;
       r.device = h->stream(i).device();
@@ -192,14 +226,14 @@ std::vector<DeviceReport> LocalCluster::Report() const {
 }
 
 void LocalCluster::ResetStats() {
-  for (auto& h : hosts_) {
+  for (auto& h : s_->hosts) {
     for (int i = 0; i < h->num_devices(); ++i) h->stream(i).ResetStats();
   }
 }
 
 int64_t LocalCluster::MemoryInUse() const {
   int64_t total = 0;
-  for (const auto& h : hosts_) total += h->store().memory_in_use();
+  for (const auto& h : s_->hosts) total += h->store().memory_in_use();
   return total;
 }
 

@@ -2,24 +2,31 @@
 // scheduler per island and N hosts (each with its devices, object store and
 // device streams) inside the client's process, over the in-process
 // transport. What `causeway demo` and most tests use.
+//
+// A public header: it names the runtime's internals (scheduler, hosts,
+// collectives) only as incomplete types, for tests and tools that include
+// their headers themselves.
 #ifndef CAUSEWAY_CLUSTER_LOCAL_CLUSTER_H_
 #define CAUSEWAY_CLUSTER_LOCAL_CLUSTER_H_
 
+#include <functional>
 #include <memory>
-#include <thread>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "causeway/base/mutex.h"
-#include "causeway/resource/resource_manager.h"
-#include "causeway/scheduler/island_scheduler.h"
-#include "causeway/transport/inproc/inproc_transport.h"
-#include "causeway/worker/collective_hub.h"
-#include "causeway/worker/host_executor.h"
+#include "causeway/base/clock.h"
 #include "causeway/base/trace.h"
+#include "causeway/transport/services.h"
 
 namespace causeway {
+
+class CollectiveHub;
+class HostExecutor;
+class InProcessDataTransport;
+class IslandScheduler;
+class ResourceManager;
 
 struct LocalClusterOptions {
   int islands = 2;
@@ -62,7 +69,7 @@ class LocalCluster final : public ClusterConnection {
   static absl::StatusOr<std::unique_ptr<LocalCluster>> Create(const LocalClusterOptions& options);
   ~LocalCluster() override;
 
-  ResourceService* resources() override { return resources_.get(); }
+  ResourceService* resources() override;
   SchedulerService* scheduler(IslandId island) override;
   HostService* host(HostId host) override;
   using ClusterConnection::SubmitRun;
@@ -72,15 +79,15 @@ class LocalCluster final : public ClusterConnection {
                      std::vector<ArrayId> arrays) override;
   absl::Status SetClientShare(ClientId client, const ClientShare& share) override;
   void DropClient(ClientId client) override;
-  TraceRecorder* client_trace() override { return &trace_; }
+  TraceRecorder* client_trace() override;
   IslandScheduler* island_scheduler(IslandId island);
 
-  ResourceManager& resource_manager() { return *resources_; }
+  ResourceManager& resource_manager();
   HostExecutor* executor(HostId host);
-  const std::vector<std::unique_ptr<HostExecutor>>& executors() const { return hosts_; }
-  TraceRecorder& trace() { return trace_; }
-  CollectiveHub& collective_hub() { return hub_; }
-  InProcessDataTransport& transport() { return transport_; }
+  const std::vector<std::unique_ptr<HostExecutor>>& executors() const;
+  TraceRecorder& trace();
+  CollectiveHub& collective_hub();
+  InProcessDataTransport& transport();
   const LocalClusterOptions& options() const { return options_; }
 
   // Every device's counters and memory, in device id order.
@@ -97,19 +104,9 @@ class LocalCluster final : public ClusterConnection {
   explicit LocalCluster(const LocalClusterOptions& options);
 
   const LocalClusterOptions options_;
-  TraceRecorder trace_;
-  CollectiveHub hub_;
-  InProcessDataTransport transport_;
-  std::unique_ptr<ResourceManager> resources_;
-  std::vector<std::unique_ptr<IslandScheduler>> schedulers_;
-  std::vector<std::unique_ptr<HostExecutor>> hosts_;
-  std::vector<IslandId> host_island_;  // by host id
-  // Serialises submissions of runs that span islands (see
-  // ClusterConnection::SubmitRun).
-  Mutex multi_island_mu_;
-  // One housekeeping thread for every host (HostExecutor::Housekeep).
-  std::thread housekeeper_;
-  Notification stop_housekeeping_;
+  // The scheduler, hosts, collectives and transport (local_cluster.cc).
+  struct State;
+  std::unique_ptr<State> s_;
 };
 
 }  // namespace causeway

@@ -14,6 +14,7 @@
 #include "causeway/base/status_macros.h"
 #include "causeway/cluster/cluster_file.h"
 #include "causeway/transport/grpc/cluster.grpc.pb.h"
+#include "causeway/transport/grpc/grpc_common.h"
 #include "causeway/transport/grpc/cluster_codec.h"
 #include "causeway/transport/grpc/wire_codec.h"
 

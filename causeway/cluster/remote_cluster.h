@@ -18,7 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "causeway/base/trace.h"
-#include "causeway/transport/grpc/grpc_common.h"
+#include "causeway/transport/grpc/tls_files.h"
 #include "causeway/transport/services.h"
 
 namespace causeway {

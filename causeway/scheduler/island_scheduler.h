@@ -43,8 +43,6 @@
 
 namespace causeway {
 
-enum class SchedulingPolicy { kFifo, kProportionalShare };
-
 struct IslandSchedulerOptions {
   IslandId island;
   SchedulingPolicy policy = SchedulingPolicy::kProportionalShare;

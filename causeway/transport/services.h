@@ -15,7 +15,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "causeway/async/future.h"
 #include "causeway/base/ids.h"
@@ -27,6 +30,47 @@
 namespace causeway {
 
 class TraceRecorder;
+
+// Identifies a launch to fault injectors and in error messages.
+struct LaunchInfo {
+  RunId run;
+  int node = -1;
+  // The function's name, a view into the launch's program plan: valid while
+  // the launch exists. Fault injectors must not keep it.
+  absl::string_view name;
+  DeviceId device;
+  HostId host;
+};
+
+// Returns a non-OK status to make a launch fail as if its kernel had. For
+// tests and fault drills. Runs on the device thread.
+using FaultInjector = std::function<absl::Status(const LaunchInfo&)>;
+
+// A device stream's counters (DeviceStream::stats()).
+struct DeviceStreamStats {
+  int64_t launches = 0;
+  int64_t failed = 0;
+  int64_t busy_us = 0;         // time spent running kernels
+  // Of busy_us, the time inside collectives (waiting for peers and
+  // exchanging data); busy_us - collective_us is the devices' own work.
+  int64_t collective_us = 0;
+  int64_t queued = 0;          // launches waiting in the queue (stats() fills it)
+  // The device's own work: busy_us outside collectives.
+  int64_t compute_us() const { return busy_us - collective_us; }
+  int64_t first_start_us = -1; // clock micros
+  int64_t last_end_us = -1;
+};
+
+// The emulated data-center network between an embedded cluster's islands.
+struct DcnOptions {
+  absl::Duration latency = absl::ZeroDuration();
+  // Bytes per second per link; 0 means unlimited.
+  double bytes_per_second = 0;
+};
+
+// How an island scheduler orders runs (docs/SCHEDULING.md).
+enum class SchedulingPolicy { kFifo, kProportionalShare };
+
 
 // A piece of a reshard travelling between hosts.
 struct ShardPieceMessage {

@@ -20,25 +20,11 @@
 #include "causeway/base/clock.h"
 #include "causeway/base/mutex.h"
 #include "causeway/store/buffer.h"
-#include "causeway/topology/topology.h"
 #include "causeway/base/trace.h"
+#include "causeway/topology/topology.h"
+#include "causeway/transport/services.h"
 
 namespace causeway {
-
-// Identifies a launch to fault injectors and in error messages.
-struct LaunchInfo {
-  RunId run;
-  int node = -1;
-  // The function's name, a view into the launch's program plan: valid while
-  // the launch exists. Fault injectors must not keep it.
-  absl::string_view name;
-  DeviceId device;
-  HostId host;
-};
-
-// Returns a non-OK status to make a launch fail as if its kernel had. For
-// tests and fault drills. Runs on the device thread.
-using FaultInjector = std::function<absl::Status(const LaunchInfo&)>;
 
 // The launches of one run on one host: the last to finish reports the
 // run's device time and launch count through `done`. Shared by the launches
@@ -80,20 +66,6 @@ struct Launch {
   // its outputs are marked, with the time its kernel took (0 if it did not
   // run). No lock of the stream is held. May be null.
   std::shared_ptr<RunTally> tally;
-};
-
-struct DeviceStreamStats {
-  int64_t launches = 0;
-  int64_t failed = 0;
-  int64_t busy_us = 0;         // time spent running kernels
-  // Of busy_us, the time inside collectives (waiting for peers and
-  // exchanging data); busy_us - collective_us is the devices' own work.
-  int64_t collective_us = 0;
-  int64_t queued = 0;          // launches waiting in the queue (stats() fills it)
-  // The device's own work: busy_us outside collectives.
-  int64_t compute_us() const { return busy_us - collective_us; }
-  int64_t first_start_us = -1; // clock micros
-  int64_t last_end_us = -1;
 };
 
 // Thread-safe.

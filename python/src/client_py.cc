@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "causeway/worker/host_executor.h"
 #include "causeway/cluster/local_cluster.h"
 #include "causeway/cluster/remote_cluster.h"
 #include "python/src/py_core.h"

@@ -19,9 +19,18 @@ test -f "$work/prefix/lib/cmake/causeway/causewayConfig.cmake"
 test -f "$work/prefix/lib/cmake/causeway/causewayConfigVersion.cmake"
 test -f "$work/prefix/include/causeway/client/client.h"
 test -x "$work/prefix/bin/causeway"
-# Internal headers that no public header includes are not installed.
+# Internal headers that no public header includes are not installed: the
+# public headers (client, mesh, function builder, clusters, models) pull in
+# no worker, scheduler, store, resource manager, backend or transport
+# internals.
 if [[ -e "$work/prefix/include/causeway/cluster/coordinator_server.h" ]]; then
   echo "install_test: an internal header was installed" >&2
+  exit 1
+fi
+internal=$(cd "$work/prefix/include" && find causeway -name '*.h' | grep -E \
+  '^causeway/(worker|scheduler|store|resource|backend/cpu|transport/inproc)/|^causeway/transport/grpc/(grpc_common|listener|wire_codec|cluster_codec)\.h$' || true)
+if [[ -n "$internal" ]]; then
+  echo "install_test: the public headers pull in internal ones:" $internal >&2
   exit 1
 fi
 

@@ -5,6 +5,7 @@
 #include <set>
 #include <string>
 
+#include "causeway/transport/inproc/inproc_transport.h"
 #include "gmock/gmock.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/test_util.h"

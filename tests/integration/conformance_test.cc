@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "absl/strings/str_join.h"
+#include "causeway/worker/host_executor.h"
 #include "gmock/gmock.h"
 #include "causeway/cluster/counters.h"
 #include "tests/integration/cluster_kinds.h"

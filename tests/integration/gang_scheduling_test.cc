@@ -4,6 +4,7 @@
 // watchdog reports the deadlock instead of hanging.
 #include <thread>
 
+#include "causeway/worker/collective_hub.h"
 #include "gmock/gmock.h"
 #include "tests/integration/test_util.h"
 

@@ -1,5 +1,6 @@
 // Device memory: back-pressure instead of failure, and reclamation of every
 // buffer a client owned when it disconnects.
+#include "causeway/worker/host_executor.h"
 #include "gmock/gmock.h"
 #include "tests/integration/test_util.h"
 

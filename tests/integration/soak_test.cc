@@ -6,6 +6,8 @@
 // Labelled `stress`: `make test` runs it, `make quick` skips it.
 #include <thread>
 
+#include "causeway/worker/collective_hub.h"
+#include "causeway/worker/host_executor.h"
 #include "causeway/backend/cpu/executable.h"
 #include "gmock/gmock.h"
 #include "tests/integration/test_util.h"

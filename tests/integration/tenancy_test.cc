@@ -9,6 +9,9 @@
 #include <thread>
 #include <vector>
 
+#include "causeway/worker/collective_hub.h"
+#include "causeway/worker/host_executor.h"
+#include "causeway/scheduler/island_scheduler.h"
 #include "gmock/gmock.h"
 #include "tests/integration/cluster_kinds.h"
 #include "tests/integration/test_util.h"

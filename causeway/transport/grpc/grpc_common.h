@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "causeway/base/mutex.h"
 #include "causeway/transport/grpc/listener.h"
+#include "causeway/transport/grpc/tls_files.h"
 #include "grpcpp/grpcpp.h"
 
 namespace causeway::grpc_transport {
@@ -28,12 +29,6 @@ inline constexpr int kProtocolVersion = 2;
 
 // TLS material, as PEM file paths. Empty cert/key: a plaintext server; empty
 // ca: a plaintext channel.
-struct TlsFiles {
-  std::string cert;
-  std::string key;
-  std::string ca;
-};
-
 // Fills empty fields from CAUSEWAY_TLS_CERT, CAUSEWAY_TLS_KEY, CAUSEWAY_TLS_CA.
 TlsFiles TlsFromEnvironment(TlsFiles files);
 // `token` if non-empty, else CAUSEWAY_TOKEN (empty if neither).

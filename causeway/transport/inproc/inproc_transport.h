@@ -20,12 +20,6 @@
 
 namespace causeway {
 
-struct DcnOptions {
-  absl::Duration latency = absl::ZeroDuration();
-  // Bytes per second per link; 0 means unlimited.
-  double bytes_per_second = 0;
-};
-
 // Thread-safe. Hosts must be registered before pieces are sent to them and
 // outlive the transport's Shutdown().
 class InProcessDataTransport final : public DataTransport {
