@@ -19,6 +19,7 @@
 #define CAUSEWAY_WORKER_COLLECTIVE_HUB_H_
 
 #include <chrono>
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -162,9 +163,14 @@ class CollectiveHub {
     bool done = false;
     absl::Status status;
     std::string what;
-    // Signalled when `done` or `status` changes; only this collective's
-    // members wait on it.
-    CondVar changed;
+    // Bumped (and its waiters woken, all at once: WakeLocked) when `done`,
+    // `status` or `arrived` changes; only this collective's members wait on
+    // it, without the hub's lock.
+    std::atomic<uint32_t> wake{0};
+    // Set (release) once the collective succeeded and its last member took
+    // it off the hub's books: a woken member returns at once, without
+    // taking the hub's lock again.
+    std::atomic<bool> completed{false};
     // Set while the last member performs the collective outside the hub's
     // lock; members cannot leave (their buffers are being written) and the
     // collective can no longer be aborted.
@@ -178,6 +184,8 @@ class CollectiveHub {
   // REQUIRES: mu_. Fails `state` with `status` (unless already finished or
   // being completed) and wakes its waiting members.
   static void FailLocked(State& state, const absl::Status& status);
+  // Wakes every member waiting on `state`.
+  static void WakeLocked(State& state);
 
   // Performs the collective once every member arrived; runs on the last
   // member's thread WITHOUT mu_ held (every member is parked, its buffers
@@ -191,7 +199,7 @@ class CollectiveHub {
   absl::Status Meet(const CollectiveKey& key, DeviceId self, int rank,
                     const std::vector<DeviceId>& members, ir::OpKind op, const void* in,
                     int64_t in_bytes, void* out, int64_t out_bytes, const std::string& what,
-                    const Completion& complete);
+                    const Completion& complete) ABSL_NO_THREAD_SAFETY_ANALYSIS;
   // REQUIRES: mu_. Records a remote member's contribution in `state`.
   void AbsorbRemoteLocked(State& state, int rank, std::string bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
