@@ -921,9 +921,15 @@ void CoordinatorServer::Impl::HandleTrace(ClientSession& session, uint64_t id,
       CW_LOG(kWarning) << hosts[i]->Name() << " sent a malformed trace: " << events.status();
       continue;
     }
+    int taken = 0;
     for (TraceEvent& e : *events) {
-      // A host speaks for itself only.
-      if (e.host != hosts[i]->id() || IsSchedulerEvent(e.kind) || IsClientEvent(e.kind)) continue;
+      // A host speaks for itself only, and for no more events than asked.
+      if (e.host != hosts[i]->id() || IsSchedulerEvent(e.kind) || IsClientEvent(e.kind) ||
+          taken == kPerHost) {
+        ++dropped;
+        continue;
+      }
+      ++taken;
       grpc_transport::EncodeTraceEvent(e, out.add_events());
     }
     more = more || got.more();

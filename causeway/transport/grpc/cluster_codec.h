@@ -71,19 +71,27 @@ inline void EncodeTraceEvent(const TraceEvent& e, cluster::TraceEventProto* out)
   out->set_island(e.island.value());
 }
 
+// Times a peer may send: microseconds within about ±36,000 years, so that
+// moving them between clocks cannot overflow.
+inline constexpr int64_t kMaxTraceMicros = int64_t{1} << 60;
+
 // Events sent by a peer, their times moved by `shift_us` onto the
-// receiver's clock. INVALID_ARGUMENT for a kind this build does not know or
-// a negative duration.
+// receiver's clock. INVALID_ARGUMENT for a kind this build does not know, a
+// negative duration, or a time or shift out of range.
 inline absl::StatusOr<std::vector<TraceEvent>> DecodeTraceEvents(const cluster::TraceEvents& in,
                                                                  int64_t shift_us) {
+  if (shift_us < -kMaxTraceMicros || shift_us > kMaxTraceMicros) {
+    return absl::InvalidArgumentError("a trace's clock is out of range");
+  }
   std::vector<TraceEvent> out;
   out.reserve(static_cast<size_t>(in.events_size()));
   for (const cluster::TraceEventProto& p : in.events()) {
     if (p.kind() < 0 || p.kind() > static_cast<int32_t>(TraceKind::kInFlight)) {
       return absl::InvalidArgumentError(absl::StrCat("a trace event of unknown kind ", p.kind()));
     }
-    if (p.duration_us() < 0) {
-      return absl::InvalidArgumentError("a trace event with a negative duration");
+    if (p.duration_us() < 0 || p.duration_us() > kMaxTraceMicros ||
+        p.start_us() < -kMaxTraceMicros || p.start_us() > kMaxTraceMicros) {
+      return absl::InvalidArgumentError("a trace event with a time out of range");
     }
     TraceEvent e{static_cast<TraceKind>(p.kind()), HostId(p.host()), DeviceId(p.device()),
                  RunId(p.run()), p.node(), p.name(), p.start_us() + shift_us, p.duration_us(),
@@ -101,8 +109,13 @@ inline absl::StatusOr<std::vector<TraceEvent>> DecodeTraceEvents(const cluster::
 // moved: guessing the midpoint would skew two peers' events against each
 // other by up to half their round trips. A reading outside it is moved to
 // the midpoint.
+// A peer's reading out of ±kMaxTraceMicros gives a shift DecodeTraceEvents
+// refuses.
 inline int64_t ClockShift(int64_t asked_us, int64_t answered_us, int64_t peer_now_us) {
   if (peer_now_us >= asked_us && peer_now_us <= answered_us) return 0;
+  if (peer_now_us < -kMaxTraceMicros || peer_now_us > kMaxTraceMicros) {
+    return kMaxTraceMicros + 1;
+  }
   return asked_us + (answered_us - asked_us) / 2 - peer_now_us;
 }
 

@@ -1,5 +1,6 @@
 #include "causeway/transport/grpc/wire_codec.h"
 
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -433,6 +434,15 @@ TEST(ClusterCodecTest, TraceEventsRoundTripOntoTheReceiversClock) {
   wire.mutable_events(0)->set_kind(0);
   wire.mutable_events(0)->set_duration_us(-1);
   EXPECT_FALSE(grpc_transport::DecodeTraceEvents(wire, 0).ok());
+  // Times that moving between clocks would overflow.
+  wire.mutable_events(0)->set_duration_us(1);
+  wire.mutable_events(0)->set_start_us(std::numeric_limits<int64_t>::max());
+  EXPECT_FALSE(grpc_transport::DecodeTraceEvents(wire, 0).ok());
+  wire.mutable_events(0)->set_start_us(0);
+  EXPECT_FALSE(grpc_transport::DecodeTraceEvents(
+                   wire, grpc_transport::ClockShift(0, 10, std::numeric_limits<int64_t>::min()))
+                   .ok());
+  EXPECT_OK(grpc_transport::DecodeTraceEvents(wire, 0).status());
 }
 
 TEST(ClusterCodecTest, ClocksThatAgreeWithinTheRoundTripAreNotShifted) {
