@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "causeway/backend/cpu/executable.h"
 #include "causeway/base/check.h"
 #include "causeway/ir/builder.h"
 #include "causeway/ir/literal.h"
@@ -78,6 +79,7 @@ BENCHMARK(BM_EncodePlan);
 // Decoding and validating that plan: kSkip as a scheduler does, kCompile
 // (deserialise and compile each function) as a host does.
 void BM_DecodePlan(benchmark::State& state) {
+  backend::cpu::Kind();  // a host registers its device kind before it decodes plans
   const CompileMode mode = state.range(0) == 0 ? CompileMode::kSkip : CompileMode::kCompile;
   state.SetLabel(mode == CompileMode::kSkip ? "kSkip" : "kCompile");
   Plan wire;

@@ -45,6 +45,7 @@ void TraceRecorder::Record(TraceEvent event) {
     ++dropped_;
     return;
   }
+  if (event.name.size() > kMaxTraceName) event.name.resize(kMaxTraceName);
   events_.push_back(std::move(event));
 }
 
@@ -55,6 +56,7 @@ void TraceRecorder::Merge(std::vector<TraceEvent> events) {
       ++dropped_;
       continue;
     }
+    if (e.name.size() > kMaxTraceName) e.name.resize(kMaxTraceName);
     events_.push_back(std::move(e));
   }
 }

@@ -62,6 +62,9 @@ struct TraceEvent {
 // shard and piece index.
 uint64_t TraceFlowId(RunId run, int node, int dst_shard, int piece);
 
+// Longest event name kept (longer ones are cut): names come from clients.
+inline constexpr size_t kMaxTraceName = 256;
+
 // Thread-safe. Recording is off unless enabled.
 class TraceRecorder {
  public:

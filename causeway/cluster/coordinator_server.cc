@@ -139,7 +139,8 @@ class CoordinatorServer::Impl final : public cluster::Coordinator::Service {
   // Tracing (cluster::TraceRequest): a connection's runs' events from every
   // host and scheduler; hosts record while any connection traces.
   void HandleTrace(ClientSession& session, uint64_t id, const cluster::TraceRequest& request);
-  void EndTrace(ClientSession& session);
+  // Starts or ends `session`'s part in tracing (no-op if already so).
+  void SetTracing(ClientSession& session, bool on);
   void SetHostsTracing(bool on);
   // Records `client`'s share and applies it to every scheduler and host.
   absl::Status SetShare(ClientId client, const cluster::ClientShare& share);
@@ -171,6 +172,12 @@ class CoordinatorServer::Impl final : public cluster::Coordinator::Service {
 
   // The island schedulers' tracks; recording while any session traces.
   TraceRecorder trace_{false, size_t{1} << 19};
+  // Held across a session's start or stop of tracing, the count's change and
+  // the switch of every recorder it implies (which waits for the hosts), so
+  // that a start and a stop from two connections cannot interleave and leave
+  // a tracing connection with nothing recording, and a START returns only
+  // once the hosts record. Taken before mu_, never inside it.
+  Mutex trace_switch_mu_;
   Mutex mu_;
   absl::flat_hash_map<HostId, std::shared_ptr<RemoteHost>> hosts_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<IslandId, std::unique_ptr<IslandScheduler>> schedulers_ ABSL_GUARDED_BY(mu_);
@@ -757,7 +764,7 @@ grpc::Status CoordinatorServer::Impl::Connect(
     ended_sessions_sent_.bytes += sent.bytes;
     ended_sessions_sent_.messages += sent.messages;
   }
-  EndTrace(*session);
+  SetTracing(*session, false);
   Reclaim(*session);
   session->writer.Close();
   return grpc::Status::OK;
@@ -835,41 +842,35 @@ void CoordinatorServer::Impl::SetHostsTracing(bool on) {
   AwaitAll(hosts, asked, absl::Now() + absl::Seconds(10));
 }
 
-void CoordinatorServer::Impl::EndTrace(ClientSession& session) {
-  if (!session.tracing) return;
-  session.tracing = false;
-  bool last = false;
+void CoordinatorServer::Impl::SetTracing(ClientSession& session, bool on) {
+  MutexLock switching(&trace_switch_mu_);
+  if (session.tracing == on) return;
+  session.tracing = on;
+  int before = 0;
   {
     MutexLock lock(&mu_);
-    last = --tracing_sessions_ == 0;
+    before = tracing_sessions_;
+    tracing_sessions_ += on ? 1 : -1;
   }
-  if (!last) return;
-  trace_.SetEnabled(false);
-  trace_.Clear();
-  SetHostsTracing(false);
+  if (on && before == 0) {
+    trace_.SetEnabled(true);
+    SetHostsTracing(true);
+  } else if (!on && before == 1) {
+    trace_.SetEnabled(false);
+    trace_.Clear();
+    SetHostsTracing(false);
+  }
 }
 
 void CoordinatorServer::Impl::HandleTrace(ClientSession& session, uint64_t id,
                                           const cluster::TraceRequest& request) {
   switch (request.op()) {
-    case cluster::TraceRequest::START: {
-      if (!session.tracing) {
-        session.tracing = true;
-        bool first = false;
-        {
-          MutexLock lock(&mu_);
-          first = tracing_sessions_++ == 0;
-        }
-        if (first) {
-          trace_.SetEnabled(true);
-          SetHostsTracing(true);
-        }
-      }
+    case cluster::TraceRequest::START:
+      SetTracing(session, true);
       ReplyTo(session, id, absl::OkStatus());
       return;
-    }
     case cluster::TraceRequest::STOP:
-      EndTrace(session);
+      SetTracing(session, false);
       ReplyTo(session, id, absl::OkStatus());
       return;
     case cluster::TraceRequest::COLLECT:
@@ -884,14 +885,18 @@ void CoordinatorServer::Impl::HandleTrace(ClientSession& session, uint64_t id,
     return;
   }
   // This connection's runs' events from every host, each moved onto this
-  // clock, and the schedulers' own; at most kPerHost from each a round.
-  constexpr int kPerHost = 1 << 14;
+  // clock, and the schedulers' own: a round asks each host for at most
+  // kPerHost, and all of them for about kPerRound (names are at most
+  // kMaxTraceName bytes: a reply stays within tens of MiB).
+  const std::vector<std::shared_ptr<RemoteHost>> hosts = LiveHosts();
+  constexpr int kPerRound = 1 << 16;
+  const int kPerHost =
+      std::clamp(kPerRound / std::max<int>(1, static_cast<int>(hosts.size())), 256, 1 << 14);
   const std::vector<ClientId> clients(session.clients.begin(), session.clients.end());
   cluster::TraceCall call;
   call.set_collect(true);
   call.set_max_events(kPerHost);
   for (ClientId c : clients) call.add_clients(c.value());
-  const std::vector<std::shared_ptr<RemoteHost>> hosts = LiveHosts();
   // Each answer with the time it arrived.
   using Timed = std::pair<cluster::Reply, int64_t>;
   std::vector<Future<Timed>> asked;
@@ -916,16 +921,17 @@ void CoordinatorServer::Impl::HandleTrace(ClientSession& session, uint64_t id,
     }
     const cluster::TraceEvents& got = answers[i]->first.trace();
     absl::StatusOr<std::vector<TraceEvent>> events = grpc_transport::DecodeTraceEvents(
-        got, grpc_transport::ClockShift(asked_us[i], answers[i]->second, got.now_us()));
+        got, grpc_transport::ClockShift(asked_us[i], answers[i]->second, got.now_us()), &dropped);
     if (!events.ok()) {
       CW_LOG(kWarning) << hosts[i]->Name() << " sent a malformed trace: " << events.status();
       continue;
     }
     int taken = 0;
     for (TraceEvent& e : *events) {
-      // A host speaks for itself only, and for no more events than asked.
+      // A host speaks for itself only, of this connection's runs only, and
+      // of no more events than asked.
       if (e.host != hosts[i]->id() || IsSchedulerEvent(e.kind) || IsClientEvent(e.kind) ||
-          taken == kPerHost) {
+          !session.clients.contains(OwnerOfId(e.run.value())) || taken == kPerHost) {
         ++dropped;
         continue;
       }
@@ -933,7 +939,7 @@ void CoordinatorServer::Impl::HandleTrace(ClientSession& session, uint64_t id,
       grpc_transport::EncodeTraceEvent(e, out.add_events());
     }
     more = more || got.more();
-    dropped += std::max<int64_t>(0, got.dropped());
+    dropped += std::clamp<int64_t>(got.dropped(), 0, int64_t{1} << 40);
   }
   bool scheduler_more = false;
   for (const TraceEvent& e : trace_.Take(clients, kPerHost, &scheduler_more)) {

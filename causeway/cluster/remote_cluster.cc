@@ -644,10 +644,16 @@ absl::Status RemoteCluster::CollectTrace() {
                                               TraceMessage(cluster::TraceRequest::COLLECT),
                                               "CollectTrace"));
     const int64_t answered_us = Clock::Real()->NowMicros();
+    int64_t skipped = 0;
     CW_ASSIGN_OR_RETURN(std::vector<TraceEvent> events,
                         grpc_transport::DecodeTraceEvents(
-                            r.trace(), grpc_transport::ClockShift(asked_us, answered_us,
-                                                                  r.trace().now_us())));
+                            r.trace(),
+                            grpc_transport::ClockShift(asked_us, answered_us, r.trace().now_us()),
+                            &skipped));
+    if (skipped > 0) {
+      CW_LOG(kWarning) << "the coordinator sent " << skipped
+                       << " malformed trace events; they are left out";
+    }
     trace_.Merge(std::move(events));
     if (!r.trace().more()) break;
   }

@@ -303,6 +303,15 @@ void WorkerServer::Impl::Handle(cluster::ToWorker& message) {
 void WorkerServer::Impl::HandleCall(uint64_t id, cluster::HostCall& call) {
   switch (call.call_case()) {
     case cluster::HostCall::kRegisterProgram: {
+      // Code for another kind of device is refused before it is compiled.
+      const std::string& kind = call.register_program().device_kind();
+      if (!kind.empty() && kind != backend::cpu::Kind().name()) {
+        Reply(id, absl::InvalidArgumentError(absl::StrCat(
+                      "plan '", call.register_program().name().substr(0, 256),
+                      "' was compiled for device kind ", kind.substr(0, 64), ", but ",
+                      host_.ToString(), "'s devices are of kind ", backend::cpu::Kind().name())));
+        break;
+      }
       absl::StatusOr<std::shared_ptr<const ProgramPlan>> plan =
           wire::DecodePlan(call.register_program(), wire::CompileMode::kCompile);
       Reply(id, plan.ok() ? executor_->RegisterProgram(*std::move(plan)) : plan.status());

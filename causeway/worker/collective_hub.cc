@@ -77,7 +77,9 @@ bool WaitWhileEqual(std::atomic<uint32_t>& word, uint32_t seen,
   timespec at{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
   const long r = syscall(SYS_futex, FutexWord(word), FUTEX_WAIT_BITSET_PRIVATE, seen, &at,
                          nullptr, FUTEX_BITSET_MATCH_ANY);
-  return !(r == -1 && errno == ETIMEDOUT);
+  if (r == 0 || errno == EAGAIN || errno == EINTR) return true;  // woken, changed, or a signal
+  // Timed out, or the wait itself failed: the clock decides.
+  return std::chrono::steady_clock::now() < deadline;
 }
 
 }  // namespace
@@ -588,7 +590,12 @@ void CollectiveHub::DepartLocked(const CollectiveKey& key, State& state) {
   const bool all_left = state.departed == state.local_members;
   const bool aborted_gang_drained = !state.status.ok() && state.departed == state.arrived - state.remote_arrived &&
                                     aborted_gangs_.contains({key.run, key.node});
-  if (all_left || aborted_gang_drained) states_.erase(key);
+  if (all_left || aborted_gang_drained) {
+    // Only this collective's entry: the key may have been reused since.
+    if (auto it = states_.find(key); it != states_.end() && it->second.get() == &state) {
+      states_.erase(it);
+    }
+  }
 }
 
 void CollectiveHub::FailLocked(State& state, const absl::Status& status) {

@@ -76,22 +76,30 @@ inline void EncodeTraceEvent(const TraceEvent& e, cluster::TraceEventProto* out)
 inline constexpr int64_t kMaxTraceMicros = int64_t{1} << 60;
 
 // Events sent by a peer, their times moved by `shift_us` onto the
-// receiver's clock. INVALID_ARGUMENT for a kind this build does not know, a
-// negative duration, or a time or shift out of range.
+// receiver's clock. An event of a kind this build does not know, with a
+// negative duration, or whose moved start or end falls outside
+// ±kMaxTraceMicros is left out and counted in `*skipped` (so that a range
+// check here never fails a whole batch the sender has already given up).
+// INVALID_ARGUMENT only for a shift out of range.
 inline absl::StatusOr<std::vector<TraceEvent>> DecodeTraceEvents(const cluster::TraceEvents& in,
-                                                                 int64_t shift_us) {
+                                                                 int64_t shift_us,
+                                                                 int64_t* skipped) {
   if (shift_us < -kMaxTraceMicros || shift_us > kMaxTraceMicros) {
     return absl::InvalidArgumentError("a trace's clock is out of range");
   }
   std::vector<TraceEvent> out;
   out.reserve(static_cast<size_t>(in.events_size()));
   for (const cluster::TraceEventProto& p : in.events()) {
-    if (p.kind() < 0 || p.kind() > static_cast<int32_t>(TraceKind::kInFlight)) {
-      return absl::InvalidArgumentError(absl::StrCat("a trace event of unknown kind ", p.kind()));
-    }
-    if (p.duration_us() < 0 || p.duration_us() > kMaxTraceMicros ||
-        p.start_us() < -kMaxTraceMicros || p.start_us() > kMaxTraceMicros) {
-      return absl::InvalidArgumentError("a trace event with a time out of range");
+    // Each bound keeps the next sum within int64.
+    const bool valid =
+        p.kind() >= 0 && p.kind() <= static_cast<int32_t>(TraceKind::kInFlight) &&
+        p.duration_us() >= 0 && p.duration_us() <= kMaxTraceMicros &&
+        p.start_us() >= -kMaxTraceMicros && p.start_us() <= kMaxTraceMicros &&
+        p.start_us() + shift_us >= -kMaxTraceMicros &&
+        p.start_us() + shift_us + p.duration_us() <= kMaxTraceMicros;
+    if (!valid) {
+      ++*skipped;
+      continue;
     }
     TraceEvent e{static_cast<TraceKind>(p.kind()), HostId(p.host()), DeviceId(p.device()),
                  RunId(p.run()), p.node(), p.name(), p.start_us() + shift_us, p.duration_us(),

@@ -416,8 +416,11 @@ TEST(ClusterCodecTest, TraceEventsRoundTripOntoTheReceiversClock) {
   e.island = IslandId(1);
   cluster::TraceEvents wire;
   grpc_transport::EncodeTraceEvent(e, wire.add_events());
-  ASSERT_OK_AND_ASSIGN(std::vector<TraceEvent> back, grpc_transport::DecodeTraceEvents(wire, 500));
+  int64_t skipped = 0;
+  ASSERT_OK_AND_ASSIGN(std::vector<TraceEvent> back,
+                       grpc_transport::DecodeTraceEvents(wire, 500, &skipped));
   ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(skipped, 0);
   EXPECT_EQ(back[0].kind, e.kind);
   EXPECT_EQ(back[0].host, e.host);
   EXPECT_EQ(back[0].device, e.device);
@@ -428,21 +431,30 @@ TEST(ClusterCodecTest, TraceEventsRoundTripOntoTheReceiversClock) {
   EXPECT_EQ(back[0].duration_us, 20);
   EXPECT_EQ(back[0].flow, e.flow);
   EXPECT_EQ(back[0].island, IslandId(1));
-  // A peer's kinds and durations are checked.
-  wire.mutable_events(0)->set_kind(99);
-  EXPECT_FALSE(grpc_transport::DecodeTraceEvents(wire, 0).ok());
-  wire.mutable_events(0)->set_kind(0);
-  wire.mutable_events(0)->set_duration_us(-1);
-  EXPECT_FALSE(grpc_transport::DecodeTraceEvents(wire, 0).ok());
-  // Times that moving between clocks would overflow.
-  wire.mutable_events(0)->set_duration_us(1);
-  wire.mutable_events(0)->set_start_us(std::numeric_limits<int64_t>::max());
-  EXPECT_FALSE(grpc_transport::DecodeTraceEvents(wire, 0).ok());
-  wire.mutable_events(0)->set_start_us(0);
+}
+
+TEST(ClusterCodecTest, AMalformedTraceEventIsLeftOutNotTheBatch) {
+  cluster::TraceEvents wire;
+  for (int i = 0; i < 5; ++i) {
+    TraceEvent e{TraceKind::kRun, HostId(0), DeviceId(0), RunId(1), 0, "f", 100 * i, 10};
+    grpc_transport::EncodeTraceEvent(e, wire.add_events());
+  }
+  wire.mutable_events(0)->set_kind(99);           // unknown kind
+  wire.mutable_events(1)->set_duration_us(-1);    // negative duration
+  wire.mutable_events(2)->set_start_us(std::numeric_limits<int64_t>::max());  // overflows
+  // In range on the sender's clock, out of it once moved onto the receiver's.
+  wire.mutable_events(3)->set_start_us(grpc_transport::kMaxTraceMicros);
+  int64_t skipped = 0;
+  ASSERT_OK_AND_ASSIGN(std::vector<TraceEvent> back,
+                       grpc_transport::DecodeTraceEvents(wire, 1000, &skipped));
+  EXPECT_EQ(skipped, 4);
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].start_us, 1400);
+  // A clock reading that would overflow the shift fails the batch.
   EXPECT_FALSE(grpc_transport::DecodeTraceEvents(
-                   wire, grpc_transport::ClockShift(0, 10, std::numeric_limits<int64_t>::min()))
+                   wire, grpc_transport::ClockShift(0, 10, std::numeric_limits<int64_t>::min()),
+                   &skipped)
                    .ok());
-  EXPECT_OK(grpc_transport::DecodeTraceEvents(wire, 0).status());
 }
 
 TEST(ClusterCodecTest, ClocksThatAgreeWithinTheRoundTripAreNotShifted) {
