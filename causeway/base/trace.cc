@@ -41,12 +41,25 @@ uint64_t TraceFlowId(RunId run, int node, int dst_shard, int piece) {
 void TraceRecorder::Record(TraceEvent event) {
   if (!enabled()) return;
   MutexLock lock(&mu_);
+  if (only_.has_value() && !only_->contains(OwnerOfId(event.run.value()))) return;
   if (events_.size() >= max_events_) {
     ++dropped_;
     return;
   }
   if (event.name.size() > kMaxTraceName) event.name.resize(kMaxTraceName);
   events_.push_back(std::move(event));
+}
+
+void TraceRecorder::SetClients(std::optional<std::vector<ClientId>> clients) {
+  MutexLock lock(&mu_);
+  if (!clients.has_value()) {
+    only_.reset();
+    return;
+  }
+  only_.emplace(clients->begin(), clients->end());
+  std::erase_if(events_, [this](const TraceEvent& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !only_->contains(OwnerOfId(e.run.value()));
+  });
 }
 
 void TraceRecorder::Merge(std::vector<TraceEvent> events) {

@@ -10,11 +10,13 @@
 #define CAUSEWAY_BASE_TRACE_H_
 
 #include <atomic>
+#include <optional>
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "causeway/base/ids.h"
 #include "causeway/base/mutex.h"
@@ -74,6 +76,10 @@ class TraceRecorder {
   bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
   // Starts or stops recording; what was recorded is kept.
   void SetEnabled(bool enabled) { enabled_.store(enabled, std::memory_order_relaxed); }
+  // Records only the events of runs of `clients` (OwnerOfId of the event's
+  // run) from now on, and drops what it holds of others; nullopt (the
+  // default): every client's.
+  void SetClients(std::optional<std::vector<ClientId>> clients);
 
   void Record(TraceEvent event);
   // Adds events recorded elsewhere (another process's, already on this
@@ -105,6 +111,7 @@ class TraceRecorder {
   std::vector<TraceEvent> events_ ABSL_GUARDED_BY(mu_);
   int64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::pair<HostId, std::string>> host_names_ ABSL_GUARDED_BY(mu_);
+  std::optional<absl::flat_hash_set<ClientId>> only_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace causeway

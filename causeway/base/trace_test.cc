@@ -48,6 +48,22 @@ TEST(TraceRecorderTest, RecordsOnlyWhileEnabledAndMergesWithinItsBound) {
   EXPECT_EQ(trace.dropped(), 1);
 }
 
+TEST(TraceRecorderTest, RecordsOnlyTheNamedClientsOnceToldAndDropsTheRest) {
+  TraceRecorder trace(true);
+  trace.Record(RunOf(ClientId(1), 0));
+  trace.Record(RunOf(ClientId(2), 0));
+  trace.SetClients(std::vector<ClientId>{ClientId(2)});
+  ASSERT_EQ(trace.Events().size(), 1u);
+  EXPECT_EQ(OwnerOfId(trace.Events()[0].run.value()), ClientId(2));
+  trace.Record(RunOf(ClientId(1), 1));
+  trace.Record(RunOf(ClientId(2), 1));
+  EXPECT_EQ(trace.Events().size(), 2u);
+  EXPECT_EQ(trace.dropped(), 0);  // left out, not dropped for want of room
+  trace.SetClients(std::nullopt);
+  trace.Record(RunOf(ClientId(1), 2));
+  EXPECT_EQ(trace.Events().size(), 3u);
+}
+
 TEST(TraceRecorderTest, FlowIdsDoNotDependOnTheProcess) {
   // Both ends of a piece compute its id, possibly in different processes:
   // a fixed value, not a per-process seeded hash.

@@ -141,7 +141,11 @@ class CoordinatorServer::Impl final : public cluster::Coordinator::Service {
   void HandleTrace(ClientSession& session, uint64_t id, const cluster::TraceRequest& request);
   // Starts or ends `session`'s part in tracing (no-op if already so).
   void SetTracing(ClientSession& session, bool on);
-  void SetHostsTracing(bool on);
+  // A client of a tracing connection came or went: record it, or not.
+  void TraceClient(ClientId client, bool on);
+  // REQUIRES: trace_switch_mu_. Tells the schedulers' recorder and every
+  // host whose runs to record (none: stop), waiting for the hosts.
+  void SwitchRecorders(const std::set<ClientId>& clients);
   // Records `client`'s share and applies it to every scheduler and host.
   absl::Status SetShare(ClientId client, const cluster::ClientShare& share);
   // A worker's reports of runs it finished, for its island's scheduler.
@@ -211,7 +215,9 @@ class CoordinatorServer::Impl final : public cluster::Coordinator::Service {
   // Open Connect and Join streams per peer address.
   absl::flat_hash_map<std::string, int> streams_by_peer_ ABSL_GUARDED_BY(mu_);
   int64_t next_device_ ABSL_GUARDED_BY(mu_) = 0;
-  int tracing_sessions_ ABSL_GUARDED_BY(mu_) = 0;
+  // The clients of the connections tracing: only their runs are recorded.
+  // Changed with trace_switch_mu_ held too.
+  std::set<ClientId> traced_clients_ ABSL_GUARDED_BY(mu_);
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 };
 
@@ -691,9 +697,10 @@ grpc::Status CoordinatorServer::Impl::Join(
       if (share.memory_quota_bytes > 0) host->SetMemoryQuota(client, share.memory_quota_bytes);
     }
     // So does a trace in progress.
-    if (tracing_sessions_ > 0) {
+    if (!traced_clients_.empty()) {
       cluster::TraceCall start;
       start.set_enable(true);
+      for (ClientId c : traced_clients_) start.add_record_clients(c.value());
       host->Trace(start);
     }
   }
@@ -831,14 +838,19 @@ std::vector<absl::StatusOr<T>> AwaitAll(const std::vector<std::shared_ptr<Remote
 }
 }  // namespace
 
-void CoordinatorServer::Impl::SetHostsTracing(bool on) {
+void CoordinatorServer::Impl::SwitchRecorders(const std::set<ClientId>& clients) {
+  const std::vector<ClientId> list(clients.begin(), clients.end());
+  trace_.SetClients(list);
+  trace_.SetEnabled(!list.empty());
+  if (list.empty()) trace_.Clear();
   cluster::TraceCall call;
-  call.set_enable(on);
+  call.set_enable(!list.empty());
+  for (ClientId c : list) call.add_record_clients(c.value());
   const std::vector<std::shared_ptr<RemoteHost>> hosts = LiveHosts();
   std::vector<Future<cluster::Reply>> asked;
   for (const auto& h : hosts) asked.push_back(h->Trace(call));
-  // Started once every host answered (or 10 s passed): what the client
-  // runs next is recorded everywhere.
+  // Switched once every host answered (or 10 s passed): what the clients
+  // run next is recorded everywhere.
   AwaitAll(hosts, asked, absl::Now() + absl::Seconds(10));
 }
 
@@ -846,20 +858,30 @@ void CoordinatorServer::Impl::SetTracing(ClientSession& session, bool on) {
   MutexLock switching(&trace_switch_mu_);
   if (session.tracing == on) return;
   session.tracing = on;
-  int before = 0;
+  std::set<ClientId> now;
   {
     MutexLock lock(&mu_);
-    before = tracing_sessions_;
-    tracing_sessions_ += on ? 1 : -1;
+    for (ClientId c : session.clients) {
+      if (on) {
+        traced_clients_.insert(c);
+      } else {
+        traced_clients_.erase(c);
+      }
+    }
+    now = traced_clients_;
   }
-  if (on && before == 0) {
-    trace_.SetEnabled(true);
-    SetHostsTracing(true);
-  } else if (!on && before == 1) {
-    trace_.SetEnabled(false);
-    trace_.Clear();
-    SetHostsTracing(false);
+  SwitchRecorders(now);
+}
+
+void CoordinatorServer::Impl::TraceClient(ClientId client, bool on) {
+  MutexLock switching(&trace_switch_mu_);
+  std::set<ClientId> now;
+  {
+    MutexLock lock(&mu_);
+    if (on ? !traced_clients_.insert(client).second : traced_clients_.erase(client) == 0) return;
+    now = traced_clients_;
   }
+  SwitchRecorders(now);
 }
 
 void CoordinatorServer::Impl::HandleTrace(ClientSession& session, uint64_t id,
@@ -1019,12 +1041,14 @@ void CoordinatorServer::Impl::HandleClient(ClientSession& session,
     case cluster::ClientMessage::kRegisterClient: {
       absl::StatusOr<ClientId> client = resources_.RegisterClient();
       if (client.ok()) session.clients.insert(*client);
+      if (client.ok() && session.tracing) TraceClient(*client, true);
       ReplyTo(session, id, client.status(),
               [&](cluster::Reply& r) { r.set_client(client->value()); });
       return;
     }
     case cluster::ClientMessage::kUnregisterClient: {
       const ClientId client(message.unregister_client());
+      if (session.tracing && session.clients.contains(client)) TraceClient(client, false);
       if (session.clients.erase(client) > 0) {
         resources_.UnregisterClient(client);
         // Its share goes with it (else a connection that makes and ends

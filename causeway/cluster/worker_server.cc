@@ -390,13 +390,22 @@ void WorkerServer::Impl::HandleCall(uint64_t id, cluster::HostCall& call) {
       break;
     case cluster::HostCall::kTrace: {
       const cluster::TraceCall& t = call.trace();
+      constexpr size_t kMaxClients = 1 << 16;
       if (!t.collect()) {
+        if (static_cast<size_t>(t.record_clients_size()) > kMaxClients) {
+          Reply(id, absl::InvalidArgumentError(absl::StrCat(
+                        "a trace names ", t.record_clients_size(), " clients to record (at most ",
+                        kMaxClients, ")")));
+          break;
+        }
+        std::vector<ClientId> record;
+        for (int64_t c : t.record_clients()) record.push_back(ClientId(c));
+        trace_->SetClients(std::move(record));
         trace_->SetEnabled(t.enable());
         if (!t.enable()) trace_->Clear();
         Reply(id, absl::OkStatus());
         break;
       }
-      constexpr size_t kMaxClients = 1024;
       constexpr int kMaxEvents = 1 << 16;
       if (static_cast<size_t>(t.clients_size()) > kMaxClients) {
         Reply(id, absl::InvalidArgumentError(absl::StrCat(

@@ -801,6 +801,55 @@ TEST(TraceTest, AConnectionCollectsItsOwnRunsEventsOnly) {
               StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("through the coordinator")));
 }
 
+// Hosts record only the runs of the connections tracing: another tenant's
+// runs neither fill their buffers nor reach a connection that starts
+// tracing later.
+TEST(TraceTest, OnlyTheTracingConnectionsRunsAreRecorded) {
+  InProcessCluster cluster = StartInProcess(CoordinatorOptions{});
+  RemoteClusterOptions ro;
+  ro.address = "grpc://" + cluster.coordinator->address();
+  ro.token = "client-token";
+  ASSERT_OK_AND_ASSIGN(auto tracing, RemoteCluster::Connect(ro));
+  ASSERT_OK_AND_ASSIGN(auto other, RemoteCluster::Connect(ro));
+  ASSERT_OK(tracing->StartTrace());
+  auto traced_client = Connect(tracing.get());  // registered after the start: recorded too
+  auto other_client = Connect(other.get());
+  auto run = [](Client& client, int runs) {
+    ASSERT_OK_AND_ASSIGN(Mesh mesh, client.AllocateMesh({{"x", 1}}));
+    ASSERT_OK_AND_ASSIGN(CompiledFunction f,
+                         client.Compile(AllReduceSum(2, {"x"}), mesh,
+                                        {{Sharding({{"x"}})}, {Sharding({{"x"}})}}));
+    ASSERT_OK_AND_ASSIGN(Array in, client.Put(ir::Literal::F32({2}, {1, 2}), mesh,
+                                              Sharding({{"x"}})));
+    for (int i = 0; i < runs; ++i) {
+      ASSERT_OK_AND_ASSIGN(std::vector<Array> out, client.Call(f, {in}));
+      ASSERT_OK(AwaitOrHang(out[0].Fetch()).status());
+    }
+  };
+  run(*other_client, 3);
+  run(*traced_client, 2);
+  // The other connection starts tracing only now: nothing of its earlier
+  // runs was kept for it.
+  ASSERT_OK(other->StartTrace());
+  ASSERT_OK(other->CollectTrace());
+  EXPECT_TRUE(other->trace().Events().empty()) << other->trace().Events().size();
+  run(*other_client, 1);
+  ASSERT_OK(other->CollectTrace());
+  int other_runs = 0;
+  for (const TraceEvent& e : other->trace().Events()) {
+    EXPECT_EQ(OwnerOfId(e.run.value()), other_client->id());
+    other_runs += e.kind == TraceKind::kRun;
+  }
+  EXPECT_EQ(other_runs, 1);
+  ASSERT_OK(tracing->CollectTrace());
+  int traced_runs = 0;
+  for (const TraceEvent& e : tracing->trace().Events()) {
+    EXPECT_EQ(OwnerOfId(e.run.value()), traced_client->id());
+    traced_runs += e.kind == TraceKind::kRun;
+  }
+  EXPECT_EQ(traced_runs, 2);
+}
+
 // A connection registers at most its bound of programs with hosts (and,
 // likewise, with schedulers); past it registration is refused, naming the
 // bound, and nothing more is forwarded.
