@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_join.h"
 #include "causeway/worker/collective_hub.h"
 #include "causeway/worker/host_executor.h"
 #include "causeway/scheduler/island_scheduler.h"
@@ -201,11 +202,13 @@ INSTANTIATE_TEST_SUITE_P(Kinds, TenancyKindsTest,
 
 TEST_P(TenancyKindsTest, SharesFollowWeightsAndAGreedyClientCannotStarveAnother) {
   Start(1, 2);
-  {
+  // One trial: the light client's results per heavy result while both have
+  // runs queued.
+  auto trial = [&]() -> double {
     Tenant light(NewConnection(), ClientShare{1, 0});
     Tenant heavy(NewConnection(), ClientShare{1, 0});
     // A change of weight after connecting takes effect.
-    ASSERT_OK(heavy.client->SetShare(ClientShare{3, 0}));
+    EXPECT_OK(heavy.client->SetShare(ClientShare{3, 0}));
     // Equal gangs: while both have runs queued, the light one gets a third
     // of the heavy one's. It has more than it can finish meanwhile (it may
     // have had the island alone for a while before the heavy one's arrived).
@@ -215,8 +218,8 @@ TEST_P(TenancyKindsTest, SharesFollowWeightsAndAGreedyClientCannotStarveAnother)
     auto b_order = std::make_shared<std::vector<int64_t>>();
     const std::vector<Future<Unit>> a_seen = Watch(a, a_order);
     const std::vector<Future<Unit>> b_seen = Watch(b, b_order);
-    for (const Future<Unit>& f : a_seen) ASSERT_OK(AwaitOrHang(f).status());
-    for (const Future<Unit>& f : b_seen) ASSERT_OK(AwaitOrHang(f).status());
+    for (const Future<Unit>& f : a_seen) EXPECT_OK(AwaitOrHang(f).status());
+    for (const Future<Unit>& f : b_seen) EXPECT_OK(AwaitOrHang(f).status());
     // Between the heavy client's 20th and 130th results: before, the light
     // one may have had the island alone; at either end, a result seen late
     // by its client (a loaded machine, a batched notification) would count
@@ -229,13 +232,23 @@ TEST_P(TenancyKindsTest, SharesFollowWeightsAndAGreedyClientCannotStarveAnother)
     int light_between = 0;
     for (int64_t o : *a_order) light_between += o > first && o < last;
     const int heavy_between = 129 - 20 - 1;
-    const double ratio = static_cast<double>(light_between) / heavy_between;
-    RecordProperty("light_between", light_between);
-    // A third, within what a loaded machine's noise in measured device time
-    // moves it (FIFO gives 0 here, equal shares 1).
-    EXPECT_GE(ratio, 0.15) << light_between << ": the light client was starved";
-    EXPECT_LE(ratio, 0.65) << light_between << ": the light client took more than its share";
+    return static_cast<double>(light_between) / heavy_between;
+  };
+  // A third, within what a loaded machine's noise in measured device time
+  // moves it (FIFO gives 0 here, equal shares 1). Under ThreadSanitizer with
+  // worker processes on 2 cores one trial in about seven lands outside
+  // (measured: 0.11 to 0.87), so up to three trials are run and one must
+  // land inside: a scheduler that does not divide by weight misses in all.
+  std::vector<double> ratios;
+  for (int t = 0; t < 3; ++t) {
+    ratios.push_back(trial());
+    if (ratios.back() >= 0.15 && ratios.back() <= 0.65) break;
   }
+  RecordProperty("trials", static_cast<int>(ratios.size()));
+  EXPECT_GE(ratios.back(), 0.15) << "the light client was starved in every trial: "
+                                 << absl::StrJoin(ratios, ", ");
+  EXPECT_LE(ratios.back(), 0.65) << "the light client took more than its share in every trial: "
+                                 << absl::StrJoin(ratios, ", ");
   Tenant greedy(NewConnection(), ClientShare{});
   Tenant polite(NewConnection(), ClientShare{});
   std::vector<Array> flood = greedy.Submit(2000);
