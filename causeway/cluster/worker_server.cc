@@ -382,7 +382,13 @@ void WorkerServer::Impl::HandleCall(uint64_t id, cluster::HostCall& call) {
     case cluster::HostCall::kGetCounters:
       executor_->GetCounters(call.get_counters())
           .OnReady([this, id, by_client = call.by_client()](
-                       const absl::StatusOr<std::vector<DeviceCounters>>& counters) {
+                       absl::StatusOr<std::vector<DeviceCounters>> counters) {
+            if (counters.ok() && by_client) {
+              std::vector<std::vector<ClientUsage>> usage = executor_->ClientUsageByDevice();
+              for (size_t i = 0; i < counters->size() && i < usage.size(); ++i) {
+                (*counters)[i].clients = std::move(usage[i]);
+              }
+            }
             Reply(id, counters.status(), [&](cluster::Reply& r) {
               grpc_transport::EncodeCounters(*counters, by_client, r.mutable_counters());
             });
@@ -390,35 +396,38 @@ void WorkerServer::Impl::HandleCall(uint64_t id, cluster::HostCall& call) {
       break;
     case cluster::HostCall::kTrace: {
       const cluster::TraceCall& t = call.trace();
-      constexpr size_t kMaxClients = 1 << 16;
+      // The clients a trace call names, at most kMaxClients of them.
+      auto named = [](const google::protobuf::RepeatedField<int64_t>& ids,
+                      absl::string_view what) -> absl::StatusOr<std::vector<ClientId>> {
+        constexpr int kMaxClients = 1 << 16;
+        if (ids.size() > kMaxClients) {
+          return absl::InvalidArgumentError(absl::StrCat("a trace call names ", ids.size(), " ",
+                                                         what, " (at most ", kMaxClients, ")"));
+        }
+        return std::vector<ClientId>(ids.begin(), ids.end());
+      };
       if (!t.collect()) {
-        if (static_cast<size_t>(t.record_clients_size()) > kMaxClients) {
-          Reply(id, absl::InvalidArgumentError(absl::StrCat(
-                        "a trace names ", t.record_clients_size(), " clients to record (at most ",
-                        kMaxClients, ")")));
+        absl::StatusOr<std::vector<ClientId>> record =
+            named(t.record_clients(), "clients to record");
+        if (!record.ok()) {
+          Reply(id, record.status());
           break;
         }
-        std::vector<ClientId> record;
-        for (int64_t c : t.record_clients()) record.push_back(ClientId(c));
-        trace_->SetClients(std::move(record));
+        trace_->SetClients(*std::move(record));
         trace_->SetEnabled(t.enable());
         if (!t.enable()) trace_->Clear();
         Reply(id, absl::OkStatus());
         break;
       }
       constexpr int kMaxEvents = 1 << 16;
-      if (static_cast<size_t>(t.clients_size()) > kMaxClients) {
-        Reply(id, absl::InvalidArgumentError(absl::StrCat(
-                      "a trace collection names ", t.clients_size(), " clients (at most ",
-                      kMaxClients, ")")));
+      absl::StatusOr<std::vector<ClientId>> clients = named(t.clients(), "clients to collect");
+      if (!clients.ok()) {
+        Reply(id, clients.status());
         break;
       }
-      std::vector<ClientId> clients;
-      for (int64_t c : t.clients()) clients.push_back(ClientId(c));
       bool more = false;
-      const std::vector<TraceEvent> events =
-          trace_->Take(clients, static_cast<size_t>(std::clamp(t.max_events(), 1, kMaxEvents)),
-                       &more);
+      const std::vector<TraceEvent> events = trace_->Take(
+          *clients, static_cast<size_t>(std::clamp(t.max_events(), 1, kMaxEvents)), &more);
       Reply(id, absl::OkStatus(), [&](cluster::Reply& r) {
         cluster::TraceEvents& out = *r.mutable_trace();
         for (const TraceEvent& e : events) grpc_transport::EncodeTraceEvent(e, out.add_events());

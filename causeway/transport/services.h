@@ -130,7 +130,8 @@ struct DeviceCounters {
   }
   int64_t memory_in_use = 0;
   int64_t memory_peak = 0;
-  // Every client with memory or arrays on the device, by id.
+  // Every client with memory or arrays on the device, by id: filled only
+  // when asked for (a worker, for the coordinator's HostCall.by_client).
   std::vector<ClientUsage> clients;
 };
 

@@ -248,7 +248,6 @@ Future<Unit> HostExecutor::DriveSpmd(const SpmdLoop& loop) {
 
 Future<std::vector<DeviceCounters>> HostExecutor::GetCounters(bool reset) {
   std::vector<DeviceCounters> out;
-  const std::vector<absl::flat_hash_map<ClientId, int64_t>> shards = store_.ShardsByOwner();
   for (int i = 0; i < num_devices(); ++i) {
     const DeviceStreamStats s = streams_[i]->stats();
     if (reset) streams_[i]->ResetStats();
@@ -261,6 +260,15 @@ Future<std::vector<DeviceCounters>> HostExecutor::GetCounters(bool reset) {
     c.queued = s.queued;
     c.memory_in_use = store_.memory(i)->in_use();
     c.memory_peak = store_.memory(i)->peak();
+    out.push_back(std::move(c));
+  }
+  return Future<std::vector<DeviceCounters>>::Ready(std::move(out));
+}
+
+std::vector<std::vector<ClientUsage>> HostExecutor::ClientUsageByDevice() {
+  const std::vector<absl::flat_hash_map<ClientId, int64_t>> shards = store_.ShardsByOwner();
+  std::vector<std::vector<ClientUsage>> out(static_cast<size_t>(num_devices()));
+  for (int i = 0; i < num_devices(); ++i) {
     absl::flat_hash_map<ClientId, ClientUsage> by_client;
     for (const DeviceMemory::OwnerUsage& u : store_.memory(i)->Usage()) {
       ClientUsage& cu = by_client[u.owner];
@@ -270,13 +278,12 @@ Future<std::vector<DeviceCounters>> HostExecutor::GetCounters(bool reset) {
     for (const auto& [client, n] : shards[i]) by_client[client].arrays = n;
     for (auto& [client, cu] : by_client) {
       cu.client = client;
-      c.clients.push_back(cu);
+      out[i].push_back(cu);
     }
-    std::sort(c.clients.begin(), c.clients.end(),
+    std::sort(out[i].begin(), out[i].end(),
               [](const ClientUsage& a, const ClientUsage& b) { return a.client < b.client; });
-    out.push_back(std::move(c));
   }
-  return Future<std::vector<DeviceCounters>>::Ready(std::move(out));
+  return out;
 }
 
 void HostExecutor::EnqueueRun(const RunRequest& run) {

@@ -82,7 +82,12 @@ class HostExecutor final : public HostService {
   void SetMemoryQuota(ClientId owner, int64_t bytes) override;
   void DeliverPiece(ShardPieceMessage piece) override;
   Future<Unit> DriveSpmd(const SpmdLoop& loop) override;
+  // Counters only: the per-client view below walks every shard of the
+  // store under its lock, so it is computed only when asked for.
   Future<std::vector<DeviceCounters>> GetCounters(bool reset) override;
+  // Per local device, every client's memory and arrays on it (for the
+  // coordinator's metrics, DeviceCounters::clients).
+  std::vector<std::vector<ClientUsage>> ClientUsageByDevice();
 
   // Host `host` (another process) is gone: every posted receive still
   // waiting for a piece from it fails with `status`, and so does every

@@ -752,6 +752,19 @@ TEST(MetricsTest, EachClientsMemoryAndArraysAreMeteredAndOnlyTheCoordinatorReads
               StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("per-client")));
 }
 
+// `runs` all-reduces of one device, each awaited.
+void RunAllReduces(Client& client, int runs) {
+  ASSERT_OK_AND_ASSIGN(Mesh mesh, client.AllocateMesh({{"x", 1}}));
+  ASSERT_OK_AND_ASSIGN(CompiledFunction f, client.Compile(AllReduceSum(2, {"x"}), mesh,
+                                                          {{Sharding({{"x"}})}, {Sharding({{"x"}})}}));
+  ASSERT_OK_AND_ASSIGN(Array in, client.Put(ir::Literal::F32({2}, {1, 2}), mesh,
+                                            Sharding({{"x"}})));
+  for (int i = 0; i < runs; ++i) {
+    ASSERT_OK_AND_ASSIGN(std::vector<Array> out, client.Call(f, {in}));
+    ASSERT_OK(AwaitOrHang(out[0].Fetch()).status());
+  }
+}
+
 // Each connection collects its own runs' events only, from the hosts and
 // the scheduler; hosts' traces cannot be read by a client's own host call.
 TEST(TraceTest, AConnectionCollectsItsOwnRunsEventsOnly) {
@@ -768,18 +781,7 @@ TEST(TraceTest, AConnectionCollectsItsOwnRunsEventsOnly) {
     clients.push_back(Connect(remote.get()));
     remotes.push_back(std::move(remote));
   }
-  for (auto& client : clients) {
-    ASSERT_OK_AND_ASSIGN(Mesh mesh, client->AllocateMesh({{"x", 1}}));
-    ASSERT_OK_AND_ASSIGN(CompiledFunction f,
-                         client->Compile(AllReduceSum(2, {"x"}), mesh,
-                                         {{Sharding({{"x"}})}, {Sharding({{"x"}})}}));
-    ASSERT_OK_AND_ASSIGN(Array in, client->Put(ir::Literal::F32({2}, {1, 2}), mesh,
-                                               Sharding({{"x"}})));
-    for (int run = 0; run < 3; ++run) {
-      ASSERT_OK_AND_ASSIGN(std::vector<Array> out, client->Call(f, {in}));
-      ASSERT_OK(AwaitOrHang(out[0].Fetch()).status());
-    }
-  }
+  for (auto& client : clients) RunAllReduces(*client, 3);
   for (int i = 0; i < 2; ++i) {
     ASSERT_OK(remotes[i]->CollectTrace());
     std::map<TraceKind, int> kinds;
@@ -814,26 +816,14 @@ TEST(TraceTest, OnlyTheTracingConnectionsRunsAreRecorded) {
   ASSERT_OK(tracing->StartTrace());
   auto traced_client = Connect(tracing.get());  // registered after the start: recorded too
   auto other_client = Connect(other.get());
-  auto run = [](Client& client, int runs) {
-    ASSERT_OK_AND_ASSIGN(Mesh mesh, client.AllocateMesh({{"x", 1}}));
-    ASSERT_OK_AND_ASSIGN(CompiledFunction f,
-                         client.Compile(AllReduceSum(2, {"x"}), mesh,
-                                        {{Sharding({{"x"}})}, {Sharding({{"x"}})}}));
-    ASSERT_OK_AND_ASSIGN(Array in, client.Put(ir::Literal::F32({2}, {1, 2}), mesh,
-                                              Sharding({{"x"}})));
-    for (int i = 0; i < runs; ++i) {
-      ASSERT_OK_AND_ASSIGN(std::vector<Array> out, client.Call(f, {in}));
-      ASSERT_OK(AwaitOrHang(out[0].Fetch()).status());
-    }
-  };
-  run(*other_client, 3);
-  run(*traced_client, 2);
+  RunAllReduces(*other_client, 3);
+  RunAllReduces(*traced_client, 2);
   // The other connection starts tracing only now: nothing of its earlier
   // runs was kept for it.
   ASSERT_OK(other->StartTrace());
   ASSERT_OK(other->CollectTrace());
   EXPECT_TRUE(other->trace().Events().empty()) << other->trace().Events().size();
-  run(*other_client, 1);
+  RunAllReduces(*other_client, 1);
   ASSERT_OK(other->CollectTrace());
   int other_runs = 0;
   for (const TraceEvent& e : other->trace().Events()) {
