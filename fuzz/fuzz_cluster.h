@@ -54,9 +54,12 @@ class ScriptedCoordinator final : public cluster::Coordinator::Service {
     w.set_host(0);
     w.add_devices(0);
     w.add_devices(1);
-    stream->Write(welcome);
     {
+      // The welcome is written and the stream published under one lock:
+      // the worker's Start returns once the welcome arrives, and the first
+      // Send (which takes the lock) must then find the stream.
       MutexLock lock(&mu_);
+      stream->Write(welcome);
       stream_ = stream;
     }
     cluster::WorkerBatch batch;
