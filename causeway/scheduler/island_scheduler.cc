@@ -183,11 +183,16 @@ std::vector<absl::Status> IslandScheduler::SubmitRuns(std::vector<RunRequest> ru
                                                       RunsForwarded forwarded) {
   std::vector<absl::Status> statuses;
   statuses.reserve(runs.size());
+  // One callback for the batch, shared by its runs: each run's copy of
+  // `forwarded` would copy what it captures (often the batch's ids), which
+  // made a batch of n runs cost n^2 memory.
+  std::shared_ptr<const RunsForwarded> shared;
+  if (forwarded) shared = std::make_shared<const RunsForwarded>(std::move(forwarded));
   {
     MutexLock lock(&mu_);
     for (size_t i = 0; i < runs.size(); ++i) {
       std::function<void(const absl::Status&)> told;
-      if (forwarded) told = [forwarded, i](const absl::Status& s) { forwarded(i, s); };
+      if (shared) told = [shared, i](const absl::Status& s) { (*shared)(i, s); };
       statuses.push_back(Enqueue(std::move(runs[i]), std::move(told), /*spanning=*/false));
     }
     PickLocked();

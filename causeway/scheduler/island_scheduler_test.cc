@@ -407,3 +407,40 @@ TEST_F(IslandSchedulerTest, ReportsOfUnknownRunsAreIgnored) {
 
 }  // namespace
 }  // namespace causeway
+
+namespace causeway {
+namespace {
+
+// Counts the copies made of it.
+struct CopyCounter {
+  explicit CopyCounter(int* copies) : copies(copies) {}
+  CopyCounter(const CopyCounter& o) : copies(o.copies) { ++*copies; }
+  CopyCounter& operator=(const CopyCounter&) = delete;
+  int* copies;
+};
+
+// A batch's callback is what a caller captures its batch in (the
+// coordinator: every run id of the batch): copying it per run made a batch
+// of n runs take n^2 memory (a client running 30,000 calls ahead took a
+// coordinator past 10 GB).
+TEST_F(IslandSchedulerTest, ABatchsCallbackIsNotCopiedPerRun) {
+  auto s = Make(SchedulingPolicy::kProportionalShare, absl::Milliseconds(1));
+  ASSERT_OK(s->RegisterProgram(Plan(1)));
+  int copies = 0;
+  int told = 0;
+  std::vector<RunRequest> runs;
+  for (int i = 0; i < 90; ++i) runs.push_back(Run(i, 0));
+  const CopyCounter counter(&copies);
+  copies = 0;
+  const std::vector<absl::Status> statuses = s->SubmitRuns(
+      std::move(runs),
+      [counter, &told](size_t, const absl::Status& st) { told += st.ok() ? 1 : 0; });
+  for (const absl::Status& st : statuses) ASSERT_OK(st);
+  EXPECT_LE(copies, 3);
+  // Every run is still told once when it goes.
+  for (int i = 0; i < 90; ++i) Finish(*s, i, 10);
+  EXPECT_EQ(told, 90);
+}
+
+}  // namespace
+}  // namespace causeway
