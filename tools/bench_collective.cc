@@ -37,6 +37,7 @@
 #include "causeway/cluster/remote_cluster.h"
 #include "causeway/ir/builder.h"
 #include "nlohmann/json.hpp"
+#include "tools/bench_harness.h"
 #include "tools/commands.h"
 
 namespace causeway::tools {
@@ -74,75 +75,6 @@ absl::StatusOr<std::vector<int64_t>> ParseSizes(const std::string& text) {
     sizes.push_back(v * scale);
   }
   return sizes;
-}
-
-// Bytes per second of memcpy of `bytes` (best of several rounds).
-double MemcpyFloor(int64_t bytes) {
-  std::vector<char> a(static_cast<size_t>(bytes), 1), b(static_cast<size_t>(bytes));
-  double best = 1e30;
-  const int reps = static_cast<int>(std::clamp<int64_t>((int64_t{256} << 20) / bytes, 1, 4096));
-  for (int round = 0; round < 5; ++round) {
-    const auto start = SteadyClock::now();
-    for (int r = 0; r < reps; ++r) {
-      std::memcpy(b.data(), a.data(), a.size());
-      a[static_cast<size_t>(r) % a.size()] = b[0];  // the copies must not be elided
-    }
-    best = std::min(best, std::chrono::duration<double>(SteadyClock::now() - start).count() / reps);
-  }
-  return static_cast<double>(bytes) / best;
-}
-
-// Bytes per second of one TCP stream over loopback between two threads of
-// this process, sending `bytes` per message (at least 64 MiB in all).
-absl::StatusOr<double> TcpFloor(int64_t bytes) {
-  const int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(sa);
-  if (listener < 0 || bind(listener, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 ||
-      listen(listener, 1) != 0 ||
-      getsockname(listener, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
-    if (listener >= 0) close(listener);
-    return absl::InternalError(absl::StrCat("TCP floor: ", std::strerror(errno)));
-  }
-  const int64_t total = std::max<int64_t>(bytes, int64_t{64} << 20) / bytes * bytes;
-  std::thread receiver([listener, total] {
-    const int fd = accept(listener, nullptr, nullptr);
-    if (fd < 0) return;
-    std::vector<char> buffer(1 << 20);
-    int64_t got = 0;
-    ssize_t n;
-    while (got < total && (n = recv(fd, buffer.data(), buffer.size(), 0)) > 0) got += n;
-    const char ack = 1;
-    [[maybe_unused]] ssize_t w = send(fd, &ack, 1, MSG_NOSIGNAL);
-    close(fd);
-  });
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  const int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  double seconds = 0;
-  bool ok = connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0;
-  if (ok) {
-    std::vector<char> message(static_cast<size_t>(bytes), 7);
-    const auto start = SteadyClock::now();
-    for (int64_t sent = 0; ok && sent < total; sent += bytes) {
-      for (int64_t off = 0; ok && off < bytes;) {
-        const ssize_t n = send(fd, message.data() + off, static_cast<size_t>(bytes - off),
-                               MSG_NOSIGNAL);
-        ok = n > 0;
-        off += std::max<ssize_t>(n, 0);
-      }
-    }
-    char ack;
-    ok = ok && recv(fd, &ack, 1, 0) == 1;
-    seconds = std::chrono::duration<double>(SteadyClock::now() - start).count();
-  }
-  close(fd);
-  receiver.join();
-  close(listener);
-  if (!ok) return absl::InternalError("TCP floor: the loopback stream failed");
-  return static_cast<double>(total) / seconds;
 }
 
 struct OpShape {
@@ -350,6 +282,75 @@ int RunBenchCollective(const CollectiveOptions& o) {
 }
 
 }  // namespace
+
+// Bytes per second of memcpy of `bytes` (best of several rounds).
+double MemcpyFloor(int64_t bytes) {
+  std::vector<char> a(static_cast<size_t>(bytes), 1), b(static_cast<size_t>(bytes));
+  double best = 1e30;
+  const int reps = static_cast<int>(std::clamp<int64_t>((int64_t{256} << 20) / bytes, 1, 4096));
+  for (int round = 0; round < 5; ++round) {
+    const auto start = SteadyClock::now();
+    for (int r = 0; r < reps; ++r) {
+      std::memcpy(b.data(), a.data(), a.size());
+      a[static_cast<size_t>(r) % a.size()] = b[0];  // the copies must not be elided
+    }
+    best = std::min(best, std::chrono::duration<double>(SteadyClock::now() - start).count() / reps);
+  }
+  return static_cast<double>(bytes) / best;
+}
+
+// Bytes per second of one TCP stream over loopback between two threads of
+// this process, sending `bytes` per message (at least 64 MiB in all).
+absl::StatusOr<double> TcpFloor(int64_t bytes) {
+  const int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(sa);
+  if (listener < 0 || bind(listener, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 ||
+      listen(listener, 1) != 0 ||
+      getsockname(listener, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
+    if (listener >= 0) close(listener);
+    return absl::InternalError(absl::StrCat("TCP floor: ", std::strerror(errno)));
+  }
+  const int64_t total = std::max<int64_t>(bytes, int64_t{64} << 20) / bytes * bytes;
+  std::thread receiver([listener, total] {
+    const int fd = accept(listener, nullptr, nullptr);
+    if (fd < 0) return;
+    std::vector<char> buffer(1 << 20);
+    int64_t got = 0;
+    ssize_t n;
+    while (got < total && (n = recv(fd, buffer.data(), buffer.size(), 0)) > 0) got += n;
+    const char ack = 1;
+    [[maybe_unused]] ssize_t w = send(fd, &ack, 1, MSG_NOSIGNAL);
+    close(fd);
+  });
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  double seconds = 0;
+  bool ok = connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0;
+  if (ok) {
+    std::vector<char> message(static_cast<size_t>(bytes), 7);
+    const auto start = SteadyClock::now();
+    for (int64_t sent = 0; ok && sent < total; sent += bytes) {
+      for (int64_t off = 0; ok && off < bytes;) {
+        const ssize_t n = send(fd, message.data() + off, static_cast<size_t>(bytes - off),
+                               MSG_NOSIGNAL);
+        ok = n > 0;
+        off += std::max<ssize_t>(n, 0);
+      }
+    }
+    char ack;
+    ok = ok && recv(fd, &ack, 1, 0) == 1;
+    seconds = std::chrono::duration<double>(SteadyClock::now() - start).count();
+  }
+  close(fd);
+  receiver.join();
+  close(listener);
+  if (!ok) return absl::InternalError("TCP floor: the loopback stream failed");
+  return static_cast<double>(total) / seconds;
+}
 
 void AddBenchCollectiveCommand(CLI::App* bench, int* exit_code) {
   auto o = std::make_shared<CollectiveOptions>();

@@ -23,23 +23,6 @@ double SecondsSince(SteadyClock::time_point start) {
   return std::chrono::duration<double>(SteadyClock::now() - start).count();
 }
 
-// Appends one computation to `b`: [delay] then all_reduce(x) / n + 1, or
-// x + 1.
-ir::Value Step(ir::FunctionBuilder& b, ir::Value x, const DispatchBenchOptions& o) {
-  if (o.compute_us > 0) x = b.Delay(x, o.compute_us);
-  ir::Value one = b.Broadcast(b.ConstantF32(1.0f), {1}, {});
-  if (o.computation == Computation::kAdd) return b.Add(x, one);
-  ir::Value inv = b.Broadcast(b.ConstantF32(1.0f / static_cast<float>(o.devices)), {1}, {});
-  return b.Add(b.Mul(b.AllReduce(x, {"x"}), inv), one);
-}
-
-absl::StatusOr<ir::Function> StepFunction(const DispatchBenchOptions& o, int steps) {
-  ir::FunctionBuilder b(steps == 1 ? "step" : absl::StrCat("fused_", steps));
-  ir::Value x = b.Parameter(ir::Shape(ir::DType::kF32, {1}));
-  for (int i = 0; i < steps; ++i) x = Step(b, x, o);
-  return b.Build({x});
-}
-
 struct Bench {
   std::unique_ptr<LocalCluster> cluster;  // embedded
   std::unique_ptr<RemoteCluster> remote;  // distributed
@@ -70,43 +53,22 @@ absl::StatusOr<Bench> Setup(const DispatchBenchOptions& o) {
     RemoteClusterOptions ro;
     ro.address = o.cluster;
     ro.timeout = absl::Seconds(o.timeout_s);
+    ro.token = o.token;
     CW_ASSIGN_OR_RETURN(bench.remote, RemoteCluster::Connect(ro));
     bench.connection = bench.remote.get();
   }
   CW_ASSIGN_OR_RETURN(bench.client, Client::Connect(bench.connection));
-  CW_ASSIGN_OR_RETURN(Mesh mesh, bench.client->AllocateMesh({{"x", o.devices}}));
-  CW_ASSIGN_OR_RETURN(ir::Function step, StepFunction(o, 1));
-  CW_ASSIGN_OR_RETURN(bench.step, bench.client->Compile(step, mesh, {}));
-  const Sharding replicated = Sharding::Replicated(1);
-  ProgramBuilder pb = bench.client->NewProgram(Name(o.mode));
-  CW_ASSIGN_OR_RETURN(TracedArray v,
-                      pb.Parameter(ir::Shape(ir::DType::kF32, {1}), mesh, replicated));
-  switch (o.mode) {
-    case DispatchGranularity::kOpByOp: {
-      CW_ASSIGN_OR_RETURN(auto out, pb.Call(bench.step, {v}));
-      v = out[0];
-      bench.computations_per_unit = 1;
-      break;
-    }
-    case DispatchGranularity::kChained:
-      for (int i = 0; i < o.chain; ++i) {
-        CW_ASSIGN_OR_RETURN(auto out, pb.Call(bench.step, {v}));
-        v = out[0];
-      }
-      bench.computations_per_unit = o.chain;
-      break;
-    case DispatchGranularity::kFused: {
-      CW_ASSIGN_OR_RETURN(ir::Function fused, StepFunction(o, o.chain));
-      CW_ASSIGN_OR_RETURN(CompiledFunction f, bench.client->Compile(fused, mesh, {}));
-      CW_ASSIGN_OR_RETURN(auto out, pb.Call(f, {v}));
-      v = out[0];
-      bench.computations_per_unit = o.chain;
-      break;
-    }
-  }
-  CW_ASSIGN_OR_RETURN(bench.program, pb.Build({v}));
-  CW_ASSIGN_OR_RETURN(bench.input,
-                      bench.client->Put(ir::Literal::F32({1}, {0.0f}), mesh, replicated));
+  DispatchProgramOptions po;
+  po.mode = o.mode;
+  po.computation = o.computation;
+  po.devices = o.devices;
+  po.chain = o.chain;
+  po.compute_us = o.compute_us;
+  CW_ASSIGN_OR_RETURN(DispatchProgram d, BuildDispatchProgram(*bench.client, po));
+  bench.step = d.step;
+  bench.program = d.program;
+  bench.computations_per_unit = d.computations_per_unit;
+  bench.input = d.input;
   return bench;
 }
 
@@ -149,23 +111,6 @@ absl::Status RunMulti(Bench& bench, int64_t units, int64_t* next_step) {
 }
 
 }  // namespace
-
-const char* Name(DispatchGranularity mode) {
-  switch (mode) {
-    case DispatchGranularity::kOpByOp: return "opbyop";
-    case DispatchGranularity::kChained: return "chained";
-    case DispatchGranularity::kFused: return "fused";
-  }
-  return "?";
-}
-
-const char* Name(Controller controller) {
-  return controller == Controller::kSingle ? "single" : "multi";
-}
-
-const char* Name(Computation computation) {
-  return computation == Computation::kAdd ? "add" : "allreduce-add";
-}
 
 absl::StatusOr<DispatchBenchResult> RunDispatchBench(const DispatchBenchOptions& o) {
   CW_ASSIGN_OR_RETURN(Bench bench, Setup(o));

@@ -11,13 +11,10 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "causeway/sim/dispatch.h"
 #include "nlohmann/json.hpp"
 
 namespace causeway::tools {
-
-enum class DispatchGranularity { kOpByOp, kChained, kFused };
-enum class Controller { kSingle, kMulti };
-enum class Computation { kAdd, kAllReduceAdd };
 
 struct DispatchBenchOptions {
   DispatchGranularity mode = DispatchGranularity::kChained;
@@ -35,8 +32,10 @@ struct DispatchBenchOptions {
   std::string cluster = "local";
   // Embedded cluster only: the island scheduler's policy.
   bool fifo = false;
-  // Distributed cluster: seconds to wait for the coordinator.
+  // Distributed cluster: seconds to wait for the coordinator, and its
+  // token (empty: $CAUSEWAY_TOKEN).
   double timeout_s = 30;
+  std::string token;
 };
 
 struct DispatchBenchResult {
@@ -65,9 +64,11 @@ absl::StatusOr<DispatchBenchResult> RunDispatchBench(const DispatchBenchOptions&
 // floor for any per-computation cost that crosses threads.
 double MeasureHandoffMicros();
 
-const char* Name(DispatchGranularity mode);
-const char* Name(Controller controller);
-const char* Name(Computation computation);
+// Floors for moving bytes on this machine (bench_collective.cc): bytes per
+// second of memcpy of `bytes` (best of several rounds), and of one TCP
+// stream over loopback between two threads sending `bytes` per message.
+double MemcpyFloor(int64_t bytes);
+absl::StatusOr<double> TcpFloor(int64_t bytes);
 
 }  // namespace causeway::tools
 

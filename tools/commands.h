@@ -51,6 +51,8 @@ void AddClusterCommand(CLI::App& app, int* exit_code);
 CLI::App* AddBenchGroup(CLI::App& app);
 // `causeway bench matmul` (tools/bench_matmul.cc).
 void AddBenchMatmulCommand(CLI::App* bench, int* exit_code);
+// `causeway sim dispatch` and `sim calibrate` (sim_commands.cc).
+void AddSimCommands(CLI::App& app, int* exit_code);
 
 // `causeway bench dispatch` and `causeway bench utilization`.
 void AddBenchDispatchCommands(CLI::App* bench, int* exit_code);

@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
   causeway::tools::AddBenchLmCommand(bench, &exit_code);
   causeway::tools::AddBenchTenancyCommand(bench, &exit_code);
   causeway::tools::AddBenchCollectiveCommand(bench, &exit_code);
+  causeway::tools::AddSimCommands(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --version

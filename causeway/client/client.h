@@ -67,6 +67,14 @@ struct ClientOptions {
   // This client's claim on each island's device time, against the other
   // clients with work queued there (docs/SCHEDULING.md).
   ClientShare share;
+  // Where the client's sends to the cluster run. Empty: a thread of the
+  // client's own, which sends whatever has queued as one batch. Set: each
+  // time something is queued with nothing queued before, a task that sends
+  // what has queued by the time it runs is handed to it; the task must run
+  // after the call that queued returns, and may run after Disconnect (it
+  // then does nothing). For drivers that own every thread of the control
+  // plane, such as the simulator's event loop.
+  std::function<void(std::function<void()> send)> send_executor;
 };
 
 // A handle to a logical, immutable, sharded array. Copyable; the array is

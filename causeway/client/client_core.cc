@@ -30,7 +30,7 @@ ClientCore::ClientCore(ClusterConnection* cluster, ClientOptions options, Client
 ClientCore::~ClientCore() { Disconnect(); }
 
 void ClientCore::Start() {
-  outbox_thread_ = std::thread([this] { OutboxLoop(); });
+  if (!options_.send_executor) outbox_thread_ = std::thread([this] { OutboxLoop(); });
   control_thread_ = std::thread([this] { ControlLoop(); });
 }
 

@@ -160,6 +160,10 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   };
   void Post(OutboxItem item);
   void OutboxLoop();
+  // ClientOptions::send_executor's task: sends what has queued.
+  void SendQueued();
+  // Settles the promises of items never sent (the client disconnected).
+  void CancelQueued(std::vector<OutboxItem>& batch);
   void SendBatch(std::vector<OutboxItem>& batch);
   void ControlLoop();
 

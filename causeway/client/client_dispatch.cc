@@ -266,13 +266,22 @@ void ClientCore::QueueRelease(ArrayId array, const std::vector<HostId>& hosts) {
 }
 
 void ClientCore::Post(OutboxItem item) {
+  bool queued = false;
+  bool kick = false;
   {
     MutexLock lock(&mu_);
     if (!stopping_) {
+      kick = options_.send_executor && outbox_.empty();
       outbox_.push_back(std::move(item));
-      return;
+      queued = true;
     }
   }
+  if (kick) {
+    options_.send_executor([weak = weak_from_this()] {
+      if (std::shared_ptr<ClientCore> self = weak.lock()) self->SendQueued();
+    });
+  }
+  if (queued) return;
   // Disconnected: a run never reaches the cluster; releases are moot
   // (Disconnect reclaimed everything).
   for (Promise<Unit>& p : item.submitted) {
@@ -293,28 +302,41 @@ void ClientCore::OutboxLoop() {
       stop = stopping_;
     }
     if (stop) {
-      // Disconnecting: what is still queued is not sent. A run submitted now
-      // could only compute results nobody can read (the client's arrays are
-      // reclaimed next), and after a failure each would cost a round trip
-      // to a cluster that may be degraded; releases are moot.
-      for (OutboxItem& item : batch) {
-        const absl::Status status =
-            item.plan != nullptr
-                ? absl::CancelledError(absl::StrCat(
-                      id_.ToString(), " disconnected before ", item.run.run.ToString(),
-                      " was submitted"))
-                : absl::OkStatus();
-        for (Promise<Unit>& p : item.submitted) {
-          if (status.ok()) {
-            p.Set(Unit{});
-          } else {
-            p.Set(status);
-          }
-        }
-      }
+      CancelQueued(batch);
       return;
     }
     SendBatch(batch);
+  }
+}
+
+void ClientCore::SendQueued() {
+  std::vector<OutboxItem> batch;
+  {
+    MutexLock lock(&mu_);
+    if (stopping_) return;  // Disconnect settled what was queued
+    batch.swap(outbox_);
+  }
+  SendBatch(batch);
+}
+
+void ClientCore::CancelQueued(std::vector<OutboxItem>& batch) {
+  // Disconnecting: what is still queued is not sent. A run submitted now
+  // could only compute results nobody can read (the client's arrays are
+  // reclaimed next), and after a failure each would cost a round trip
+  // to a cluster that may be degraded; releases are moot.
+  for (OutboxItem& item : batch) {
+    const absl::Status status =
+        item.plan != nullptr
+            ? absl::CancelledError(absl::StrCat(id_.ToString(), " disconnected before ",
+                                                item.run.run.ToString(), " was submitted"))
+            : absl::OkStatus();
+    for (Promise<Unit>& p : item.submitted) {
+      if (status.ok()) {
+        p.Set(Unit{});
+      } else {
+        p.Set(status);
+      }
+    }
   }
 }
 
@@ -412,7 +434,16 @@ void ClientCore::Disconnect() {
     cache.swap(call_cache_);
   }
   if (control_thread_.joinable()) control_thread_.join();
-  if (outbox_thread_.joinable()) outbox_thread_.join();
+  if (outbox_thread_.joinable()) {
+    outbox_thread_.join();
+  } else {
+    std::vector<OutboxItem> queued;
+    {
+      MutexLock lock(&mu_);
+      queued.swap(outbox_);
+    }
+    CancelQueued(queued);
+  }
   // Runs still held by the schedulers never reach a host; then everything
   // the client owns there goes.
   cluster_->DropClient(id_);

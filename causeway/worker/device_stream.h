@@ -68,8 +68,26 @@ struct Launch {
   std::shared_ptr<RunTally> tally;
 };
 
+// What a host executor hands a device's launches to, in the island's
+// order. DeviceStream is the real one (a thread running kernels); a
+// simulator supplies one that runs them on a virtual clock
+// (HostExecutorOptions::make_queue). Implementations must run launches in
+// enqueue order, mark every output ready or poisoned, and report each
+// launch to its tally exactly once.
+class LaunchQueue {
+ public:
+  virtual ~LaunchQueue() = default;
+  virtual const DeviceInfo& device() const = 0;
+  virtual void Enqueue(Launch launch) = 0;
+  virtual void EnqueueBatch(std::vector<Launch> launches) = 0;
+  // Runs or fails what is queued; later launches fail with UNAVAILABLE.
+  virtual void Shutdown() = 0;
+  virtual DeviceStreamStats stats() const = 0;
+  virtual void ResetStats() = 0;
+};
+
 // Thread-safe.
-class DeviceStream {
+class DeviceStream final : public LaunchQueue {
  public:
   // A launch at the head of the queue waits at most `input_timeout` for
   // its inputs (then fails with DEADLINE_EXCEEDED naming the input): a
@@ -78,24 +96,24 @@ class DeviceStream {
   DeviceStream(DeviceInfo device, Clock* clock, TraceRecorder* trace,
                FaultInjector fault_injector,
                absl::Duration input_timeout = absl::InfiniteDuration());
-  ~DeviceStream();
+  ~DeviceStream() override;
 
-  const DeviceInfo& device() const { return device_; }
+  const DeviceInfo& device() const override { return device_; }
 
   // Queues `launch` after every launch enqueued before it. Never blocks on
   // data. The launch's readiness is wired here, on the calling thread.
-  void Enqueue(Launch launch);
+  void Enqueue(Launch launch) override;
   // Queues `launches` in order, waking the device thread once: what a host
   // does with all of one run's launches for a device.
-  void EnqueueBatch(std::vector<Launch> launches);
+  void EnqueueBatch(std::vector<Launch> launches) override;
 
   // Runs what is queued, then stops the thread; launches enqueued later fail
   // with UNAVAILABLE. Every queued launch must be able to finish or fail (its
   // inputs' producers are running or failed).
-  void Shutdown();
+  void Shutdown() override;
 
-  DeviceStreamStats stats() const;
-  void ResetStats();
+  DeviceStreamStats stats() const override;
+  void ResetStats() override;
 
  private:
   void Loop();

@@ -18,9 +18,13 @@ HostExecutor::HostExecutor(HostExecutorOptions options)
   CW_CHECK(options_.trace != nullptr && options_.collectives != nullptr &&
            options_.transport != nullptr);
   for (const DeviceInfo& d : options_.devices) {
-    streams_.push_back(std::make_unique<DeviceStream>(d, options_.clock, options_.trace,
-                                                      options_.fault_injector,
-                                                      options_.input_timeout));
+    if (options_.make_queue) {
+      streams_.push_back(options_.make_queue(d));
+    } else {
+      streams_.push_back(std::make_unique<DeviceStream>(d, options_.clock, options_.trace,
+                                                        options_.fault_injector,
+                                                        options_.input_timeout));
+    }
   }
   if (options_.housekeeping_period > absl::ZeroDuration()) {
     housekeeper_ = std::thread([this] {

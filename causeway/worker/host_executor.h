@@ -58,6 +58,9 @@ struct HostExecutorOptions {
   // device thread or inside EnqueueRun(s), under no lock of the executor;
   // must not block. May be empty.
   std::function<void(HostId host, RunId run, int64_t device_us, int launches)> on_run_done;
+  // Makes each device's launch queue; empty: a DeviceStream (a thread per
+  // device, running kernels). A simulator passes queues on its virtual clock.
+  std::function<std::unique_ptr<LaunchQueue>(const DeviceInfo& device)> make_queue;
 };
 
 // Thread-safe.
@@ -95,7 +98,7 @@ class HostExecutor final : public HostService {
   void PeerLost(HostId host, const absl::Status& status);
 
   ObjectStore& store() { return store_; }
-  DeviceStream& stream(int local) { return *streams_[local]; }
+  LaunchQueue& stream(int local) { return *streams_[local]; }
   int num_devices() const { return static_cast<int>(streams_.size()); }
 
   // Fails waiting allocations, then drains and stops the device streams.
@@ -159,7 +162,7 @@ class HostExecutor final : public HostService {
 
   const HostExecutorOptions options_;
   ObjectStore store_;
-  std::vector<std::unique_ptr<DeviceStream>> streams_;
+  std::vector<std::unique_ptr<LaunchQueue>> streams_;
 
   mutable Mutex mu_;
   absl::flat_hash_map<ProgramId, std::shared_ptr<const ProgramPlan>> programs_

@@ -1,0 +1,192 @@
+#include <chrono>
+#include <memory>
+
+#include "causeway/cluster/local_cluster.h"
+#include "causeway/ir/builder.h"
+#include "causeway/sim/dispatch.h"
+#include "causeway/sim/event_loop.h"
+#include "causeway/sim/sim_cluster.h"
+#include "causeway/testing/status_matchers.h"
+#include "gtest/gtest.h"
+
+namespace causeway::sim {
+namespace {
+
+TEST(EventLoopTest, RunsEventsInTimeOrderAndEqualTimesInSchedulingOrder) {
+  EventLoop loop;
+  std::vector<int> order;
+  loop.At(30, [&] { order.push_back(3); });
+  loop.At(10, [&] { order.push_back(1); });
+  loop.At(10, [&] {
+    order.push_back(2);
+    loop.After(5, [&] { order.push_back(25); });
+  });
+  loop.RunFor(100);
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 25, 3}));
+  EXPECT_EQ(loop.now(), 30);
+  EXPECT_EQ(loop.clock()->NowNanos(), 30);
+  EXPECT_EQ(loop.events_run(), 4);
+}
+
+TEST(EventLoopTest, RunUntilStopsAtTheConditionOrTheLimit) {
+  EventLoop loop;
+  int n = 0;
+  for (int i = 1; i <= 10; ++i) loop.At(i * 100, [&] { ++n; });
+  EXPECT_TRUE(loop.RunUntil([&] { return n == 3; }, 10000));
+  EXPECT_EQ(loop.now(), 300);
+  EXPECT_FALSE(loop.RunUntil([&] { return n == 100; }, 550));
+  EXPECT_EQ(n, 5);
+  EXPECT_EQ(loop.pending(), 5u);
+}
+
+TEST(FunctionCostTest, DelaysAreExactAndCollectivesCountedWithTheirGang) {
+  SimCosts costs;
+  costs.ici = LinkCosts{2.0, 1.0};
+  DispatchProgramOptions o;
+  ir::FunctionBuilder b("f");
+  ir::Value x = b.Parameter(ir::Shape(ir::DType::kF32, {256}));
+  x = b.Delay(x, 700);
+  x = b.AllReduce(x, {"x"});
+  ir::Function f = *b.Build({x});
+  const SimCluster::NodeCost c = FunctionCost(f, 8, costs);
+  EXPECT_EQ(c.compute_ns, 700'000);
+  EXPECT_EQ(c.collectives, 1);
+  EXPECT_EQ(c.gang, 8);
+  // 3 steps of 2 us, and 2 * 7/8 * 1024 bytes at 1 GB/s (1.792 us).
+  EXPECT_EQ(c.network_ns, 6000 + 1792);
+}
+
+SimCosts TestCosts() {
+  SimCosts c;
+  c.host.client_run_us = 3;
+  c.host.client_send_us = 3;
+  c.host.scheduler_run_us = 2;
+  c.host.scheduler_report_us = 1;
+  c.host.host_run_us = 1;
+  c.host.host_launch_us = 1;
+  c.host.device_launch_us = 2;
+  c.host.collective_member_us = 8;
+  c.host.collective_member_slope_us = 2;
+  c.host.handoff_us = 5;
+  c.host.message_us = 30;
+  c.dcn = LinkCosts{10, 3};
+  c.ici = LinkCosts{1, 30};
+  return c;
+}
+
+SimDispatchOptions Small(DispatchGranularity mode, Controller controller, int hosts,
+                         int per_host, int64_t compute_us) {
+  SimDispatchOptions o;
+  o.program.mode = mode;
+  o.program.devices = hosts * per_host;
+  o.program.chain = 8;
+  o.program.compute_us = compute_us;
+  o.controller = controller;
+  o.cluster.hosts_per_island = hosts;
+  o.cluster.devices_per_host = per_host;
+  // Fixed costs, so that the expectations do not move with the calibration.
+  o.cluster.costs = TestCosts();
+  o.units = 6;
+  return o;
+}
+
+TEST(SimulateDispatchTest, IsDeterministic) {
+  for (Controller controller : {Controller::kSingle, Controller::kMulti}) {
+    const SimDispatchOptions o = Small(DispatchGranularity::kChained, controller, 4, 2, 100);
+    ASSERT_OK_AND_ASSIGN(SimDispatchResult a, SimulateDispatch(o));
+    ASSERT_OK_AND_ASSIGN(SimDispatchResult b, SimulateDispatch(o));
+    EXPECT_EQ(a.seconds, b.seconds) << Name(controller);
+    EXPECT_EQ(a.counters.events, b.counters.events);
+    EXPECT_EQ(a.counters.messages, b.counters.messages);
+    EXPECT_EQ(a.counters.launches, 6 * 8 * 8);
+    EXPECT_EQ(a.computations, 48);
+  }
+}
+
+TEST(SimulateDispatchTest, LongComputationsKeepDevicesBusy) {
+  // 2 ms computations dwarf a few microseconds of control plane: nearly
+  // every device-second is work, with either controller.
+  for (Controller controller : {Controller::kSingle, Controller::kMulti}) {
+    ASSERT_OK_AND_ASSIGN(SimDispatchResult r,
+                         SimulateDispatch(Small(DispatchGranularity::kChained, controller, 4, 2, 2000)));
+    EXPECT_GT(r.compute_fraction, 0.95) << Name(controller);
+    EXPECT_LE(r.compute_fraction, 1.0) << Name(controller);
+    EXPECT_EQ(r.hosts, 4);
+  }
+}
+
+TEST(SimulateDispatchTest, OpByOpPaysTheControlPlaneOnEveryComputation) {
+  ASSERT_OK_AND_ASSIGN(SimDispatchResult op, SimulateDispatch(Small(
+                           DispatchGranularity::kOpByOp, Controller::kSingle, 4, 2, 0)));
+  ASSERT_OK_AND_ASSIGN(SimDispatchResult fused, SimulateDispatch(Small(
+                           DispatchGranularity::kFused, Controller::kSingle, 4, 2, 0)));
+  EXPECT_GT(fused.computations_per_second, 3 * op.computations_per_second);
+}
+
+TEST(SimulateDispatchTest, SharedCoresSlowManyDevicesDown) {
+  SimDispatchOptions wide = Small(DispatchGranularity::kChained, Controller::kSingle, 4, 8, 0);
+  SimDispatchOptions two = wide;
+  two.cluster.one_machine = true;
+  two.cluster.cores = 2;
+  ASSERT_OK_AND_ASSIGN(SimDispatchResult a, SimulateDispatch(wide));
+  ASSERT_OK_AND_ASSIGN(SimDispatchResult b, SimulateDispatch(two));
+  EXPECT_GT(a.computations_per_second, 2 * b.computations_per_second);
+}
+
+TEST(SimulateDispatchTest, RefusesAMeshOtherThanTheIsland) {
+  SimDispatchOptions o = Small(DispatchGranularity::kChained, Controller::kSingle, 2, 2, 0);
+  o.program.devices = 3;
+  EXPECT_EQ(SimulateDispatch(o).status().code(), absl::StatusCode::kInvalidArgument);
+  SimClusterOptions bad;
+  bad.devices_per_host = 0;
+  EXPECT_EQ(SimCluster::Create(bad).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The simulated cluster runs the real scheduler and executors: the real
+// client's runs reach them, are ordered and accounted by them, and the
+// outputs are the executors' own buffers.
+TEST(SimClusterTest, TheRealSchedulerAndExecutorsDoTheWork) {
+  SimClusterOptions o;
+  o.hosts_per_island = 2;
+  o.devices_per_host = 2;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<SimCluster> c, SimCluster::Create(o));
+  ClientOptions co;
+  SimCluster* raw = c.get();
+  co.send_executor = [raw](std::function<void()> send) { raw->PostClientSend(std::move(send)); };
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(raw, co));
+  DispatchProgramOptions po;
+  po.devices = 4;
+  po.chain = 3;
+  po.compute_us = 50;
+  ASSERT_OK_AND_ASSIGN(DispatchProgram p, BuildDispatchProgram(*client, po));
+  Array x = p.input;
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_OK_AND_ASSIGN(std::vector<Array> out, p.program.Run({x}));
+    x = out[0];
+  }
+  Future<Unit> ready = x.Ready();
+  ASSERT_TRUE(raw->loop().RunUntil([&] { return ready.IsReady(); }, int64_t{1} << 40));
+  ASSERT_OK(ready.Await().status());
+  // The hosts' last reports reach the scheduler.
+  raw->loop().RunFor(raw->loop().now() + 1'000'000);
+  // 5 runs x 3 gangs of 50 us: at least 750 us of virtual time.
+  EXPECT_GE(raw->loop().now(), 750'000);
+  const ClientScheduleStats s = raw->scheduler_stats(IslandId(0), client->id());
+  EXPECT_EQ(s.forwarded, 5);
+  EXPECT_EQ(s.finished, 5);
+  // The executors counted 15 launches per device and 50 us each.
+  int64_t launches = 0;
+  for (int h = 0; h < 2; ++h) {
+    ASSERT_OK_AND_ASSIGN(std::vector<DeviceCounters> counters,
+                         raw->host(HostId(h))->GetCounters(false).Await());
+    for (const DeviceCounters& d : counters) {
+      launches += d.launches;
+      EXPECT_GE(d.busy_us, 15 * 50);
+    }
+  }
+  EXPECT_EQ(launches, 4 * 15);
+  client->Disconnect();
+}
+
+}  // namespace
+}  // namespace causeway::sim

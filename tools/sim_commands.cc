@@ -1,0 +1,792 @@
+// `causeway sim dispatch` and `causeway sim calibrate`: the dispatch
+// experiment on the simulator (docs/SIM.md), and the measurements of this
+// machine the simulator's costs come from.
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "causeway/backend/cpu/executable.h"
+#include "causeway/base/status_macros.h"
+#include "causeway/ir/builder.h"
+#include "causeway/cluster/local_cluster.h"
+#include "causeway/cluster/process_cluster.h"
+#include "causeway/cluster/remote_cluster.h"
+#include "causeway/sim/dispatch.h"
+#include "causeway/worker/collective_hub.h"
+#include "nlohmann/json.hpp"
+#include "tools/bench_harness.h"
+#include "tools/commands.h"
+
+namespace causeway::tools {
+namespace {
+
+using nlohmann::json;
+
+const std::map<std::string, DispatchGranularity> kModes = {
+    {"opbyop", DispatchGranularity::kOpByOp},
+    {"chained", DispatchGranularity::kChained},
+    {"fused", DispatchGranularity::kFused}};
+
+json CostsToJson(const sim::SimCosts& c) {
+  const sim::HostCosts& h = c.host;
+  return {{"host",
+           {{"client_run_us", h.client_run_us},
+            {"client_send_us", h.client_send_us},
+            {"scheduler_run_us", h.scheduler_run_us},
+            {"scheduler_report_us", h.scheduler_report_us},
+            {"host_run_us", h.host_run_us},
+            {"host_launch_us", h.host_launch_us},
+            {"device_launch_us", h.device_launch_us},
+            {"collective_member_us", h.collective_member_us},
+            {"collective_member_slope_us", h.collective_member_slope_us},
+            {"handoff_us", h.handoff_us},
+            {"message_us", h.message_us},
+            {"transfer_us", h.transfer_us}}},
+          {"ici", {{"latency_us", c.ici.latency_us}, {"gbytes_per_s", c.ici.gbytes_per_s}}},
+          {"dcn", {{"latency_us", c.dcn.latency_us}, {"gbytes_per_s", c.dcn.gbytes_per_s}}},
+          {"device",
+           {{"gflops", c.device.gflops},
+            {"gbytes_per_s", c.device.gbytes_per_s},
+            {"delay_overshoot_us", c.device.delay_overshoot_us}}}};
+}
+
+// Reads what CostsToJson writes; a missing field keeps `c`'s value, a field
+// that is not a finite number >= 0 is refused.
+absl::Status CostsFromJson(const json& j, sim::SimCosts* c) {
+  auto read = [&](const char* group, const char* name, double* out) -> absl::Status {
+    if (!j.contains(group) || !j[group].is_object() || !j[group].contains(name)) {
+      return absl::OkStatus();
+    }
+    const json& v = j[group][name];
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(group, ".", name, " must be a finite number >= 0"));
+    }
+    *out = v.get<double>();
+    return absl::OkStatus();
+  };
+  sim::HostCosts& h = c->host;
+  for (auto [name, field] : std::initializer_list<std::pair<const char*, double*>>{
+           {"client_run_us", &h.client_run_us},
+           {"client_send_us", &h.client_send_us},
+           {"scheduler_run_us", &h.scheduler_run_us},
+           {"scheduler_report_us", &h.scheduler_report_us},
+           {"host_run_us", &h.host_run_us},
+           {"host_launch_us", &h.host_launch_us},
+           {"device_launch_us", &h.device_launch_us},
+           {"collective_member_us", &h.collective_member_us},
+           {"collective_member_slope_us", &h.collective_member_slope_us},
+           {"handoff_us", &h.handoff_us},
+           {"message_us", &h.message_us},
+           {"transfer_us", &h.transfer_us}}) {
+    CW_RETURN_IF_ERROR(read("host", name, field));
+  }
+  CW_RETURN_IF_ERROR(read("ici", "latency_us", &c->ici.latency_us));
+  CW_RETURN_IF_ERROR(read("ici", "gbytes_per_s", &c->ici.gbytes_per_s));
+  CW_RETURN_IF_ERROR(read("dcn", "latency_us", &c->dcn.latency_us));
+  CW_RETURN_IF_ERROR(read("dcn", "gbytes_per_s", &c->dcn.gbytes_per_s));
+  CW_RETURN_IF_ERROR(read("device", "gflops", &c->device.gflops));
+  CW_RETURN_IF_ERROR(read("device", "gbytes_per_s", &c->device.gbytes_per_s));
+  CW_RETURN_IF_ERROR(read("device", "delay_overshoot_us", &c->device.delay_overshoot_us));
+  if (c->ici.gbytes_per_s <= 0 || c->dcn.gbytes_per_s <= 0 || c->device.gflops <= 0 ||
+      c->device.gbytes_per_s <= 0) {
+    return absl::InvalidArgumentError("bandwidths and rates must be > 0");
+  }
+  return absl::OkStatus();
+}
+
+// Costs from a file `causeway sim calibrate --json` wrote (its "costs"
+// object, or the object itself); an empty path keeps `costs`.
+absl::Status LoadCosts(const std::string& path, sim::SimCosts* costs) {
+  if (path.empty()) return absl::OkStatus();
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  json j = json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not a JSON object"));
+  }
+  return Annotate(CostsFromJson(j.contains("costs") ? j["costs"] : j, costs), path);
+}
+
+absl::StatusOr<std::vector<int64_t>> ParseList(const std::string& text, const char* flag,
+                                               int64_t min, int64_t max) {
+  std::vector<int64_t> out;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    int64_t v;
+    if (!absl::SimpleAtoi(part, &v) || v < min || v > max) {
+      return absl::InvalidArgumentError(absl::StrCat("bad ", flag, " entry '", part,
+                                                     "' (integers from ", min, " to ", max, ")"));
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+struct SimDispatchFlags {
+  std::string hosts = "1,2,4,8";
+  int devices_per_host = 4;
+  std::string mode = "opbyop,chained,fused";
+  std::string controller = "both";
+  std::string compute_us = "0";
+  int chain = 16;
+  int64_t units = 16;
+  int64_t warmup = 2;
+  bool one_machine = false;
+  int cores = 8;
+  double target = 0.95;
+  std::string calibration;
+  double dcn_latency_us = -1;
+  double ici_latency_us = -1;
+  bool profile_cpu = false;
+  bool json = false;
+};
+
+int RunSimDispatch(const SimDispatchFlags& f) {
+  auto fail = [](const absl::Status& s, int code) {
+    std::fprintf(stderr, "causeway sim dispatch: %s\n", std::string(s.message()).c_str());
+    return code;
+  };
+  absl::StatusOr<std::vector<int64_t>> hosts = ParseList(f.hosts, "--hosts", 1, 4096);
+  if (!hosts.ok()) return fail(hosts.status(), kExitUsage);
+  absl::StatusOr<std::vector<int64_t>> lengths =
+      ParseList(f.compute_us, "--compute-us", 0, 10'000'000);
+  if (!lengths.ok()) return fail(lengths.status(), kExitUsage);
+  std::vector<std::string> modes;
+  for (absl::string_view m : absl::StrSplit(f.mode, ',')) {
+    if (!kModes.contains(std::string(m))) {
+      return fail(absl::InvalidArgumentError(
+                      absl::StrCat("bad --mode entry '", m, "' (opbyop, chained, fused)")),
+                  kExitUsage);
+    }
+    modes.emplace_back(m);
+  }
+  std::vector<Controller> controllers;
+  if (f.controller != "multi") controllers.push_back(Controller::kSingle);
+  if (f.controller != "single") controllers.push_back(Controller::kMulti);
+  sim::SimCosts costs = sim::CalibratedCosts();
+  if (absl::Status s = LoadCosts(f.calibration, &costs); !s.ok()) return fail(s, kExitUsage);
+  if (f.dcn_latency_us >= 0) costs.dcn.latency_us = f.dcn_latency_us;
+  if (f.ici_latency_us >= 0) costs.ici.latency_us = f.ici_latency_us;
+
+  // Fig. 6: per hosts and mode, the smallest computation at which the
+  // single controller reaches `target` of the multi-controller's throughput.
+  std::map<std::pair<int64_t, std::string>, std::map<int64_t, std::pair<double, double>>> pairs;
+  for (int64_t h : *hosts) {
+    for (const std::string& mode : modes) {
+      for (int64_t us : *lengths) {
+        for (Controller controller : controllers) {
+          sim::SimDispatchOptions o;
+          o.program.mode = kModes.at(mode);
+          o.program.devices = static_cast<int>(h) * f.devices_per_host;
+          o.program.chain = f.chain;
+          o.program.compute_us = us;
+          o.controller = controller;
+          o.cluster.hosts_per_island = static_cast<int>(h);
+          o.cluster.devices_per_host = f.devices_per_host;
+          o.cluster.one_machine = f.one_machine;
+          o.cluster.cores = f.cores;
+          o.cluster.costs = costs;
+          o.cluster.profile_cpu = f.profile_cpu;
+          o.units = f.units;
+          o.warmup = f.warmup;
+          absl::StatusOr<sim::SimDispatchResult> r = sim::SimulateDispatch(o);
+          if (!r.ok()) return fail(r.status(), kExitRuntime);
+          auto& pair = pairs[{h, mode}][us];
+          (controller == Controller::kSingle ? pair.first : pair.second) =
+              r->computations_per_second;
+          json row = {{"sim", "dispatch"},
+                            {"mode", mode},
+                            {"controller", Name(controller)},
+                            {"hosts", h},
+                            {"devices", r->devices},
+                            {"compute_us", us},
+                            {"chain", o.program.mode == DispatchGranularity::kOpByOp ? 1 : f.chain},
+                            {"computations", r->computations},
+                            {"virtual_seconds", r->seconds},
+                            {"computations_per_second", r->computations_per_second},
+                            {"compute_fraction", r->compute_fraction},
+                            {"messages", r->counters.messages},
+                            {"busy_fraction",
+                             {{"client", r->counters.client_busy_ns / (1e9 * r->seconds)},
+                              {"scheduler", r->counters.scheduler_busy_ns / (1e9 * r->seconds)},
+                              {"busiest_host", r->counters.host_busy_ns / (1e9 * r->seconds)},
+                              {"coordinator_connections_cores",
+                               r->counters.coordinator_connections_busy_ns / (1e9 * r->seconds)},
+                              {"busiest_coordinator_connection",
+                               r->counters.coordinator_connection_max_busy_ns /
+                                   (1e9 * r->seconds)}}},
+                            {"events", r->counters.events},
+                            {"wall_seconds", r->wall_seconds}};
+          if (f.profile_cpu) {
+            // The real code's CPU per call, warm-up included.
+            const sim::CpuProfile& p = r->profile;
+            auto per = [](const sim::CpuProfile::Kind& k) {
+              return k.count > 0 ? static_cast<double>(k.ns) / 1000 / k.count : 0.0;
+            };
+            int64_t host_ns = 0, host_runs = 0, host_launches = 0;
+            for (const auto& b : p.host_batches) {
+              host_ns += b.ns;
+              host_runs += b.runs;
+              host_launches += b.launches;
+            }
+            row["real_cpu_us"] = {
+                {"client_call", per(p.client_call)},
+                {"client_send_batch", per(p.client_send)},
+                {"scheduler_submit_batch", per(p.scheduler)},
+                {"scheduler_report", per(p.scheduler_report)},
+                {"device_launch", per(p.device)},
+                {"host_per_run", host_runs > 0 ? host_ns / 1000.0 / host_runs : 0.0},
+                {"host_per_launch", host_launches > 0 ? host_ns / 1000.0 / host_launches : 0.0},
+                {"scheduler_reports_per_run",
+                 static_cast<double>(p.scheduler_report.count) / (f.units + f.warmup)}};
+          }
+          if (f.json) {
+            std::printf("%s\n", row.dump().c_str());
+          } else {
+            std::printf("%-8s %-6s %5lld hosts %6d devices %7lld us: %12.0f computations/s"
+                        "  compute fraction %.3f  (%.2f s to simulate)\n",
+                        mode.c_str(), Name(controller), static_cast<long long>(h), r->devices,
+                        static_cast<long long>(us), r->computations_per_second,
+                        r->compute_fraction, r->wall_seconds);
+          }
+          std::fflush(stdout);
+        }
+      }
+    }
+  }
+  if (controllers.size() == 2) {
+    for (const auto& [key, by_length] : pairs) {
+      json smallest = nullptr;
+      json ratios = json::array();
+      for (const auto& [us, p] : by_length) {
+        const double ratio = p.second > 0 ? p.first / p.second : 0;
+        ratios.push_back({{"compute_us", us}, {"single_over_multi", ratio}});
+        if (smallest.is_null() && ratio >= f.target) smallest = us;
+      }
+      const json row = {{"sim", "dispatch_parity"},
+                        {"hosts", key.first},
+                        {"devices", key.first * f.devices_per_host},
+                        {"mode", key.second},
+                        {"target", f.target},
+                        {"smallest_compute_us_at_target", smallest},
+                        {"ratios", ratios}};
+      if (f.json) {
+        std::printf("%s\n", row.dump().c_str());
+      } else {
+        std::printf("%-8s %5lld hosts: single reaches %.0f%% of multi at %s\n",
+                    key.second.c_str(), static_cast<long long>(key.first), 100 * f.target,
+                    smallest.is_null() ? "none of the sizes tried"
+                                       : absl::StrCat(smallest.get<int64_t>(), " us").c_str());
+      }
+    }
+  }
+  return 0;
+}
+
+// --- Calibration. ---
+
+double ProcessCpuSeconds() {
+  rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+// CPU per member of a scalar all-reduce among `n` threads of the real
+// collective hub, in microseconds.
+double MeasureCollectiveMemberMicros(int n, int rounds) {
+  CollectiveHub hub(absl::Seconds(60));
+  std::vector<DeviceId> members;
+  for (int i = 0; i < n; ++i) members.push_back(DeviceId(i));
+  const ir::Shape shape(ir::DType::kF32, {});
+  const double cpu0 = ProcessCpuSeconds();
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < n; ++rank) {
+    threads.emplace_back([&, rank] {
+      for (int i = 0; i < rounds; ++i) {
+        float data = 1.0f;
+        const absl::Status s =
+            hub.AllReduce(CollectiveKey{RunId((int64_t{1} << 40) + i), 0, 0, 0}, DeviceId(rank),
+                          rank, members, shape, ir::ReduceKind::kSum, &data, "calibrate");
+        if (!s.ok()) return;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return (ProcessCpuSeconds() - cpu0) * 1e6 / (static_cast<double>(n) * rounds);
+}
+
+// Least squares of ns = a * runs + b * launches over the hosts' batches.
+std::pair<double, double> FitHostCosts(const std::vector<sim::CpuProfile::HostBatch>& batches) {
+  double rr = 0, rl = 0, ll = 0, ry = 0, ly = 0;
+  for (const auto& b : batches) {
+    rr += double{1} * b.runs * b.runs;
+    rl += double{1} * b.runs * b.launches;
+    ll += double{1} * b.launches * b.launches;
+    ry += double{1} * b.runs * b.ns;
+    ly += double{1} * b.launches * b.ns;
+  }
+  const double det = rr * ll - rl * rl;
+  if (det <= 0) return {0, 0};
+  const double a = (ry * ll - ly * rl) / det;
+  const double b = (rr * ly - rl * ry) / det;
+  return {std::max(0.0, a) / 1000, std::max(0.0, b) / 1000};
+}
+
+// One trivial op-by-op run on one device, waited for before the next is
+// made: the median wall time, and this process's CPU per run.
+struct WaitedRun {
+  double wall_us = 0;
+  double cpu_us = 0;
+};
+absl::StatusOr<WaitedRun> MeasureWaitedRun(ClusterConnection* cluster) {
+  CW_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Connect(cluster));
+  DispatchProgramOptions po;
+  po.mode = DispatchGranularity::kOpByOp;
+  po.computation = Computation::kAdd;
+  po.devices = 1;
+  CW_ASSIGN_OR_RETURN(DispatchProgram p, BuildDispatchProgram(*client, po));
+  Array x = p.input;
+  constexpr int kRuns = 400;
+  std::vector<double> samples;
+  const double cpu0 = ProcessCpuSeconds();
+  for (int i = 0; i < kRuns; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    CW_ASSIGN_OR_RETURN(std::vector<Array> out, client->Call(p.step, {x}));
+    x = out[0];
+    CW_RETURN_IF_ERROR(x.Ready().Await().status());
+    samples.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+            .count());
+  }
+  WaitedRun r;
+  r.cpu_us = (ProcessCpuSeconds() - cpu0) * 1e6 / kRuns;
+  std::sort(samples.begin(), samples.end());
+  r.wall_us = samples[samples.size() / 2];
+  x = Array();
+  p = DispatchProgram{};
+  client->Disconnect();
+  return r;
+}
+
+// Seconds per run of `f` on the CPU backend (a device of this machine):
+// the fastest of a few timed batches.
+absl::StatusOr<double> SecondsPerRun(const ir::Function& f) {
+  CW_ASSIGN_OR_RETURN(std::shared_ptr<const backend::Executable> e, backend::cpu::Compile(f));
+  std::vector<std::vector<float>> in;
+  std::vector<const void*> in_ptrs;
+  for (int i = 0; i < f.num_parameters(); ++i) {
+    in.emplace_back(f.parameter_shape(i).num_elements(), 1.0f);
+    in_ptrs.push_back(in.back().data());
+  }
+  std::vector<float> out(f.output_shape(0).num_elements());
+  std::vector<void*> out_ptrs = {out.data()};
+  double best = 1e30;
+  for (int rep = 0; rep < 5; ++rep) {
+    constexpr int kRuns = 8;
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < kRuns; ++i) CW_RETURN_IF_ERROR(e->Run(in_ptrs, out_ptrs, {}));
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+                                  .count() / kRuns);
+  }
+  return best;
+}
+
+struct CalibrateFlags {
+  int64_t units = 3000;
+  bool json = false;
+  bool skip_grpc = false;
+};
+
+absl::StatusOr<json> Calibrate(const CalibrateFlags& f) {
+  sim::SimCosts c = sim::CalibratedCosts();
+  json measured;
+  // 0. The latency of a hand-off between two threads, first, on a machine
+  // not yet busy with the rest.
+  c.host.handoff_us = MeasureHandoffMicros();
+  // 1. The control plane's CPU per call, run, launch and report: the real
+  // client, scheduler and executors timed on one thread (the simulator's),
+  // op by op (4 launches a run) and chained (64 launches a run).
+  std::vector<sim::CpuProfile::HostBatch> batches;
+  double client_call_us = 0;
+  double device_us = 0;
+  for (DispatchGranularity mode : {DispatchGranularity::kOpByOp, DispatchGranularity::kChained}) {
+    sim::SimDispatchOptions o;
+    o.program.mode = mode;
+    o.program.devices = 4;
+    o.program.chain = 16;
+    o.cluster.hosts_per_island = 1;
+    o.cluster.devices_per_host = 4;
+    o.cluster.profile_cpu = true;
+    o.units = mode == DispatchGranularity::kOpByOp ? f.units : std::max<int64_t>(1, f.units / 16);
+    CW_ASSIGN_OR_RETURN(sim::SimDispatchResult r, sim::SimulateDispatch(o));
+    const sim::CpuProfile& p = r.profile;
+    const int64_t runs = o.units + o.warmup;
+    auto per = [](const sim::CpuProfile::Kind& k, double n) {
+      return n > 0 ? static_cast<double>(k.ns) / 1000 / n : 0.0;
+    };
+    const char* name = Name(mode);
+    measured[name] = {{"runs", runs},
+                      {"client_call_us", per(p.client_call, p.client_call.count)},
+                      {"client_send_us_per_batch", per(p.client_send, p.client_send.count)},
+                      {"client_batches", p.client_send.count},
+                      {"scheduler_us_per_run", per(p.scheduler, runs)},
+                      {"scheduler_report_us", per(p.scheduler_report, p.scheduler_report.count)},
+                      {"device_us_per_launch", per(p.device, p.device.count)},
+                      {"host_batches", p.host_batches.size()}};
+    batches.insert(batches.end(), p.host_batches.begin(), p.host_batches.end());
+    if (mode == DispatchGranularity::kChained) {
+      c.host.client_run_us = per(p.client_call, p.client_call.count);
+      c.host.client_send_us = per(p.client_send, p.client_send.count);
+      c.host.scheduler_run_us = per(p.scheduler, runs);
+      c.host.scheduler_report_us = per(p.scheduler_report, p.scheduler_report.count);
+      device_us = per(p.device, p.device.count);
+    } else {
+      client_call_us = per(p.client_call, p.client_call.count);
+    }
+  }
+  (void)client_call_us;
+  const auto [run_us, launch_us] = FitHostCosts(batches);
+  c.host.host_run_us = run_us;
+  c.host.host_launch_us = launch_us;
+  c.host.device_launch_us = device_us;
+  // 2. The real hub's CPU per member of a scalar all-reduce among 4
+  // threads.
+  for (int n : {2, 4, 8, 16, 32}) {
+    measured["hub_cpu_us_per_member"][std::to_string(n)] =
+        MeasureCollectiveMemberMicros(n, 32000 / n);
+  }
+  // The hub alone is not all a member pays on oversubscribed cores: the
+  // device threads also park and wake around each launch. What a gang step
+  // costs each member is taken from the real embedded cluster: chained
+  // trivial all-reduces over 8 devices (1 host) and 32 (4 hosts); the CPU
+  // per member and step (step time x cores / devices, less the launch's
+  // own) gives the cost at each oversubscription, and the line through
+  // them its base and slope per device thread per core.
+  {
+    const double cores = std::max(1u, std::thread::hardware_concurrency());
+    double member[2];
+    double per_core[2];
+    const int sizes[2][2] = {{8, 1}, {32, 4}};
+    for (int i = 0; i < 2; ++i) {
+      DispatchBenchOptions b;
+      b.mode = DispatchGranularity::kChained;
+      b.chain = 16;
+      b.devices = sizes[i][0];
+      b.hosts = sizes[i][1];
+      b.seconds = 1.0;
+      CW_ASSIGN_OR_RETURN(DispatchBenchResult r, RunDispatchBench(b));
+      const double step_us = 1e6 / r.computations_per_second;
+      member[i] = std::max(
+          0.0, (step_us - c.host.handoff_us) * cores / b.devices - c.host.device_launch_us);
+      per_core[i] = b.devices / cores;
+      measured[absl::StrCat("embedded_chained_step_us_", b.devices, "_devices")] = step_us;
+    }
+    c.host.collective_member_slope_us =
+        std::max(0.0, (member[1] - member[0]) / (per_core[1] - per_core[0]));
+    c.host.collective_member_us =
+        std::max(0.0, member[0] - c.host.collective_member_slope_us * std::max(0.0, per_core[0] - 1));
+  }
+  measured["handoff_us"] = c.host.handoff_us;
+  // 3. A control message over gRPC: single trivial runs waited for one at
+  // a time (no batching) on an embedded cluster and on a distributed one on
+  // this machine (a coordinator and a worker process, over loopback).
+  if (!f.skip_grpc) {
+    ProcessClusterOptions po;
+    char self[4096];
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0) return absl::InternalError("cannot find the causeway binary");
+    po.binary.assign(self, static_cast<size_t>(n));
+    po.islands = 1;
+    po.hosts_per_island = 1;
+    po.devices_per_host = 1;
+    CW_ASSIGN_OR_RETURN(std::unique_ptr<ProcessCluster> processes, ProcessCluster::Start(po));
+    LocalClusterOptions lo;
+    lo.devices_per_host = 1;
+    CW_ASSIGN_OR_RETURN(std::unique_ptr<LocalCluster> embedded, LocalCluster::Create(lo));
+    CW_ASSIGN_OR_RETURN(const WaitedRun local, MeasureWaitedRun(embedded.get()));
+    RemoteClusterOptions ro;
+    ro.address = processes->url();
+    ro.token = processes->token();
+    CW_ASSIGN_OR_RETURN(std::unique_ptr<RemoteCluster> remote_cluster, RemoteCluster::Connect(ro));
+    CW_ASSIGN_OR_RETURN(const WaitedRun remote, MeasureWaitedRun(remote_cluster.get()));
+    // A waited run crosses 7 one-way messages (the call to the coordinator
+    // and on to the worker, its forwarding back to the client, the read to
+    // the coordinator and the worker, and its answer back), which add
+    // `hop` each to the embedded cluster's time. The client process
+    // handles 4 of their ends (besides its two calls): its CPU per end is a
+    // message's CPU, capped at half a hop, and what is left of the hop is
+    // the latency.
+    const double hop = std::max(0.0, (remote.wall_us - local.wall_us) / 7);
+    const double end_cpu = std::max(0.0, (remote.cpu_us - 2 * c.host.client_run_us) / 4);
+    c.host.message_us = std::min(end_cpu, hop / 2);
+    c.dcn.latency_us = hop - 2 * c.host.message_us;
+    measured["grpc_hop_us"] = hop;
+    measured["grpc_client_cpu_us_per_message_end"] = end_cpu;
+    measured["waited_run_us_embedded"] = local.wall_us;
+    measured["waited_run_us_grpc"] = remote.wall_us;
+    measured["waited_run_client_cpu_us_embedded"] = local.cpu_us;
+    measured["waited_run_client_cpu_us_grpc"] = remote.cpu_us;
+    remote_cluster.reset();
+    embedded.reset();
+    processes.reset();
+  }
+  // 4. The simulated device's rates: a device of this machine (the CPU
+  // backend on one thread) running a 512^3 matmul, and adding two vectors
+  // of 4 Mi floats (48 MiB read and written).
+  {
+    ir::FunctionBuilder mm("calibrate_matmul");
+    ir::Value a = mm.Parameter(ir::Shape(ir::DType::kF32, {512, 512}));
+    ir::Value b = mm.Parameter(ir::Shape(ir::DType::kF32, {512, 512}));
+    CW_ASSIGN_OR_RETURN(ir::Function matmul, mm.Build({mm.Matmul(a, b)}));
+    CW_ASSIGN_OR_RETURN(const double matmul_s, SecondsPerRun(matmul));
+    c.device.gflops = 2.0 * 512 * 512 * 512 / matmul_s / 1e9;
+    constexpr int64_t kFloats = int64_t{4} << 20;
+    ir::FunctionBuilder add("calibrate_add");
+    ir::Value x = add.Parameter(ir::Shape(ir::DType::kF32, {kFloats}));
+    ir::Value y = add.Parameter(ir::Shape(ir::DType::kF32, {kFloats}));
+    CW_ASSIGN_OR_RETURN(ir::Function sum, add.Build({add.Add(x, y)}));
+    CW_ASSIGN_OR_RETURN(const double add_s, SecondsPerRun(sum));
+    c.device.gbytes_per_s = 3.0 * kFloats * 4 / add_s / 1e9;
+    measured["matmul_512_us"] = matmul_s * 1e6;
+    ir::FunctionBuilder sleep("calibrate_delay");
+    ir::Value z = sleep.Parameter(ir::Shape(ir::DType::kF32, {1}));
+    CW_ASSIGN_OR_RETURN(ir::Function delay, sleep.Build({sleep.Delay(z, 500)}));
+    CW_ASSIGN_OR_RETURN(const double delay_s, SecondsPerRun(delay));
+    c.device.delay_overshoot_us = std::max(0.0, delay_s * 1e6 - 500);
+    measured["delay_500_us"] = delay_s * 1e6;
+    measured["add_4Mi_us"] = add_s * 1e6;
+  }
+  // 5. Links on this machine: within an island, memcpy (the hub and the
+  // in-process transport copy); between machines, a TCP stream over
+  // loopback, both of 16 MiB pieces. A reshard piece costs each end what a
+  // control message does.
+  c.ici.gbytes_per_s = MemcpyFloor(int64_t{16} << 20) / 1e9;
+  CW_ASSIGN_OR_RETURN(const double tcp_bps, TcpFloor(int64_t{16} << 20));
+  c.dcn.gbytes_per_s = tcp_bps / 1e9;
+  c.host.transfer_us = c.host.message_us;
+  // Devices of an island meet in the process's hub: what that costs is in
+  // the members' CPU and the parked members' wake-up, not on a link.
+  c.ici.latency_us = 0;
+  measured["note"] =
+      "host_run_us and host_launch_us are a least-squares fit of the executors' CPU per batch "
+      "over the runs and launches in it";
+  return json{{"costs", CostsToJson(c)}, {"measured", measured}};
+}
+
+struct ValidateFlags {
+  std::string sizes = "8x1,16x2,32x4";
+  std::string modes = "chained,fused";
+  std::string compute_us = "0,500";
+  std::string controller = "both";
+  int chain = 16;
+  double seconds = 1.0;
+  std::string calibration;
+  bool json = false;
+};
+
+// The same dispatch benchmark on the real embedded cluster of this machine
+// and on the simulator emulating it (one machine of this machine's cores,
+// in-process messages), side by side.
+int RunValidate(const ValidateFlags& f) {
+  auto fail = [](const absl::Status& s, int code) {
+    std::fprintf(stderr, "causeway sim validate: %s\n", std::string(s.message()).c_str());
+    return code;
+  };
+  std::vector<std::pair<int, int>> sizes;
+  for (absl::string_view part : absl::StrSplit(f.sizes, ',')) {
+    std::vector<absl::string_view> dh = absl::StrSplit(part, 'x');
+    int d = 0, h = 0;
+    if (dh.size() != 2 || !absl::SimpleAtoi(dh[0], &d) || !absl::SimpleAtoi(dh[1], &h) || h < 1 ||
+        d < h || d % h != 0 || d > 256) {
+      return fail(absl::InvalidArgumentError(absl::StrCat(
+                      "bad --sizes entry '", part, "' (DEVICESxHOSTS, hosts dividing devices)")),
+                  kExitUsage);
+    }
+    sizes.emplace_back(d, h);
+  }
+  absl::StatusOr<std::vector<int64_t>> lengths =
+      ParseList(f.compute_us, "--compute-us", 0, 100'000);
+  if (!lengths.ok()) return fail(lengths.status(), kExitUsage);
+  sim::SimCosts costs = sim::CalibratedCosts();
+  if (absl::Status s = LoadCosts(f.calibration, &costs); !s.ok()) return fail(s, kExitUsage);
+  std::vector<Controller> controllers;
+  if (f.controller != "multi") controllers.push_back(Controller::kSingle);
+  if (f.controller != "single") controllers.push_back(Controller::kMulti);
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  for (auto [devices, hosts] : sizes) {
+    for (absl::string_view mode : absl::StrSplit(f.modes, ',')) {
+      auto m = kModes.find(std::string(mode));
+      if (m == kModes.end()) {
+        return fail(absl::InvalidArgumentError(absl::StrCat("bad --modes entry '", mode, "'")),
+                    kExitUsage);
+      }
+      for (int64_t us : *lengths) {
+        for (Controller controller : controllers) {
+          DispatchBenchOptions b;
+          b.mode = m->second;
+          b.controller = controller;
+          b.devices = devices;
+          b.hosts = hosts;
+          b.chain = f.chain;
+          b.compute_us = us;
+          b.seconds = f.seconds;
+          absl::StatusOr<DispatchBenchResult> real = RunDispatchBench(b);
+          if (!real.ok()) return fail(real.status(), kExitRuntime);
+          sim::SimDispatchOptions o;
+          o.program.mode = m->second;
+          o.program.devices = devices;
+          o.program.chain = f.chain;
+          o.program.compute_us = us;
+          o.controller = controller;
+          o.cluster.hosts_per_island = hosts;
+          o.cluster.devices_per_host = devices / hosts;
+          o.cluster.one_machine = true;
+          o.cluster.cores = cores;
+          o.cluster.costs = costs;
+          o.units = m->second == DispatchGranularity::kOpByOp ? 512 : 32;
+          absl::StatusOr<sim::SimDispatchResult> simulated = sim::SimulateDispatch(o);
+          if (!simulated.ok()) return fail(simulated.status(), kExitRuntime);
+          const double ratio =
+              simulated->computations_per_second / real->computations_per_second;
+          const json row = {{"sim", "validate"},
+                            {"devices", devices},
+                            {"hosts", hosts},
+                            {"mode", std::string(mode)},
+                            {"controller", Name(controller)},
+                            {"compute_us", us},
+                            {"real_computations_per_second", real->computations_per_second},
+                            {"sim_computations_per_second", simulated->computations_per_second},
+                            {"sim_over_real", ratio}};
+          if (f.json) {
+            std::printf("%s\n", row.dump().c_str());
+          } else {
+            std::printf("%3d devices / %d hosts  %-7.*s %-6s %5lld us: real %9.0f  sim %9.0f "
+                        "computations/s  sim/real %.3f\n",
+                        devices, hosts, static_cast<int>(mode.size()), mode.data(),
+                        Name(controller), static_cast<long long>(us),
+                        real->computations_per_second, simulated->computations_per_second,
+                        ratio);
+          }
+          std::fflush(stdout);
+        }
+      }
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddSimCommands(CLI::App& app, int* exit_code) {
+  CLI::App* group = app.add_subcommand(
+      "sim",
+      "The real control plane (client, island schedulers, host executors) on simulated devices "
+      "and links, on a virtual clock (docs/SIM.md)");
+  group->require_subcommand(1);
+
+  auto d = std::make_shared<SimDispatchFlags>();
+  CLI::App* cmd = group->add_subcommand(
+      "dispatch",
+      "The dispatch experiment (paper Figs. 5 and 6) on simulated hosts: throughput of chains "
+      "of gang-scheduled computations (a scalar all-reduce over every device, then an add), op "
+      "by op, chained or fused, by the single controller or one loop per host");
+  cmd->add_option("--hosts", d->hosts, "Comma-separated host counts (one island)")
+      ->capture_default_str();
+  cmd->add_option("--devices-per-host", d->devices_per_host, "Devices on each host")
+      ->check(CLI::Range(1, 64))->capture_default_str();
+  cmd->add_option("--mode", d->mode, "Comma-separated: opbyop, chained, fused")
+      ->capture_default_str();
+  cmd->add_option("--controller", d->controller, "single | multi | both")
+      ->check(CLI::IsMember({"single", "multi", "both"}))->capture_default_str();
+  cmd->add_option("--compute-us", d->compute_us,
+                  "Comma-separated device time of each computation, us")
+      ->capture_default_str();
+  cmd->add_option("--chain", d->chain, "Computations per chained program or fused function")
+      ->check(CLI::Range(1, 100000))->capture_default_str();
+  cmd->add_option("--units", d->units, "Dispatches measured (program runs, or calls op by op)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))->capture_default_str();
+  cmd->add_option("--warmup", d->warmup, "Dispatches before the measured ones")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))->capture_default_str();
+  cmd->add_flag("--one-machine", d->one_machine,
+                "Every thread on one machine of --cores cores, messages in-process (this "
+                "machine's embedded cluster); otherwise each host is a machine of --cores cores "
+                "and control messages cross the network");
+  cmd->add_option("--cores", d->cores, "Cores of each machine (0: one per thread)")
+      ->check(CLI::Range(0, 4096))->capture_default_str();
+  cmd->add_option("--target", d->target,
+                  "Single ÷ multi throughput to reach (the smallest computation reaching it is "
+                  "reported per host count, with --controller both)")
+      ->check(CLI::Range(0.0, 1.0))->check(Finite())->capture_default_str();
+  cmd->add_option("--calibration", d->calibration,
+                  "Costs from `causeway sim calibrate --json` (default: this machine's, built in)");
+  cmd->add_option("--dcn-latency-us", d->dcn_latency_us,
+                  "Network latency between machines, us (default: the calibration's)")
+      ->check(CLI::Range(0.0, 1e6))->check(Finite());
+  cmd->add_option("--ici-latency-us", d->ici_latency_us,
+                  "Latency between an island's devices, us (default: the calibration's)")
+      ->check(CLI::Range(0.0, 1e6))->check(Finite());
+  cmd->add_flag("--profile-cpu", d->profile_cpu,
+                "Also time the real control-plane code's CPU per call, batch, report and launch "
+                "(real_cpu_us in --json)");
+  cmd->add_flag("--json", d->json, "One JSON object per configuration, then the parity rows");
+  cmd->callback([d, exit_code] { *exit_code = RunSimDispatch(*d); });
+
+  auto v = std::make_shared<ValidateFlags>();
+  CLI::App* val = group->add_subcommand(
+      "validate",
+      "Runs the dispatch benchmark on the real embedded cluster of this machine and on the "
+      "simulator emulating it (one machine of this machine's cores), and prints both");
+  val->add_option("--sizes", v->sizes, "Comma-separated DEVICESxHOSTS")->capture_default_str();
+  val->add_option("--modes", v->modes, "Comma-separated: opbyop, chained, fused")
+      ->capture_default_str();
+  val->add_option("--compute-us", v->compute_us, "Comma-separated computation lengths, us")
+      ->capture_default_str();
+  val->add_option("--controller", v->controller, "single | multi | both")
+      ->check(CLI::IsMember({"single", "multi", "both"}))->capture_default_str();
+  val->add_option("--chain", v->chain, "Computations per program or fused function")
+      ->check(CLI::Range(1, 100000))->capture_default_str();
+  val->add_option("--seconds", v->seconds, "Measured time of each real run")
+      ->check(CLI::Range(0.05, 600.0))->check(Finite())->capture_default_str();
+  val->add_option("--calibration", v->calibration, "Costs from `causeway sim calibrate --json`");
+  val->add_flag("--json", v->json, "One JSON object per configuration");
+  val->callback([v, exit_code] { *exit_code = RunValidate(*v); });
+
+  auto c = std::make_shared<CalibrateFlags>();
+  CLI::App* cal = group->add_subcommand(
+      "calibrate",
+      "Measures this machine's costs for the simulator by running the real code: control-plane "
+      "CPU per call, run, launch and report; a thread hand-off; the collective hub's CPU per "
+      "member; a gRPC message and its latency on loopback. Prints them in the form "
+      "--calibration reads");
+  cal->add_option("--units", c->units, "Op-by-op runs timed (chained: a sixteenth)")
+      ->check(CLI::Range(int64_t{16}, int64_t{1} << 20))->capture_default_str();
+  cal->add_flag("--skip-grpc", c->skip_grpc, "Leave the gRPC message cost and latency as built in");
+  cal->add_flag("--json", c->json, "One JSON object");
+  cal->callback([c, exit_code] {
+    absl::StatusOr<json> j = Calibrate(*c);
+    if (!j.ok()) {
+      std::fprintf(stderr, "causeway sim calibrate: %s\n", j.status().ToString().c_str());
+      *exit_code = kExitRuntime;
+      return;
+    }
+    std::printf("%s\n", c->json ? j->dump().c_str() : j->dump(2).c_str());
+    *exit_code = 0;
+  });
+}
+
+}  // namespace causeway::tools
