@@ -155,9 +155,43 @@ absl::Status HostExecutor::RegisterProgram(std::shared_ptr<const ProgramPlan> pl
           id().ToString(), " has ", capacity));
     }
   }
+  auto reg = std::make_shared<Registered>();
+  reg->local.resize(plan->values.size());
+  for (size_t v = 0; v < plan->values.size(); ++v) {
+    const PlanValue& value = plan->values[v];
+    for (size_t s = 0; s < value.shard_hosts.size(); ++s) {
+      if (value.shard_hosts[s] == id()) reg->local[v].push_back(static_cast<int>(s));
+    }
+  }
+  // A call's launches take shard i of each of its values on this host: its
+  // values must all be on its mesh, which lowering guarantees and a plan
+  // from elsewhere might not.
+  for (const PlanNode& node : plan->nodes) {
+    if (node.kind != PlanNodeKind::kCall || (node.inputs.empty() && node.outputs.empty())) {
+      continue;
+    }
+    const int first = node.outputs.empty() ? node.inputs[0] : node.outputs[0];
+    for (const std::vector<int>* vs : {&node.inputs, &node.outputs}) {
+      for (int v : *vs) {
+        if (reg->local[v] != reg->local[first] ||
+            plan->values[v].shard_local_device != plan->values[first].shard_local_device) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "plan '", plan->name, "': node ", node.name,
+              " has values on different meshes; a call's values share its mesh"));
+        }
+      }
+    }
+  }
+  reg->plan = std::move(plan);
   MutexLock lock(&mu_);
-  programs_[plan->id] = std::move(plan);
+  programs_[reg->plan->id] = std::move(reg);
   return absl::OkStatus();
+}
+
+int HostExecutor::LocalIndex(const Registered& r, int v, int shard) {
+  const std::vector<int>& local = r.local[v];
+  auto it = std::lower_bound(local.begin(), local.end(), shard);
+  return it != local.end() && *it == shard ? static_cast<int>(it - local.begin()) : -1;
 }
 
 void HostExecutor::UnregisterProgram(ProgramId program) {
@@ -200,7 +234,7 @@ Future<Unit> HostExecutor::DriveSpmd(const SpmdLoop& loop) {
   {
     MutexLock lock(&mu_);
     auto it = programs_.find(loop.program);
-    if (it != programs_.end()) plan = it->second;
+    if (it != programs_.end()) plan = it->second->plan;
     if (plan == nullptr || shut_down_ || plan->parameters.size() != 1 ||
         plan->outputs.size() != 1) {
       return Future<Unit>::Ready(absl::InvalidArgumentError(
@@ -340,11 +374,15 @@ void HostExecutor::Dispatch(std::vector<std::vector<Launch>>& launches) {
 }
 
 void HostExecutor::PrepareRun(const RunRequest& run, std::vector<std::vector<Launch>>& launches) {
+  std::shared_ptr<const Registered> reg;
   std::shared_ptr<const ProgramPlan> plan;
   {
     MutexLock lock(&mu_);
     auto it = programs_.find(run.program);
-    if (it != programs_.end()) plan = it->second;
+    if (it != programs_.end()) {
+      reg = it->second;
+      plan = reg->plan;
+    }
     if (shut_down_) plan = nullptr;
   }
   if (plan == nullptr) {
@@ -391,16 +429,14 @@ void HostExecutor::PrepareRun(const RunRequest& run, std::vector<std::vector<Lau
     }
     return;
   }
-  // values[v][position]: this host's shards of value v.
-  std::vector<std::vector<BufferRef>> values(plan->values.size());
-  for (size_t v = 0; v < plan->values.size(); ++v) {
-    values[v].resize(plan->values[v].mesh.size());
-  }
+  // values[v][i]: this host's shard reg->local[v][i] of value v.
+  RunValues values(plan->values.size());
+  for (size_t v = 0; v < plan->values.size(); ++v) values[v].resize(reg->local[v].size());
   for (size_t k = 0; k < plan->parameters.size(); ++k) {
     const int v = plan->parameters[k];
     const PlanValue& value = plan->values[v];
-    for (int s = 0; s < value.mesh.size(); ++s) {
-      if (value.shard_hosts[s] != self) continue;
+    for (size_t i = 0; i < reg->local[v].size(); ++i) {
+      const int s = reg->local[v][i];
       absl::StatusOr<BufferRef> buffer = store_.Get(ShardKey{run.arguments[k], s});
       // A shard of another shape (a run naming the wrong array) would be
       // read past its end by the kernels: the argument fails instead.
@@ -409,7 +445,7 @@ void HostExecutor::PrepareRun(const RunRequest& run, std::vector<std::vector<Lau
             run.arguments[k].ToString(), " shard ", s, " is ", (*buffer)->shape().ToString(),
             "; the program takes ", value.shard_shape.ToString()));
       }
-      values[v][s] = buffer.ok()
+      values[v][i] = buffer.ok()
                          ? *buffer
                          : DeviceBuffer::Failed(value.shard_shape, run.client,
                                                 Annotate(buffer.status(),
@@ -419,30 +455,32 @@ void HostExecutor::PrepareRun(const RunRequest& run, std::vector<std::vector<Lau
   }
   for (size_t n = 0; n < plan->nodes.size(); ++n) {
     if (plan->nodes[n].kind == PlanNodeKind::kCall) {
-      EnqueueCall(run, plan, static_cast<int>(n), values, launches);
+      EnqueueCall(run, *reg, static_cast<int>(n), values, launches);
     } else {
-      EnqueueReshard(run, plan, static_cast<int>(n), values);
+      EnqueueReshard(run, *reg, static_cast<int>(n), values);
     }
   }
   for (size_t k = 0; k < plan->outputs.size(); ++k) {
     const int v = plan->outputs[k];
-    for (size_t s = 0; s < values[v].size(); ++s) {
-      if (values[v][s] == nullptr) continue;
-      absl::Status put = store_.Put(ShardKey{run.outputs[k], static_cast<int>(s)}, values[v][s]);
+    for (size_t i = 0; i < values[v].size(); ++i) {
+      if (values[v][i] == nullptr) continue;
+      absl::Status put = store_.Put(ShardKey{run.outputs[k], reg->local[v][i]}, values[v][i]);
       if (!put.ok()) CW_LOG(kError) << put;
     }
   }
 }
 
-void HostExecutor::EnqueueCall(const RunRequest& run,
-                               const std::shared_ptr<const ProgramPlan>& plan, int node_index,
-                               std::vector<std::vector<BufferRef>>& values,
-                               std::vector<std::vector<Launch>>& launches) {
+void HostExecutor::EnqueueCall(const RunRequest& run, const Registered& reg, int node_index,
+                               RunValues& values, std::vector<std::vector<Launch>>& launches) {
+  const std::shared_ptr<const ProgramPlan>& plan = reg.plan;
   const PlanNode& node = plan->nodes[node_index];
-  const PlanValue& first_in = plan->values[node.outputs.empty() ? node.inputs[0] : node.outputs[0]];
+  const int first = node.outputs.empty() ? node.inputs[0] : node.outputs[0];
+  const PlanValue& first_in = plan->values[first];
   const Mesh& mesh = first_in.mesh;
-  for (int s = 0; s < mesh.size(); ++s) {
-    if (first_in.shard_hosts[s] != options_.host.id) continue;
+  // Every value of the call has the same shards here (RegisterProgram).
+  const std::vector<int>& here = reg.local[first];
+  for (size_t i = 0; i < here.size(); ++i) {
+    const int s = here[i];
     const int local = first_in.shard_local_device[s];
     Launch launch;
     launch.info = LaunchInfo{run.run, node_index, node.name, options_.devices[local].id,
@@ -451,10 +489,10 @@ void HostExecutor::EnqueueCall(const RunRequest& run,
     launch.executable = node.executable;
     launch.inputs.reserve(node.inputs.size());
     launch.outputs.reserve(node.outputs.size());
-    for (int v : node.inputs) launch.inputs.push_back(values[v][s]);
+    for (int v : node.inputs) launch.inputs.push_back(values[v][i]);
     for (int v : node.outputs) {
       BufferRef out = store_.Allocate(local, plan->values[v].shard_shape, run.client);
-      values[v][s] = out;
+      values[v][i] = out;
       launch.outputs.push_back(std::move(out));
     }
     if (const int64_t temporaries = node.executable->temporary_bytes(); temporaries > 0) {
@@ -476,9 +514,9 @@ void HostExecutor::EnqueueCall(const RunRequest& run,
   }
 }
 
-void HostExecutor::EnqueueReshard(const RunRequest& run,
-                                  const std::shared_ptr<const ProgramPlan>& plan,
-                                  int node_index, std::vector<std::vector<BufferRef>>& values) {
+void HostExecutor::EnqueueReshard(const RunRequest& run, const Registered& reg, int node_index,
+                                  RunValues& values) {
+  const std::shared_ptr<const ProgramPlan>& plan = reg.plan;
   const PlanNode& node = plan->nodes[node_index];
   const HostId self = options_.host.id;
   const int src_v = node.inputs[0];
@@ -492,7 +530,7 @@ void HostExecutor::EnqueueReshard(const RunRequest& run,
   for (int d = 0; d < dst.mesh.size(); ++d) {
     if (dst.shard_hosts[d] != self) continue;
     BufferRef buffer = store_.Allocate(dst.shard_local_device[d], dst.shard_shape, run.client);
-    values[dst_v][d] = buffer;
+    values[dst_v][LocalIndex(reg, dst_v, d)] = buffer;
     const SlotKey key{run.run, node_index, d};
     MutexLock lock(&mu_);
     if (shut_down_) {
@@ -527,11 +565,11 @@ void HostExecutor::EnqueueReshard(const RunRequest& run,
     for (size_t i = 0; i < node.pieces[d].size(); ++i) {
       const ReshardPiece& piece = node.pieces[d][i];
       if (src.shard_hosts[piece.src_shard] != self) continue;
-      const BufferRef source = values[src_v][piece.src_shard];
+      const BufferRef source = values[src_v][LocalIndex(reg, src_v, piece.src_shard)];
       const HostId to = dst.shard_hosts[d];
       const SlotKey key{run.run, node_index, d};
       if (to == self) {
-        const BufferRef target = values[dst_v][d];
+        const BufferRef target = values[dst_v][LocalIndex(reg, dst_v, d)];
         source->ready().OnReady([this, key, i, source, target, &piece, &src,
                                  plan](const absl::StatusOr<Unit>& ready) {
           FillSlot(key, static_cast<int>(i), target, piece,

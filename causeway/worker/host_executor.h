@@ -152,20 +152,32 @@ class HostExecutor final : public HostService {
   // (those PrepareRun appended) are done.
   void PrepareAndTrack(const RunRequest& run, std::vector<std::vector<Launch>>& launches);
   void Dispatch(std::vector<std::vector<Launch>>& launches);
-  void EnqueueReshard(const RunRequest& run, const std::shared_ptr<const ProgramPlan>& plan,
-                      int node_index, std::vector<std::vector<BufferRef>>& values);
+  struct Registered;
+  using RunValues = std::vector<std::vector<BufferRef>>;
+  void EnqueueReshard(const RunRequest& run, const Registered& reg, int node_index,
+                      RunValues& values);
   // Prepares the node's launch on each local device of its mesh and appends
   // it to launches[local device]; the caller hands each device its batch.
-  void EnqueueCall(const RunRequest& run, const std::shared_ptr<const ProgramPlan>& plan,
-                   int node_index, std::vector<std::vector<BufferRef>>& values,
-                   std::vector<std::vector<Launch>>& launches);
+  void EnqueueCall(const RunRequest& run, const Registered& reg, int node_index,
+                   RunValues& values, std::vector<std::vector<Launch>>& launches);
 
   const HostExecutorOptions options_;
   ObjectStore store_;
   std::vector<std::unique_ptr<LaunchQueue>> streams_;
 
   mutable Mutex mu_;
-  absl::flat_hash_map<ProgramId, std::shared_ptr<const ProgramPlan>> programs_
+  // A registered plan with, per value, which of its shards this host holds
+  // (computed once, so that preparing a run costs this host's shards, not
+  // the whole mesh's).
+  struct Registered {
+    std::shared_ptr<const ProgramPlan> plan;
+    // A run's values[v][i] is the buffer of shard local[v][i] of value v.
+    // local[v]: the positions of value v's shards on this host, ascending.
+    std::vector<std::vector<int>> local;
+  };
+  // Where shard `shard` of value v is in local[v]; -1 if not on this host.
+  static int LocalIndex(const Registered& r, int v, int shard);
+  absl::flat_hash_map<ProgramId, std::shared_ptr<const Registered>> programs_
       ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<SlotKey, Slot> slots_ ABSL_GUARDED_BY(mu_);
   // Pieces that arrived before their run was enqueued here, with when the
