@@ -5,8 +5,12 @@
 
 Writes dispatch.png (computations/s per mode and controller), scaling.png
 (chained computations/s against devices), utilization.png (compute fraction,
-and busy time including collective waits, against computation length) and pipeline.png, for whichever of those the
-results contain. Uses Debian's matplotlib (call it with /usr/bin/python3).
+and busy time including collective waits, against computation length),
+pipeline.png, and from `causeway sim dispatch --json` sim_fig5.png
+(computations/s of O/C/F, single and multi controller, against hosts) and
+sim_fig6.png (smallest computation at which the single controller reaches
+the target share of the multi-controller's throughput, against devices),
+for whichever of those the results contain. Uses Debian's matplotlib (call it with /usr/bin/python3).
 """
 import json
 import os
@@ -117,12 +121,54 @@ def plot_pipeline(rows, outdir):
     fig.savefig(os.path.join(outdir, "pipeline.png"), dpi=120)
 
 
+def plot_sim_fig5(rows, outdir):
+    rows = [r for r in rows if r.get("sim") == "dispatch" and r["compute_us"] == 0]
+    if not rows:
+        return
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    colors = {"opbyop": "tab:red", "chained": "tab:blue", "fused": "tab:green"}
+    for (mode, controller) in sorted({(r["mode"], r["controller"]) for r in rows}):
+        pts = sorted((r["hosts"], r["computations_per_second"]) for r in rows
+                     if r["mode"] == mode and r["controller"] == controller)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
+                linestyle="-" if controller == "single" else "--", color=colors.get(mode),
+                label=f"{mode}, {controller}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("hosts (4 devices each)")
+    ax.set_ylabel("computations / s (simulated)")
+    cpu = rows[0].get("cpu", "calibrated")
+    ax.set_title(f"Dispatch throughput, simulated ({cpu} CPU costs)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(outdir, f"sim_fig5_{cpu}.png"), dpi=120)
+
+
+def plot_sim_fig6(rows, outdir):
+    rows = [r for r in rows if r.get("sim") == "dispatch_parity"]
+    if not rows:
+        return
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for mode in sorted({r["mode"] for r in rows}):
+        pts = sorted((r["devices"], r["smallest_compute_us_at_target"]) for r in rows
+                     if r["mode"] == mode and r["smallest_compute_us_at_target"] is not None)
+        ax.plot([p[0] for p in pts], [p[1] / 1000 for p in pts], marker="o", label=mode)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("devices (4 per host)")
+    ax.set_ylabel("smallest computation at parity (ms)")
+    ax.set_title(f"Single controller at {100 * rows[0]['target']:.0f}% of multi (simulated)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(outdir, "sim_fig6.png"), dpi=120)
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
     rows = load(sys.argv[1])
     os.makedirs(sys.argv[2], exist_ok=True)
-    for plot in (plot_dispatch, plot_scaling, plot_utilization, plot_pipeline):
+    for plot in (plot_dispatch, plot_scaling, plot_utilization, plot_pipeline, plot_sim_fig5,
+                 plot_sim_fig6):
         plot(rows, sys.argv[2])
 
 

@@ -147,11 +147,13 @@ struct SimDispatchFlags {
   int64_t warmup = 2;
   bool one_machine = false;
   int cores = 8;
+  int coordinator_cores = 32;
   double target = 0.95;
   std::string calibration;
   double dcn_latency_us = -1;
   double ici_latency_us = -1;
   bool profile_cpu = false;
+  std::string cpu = "calibrated";
   bool json = false;
 };
 
@@ -199,8 +201,11 @@ int RunSimDispatch(const SimDispatchFlags& f) {
           o.cluster.devices_per_host = f.devices_per_host;
           o.cluster.one_machine = f.one_machine;
           o.cluster.cores = f.cores;
+          o.cluster.coordinator_cores = f.coordinator_cores;
           o.cluster.costs = costs;
           o.cluster.profile_cpu = f.profile_cpu;
+          o.cluster.cpu =
+              f.cpu == "measured" ? sim::CpuCosts::kMeasured : sim::CpuCosts::kCalibrated;
           o.units = f.units;
           o.warmup = f.warmup;
           absl::StatusOr<sim::SimDispatchResult> r = sim::SimulateDispatch(o);
@@ -211,6 +216,8 @@ int RunSimDispatch(const SimDispatchFlags& f) {
           json row = {{"sim", "dispatch"},
                             {"mode", mode},
                             {"controller", Name(controller)},
+                            {"cpu", f.cpu},
+                            {"coordinator_cores", f.coordinator_cores},
                             {"hosts", h},
                             {"devices", r->devices},
                             {"compute_us", us},
@@ -728,6 +735,10 @@ void AddSimCommands(CLI::App& app, int* exit_code) {
                 "and control messages cross the network");
   cmd->add_option("--cores", d->cores, "Cores of each machine (0: one per thread)")
       ->check(CLI::Range(0, 4096))->capture_default_str();
+  cmd->add_option("--coordinator-cores", d->coordinator_cores,
+                  "Cores of the coordinator's machine: its schedulers and a writer and a reader "
+                  "thread per host connection (0: one per thread)")
+      ->check(CLI::Range(0, 4096))->capture_default_str();
   cmd->add_option("--target", d->target,
                   "Single ÷ multi throughput to reach (the smallest computation reaching it is "
                   "reported per host count, with --controller both)")
@@ -740,6 +751,11 @@ void AddSimCommands(CLI::App& app, int* exit_code) {
   cmd->add_option("--ici-latency-us", d->ici_latency_us,
                   "Latency between an island's devices, us (default: the calibration's)")
       ->check(CLI::Range(0.0, 1e6))->check(Finite());
+  cmd->add_option("--cpu", d->cpu,
+                  "What the control plane's threads are charged: calibrated (the calibration's "
+                  "constants; deterministic) | measured (the CPU the real client, scheduler and "
+                  "executor code takes for each piece of work as the simulation runs it)")
+      ->check(CLI::IsMember({"calibrated", "measured"}))->capture_default_str();
   cmd->add_flag("--profile-cpu", d->profile_cpu,
                 "Also time the real control-plane code's CPU per call, batch, report and launch "
                 "(real_cpu_us in --json)");

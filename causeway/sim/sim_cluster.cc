@@ -21,6 +21,14 @@
 
 namespace causeway::sim {
 
+namespace {
+int64_t ThreadCpuNanos() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+}  // namespace
+
 // A machine's cores: a thread's work takes the core that frees first.
 // cores == 0: as many as its threads.
 class SimMachine {
@@ -533,7 +541,9 @@ absl::StatusOr<std::unique_ptr<SimCluster>> SimCluster::Create(const SimClusterO
     return absl::InvalidArgumentError(
         absl::StrCat("at most 65536 simulated devices; asked for ", devices));
   }
-  if (o.cores < 0) return absl::InvalidArgumentError("--cores must be >= 0");
+  if (o.cores < 0 || o.client_cores < 0 || o.coordinator_cores < 0) {
+    return absl::InvalidArgumentError("core counts must be >= 0");
+  }
   backend::cpu::Kind();  // plans are compiled for the CPU kind
   auto c = std::unique_ptr<SimCluster>(new SimCluster(o));
   c->Build();
@@ -555,10 +565,10 @@ void SimCluster::Build() {
   SimMachine* shared = o.one_machine ? machine(o.cores) : nullptr;
   // Apart from the embedded case, the client and the coordinator (the
   // schedulers) have machines of their own, with a core per thread.
-  SimMachine* client_machine = shared != nullptr ? shared : machine(0);
+  SimMachine* client_machine = shared != nullptr ? shared : machine(o.client_cores);
   client_thread_ = thread(client_machine);
   client_sender_ = thread(client_machine);
-  SimMachine* coordinator = shared != nullptr ? shared : machine(0);
+  SimMachine* coordinator = shared != nullptr ? shared : machine(o.coordinator_cores);
   trace_ = std::make_unique<TraceRecorder>(false);
   hub_ = std::make_unique<CollectiveHub>(absl::Minutes(5));
   transport_ = std::make_unique<Transport>(this);
@@ -720,22 +730,35 @@ void SimCluster::DropClient(ClientId client) {
 }
 
 void SimCluster::PostClientSend(std::function<void()> send) {
-  const int64_t end = client_sender_->Run(loop_.now(), Ns(costs().host.client_send_us));
-  loop_.At(end, [this, send = std::move(send)] { Profiled(&profile_.client_send, send); });
+  OnThread(client_sender_, Ns(costs().host.client_send_us),
+           [this, send = std::move(send)] { Profiled(&profile_.client_send, send); });
 }
 
 void SimCluster::ClientCall(std::function<void()> then) {
-  const int64_t end = client_thread_->Run(loop_.now(), Ns(costs().host.client_run_us));
-  loop_.At(end, [this, then = std::move(then)] { Profiled(&profile_.client_call, then); });
+  OnThread(client_thread_, Ns(costs().host.client_run_us),
+           [this, then = std::move(then)] { Profiled(&profile_.client_call, then); });
 }
 
-namespace {
-int64_t ThreadCpuNanos() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+void SimCluster::OnThread(SimThread* thread, int64_t cost_ns, std::function<void()> work) {
+  if (options_.cpu == CpuCosts::kCalibrated) {
+    loop_.At(thread->Run(loop_.now(), cost_ns), std::move(work));
+    return;
+  }
+  // Measured: the work runs once the thread is free, and the thread is
+  // charged the CPU it took (what it sends leaves when it starts).
+  const int64_t start = thread->Run(loop_.now(), 0);
+  loop_.At(start, [this, thread, work = std::move(work)]() mutable {
+    const int64_t free = thread->Run(loop_.now(), 0);
+    if (free > loop_.now()) {  // something else took the thread meanwhile
+      OnThread(thread, 0, std::move(work));
+      return;
+    }
+    const int64_t cpu0 = ThreadCpuNanos();
+    work();
+    thread->Run(loop_.now(), std::max<int64_t>(1, ThreadCpuNanos() - cpu0));
+  });
 }
-}  // namespace
+
 
 void SimCluster::Profiled(CpuProfile::Kind* kind, const std::function<void()>& work) {
   if (!options_.profile_cpu) {
@@ -752,14 +775,14 @@ void SimCluster::HostEnqueue(HostId host, RunRequest run, std::vector<ArrayId> r
                              std::function<void()> then) {
   NoteRuns({run});
   const HostCosts& h = costs().host;
-  const int64_t end = host_threads_[host.value()]->Run(
-      loop_.now(), Ns(h.host_run_us + LaunchesOn(run, host) * h.host_launch_us));
-  loop_.At(end, [this, host, run = std::move(run), release = std::move(release),
-                 then = std::move(then)] {
-    hosts_[host.value()]->EnqueueRun(run);
-    if (!release.empty()) hosts_[host.value()]->ReleaseArrays(release);
-    if (then) then();
-  });
+  const int64_t cost = Ns(h.host_run_us + LaunchesOn(run, host) * h.host_launch_us);
+  OnThread(host_threads_[host.value()], cost,
+           [this, host, run = std::move(run), release = std::move(release),
+            then = std::move(then)] {
+             hosts_[host.value()]->EnqueueRun(run);
+             if (!release.empty()) hosts_[host.value()]->ReleaseArrays(release);
+             if (then) then();
+           });
 }
 
 ClientScheduleStats SimCluster::scheduler_stats(IslandId island, ClientId client) const {
@@ -835,34 +858,52 @@ void SimCluster::Count(int64_t busy_ns, int64_t compute_ns) {
 
 void SimCluster::Message(SimThread* from, SimThread* to, int64_t cost_ns,
                          std::function<void()> then) {
-  ++counters_.messages;
   const HostCosts& h = costs().host;
   const int64_t handoff = Ns(h.handoff_us);
   if (from->machine() == to->machine()) {
     // In-process: the receiver is woken (a hand-off's latency).
+    ++counters_.messages;
     const int64_t sent = from->Run(loop_.now(), 0);
     loop_.At(sent + handoff, [this, to, cost_ns, then = std::move(then)]() mutable {
-      loop_.At(to->Run(loop_.now(), cost_ns), std::move(then));
+      OnThread(to, cost_ns, std::move(then));
     });
     return;
   }
   // Between machines, as the real servers do it: the sender queues the
-  // message for the connection's writer thread (a hand-off), which
-  // serialises and sends it (CPU); after the network's latency the
-  // connection's reader thread on the other machine receives it (CPU) and
-  // hands it to the receiving thread.
+  // message for the connection's writer thread (a hand-off), which sends
+  // whatever has queued by the time it gets to it as one batch (CPU once);
+  // after the network's latency the connection's reader on the other
+  // machine receives the batch (CPU once) and hands each message on.
   SimThread* writer = Connection(from->machine(), to, /*reader=*/false);
-  SimThread* reader = Connection(to->machine(), from, /*reader=*/true);
-  const int64_t message = Ns(h.message_us);
-  const int64_t latency = Ns(costs().dcn.latency_us);
+  Outbox& box = outboxes_[writer];
+  box.items.emplace_back(cost_ns, std::move(then));
+  if (box.open) return;  // joins the batch the writer sends next
+  box.open = true;
   const int64_t queued = from->Run(loop_.now(), 0) + handoff;
-  loop_.At(queued, [=, this, then = std::move(then)]() mutable {
-    const int64_t on_wire = writer->Run(loop_.now(), message) + latency;
-    loop_.At(on_wire, [=, this, then = std::move(then)]() mutable {
-      const int64_t received = reader->Run(loop_.now(), message) + handoff;
-      loop_.At(received, [=, this, then = std::move(then)]() mutable {
-        loop_.At(to->Run(loop_.now(), cost_ns), std::move(then));
-      });
+  loop_.At(queued, [this, writer, to] { SendBatch(writer, to); });
+}
+
+void SimCluster::SendBatch(SimThread* writer, SimThread* to) {
+  const int64_t free = writer->Run(loop_.now(), 0);
+  if (free > loop_.now()) {  // still sending the last batch; this one grows
+    loop_.At(free, [this, writer, to] { SendBatch(writer, to); });
+    return;
+  }
+  Outbox& box = outboxes_[writer];
+  std::vector<std::pair<int64_t, std::function<void()>>> items;
+  items.swap(box.items);
+  box.open = false;
+  ++counters_.messages;
+  const HostCosts& h = costs().host;
+  const int64_t message = Ns(h.message_us);
+  const int64_t on_wire = writer->Run(loop_.now(), message) + Ns(costs().dcn.latency_us);
+  SimThread* reader = Connection(to->machine(), writer, /*reader=*/true);
+  auto batch = std::make_shared<std::vector<std::pair<int64_t, std::function<void()>>>>(
+      std::move(items));
+  loop_.At(on_wire, [this, reader, to, message, batch] {
+    const int64_t received = reader->Run(loop_.now(), message) + Ns(costs().host.handoff_us);
+    loop_.At(received, [this, to, batch] {
+      for (auto& [cost, then] : *batch) OnThread(to, cost, std::move(then));
     });
   });
 }

@@ -93,6 +93,16 @@ struct SimCosts {
 // and the command are in sim/calibration.cc and docs/SIM.md).
 SimCosts CalibratedCosts();
 
+// What the control plane's threads are charged for their work.
+enum class CpuCosts {
+  // The calibrated constants (SimCosts): deterministic.
+  kCalibrated,
+  // The CPU the real code (client, scheduler, executors) took for each
+  // piece of work on this machine's thread, as it ran: how those costs grow
+  // with the cluster, at the price of determinism.
+  kMeasured,
+};
+
 struct SimClusterOptions {
   int islands = 1;
   int hosts_per_island = 1;
@@ -104,6 +114,11 @@ struct SimClusterOptions {
   // `cores` cores, and control messages cross the DCN.
   bool one_machine = false;
   int cores = 8;
+  // Cores of the client's machine and of the coordinator's (the island
+  // schedulers and a writer and a reader thread per host connection);
+  // 0: one per thread. Not used with one_machine.
+  int client_cores = 0;
+  int coordinator_cores = 32;
   SimCosts costs = CalibratedCosts();
   SchedulingPolicy scheduling = SchedulingPolicy::kProportionalShare;
   absl::Duration run_ahead = absl::Milliseconds(10);
@@ -111,6 +126,7 @@ struct SimClusterOptions {
   // Time the real code's CPU (this thread's CPU clock) in each kind of
   // work, for `causeway sim calibrate`. Does not change the simulation.
   bool profile_cpu = false;
+  CpuCosts cpu = CpuCosts::kCalibrated;
 };
 
 // Real CPU the control plane's code took on this machine, by kind of work
@@ -140,7 +156,7 @@ struct SimCounters {
   int64_t launches = 0;
   int64_t device_busy_ns = 0;     // launch start to finish, summed over devices
   int64_t device_compute_ns = 0;  // the cost model's kernel time, summed
-  int64_t messages = 0;           // control messages between components
+  int64_t messages = 0;           // control messages (batches, between machines) sent
   int64_t events = 0;
   // CPU charged to the control plane's threads: the client's two, the
   // busiest island scheduler's, the busiest host receiver's, and the
@@ -239,15 +255,27 @@ class SimCluster final : public ClusterConnection {
   void NoteRuns(const std::vector<RunRequest>& runs);
   int LaunchesOn(const RunRequest& run, HostId host) const;
   IslandScheduler* island_scheduler(IslandId island);
+  // Runs `work` on `thread` once it is free, charging `cost_ns` (or, with
+  // CpuCosts::kMeasured, the CPU `work` took).
+  void OnThread(SimThread* thread, int64_t cost_ns, std::function<void()> work);
   // The writer (or reader) thread on `machine` of its connection with the
   // thread `peer` on another machine, made on first use.
   SimThread* Connection(SimMachine* machine, SimThread* peer, bool reader);
+  // The connection `writer` (to thread `to`) sends what has queued.
+  void SendBatch(SimThread* writer, SimThread* to);
 
   const SimClusterOptions options_;
   EventLoop loop_;
   std::vector<std::unique_ptr<SimMachine>> machines_;
   std::vector<std::unique_ptr<SimThread>> threads_;
   absl::flat_hash_map<std::tuple<SimMachine*, SimThread*, bool>, SimThread*> connections_;
+  // Per connection writer: messages queued for its next batch (each with
+  // the receiving thread's cost), and whether that batch is on its way.
+  struct Outbox {
+    std::vector<std::pair<int64_t, std::function<void()>>> items;
+    bool open = false;
+  };
+  absl::flat_hash_map<SimThread*, Outbox> outboxes_;
   SimThread* client_thread_ = nullptr;
   SimThread* client_sender_ = nullptr;
   std::vector<SimThread*> scheduler_threads_;  // by island
