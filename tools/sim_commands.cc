@@ -26,6 +26,7 @@
 #include "causeway/cluster/process_cluster.h"
 #include "causeway/cluster/remote_cluster.h"
 #include "causeway/sim/dispatch.h"
+#include "causeway/sim/tenancy.h"
 #include "causeway/worker/collective_hub.h"
 #include "nlohmann/json.hpp"
 #include "tools/bench_harness.h"
@@ -595,6 +596,86 @@ absl::StatusOr<json> Calibrate(const CalibrateFlags& f) {
   return json{{"costs", CostsToJson(c)}, {"measured", measured}};
 }
 
+struct SimTenancyFlags {
+  std::string weights = "1,2,4,8";
+  int64_t compute_us = 330;
+  double seconds = 2;
+  int hosts = 1;
+  int devices_per_host = 8;
+  int outstanding = 16;
+  bool one_machine = false;
+  int cores = 8;
+  std::string calibration;
+  bool json = false;
+};
+
+int RunSimTenancy(const SimTenancyFlags& f) {
+  auto fail = [](const absl::Status& s, int code) {
+    std::fprintf(stderr, "causeway sim tenancy: %s\n", std::string(s.message()).c_str());
+    return code;
+  };
+  sim::SimTenancyOptions o;
+  o.weights.clear();
+  for (absl::string_view part : absl::StrSplit(f.weights, ',')) {
+    double w;
+    if (!absl::SimpleAtod(part, &w) || !std::isfinite(w) || w <= 0 || w > 1e6) {
+      return fail(absl::InvalidArgumentError(
+                      absl::StrCat("bad --weights entry '", part, "' (a number in (0, 1e6])")),
+                  kExitUsage);
+    }
+    o.weights.push_back(w);
+  }
+  if (o.weights.size() > 64) {
+    return fail(absl::InvalidArgumentError("at most 64 clients"), kExitUsage);
+  }
+  o.compute_us = f.compute_us;
+  o.seconds = f.seconds;
+  o.outstanding = f.outstanding;
+  o.cluster.hosts_per_island = f.hosts;
+  o.cluster.devices_per_host = f.devices_per_host;
+  o.cluster.one_machine = f.one_machine;
+  o.cluster.cores = f.cores;
+  if (absl::Status s = LoadCosts(f.calibration, &o.cluster.costs); !s.ok()) {
+    return fail(s, kExitUsage);
+  }
+  absl::StatusOr<sim::SimTenancyResult> r = sim::SimulateTenancy(o);
+  if (!r.ok()) return fail(r.status(), kExitRuntime);
+  json clients = json::array();
+  for (size_t i = 0; i < o.weights.size(); ++i) {
+    clients.push_back({{"weight", o.weights[i]},
+                       {"target_share", r->target[i]},
+                       {"achieved_share", r->achieved[i]}});
+  }
+  const json j = {{"sim", "tenancy"},
+                  {"hosts", f.hosts},
+                  {"devices", f.hosts * f.devices_per_host},
+                  {"compute_us", f.compute_us},
+                  {"virtual_seconds", f.seconds},
+                  {"clients", clients},
+                  {"max_share_error_10ms", r->max_error_10ms},
+                  {"max_share_error_100ms", r->max_error_100ms},
+                  {"max_share_error_1s", r->max_error_1s},
+                  {"compute_fraction", r->compute_fraction},
+                  {"runs", r->runs},
+                  {"decision_ns_per_run", r->decision_ns_per_run},
+                  {"wall_seconds", r->wall_seconds}};
+  if (f.json) {
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  for (size_t i = 0; i < o.weights.size(); ++i) {
+    std::printf("client %zu: weight %g, share %.3f (target %.3f)\n", i, o.weights[i],
+                r->achieved[i], r->target[i]);
+  }
+  std::printf("largest share error: %.1f points per 10 ms, %.1f per 100 ms, %.1f per 1 s; "
+              "compute fraction %.3f over %lld runs; the scheduler's choice %.0f ns a run "
+              "(%.2f s to simulate)\n",
+              100 * r->max_error_10ms, 100 * r->max_error_100ms, 100 * r->max_error_1s,
+              r->compute_fraction, static_cast<long long>(r->runs), r->decision_ns_per_run,
+              r->wall_seconds);
+  return 0;
+}
+
 struct ValidateFlags {
   std::string sizes = "8x1,16x2,32x4";
   std::string modes = "chained,fused";
@@ -761,6 +842,34 @@ void AddSimCommands(CLI::App& app, int* exit_code) {
                 "(real_cpu_us in --json)");
   cmd->add_flag("--json", d->json, "One JSON object per configuration, then the parity rows");
   cmd->callback([d, exit_code] { *exit_code = RunSimDispatch(*d); });
+
+  auto t = std::make_shared<SimTenancyFlags>();
+  CLI::App* ten = group->add_subcommand(
+      "tenancy",
+      "The multi-tenancy experiment (paper Fig. 8) on simulated hosts: clients with weights keep "
+      "an island saturated with gang computations; each client's share of device time per 10 "
+      "ms, 100 ms and 1 s window against its weight, the compute fraction, and the real "
+      "scheduler's cost per choice");
+  ten->add_option("--weights", t->weights, "Comma-separated weights, one client each")
+      ->capture_default_str();
+  ten->add_option("--compute-us", t->compute_us, "Device time of each run (a delay, then a "
+                  "scalar all-reduce over every device), us")
+      ->check(CLI::Range(int64_t{1}, int64_t{10'000'000}))->capture_default_str();
+  ten->add_option("--seconds", t->seconds, "Virtual seconds measured (after 0.2 s of warm-up)")
+      ->check(CLI::Range(0.01, 3600.0))->check(Finite())->capture_default_str();
+  ten->add_option("--hosts", t->hosts, "Hosts of the island")
+      ->check(CLI::Range(1, 4096))->capture_default_str();
+  ten->add_option("--devices-per-host", t->devices_per_host, "Devices on each host")
+      ->check(CLI::Range(1, 64))->capture_default_str();
+  ten->add_option("--outstanding", t->outstanding, "Runs each client keeps submitted")
+      ->check(CLI::Range(1, 100000))->capture_default_str();
+  ten->add_flag("--one-machine", t->one_machine,
+                "Every thread on one machine of --cores cores (this machine's embedded cluster)");
+  ten->add_option("--cores", t->cores, "Cores of each machine (0: one per thread)")
+      ->check(CLI::Range(0, 4096))->capture_default_str();
+  ten->add_option("--calibration", t->calibration, "Costs from `causeway sim calibrate --json`");
+  ten->add_flag("--json", t->json, "One JSON object");
+  ten->callback([t, exit_code] { *exit_code = RunSimTenancy(*t); });
 
   auto v = std::make_shared<ValidateFlags>();
   CLI::App* val = group->add_subcommand(

@@ -475,7 +475,8 @@ class SimCluster::SchedulerProxy final : public SchedulerService {
     }
     if (accepted.empty()) return statuses;
     const double us = c_->costs().host.scheduler_run_us * static_cast<double>(accepted.size());
-    c_->Message(c_->client_sender_, c_->scheduler_threads_[island_.value()], Ns(us),
+    SimThread* sender = c_->SenderOf(accepted.front().client);
+    c_->Message(sender, c_->scheduler_threads_[island_.value()], Ns(us),
                 [this, accepted = std::move(accepted), index = std::move(index),
                  forwarded = std::move(forwarded)]() mutable {
                   RunsForwarded told;
@@ -566,8 +567,10 @@ void SimCluster::Build() {
   // Apart from the embedded case, the client and the coordinator (the
   // schedulers) have machines of their own, with a core per thread.
   SimMachine* client_machine = shared != nullptr ? shared : machine(o.client_cores);
+  client_machine_ = client_machine;
   client_thread_ = thread(client_machine);
   client_sender_ = thread(client_machine);
+  client_slots_.emplace_back(client_thread_, client_sender_);
   SimMachine* coordinator = shared != nullptr ? shared : machine(o.coordinator_cores);
   trace_ = std::make_unique<TraceRecorder>(false);
   hub_ = std::make_unique<CollectiveHub>(absl::Minutes(5));
@@ -629,6 +632,7 @@ void SimCluster::Build() {
     so.policy = o.scheduling;
     so.run_ahead = o.run_ahead;
     so.deliver_on_own_thread = false;
+    so.on_run_accounted = o.on_run_accounted;
     so.clock = loop_.clock();
     so.host_lookup = [this](HostId h) -> HostService* {
       if (h.value() < 0 || h.value() >= static_cast<int64_t>(scheduler_host_proxies_.size())) {
@@ -691,7 +695,7 @@ absl::Status SimCluster::SubmitRun(const RunRequest& run, const std::vector<Isla
     schedulers.push_back(s);
   }
   if (islands.empty()) return absl::InvalidArgumentError("a run on no island");
-  Message(client_sender_, scheduler_threads_[islands[0].value()],
+  Message(SenderOf(run.client), scheduler_threads_[islands[0].value()],
           Ns(costs().host.scheduler_run_us * static_cast<double>(islands.size())),
           [run, islands, schedulers, forwarded = std::move(forwarded)]() mutable {
             const absl::Status s = SubmitToIslands(run, islands, schedulers, forwarded);
@@ -711,7 +715,7 @@ void SimCluster::ReleaseArrays(ClientId client, const std::vector<HostId>& hosts
     by_island[island].push_back(h);
   }
   for (int64_t island : order) {
-    Message(client_sender_, scheduler_threads_[island], 0,
+    Message(SenderOf(client), scheduler_threads_[island], 0,
             [this, client, island, mine = by_island[island], arrays] {
               schedulers_[island]->ReleaseArrays(client, mine, arrays);
             });
@@ -729,13 +733,33 @@ void SimCluster::DropClient(ClientId client) {
   for (auto& s : schedulers_) s->DropClient(client);
 }
 
-void SimCluster::PostClientSend(std::function<void()> send) {
-  OnThread(client_sender_, Ns(costs().host.client_send_us),
+int SimCluster::AddClient() {
+  threads_.push_back(std::make_unique<SimThread>(client_machine_));
+  SimThread* calls = threads_.back().get();
+  threads_.push_back(std::make_unique<SimThread>(client_machine_));
+  client_slots_.emplace_back(calls, threads_.back().get());
+  return static_cast<int>(client_slots_.size()) - 1;
+}
+
+void SimCluster::BindClient(ClientId client, int slot) {
+  CW_CHECK(slot >= 0 && slot < static_cast<int>(client_slots_.size())) << "no client slot " << slot;
+  client_slot_[client] = slot;
+}
+
+SimThread* SimCluster::SenderOf(ClientId client) const {
+  auto it = client_slot_.find(client);
+  return it == client_slot_.end() ? client_sender_ : client_slots_[it->second].second;
+}
+
+void SimCluster::PostClientSend(std::function<void()> send, int slot) {
+  CW_CHECK(slot >= 0 && slot < static_cast<int>(client_slots_.size())) << "no client slot " << slot;
+  OnThread(client_slots_[slot].second, Ns(costs().host.client_send_us),
            [this, send = std::move(send)] { Profiled(&profile_.client_send, send); });
 }
 
-void SimCluster::ClientCall(std::function<void()> then) {
-  OnThread(client_thread_, Ns(costs().host.client_run_us),
+void SimCluster::ClientCall(std::function<void()> then, int slot) {
+  CW_CHECK(slot >= 0 && slot < static_cast<int>(client_slots_.size())) << "no client slot " << slot;
+  OnThread(client_slots_[slot].first, Ns(costs().host.client_run_us),
            [this, then = std::move(then)] { Profiled(&profile_.client_call, then); });
 }
 
@@ -785,6 +809,11 @@ void SimCluster::HostEnqueue(HostId host, RunRequest run, std::vector<ArrayId> r
            });
 }
 
+DecisionStats SimCluster::decision_stats(IslandId island) const {
+  if (island.value() < 0 || island.value() >= static_cast<int64_t>(schedulers_.size())) return {};
+  return schedulers_[island.value()]->decision_stats();
+}
+
 ClientScheduleStats SimCluster::scheduler_stats(IslandId island, ClientId client) const {
   if (island.value() < 0 || island.value() >= static_cast<int64_t>(schedulers_.size())) return {};
   return schedulers_[island.value()]->client_stats(client);
@@ -793,7 +822,7 @@ ClientScheduleStats SimCluster::scheduler_stats(IslandId island, ClientId client
 SimCounters SimCluster::counters() const {
   SimCounters c = counters_;
   c.events = loop_.events_run();
-  c.client_busy_ns = client_thread_->busy() + client_sender_->busy();
+  for (const auto& [calls, sends] : client_slots_) c.client_busy_ns += calls->busy() + sends->busy();
   for (SimThread* t : scheduler_threads_) c.scheduler_busy_ns = std::max(c.scheduler_busy_ns, t->busy());
   for (SimThread* t : host_threads_) c.host_busy_ns = std::max(c.host_busy_ns, t->busy());
   for (const auto& [key, t] : connections_) {

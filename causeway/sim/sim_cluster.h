@@ -127,6 +127,8 @@ struct SimClusterOptions {
   // work, for `causeway sim calibrate`. Does not change the simulation.
   bool profile_cpu = false;
   CpuCosts cpu = CpuCosts::kCalibrated;
+  // Told when every host reported a run finished (IslandSchedulerOptions).
+  std::function<void(ClientId client, int64_t device_us, int launches)> on_run_accounted;
 };
 
 // Real CPU the control plane's code took on this machine, by kind of work
@@ -193,12 +195,18 @@ class SimCluster final : public ClusterConnection {
   absl::Status SetClientShare(ClientId client, const ClientShare& share) override;
   void DropClient(ClientId client) override;
 
-  // For ClientOptions::send_executor: runs `send` on the client's sender
+  // Clients: each has a thread of its own for its calls and one for its
+  // sends, on the client machine. Slot 0 exists from the start; AddClient
+  // makes another. Bind names which client (its id) uses a slot, so that
+  // what the cluster receives from it leaves from that slot's sender.
+  int AddClient();
+  void BindClient(ClientId client, int slot);
+  // For ClientOptions::send_executor: runs `send` on the slot's sender
   // thread after its cost.
-  void PostClientSend(std::function<void()> send);
-  // Charges the client thread one call (client_run_us) and runs `then` when
-  // the call would have returned.
-  void ClientCall(std::function<void()> then);
+  void PostClientSend(std::function<void()> send, int slot = 0);
+  // Charges the slot's call thread one call (client_run_us) and runs `then`
+  // when the call would have returned.
+  void ClientCall(std::function<void()> then, int slot = 0);
   // The multi-controller baseline: host `host`'s own loop enqueues `run`
   // straight onto its executor (no client, no scheduler), then releases
   // `release` there; runs `then` when the host's thread is free again.
@@ -212,6 +220,8 @@ class SimCluster final : public ClusterConnection {
   // Runs `work`, adding its CPU time to `kind` when profiling.
   void Profiled(CpuProfile::Kind* kind, const std::function<void()>& work);
   CpuProfile& mutable_profile() { return profile_; }
+  // The real scheduler's cost of choosing runs on `island`.
+  DecisionStats decision_stats(IslandId island) const;
   // The real scheduler's figures for `client` on `island`.
   ClientScheduleStats scheduler_stats(IslandId island, ClientId client) const;
   int num_hosts() const { return static_cast<int>(hosts_.size()); }
@@ -276,8 +286,12 @@ class SimCluster final : public ClusterConnection {
     bool open = false;
   };
   absl::flat_hash_map<SimThread*, Outbox> outboxes_;
-  SimThread* client_thread_ = nullptr;
-  SimThread* client_sender_ = nullptr;
+  SimThread* client_thread_ = nullptr;  // slot 0's
+  SimThread* client_sender_ = nullptr;  // slot 0's
+  SimMachine* client_machine_ = nullptr;
+  std::vector<std::pair<SimThread*, SimThread*>> client_slots_;  // (calls, sends)
+  absl::flat_hash_map<ClientId, int> client_slot_;
+  SimThread* SenderOf(ClientId client) const;
   std::vector<SimThread*> scheduler_threads_;  // by island
   std::vector<SimThread*> host_threads_;       // by host
   std::vector<IslandId> host_island_;

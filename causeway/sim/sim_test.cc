@@ -6,6 +6,7 @@
 #include "causeway/sim/dispatch.h"
 #include "causeway/sim/event_loop.h"
 #include "causeway/sim/sim_cluster.h"
+#include "causeway/sim/tenancy.h"
 #include "causeway/testing/status_matchers.h"
 #include "gtest/gtest.h"
 
@@ -140,6 +141,32 @@ TEST(SimulateDispatchTest, RefusesAMeshOtherThanTheIsland) {
   SimClusterOptions bad;
   bad.devices_per_host = 0;
   EXPECT_EQ(SimCluster::Create(bad).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Four clients of weights 1:2:4:8 on the real scheduler: every 100 ms their
+// shares of device time are within 2 points of the weights'.
+TEST(SimulateTenancyTest, SharesFollowTheWeights) {
+  SimTenancyOptions o;
+  o.weights = {1, 2, 4, 8};
+  o.compute_us = 330;
+  o.seconds = 0.5;
+  o.cluster.hosts_per_island = 2;
+  o.cluster.devices_per_host = 2;
+  o.cluster.costs = TestCosts();
+  ASSERT_OK_AND_ASSIGN(SimTenancyResult r, SimulateTenancy(o));
+  ASSERT_EQ(r.achieved.size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_NEAR(r.target[i], (1 << i) / 15.0, 1e-9);
+    EXPECT_NEAR(r.achieved[i], r.target[i], 0.01) << "client " << i;
+  }
+  EXPECT_LE(r.max_error_100ms, 0.02);
+  EXPECT_GT(r.compute_fraction, 0.5);
+  EXPECT_GT(r.runs, 500);
+  // One client alone gets every device-second there is.
+  o.weights = {3};
+  ASSERT_OK_AND_ASSIGN(SimTenancyResult one, SimulateTenancy(o));
+  EXPECT_NEAR(one.achieved[0], 1.0, 1e-9);
+  EXPECT_NEAR(one.compute_fraction, r.compute_fraction, 0.05);
 }
 
 // The simulated cluster runs the real scheduler and executors: the real
