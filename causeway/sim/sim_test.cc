@@ -1,6 +1,7 @@
 #include <chrono>
 #include <memory>
 
+#include "causeway/base/status_macros.h"
 #include "causeway/cluster/local_cluster.h"
 #include "causeway/ir/builder.h"
 #include "causeway/sim/dispatch.h"
@@ -213,6 +214,87 @@ TEST(SimClusterTest, TheRealSchedulerAndExecutorsDoTheWork) {
   }
   EXPECT_EQ(launches, 4 * 15);
   client->Disconnect();
+}
+
+}  // namespace
+}  // namespace causeway::sim
+
+namespace causeway::sim {
+namespace {
+
+// Launches per device and the scheduler's counts, on any cluster.
+struct Footprint {
+  std::vector<int64_t> launches;  // by device
+  int64_t forwarded = 0;
+  int64_t finished = 0;
+  friend bool operator==(const Footprint&, const Footprint&) = default;
+};
+
+// Runs 3 chained programs of 4 all-reduce gangs (50 us each) over 4 devices
+// on 2 hosts, waiting for the last output.
+absl::StatusOr<Footprint> RunSmall(ClusterConnection* cluster, Client& client,
+                                   const std::function<absl::Status(Future<Unit>)>& wait) {
+  DispatchProgramOptions po;
+  po.devices = 4;
+  po.chain = 4;
+  po.compute_us = 50;
+  CW_ASSIGN_OR_RETURN(DispatchProgram p, BuildDispatchProgram(client, po));
+  Array x = p.input;
+  for (int i = 0; i < 3; ++i) {
+    CW_ASSIGN_OR_RETURN(std::vector<Array> out, p.program.Run({x}));
+    x = out[0];
+  }
+  CW_RETURN_IF_ERROR(wait(x.Ready()));
+  Footprint f;
+  for (int h = 0; h < 2; ++h) {
+    CW_ASSIGN_OR_RETURN(std::vector<DeviceCounters> counters,
+                        cluster->host(HostId(h))->GetCounters(false).Await());
+    for (const DeviceCounters& d : counters) f.launches.push_back(d.launches);
+  }
+  return f;
+}
+
+// The same small program on the real embedded cluster and on the simulator
+// does the same work: the same launches on every device, every run
+// forwarded and accounted by the scheduler once.
+TEST(SimClusterTest, ASmallRunDoesWhatTheRealClusterDoes) {
+  LocalClusterOptions lo;
+  lo.hosts_per_island = 2;
+  lo.devices_per_host = 2;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<LocalCluster> real, LocalCluster::Create(lo));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> real_client, Client::Connect(real.get()));
+  ASSERT_OK_AND_ASSIGN(
+      Footprint want,
+      RunSmall(real.get(), *real_client, [](Future<Unit> f) { return f.Await().status(); }));
+  const ClientScheduleStats real_stats =
+      real->island_scheduler(IslandId(0))->client_stats(real_client->id());
+  real_client->Disconnect();
+
+  SimClusterOptions so;
+  so.hosts_per_island = 2;
+  so.devices_per_host = 2;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<SimCluster> sim, SimCluster::Create(so));
+  SimCluster* raw = sim.get();
+  ClientOptions co;
+  co.send_executor = [raw](std::function<void()> send) { raw->PostClientSend(std::move(send)); };
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> sim_client, Client::Connect(raw, co));
+  ASSERT_OK_AND_ASSIGN(Footprint got, RunSmall(raw, *sim_client, [raw](Future<Unit> f) {
+                         if (!raw->loop().RunUntil([&] { return f.IsReady(); }, int64_t{1} << 40)) {
+                           return absl::InternalError("never ready");
+                         }
+                         // The hosts' last reports reach the scheduler.
+                         raw->loop().RunFor(raw->loop().now() + 1'000'000);
+                         return f.Await().status();
+                       }));
+  EXPECT_EQ(got.launches, want.launches);
+  EXPECT_EQ(got.launches, (std::vector<int64_t>{12, 12, 12, 12}));
+  const ClientScheduleStats sim_stats = raw->scheduler_stats(IslandId(0), sim_client->id());
+  EXPECT_EQ(sim_stats.forwarded, real_stats.forwarded);
+  EXPECT_EQ(sim_stats.forwarded, 3);
+  EXPECT_EQ(sim_stats.finished, 3);
+  // 3 runs of 4 gangs of 50 us, one after another.
+  EXPECT_GE(raw->loop().now(), 600'000);
+  sim_client->Disconnect();
 }
 
 }  // namespace
