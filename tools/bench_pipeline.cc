@@ -19,8 +19,7 @@
 #include "causeway/base/status_macros.h"
 #include "causeway/client/client.h"
 #include "causeway/cluster/local_cluster.h"
-#include "causeway/ir/builder.h"
-#include "causeway/models/gpt_pipeline.h"
+#include "causeway/sim/pipeline.h"
 #include "nlohmann/json.hpp"
 #include "tools/commands.h"
 
@@ -66,58 +65,16 @@ absl::StatusOr<PipelineResult> RunPipeline(const PipelineFlags& f) {
   options.dispatch = f.dispatch == "parallel" ? DispatchMode::kParallel : DispatchMode::kSequential;
   CW_ASSIGN_OR_RETURN(auto client, Client::Connect(cluster.get(), options));
 
-  // Stage s: forward x -> delay(x + 1); backward (x, g) -> delay(g + 1 + 0 x)
-  // (it reads the saved input, as a real backward pass does).
-  const int64_t n = std::max<int64_t>(1, f.activation_kb * 1024 / 4);
-  const ir::Shape act(ir::DType::kF32, {n});
-  const Sharding replicated = Sharding::Replicated(1);
-  std::vector<Mesh> meshes;
-  std::vector<CompiledFunction> forward, backward;
-  for (int s = 0; s < S; ++s) {
-    MeshRequest request;
-    request.axes = {{"x", 1}};
-    request.devices = {DeviceId(s)};
-    CW_ASSIGN_OR_RETURN(Mesh mesh, client->AllocateMesh(request));
-    ir::FunctionBuilder fb(absl::StrCat("stage", s, "_forward"));
-    ir::Value x = fb.Parameter(act);
-    CW_ASSIGN_OR_RETURN(ir::Function fwd,
-                        fb.Build({fb.Delay(fb.Add(x, fb.Full(1.0f, {n})), f.forward_us)}));
-    ir::FunctionBuilder bb(absl::StrCat("stage", s, "_backward"));
-    ir::Value saved = bb.Parameter(act);
-    ir::Value g = bb.Parameter(act);
-    ir::Value dx = bb.Add(bb.Add(g, bb.Full(1.0f, {n})), bb.Mul(saved, bb.Full(0.0f, {n})));
-    CW_ASSIGN_OR_RETURN(ir::Function bwd, bb.Build({bb.Delay(dx, f.backward_us)}));
-    CW_ASSIGN_OR_RETURN(CompiledFunction cf, client->Compile(fwd, mesh, {{replicated}, {replicated}}));
-    CW_ASSIGN_OR_RETURN(CompiledFunction cb,
-                        client->Compile(bwd, mesh, {{replicated, replicated}, {replicated}}));
-    meshes.push_back(mesh);
-    forward.push_back(cf);
-    backward.push_back(cb);
-  }
-
-  ProgramBuilder pb = client->NewProgram("pipeline_step");
-  CW_ASSIGN_OR_RETURN(TracedArray in, pb.Parameter(act, meshes[0], replicated));
-  // inputs[s][m]: stage s's input of micro-batch m; outputs of the last
-  // stage's forward are its backward's incoming gradient.
-  std::vector<std::vector<TracedArray>> inputs(S + 1, std::vector<TracedArray>(M));
-  std::vector<std::vector<TracedArray>> grads(S + 1, std::vector<TracedArray>(M));
-  for (int m = 0; m < M; ++m) inputs[0][m] = in;
-  const auto schedule =
-      f.schedule == "1f1b" ? models::PipelineSchedule::k1F1B : models::PipelineSchedule::kGPipe;
-  for (const models::PipelineOp& op : models::PipelineTraceOrder(S, M, schedule)) {
-    const int64_t s = op.stage;
-    const int64_t m = op.microbatch;
-    if (op.forward) {
-      CW_ASSIGN_OR_RETURN(auto out, pb.Call(forward[s], {inputs[s][m]}));
-      inputs[s + 1][m] = out[0];
-      if (s == S - 1) grads[S][m] = out[0];
-    } else {
-      CW_ASSIGN_OR_RETURN(auto out, pb.Call(backward[s], {inputs[s][m], grads[s + 1][m]}));
-      grads[s][m] = out[0];
-    }
-  }
-  CW_ASSIGN_OR_RETURN(Program program, pb.Build(grads[0]));
-  CW_ASSIGN_OR_RETURN(Array x, client->Put(ir::Literal(act), meshes[0], replicated));
+  PipelineProgramOptions po;
+  po.stages = S;
+  po.microbatches = M;
+  po.forward_us = f.forward_us;
+  po.backward_us = f.backward_us;
+  po.activation_kb = f.activation_kb;
+  po.one_f_one_b = f.schedule == "1f1b";
+  CW_ASSIGN_OR_RETURN(PipelineProgram built, BuildPipelineProgram(*client, po));
+  Program program = built.program;
+  Array x = built.input;
   // Warm-up step.
   CW_ASSIGN_OR_RETURN(auto warm, program.Run({x}));
   for (const Array& a : warm) CW_RETURN_IF_ERROR(a.Ready().Await().status());
@@ -141,6 +98,7 @@ absl::StatusOr<PipelineResult> RunPipeline(const PipelineFlags& f) {
   }
   // Forward adds 1 per stage, backward 1 per stage: 2 S.
   auto value = last.back().Fetch().Await();
+  built = PipelineProgram{};
   CW_RETURN_IF_ERROR(value.status());
   if (value->values<float>()[0] != static_cast<float>(2 * S)) {
     return absl::InternalError("the pipeline computed a wrong value");

@@ -26,6 +26,7 @@
 #include "causeway/cluster/process_cluster.h"
 #include "causeway/cluster/remote_cluster.h"
 #include "causeway/sim/dispatch.h"
+#include "causeway/sim/pipeline.h"
 #include "causeway/sim/tenancy.h"
 #include "causeway/worker/collective_hub.h"
 #include "nlohmann/json.hpp"
@@ -676,6 +677,70 @@ int RunSimTenancy(const SimTenancyFlags& f) {
   return 0;
 }
 
+struct SimPipelineFlags {
+  int stages = 4;
+  int microbatches = 0;  // 0: 4 x stages
+  int64_t forward_us = 1000;
+  int64_t backward_us = -1;  // -1: 2 x forward
+  int64_t activation_kb = 64;
+  std::string schedule = "gpipe";
+  int islands = 1;
+  int steps = 4;
+  double dcn_latency_us = -1;
+  std::string calibration;
+  bool json = false;
+};
+
+int RunSimPipeline(const SimPipelineFlags& f) {
+  auto fail = [](const absl::Status& s, int code) {
+    std::fprintf(stderr, "causeway sim pipeline: %s\n", std::string(s.message()).c_str());
+    return code;
+  };
+  sim::SimPipelineOptions o;
+  o.program.stages = f.stages;
+  o.program.microbatches = f.microbatches > 0 ? f.microbatches : 4 * f.stages;
+  o.program.forward_us = f.forward_us;
+  o.program.backward_us = f.backward_us >= 0 ? f.backward_us : 2 * f.forward_us;
+  o.program.activation_kb = f.activation_kb;
+  o.program.one_f_one_b = f.schedule == "1f1b";
+  o.islands = f.islands;
+  o.steps = f.steps;
+  if (absl::Status s = LoadCosts(f.calibration, &o.cluster.costs); !s.ok()) {
+    return fail(s, kExitUsage);
+  }
+  if (f.dcn_latency_us >= 0) o.cluster.costs.dcn.latency_us = f.dcn_latency_us;
+  if (f.stages % f.islands != 0) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+                    f.stages, " stages do not split evenly over ", f.islands, " islands")),
+                kExitUsage);
+  }
+  absl::StatusOr<sim::SimPipelineResult> r = sim::SimulatePipeline(o);
+  if (!r.ok()) return fail(r.status(), kExitRuntime);
+  const json j = {{"sim", "pipeline"},
+                  {"stages", f.stages},
+                  {"microbatches", o.program.microbatches},
+                  {"schedule", f.schedule},
+                  {"islands", f.islands},
+                  {"forward_us", o.program.forward_us},
+                  {"backward_us", o.program.backward_us},
+                  {"activation_kb", f.activation_kb},
+                  {"step_seconds", r->step_seconds},
+                  {"bound_seconds", r->bound_seconds},
+                  {"bound_over_step", r->bound_seconds / r->step_seconds},
+                  {"messages_per_step", static_cast<double>(r->messages) / f.steps},
+                  {"wall_seconds", r->wall_seconds}};
+  if (f.json) {
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("%d stages x %d micro-batches (%s, %d islands): step %.3f ms, GPipe bound "
+                "%.3f ms (%.2f of the bound; %.2f s to simulate)\n",
+                f.stages, o.program.microbatches, f.schedule.c_str(), f.islands,
+                1e3 * r->step_seconds, 1e3 * r->bound_seconds,
+                r->bound_seconds / r->step_seconds, r->wall_seconds);
+  }
+  return 0;
+}
+
 struct ValidateFlags {
   std::string sizes = "8x1,16x2,32x4";
   std::string modes = "chained,fused";
@@ -870,6 +935,35 @@ void AddSimCommands(CLI::App& app, int* exit_code) {
   ten->add_option("--calibration", t->calibration, "Costs from `causeway sim calibrate --json`");
   ten->add_flag("--json", t->json, "One JSON object");
   ten->callback([t, exit_code] { *exit_code = RunSimTenancy(*t); });
+
+  auto pl = std::make_shared<SimPipelineFlags>();
+  CLI::App* pipe = group->add_subcommand(
+      "pipeline",
+      "The pipeline experiment on simulated hosts: a training step of S stages (a host each) "
+      "and M micro-batches, forward and backward of known length, activations moved between "
+      "stages; the step time against the GPipe bound (M + S - 1) x (forward + backward)");
+  pipe->add_option("--stages", pl->stages, "Stages, a host each")
+      ->check(CLI::Range(1, 4096))->capture_default_str();
+  pipe->add_option("--microbatches", pl->microbatches, "Micro-batches (0: 4 x stages)")
+      ->check(CLI::Range(0, 100000))->capture_default_str();
+  pipe->add_option("--forward-us", pl->forward_us, "Forward pass of a micro-batch, us")
+      ->check(CLI::Range(int64_t{0}, int64_t{10'000'000}))->capture_default_str();
+  pipe->add_option("--backward-us", pl->backward_us, "Backward pass, us (-1: 2 x forward)")
+      ->check(CLI::Range(int64_t{-1}, int64_t{10'000'000}))->capture_default_str();
+  pipe->add_option("--activation-kb", pl->activation_kb, "Activation moved between stages, KiB")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))->capture_default_str();
+  pipe->add_option("--schedule", pl->schedule, "gpipe | 1f1b")
+      ->check(CLI::IsMember({"gpipe", "1f1b"}))->capture_default_str();
+  pipe->add_option("--islands", pl->islands, "Islands the stages split over")
+      ->check(CLI::Range(1, 4096))->capture_default_str();
+  pipe->add_option("--steps", pl->steps, "Steps measured, back to back")
+      ->check(CLI::Range(1, 1000))->capture_default_str();
+  pipe->add_option("--dcn-latency-us", pl->dcn_latency_us,
+                   "Network latency between machines, us (default: the calibration's)")
+      ->check(CLI::Range(0.0, 1e6))->check(Finite());
+  pipe->add_option("--calibration", pl->calibration, "Costs from `causeway sim calibrate --json`");
+  pipe->add_flag("--json", pl->json, "One JSON object");
+  pipe->callback([pl, exit_code] { *exit_code = RunSimPipeline(*pl); });
 
   auto v = std::make_shared<ValidateFlags>();
   CLI::App* val = group->add_subcommand(

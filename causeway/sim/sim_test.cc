@@ -7,6 +7,7 @@
 #include "causeway/sim/dispatch.h"
 #include "causeway/sim/event_loop.h"
 #include "causeway/sim/sim_cluster.h"
+#include "causeway/sim/pipeline.h"
 #include "causeway/sim/tenancy.h"
 #include "causeway/testing/status_matchers.h"
 #include "gtest/gtest.h"
@@ -295,6 +296,36 @@ TEST(SimClusterTest, ASmallRunDoesWhatTheRealClusterDoes) {
   // 3 runs of 4 gangs of 50 us, one after another.
   EXPECT_GE(raw->loop().now(), 600'000);
   sim_client->Disconnect();
+}
+
+}  // namespace
+}  // namespace causeway::sim
+
+namespace causeway::sim {
+namespace {
+
+// A pipeline of long stages runs close to the GPipe bound, never under it;
+// its activations cross hosts through the simulated transport.
+TEST(SimulatePipelineTest, LongStagesRunCloseToTheBound) {
+  SimPipelineOptions o;
+  o.program.stages = 2;
+  o.program.microbatches = 4;
+  o.program.forward_us = 1000;
+  o.program.backward_us = 2000;
+  o.program.activation_kb = 16;
+  o.steps = 2;
+  o.cluster.costs = TestCosts();
+  ASSERT_OK_AND_ASSIGN(SimPipelineResult r, SimulatePipeline(o));
+  EXPECT_NEAR(r.bound_seconds, 0.015, 1e-12);
+  EXPECT_GE(r.step_seconds, r.bound_seconds);
+  EXPECT_LT(r.step_seconds, 1.2 * r.bound_seconds);
+  EXPECT_GT(r.messages, 0);
+  // Across two islands the same.
+  o.islands = 2;
+  ASSERT_OK_AND_ASSIGN(SimPipelineResult two, SimulatePipeline(o));
+  EXPECT_GE(two.step_seconds, two.bound_seconds);
+  o.islands = 3;
+  EXPECT_EQ(SimulatePipeline(o).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
