@@ -45,7 +45,6 @@ TEST(EventLoopTest, RunUntilStopsAtTheConditionOrTheLimit) {
 TEST(FunctionCostTest, DelaysAreExactAndCollectivesCountedWithTheirGang) {
   SimCosts costs;
   costs.ici = LinkCosts{2.0, 1.0};
-  DispatchProgramOptions o;
   ir::FunctionBuilder b("f");
   ir::Value x = b.Parameter(ir::Shape(ir::DType::kF32, {256}));
   x = b.Delay(x, 700);
