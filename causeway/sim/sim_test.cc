@@ -227,7 +227,6 @@ struct Footprint {
   std::vector<int64_t> launches;  // by device
   int64_t forwarded = 0;
   int64_t finished = 0;
-  friend bool operator==(const Footprint&, const Footprint&) = default;
 };
 
 // Runs 3 chained programs of 4 all-reduce gangs (50 us each) over 4 devices
