@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reproduces every `causeway bench` result in docs/BENCHMARKS.md: runs each
+# Reproduces every `causeway bench` and `causeway sim` result in docs/BENCHMARKS.md: runs each
 # configuration, appends its JSON line to OUT (default
 # build/bench/results.jsonl), then draws the plots with plot_bench.py.
 # Takes a few minutes on a 2-core machine. With LM_DATA=path/to/text (the
@@ -82,6 +82,23 @@ for mode in opbyop chained fused; do
       --scheduling "$scheduling"
   done
 done
+
+# The simulator (docs/BENCHMARKS.md, "Scaling past one machine"): Figs. 5 and 6 to 2048
+# devices, tenancy and pipelines on simulated hosts, and the simulation of this machine's
+# embedded cluster against the real one. About 3 minutes.
+hosts=1,2,4,8,16,32,64,128,256,512
+run sim dispatch --hosts "$hosts" --devices-per-host 4 --compute-us 0
+run sim dispatch --hosts "$hosts" --devices-per-host 4 --compute-us 0 --cpu measured
+run sim dispatch --hosts 2,8,32,128,512 --devices-per-host 4 \
+  --compute-us 0,100,250,500,1000,2500,5000,10000,25000
+for h in 1 8 32 128; do
+  run sim tenancy --hosts "$h" --devices-per-host 4 --seconds 1
+done
+run sim pipeline --stages 4
+run sim pipeline --stages 4 --islands 2
+run sim pipeline --stages 16 --forward-us 100 --schedule 1f1b
+run sim pipeline --stages 32 --forward-us 1000 --schedule 1f1b --islands 4
+run sim validate
 
 /usr/bin/python3 scripts/plot_bench.py "$out" "$(dirname "$out")"
 

@@ -123,8 +123,18 @@ def plot_pipeline(rows, outdir):
 
 def plot_sim_fig5(rows, outdir):
     rows = [r for r in rows if r.get("sim") == "dispatch" and r["compute_us"] == 0]
-    if not rows:
-        return
+    for cpu in sorted({r.get("cpu", "calibrated") for r in rows}):
+        # One point per host count, mode and controller (the first run of it).
+        seen, mine = set(), []
+        for r in rows:
+            key = (r["hosts"], r["mode"], r["controller"])
+            if r.get("cpu", "calibrated") == cpu and key not in seen:
+                seen.add(key)
+                mine.append(r)
+        plot_sim_fig5_one(mine, outdir)
+
+
+def plot_sim_fig5_one(rows, outdir):
     fig, ax = plt.subplots(figsize=(7, 4.5))
     colors = {"opbyop": "tab:red", "chained": "tab:blue", "fused": "tab:green"}
     for (mode, controller) in sorted({(r["mode"], r["controller"]) for r in rows}):
@@ -145,7 +155,8 @@ def plot_sim_fig5(rows, outdir):
 
 
 def plot_sim_fig6(rows, outdir):
-    rows = [r for r in rows if r.get("sim") == "dispatch_parity"]
+    # Sweeps over computation lengths only (a single length finds no parity point).
+    rows = [r for r in rows if r.get("sim") == "dispatch_parity" and len(r["ratios"]) > 1]
     if not rows:
         return
     fig, ax = plt.subplots(figsize=(6, 4))
