@@ -111,6 +111,12 @@ absl::Status CostsFromJson(const json& j, sim::SimCosts* c) {
   return absl::OkStatus();
 }
 
+// Prints `causeway sim COMMAND: message` and returns `code`.
+int SimFail(const char* command, const absl::Status& status, int code) {
+  std::fprintf(stderr, "causeway sim %s: %s\n", command, std::string(status.message()).c_str());
+  return code;
+}
+
 // Costs from a file `causeway sim calibrate --json` wrote (its "costs"
 // object, or the object itself); an empty path keeps `costs`.
 absl::Status LoadCosts(const std::string& path, sim::SimCosts* costs) {
@@ -160,10 +166,7 @@ struct SimDispatchFlags {
 };
 
 int RunSimDispatch(const SimDispatchFlags& f) {
-  auto fail = [](const absl::Status& s, int code) {
-    std::fprintf(stderr, "causeway sim dispatch: %s\n", std::string(s.message()).c_str());
-    return code;
-  };
+  auto fail = [](const absl::Status& s, int code) { return SimFail("dispatch", s, code); };
   absl::StatusOr<std::vector<int64_t>> hosts = ParseList(f.hosts, "--hosts", 1, 4096);
   if (!hosts.ok()) return fail(hosts.status(), kExitUsage);
   absl::StatusOr<std::vector<int64_t>> lengths =
@@ -212,6 +215,9 @@ int RunSimDispatch(const SimDispatchFlags& f) {
           o.warmup = f.warmup;
           absl::StatusOr<sim::SimDispatchResult> r = sim::SimulateDispatch(o);
           if (!r.ok()) return fail(r.status(), kExitRuntime);
+          auto busy = [&r](int64_t ns) {
+            return r->counters_seconds > 0 ? ns / (1e9 * r->counters_seconds) : 0.0;
+          };
           auto& pair = pairs[{h, mode}][us];
           (controller == Controller::kSingle ? pair.first : pair.second) =
               r->computations_per_second;
@@ -229,23 +235,21 @@ int RunSimDispatch(const SimDispatchFlags& f) {
                             {"computations_per_second", r->computations_per_second},
                             {"compute_fraction", r->compute_fraction},
                             {"messages", r->counters.messages},
+                            // CPU charged over the measured window (from the first
+                            // dispatch to the final read of its output), per second.
                             {"busy_fraction",
-                             {{"client", r->counters.client_busy_ns / (1e9 * r->seconds)},
-                              {"scheduler", r->counters.scheduler_busy_ns / (1e9 * r->seconds)},
-                              {"busiest_host", r->counters.host_busy_ns / (1e9 * r->seconds)},
+                             {{"client", busy(r->counters.client_busy_ns)},
+                              {"scheduler", busy(r->counters.scheduler_busy_ns)},
+                              {"busiest_host", busy(r->counters.host_busy_ns)},
                               {"coordinator_connections_cores",
-                               r->counters.coordinator_connections_busy_ns / (1e9 * r->seconds)},
+                               busy(r->counters.coordinator_connections_busy_ns)},
                               {"busiest_coordinator_connection",
-                               r->counters.coordinator_connection_max_busy_ns /
-                                   (1e9 * r->seconds)}}},
+                               busy(r->counters.coordinator_connection_max_busy_ns)}}},
                             {"events", r->counters.events},
                             {"wall_seconds", r->wall_seconds}};
           if (f.profile_cpu) {
             // The real code's CPU per call, warm-up included.
             const sim::CpuProfile& p = r->profile;
-            auto per = [](const sim::CpuProfile::Kind& k) {
-              return k.count > 0 ? static_cast<double>(k.ns) / 1000 / k.count : 0.0;
-            };
             int64_t host_ns = 0, host_runs = 0, host_launches = 0;
             for (const auto& b : p.host_batches) {
               host_ns += b.ns;
@@ -253,11 +257,11 @@ int RunSimDispatch(const SimDispatchFlags& f) {
               host_launches += b.launches;
             }
             row["real_cpu_us"] = {
-                {"client_call", per(p.client_call)},
-                {"client_send_batch", per(p.client_send)},
-                {"scheduler_submit_batch", per(p.scheduler)},
-                {"scheduler_report", per(p.scheduler_report)},
-                {"device_launch", per(p.device)},
+                {"client_call", p.client_call.us_each()},
+                {"client_send_batch", p.client_send.us_each()},
+                {"scheduler_submit_batch", p.scheduler.us_each()},
+                {"scheduler_report", p.scheduler_report.us_each()},
+                {"device_launch", p.device.us_each()},
                 {"host_per_run", host_runs > 0 ? host_ns / 1000.0 / host_runs : 0.0},
                 {"host_per_launch", host_launches > 0 ? host_ns / 1000.0 / host_launches : 0.0},
                 {"scheduler_reports_per_run",
@@ -431,7 +435,6 @@ absl::StatusOr<json> Calibrate(const CalibrateFlags& f) {
   // client, scheduler and executors timed on one thread (the simulator's),
   // op by op (4 launches a run) and chained (64 launches a run).
   std::vector<sim::CpuProfile::HostBatch> batches;
-  double client_call_us = 0;
   double device_us = 0;
   for (DispatchGranularity mode : {DispatchGranularity::kOpByOp, DispatchGranularity::kChained}) {
     sim::SimDispatchOptions o;
@@ -445,30 +448,24 @@ absl::StatusOr<json> Calibrate(const CalibrateFlags& f) {
     CW_ASSIGN_OR_RETURN(sim::SimDispatchResult r, sim::SimulateDispatch(o));
     const sim::CpuProfile& p = r.profile;
     const int64_t runs = o.units + o.warmup;
-    auto per = [](const sim::CpuProfile::Kind& k, double n) {
-      return n > 0 ? static_cast<double>(k.ns) / 1000 / n : 0.0;
-    };
     const char* name = Name(mode);
     measured[name] = {{"runs", runs},
-                      {"client_call_us", per(p.client_call, p.client_call.count)},
-                      {"client_send_us_per_batch", per(p.client_send, p.client_send.count)},
+                      {"client_call_us", p.client_call.us_each()},
+                      {"client_send_us_per_batch", p.client_send.us_each()},
                       {"client_batches", p.client_send.count},
-                      {"scheduler_us_per_run", per(p.scheduler, runs)},
-                      {"scheduler_report_us", per(p.scheduler_report, p.scheduler_report.count)},
-                      {"device_us_per_launch", per(p.device, p.device.count)},
+                      {"scheduler_us_per_run", p.scheduler.us_per(runs)},
+                      {"scheduler_report_us", p.scheduler_report.us_each()},
+                      {"device_us_per_launch", p.device.us_each()},
                       {"host_batches", p.host_batches.size()}};
     batches.insert(batches.end(), p.host_batches.begin(), p.host_batches.end());
     if (mode == DispatchGranularity::kChained) {
-      c.host.client_run_us = per(p.client_call, p.client_call.count);
-      c.host.client_send_us = per(p.client_send, p.client_send.count);
-      c.host.scheduler_run_us = per(p.scheduler, runs);
-      c.host.scheduler_report_us = per(p.scheduler_report, p.scheduler_report.count);
-      device_us = per(p.device, p.device.count);
-    } else {
-      client_call_us = per(p.client_call, p.client_call.count);
+      c.host.client_run_us = p.client_call.us_each();
+      c.host.client_send_us = p.client_send.us_each();
+      c.host.scheduler_run_us = p.scheduler.us_per(runs);
+      c.host.scheduler_report_us = p.scheduler_report.us_each();
+      device_us = p.device.us_each();
     }
   }
-  (void)client_call_us;
   const auto [run_us, launch_us] = FitHostCosts(batches);
   c.host.host_run_us = run_us;
   c.host.host_launch_us = launch_us;
@@ -611,10 +608,7 @@ struct SimTenancyFlags {
 };
 
 int RunSimTenancy(const SimTenancyFlags& f) {
-  auto fail = [](const absl::Status& s, int code) {
-    std::fprintf(stderr, "causeway sim tenancy: %s\n", std::string(s.message()).c_str());
-    return code;
-  };
+  auto fail = [](const absl::Status& s, int code) { return SimFail("tenancy", s, code); };
   sim::SimTenancyOptions o;
   o.weights.clear();
   for (absl::string_view part : absl::StrSplit(f.weights, ',')) {
@@ -692,10 +686,7 @@ struct SimPipelineFlags {
 };
 
 int RunSimPipeline(const SimPipelineFlags& f) {
-  auto fail = [](const absl::Status& s, int code) {
-    std::fprintf(stderr, "causeway sim pipeline: %s\n", std::string(s.message()).c_str());
-    return code;
-  };
+  auto fail = [](const absl::Status& s, int code) { return SimFail("pipeline", s, code); };
   sim::SimPipelineOptions o;
   o.program.stages = f.stages;
   o.program.microbatches = f.microbatches > 0 ? f.microbatches : 4 * f.stages;
@@ -756,10 +747,7 @@ struct ValidateFlags {
 // and on the simulator emulating it (one machine of this machine's cores,
 // in-process messages), side by side.
 int RunValidate(const ValidateFlags& f) {
-  auto fail = [](const absl::Status& s, int code) {
-    std::fprintf(stderr, "causeway sim validate: %s\n", std::string(s.message()).c_str());
-    return code;
-  };
+  auto fail = [](const absl::Status& s, int code) { return SimFail("validate", s, code); };
   std::vector<std::pair<int, int>> sizes;
   for (absl::string_view part : absl::StrSplit(f.sizes, ',')) {
     std::vector<absl::string_view> dh = absl::StrSplit(part, 'x');

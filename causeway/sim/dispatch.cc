@@ -92,10 +92,6 @@ absl::StatusOr<DispatchProgram> BuildDispatchProgram(Client& client,
 namespace causeway::sim {
 namespace {
 
-// Long enough for any experiment here; a run that has not finished by then
-// is stuck (an event chain broke), not slow.
-constexpr int64_t kVirtualLimitNs = int64_t{3600} * 1000 * 1000 * 1000;
-
 struct Experiment {
   std::unique_ptr<SimCluster> cluster;
   std::unique_ptr<Client> client;
@@ -107,32 +103,15 @@ struct Experiment {
 // The single controller: user code calls Run (or Call) `units` times, each
 // on the previous output, never waiting; each call costs the client thread.
 absl::Status RunSingle(Experiment& e, DispatchGranularity mode, int64_t units) {
-  SimCluster& c = *e.cluster;
-  int64_t left = units;
-  absl::Status status;
-  std::function<void()> issue = [&] {
-    absl::StatusOr<std::vector<Array>> out = mode == DispatchGranularity::kOpByOp
-                                                 ? e.client->Call(e.program.step, {e.last})
-                                                 : e.program.program.Run({e.last});
-    if (!out.ok()) {
-      status = out.status();
-      left = 0;
-      return;
-    }
-    e.last = (*out)[0];
-    if (--left > 0) c.ClientCall(issue);
-  };
-  c.ClientCall(issue);
-  if (!c.loop().RunUntil([&] { return left == 0; }, kVirtualLimitNs)) {
-    return absl::InternalError("the simulated client stopped issuing runs");
-  }
-  CW_RETURN_IF_ERROR(status);
-  Future<Unit> ready = e.last.Ready();
-  if (!c.loop().RunUntil([&] { return ready.IsReady(); }, kVirtualLimitNs)) {
-    return absl::InternalError(absl::StrCat(
-        "the simulated run never finished (", c.loop().pending(), " events pending)"));
-  }
-  return ready.Await().status();
+  CW_RETURN_IF_ERROR(e.cluster->CallRepeatedly(units, [&]() -> absl::Status {
+    CW_ASSIGN_OR_RETURN(std::vector<Array> out,
+                        mode == DispatchGranularity::kOpByOp
+                            ? e.client->Call(e.program.step, {e.last})
+                            : e.program.program.Run({e.last}));
+    e.last = out[0];
+    return absl::OkStatus();
+  }));
+  return e.cluster->Await(e.last.Ready(), "the simulated run");
 }
 
 // The multi-controller baseline: each host's own loop enqueues every step
@@ -159,7 +138,7 @@ absl::Status RunMulti(Experiment& e, int64_t units) {
              program = plan->id, client = e.client->id()](int64_t k) {
       if (k == first + units) {
         c.executor(h)->AwaitShard(ArrayId(id_base + k - 1), shard).OnReady(
-            [finished](const absl::StatusOr<Unit>& r) { finished->Set(r.status().ok() ? absl::StatusOr<Unit>(Unit{}) : r.status()); });
+            [finished](const absl::StatusOr<Unit>& r) { finished->Set(r); });
         *step = nullptr;  // breaks the cycle
         return;
       }
@@ -178,12 +157,7 @@ absl::Status RunMulti(Experiment& e, int64_t units) {
     };
     (*step)(first);
   }
-  Future<Unit> all = WhenAll(done);
-  if (!c.loop().RunUntil([&] { return all.IsReady(); }, kVirtualLimitNs)) {
-    return absl::InternalError(absl::StrCat(
-        "the simulated SPMD loops never finished (", c.loop().pending(), " events pending)"));
-  }
-  return all.Await().status();
+  return c.Await(WhenAll(done), "the simulated SPMD loops");
 }
 
 }  // namespace
@@ -217,7 +191,7 @@ absl::StatusOr<SimDispatchResult> SimulateDispatch(const SimDispatchOptions& o) 
   // From the first measured dispatch to the last launch it caused: the
   // client's waits for its output after the warm-up and at the end (a read
   // of every shard) are not part of the throughput.
-  const SimCounters before = c->counters();
+  c->ResetCounters();
   const int64_t start = c->loop().now();
   CW_RETURN_IF_ERROR(run(o.units));
   const int64_t end = c->last_device_end();
@@ -231,19 +205,8 @@ absl::StatusOr<SimDispatchResult> SimulateDispatch(const SimDispatchOptions& o) 
                                      : 0;
   r.hosts = static_cast<int>(e.program.program.plan()->hosts.size());
   r.devices = devices;
-  const SimCounters after = c->counters();
-  r.counters.launches = after.launches - before.launches;
-  r.counters.device_busy_ns = after.device_busy_ns - before.device_busy_ns;
-  r.counters.device_compute_ns = after.device_compute_ns - before.device_compute_ns;
-  r.counters.messages = after.messages - before.messages;
-  r.counters.events = after.events - before.events;
-  r.counters.client_busy_ns = after.client_busy_ns - before.client_busy_ns;
-  r.counters.scheduler_busy_ns = after.scheduler_busy_ns - before.scheduler_busy_ns;
-  r.counters.host_busy_ns = after.host_busy_ns - before.host_busy_ns;
-  r.counters.coordinator_connections_busy_ns =
-      after.coordinator_connections_busy_ns - before.coordinator_connections_busy_ns;
-  r.counters.coordinator_connection_max_busy_ns =
-      after.coordinator_connection_max_busy_ns - before.coordinator_connection_max_busy_ns;
+  r.counters = c->counters();
+  r.counters_seconds = static_cast<double>(c->loop().now() - start) / 1e9;
   e.last = Array();
   e.program = DispatchProgram{};
   e.client->Disconnect();

@@ -66,7 +66,10 @@ struct SimDispatchResult {
   double compute_fraction = 0;
   int hosts = 0;
   int devices = 0;
+  // Over the measured dispatches, from the first to when their output was
+  // read (`counters_seconds`, the final reads included).
   SimCounters counters;
+  double counters_seconds = 0;
   // Warm-up included; empty unless cluster.profile_cpu.
   CpuProfile profile;
   double wall_seconds = 0;  // real time the simulation took

@@ -96,35 +96,17 @@ absl::StatusOr<SimPipelineResult> SimulatePipeline(const SimPipelineOptions& o) 
   options.send_executor = [c](std::function<void()> send) { c->PostClientSend(std::move(send)); };
   CW_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Connect(c, options));
   CW_ASSIGN_OR_RETURN(PipelineProgram p, BuildPipelineProgram(*client, o.program));
-  constexpr int64_t kLimit = int64_t{3600} * 1'000'000'000;
   // Runs `steps` steps back to back (each call on the client's thread) and
   // waits for every output of the last.
   auto run = [&](int steps) -> absl::Status {
     std::vector<Array> last;
-    absl::Status status;
-    int left = steps;
-    std::function<void()> issue = [&] {
-      absl::StatusOr<std::vector<Array>> out = p.program.Run({p.input});
-      if (!out.ok()) {
-        status = out.status();
-        left = 0;
-        return;
-      }
-      last = *std::move(out);
-      if (--left > 0) c->ClientCall(issue);
-    };
-    c->ClientCall(issue);
-    if (!c->loop().RunUntil([&] { return left == 0; }, kLimit)) {
-      return absl::InternalError("the simulated client stopped issuing steps");
-    }
-    CW_RETURN_IF_ERROR(status);
+    CW_RETURN_IF_ERROR(c->CallRepeatedly(steps, [&]() -> absl::Status {
+      CW_ASSIGN_OR_RETURN(last, p.program.Run({p.input}));
+      return absl::OkStatus();
+    }));
     std::vector<Future<Unit>> ready;
     for (const Array& a : last) ready.push_back(a.Ready());
-    Future<Unit> all = WhenAll(ready);
-    if (!c->loop().RunUntil([&] { return all.IsReady(); }, kLimit)) {
-      return absl::InternalError("the simulated pipeline never finished");
-    }
-    return all.Await().status();
+    return c->Await(WhenAll(ready), "the simulated pipeline");
   };
   CW_RETURN_IF_ERROR(run(1));
   const int64_t messages = c->counters().messages;

@@ -68,6 +68,7 @@ class SimThread {
   }
   SimMachine* machine() const { return machine_; }
   int64_t busy() const { return busy_; }
+  void ResetBusy() { busy_ = 0; }
 
  private:
   SimMachine* const machine_;
@@ -85,7 +86,8 @@ class SimDevice final : public LaunchQueue {
   const DeviceInfo& device() const override { return device_; }
   void Enqueue(Launch launch) override {
     if (stopping_) {
-      Fail(launch, absl::UnavailableError(absl::StrCat(device_.id.ToString(), " shut down")));
+      RefuseLaunch(launch,
+                   absl::UnavailableError(absl::StrCat(device_.id.ToString(), " shut down")));
       return;
     }
     queue_.push_back(std::move(launch));
@@ -99,8 +101,8 @@ class SimDevice final : public LaunchQueue {
     while (!queue_.empty()) {
       Launch l = std::move(queue_.front());
       queue_.pop_front();
-      Fail(l, absl::UnavailableError(
-                  absl::StrCat(device_.id.ToString(), " shut down with the launch queued")));
+      RefuseLaunch(l, absl::UnavailableError(absl::StrCat(
+                          device_.id.ToString(), " shut down with the launch queued")));
     }
   }
   DeviceStreamStats stats() const override { return stats_; }
@@ -144,17 +146,10 @@ class SimDevice final : public LaunchQueue {
   void Take();
   void Start(int64_t cpu_ns, const SimCluster::NodeCost* cost);
   void Finish(int64_t start);
-  // Finish, profiled (its count is not a launch: Take counted it).
+  // Finish, profiled: a launch's CPU is its Take's and its Finish's, and it
+  // counts once, here.
   void Finished(int64_t start) {
-    CpuProfile::Kind& k = cluster_->mutable_profile().device;
-    const int64_t count = k.count;
-    cluster_->Profiled(&k, [this, start] { Finish(start); });
-    k.count = count;
-  }
-  void Fail(Launch& l, const absl::Status& status) {
-    if (l.on_failure) l.on_failure(status);
-    for (const BufferRef& b : l.outputs) b->ready_promise().Set(status);
-    if (l.tally) l.tally->LaunchDone(0);
+    cluster_->Profiled(&cluster_->mutable_profile().device, [this, start] { Finish(start); });
   }
 
   const DeviceInfo device_;
@@ -172,7 +167,8 @@ class SimDevice final : public LaunchQueue {
 
 void SimDevice::Pump() {
   if (running_ || waiting_ || queue_.empty()) return;
-  cluster_->Profiled(&cluster_->mutable_profile().device, [this] { Take(); });
+  cluster_->Profiled(&cluster_->mutable_profile().device, [this] { Take(); },
+                     /*counts=*/false);
 }
 
 void SimDevice::Take() {
@@ -266,21 +262,9 @@ void SimDevice::Finish(int64_t start) {
     cluster_->Count(end - start, 0);
   }
   cluster_->NoteDeviceEnd(end);
-  std::vector<Promise<Unit>> ready;
-  ready.reserve(current_.outputs.size());
-  for (const BufferRef& b : current_.outputs) ready.push_back(b->ready_promise());
-  std::shared_ptr<RunTally> tally = std::move(current_.tally);
-  current_ = Launch{};
   const absl::Status status = std::move(status_);
   running_ = false;
-  for (Promise<Unit>& p : ready) {
-    if (status.ok()) {
-      p.Set(Unit{});
-    } else {
-      p.Set(status);
-    }
-  }
-  if (tally) tally->LaunchDone(busy_us);
+  CompleteLaunch(current_, status, busy_us);
   Kick();
 }
 
@@ -364,10 +348,9 @@ class SimCluster::HostProxy final : public HostService {
   void EnqueueRuns(const std::vector<RunRequest>& runs) override {
     c_->NoteRuns(runs);
     const HostCosts& h = c_->costs().host;
-    double us = 0;
-    for (const RunRequest& r : runs) us += h.host_run_us + c_->LaunchesOn(r, id_) * h.host_launch_us;
     int launches = 0;
     for (const RunRequest& r : runs) launches += c_->LaunchesOn(r, id_);
+    const double us = h.host_run_us * static_cast<double>(runs.size()) + h.host_launch_us * launches;
     c_->Message(sender(), c_->host_threads_[id_.value()], Ns(us), [this, runs, launches] {
       if (!c_->options_.profile_cpu) {
         exec()->EnqueueRuns(runs);
@@ -428,7 +411,7 @@ class SimCluster::HostProxy final : public HostService {
       return;
     }
     SimThread* relay = c_->scheduler_threads_[c_->host_island_[id_.value()].value()];
-    c_->Message(c_->client_sender_, relay, 0, [this, relay, host, then = std::move(then)]() mutable {
+    c_->Message(sender(), relay, 0, [this, relay, host, then = std::move(then)]() mutable {
       c_->Message(relay, host, 0, std::move(then));
     });
   }
@@ -763,6 +746,34 @@ void SimCluster::ClientCall(std::function<void()> then, int slot) {
            [this, then = std::move(then)] { Profiled(&profile_.client_call, then); });
 }
 
+// Long enough for any experiment; a loop still waiting past it in virtual
+// time is stuck in an endless chain of events, not slow.
+constexpr int64_t kVirtualLimitNs = int64_t{3600} * 1'000'000'000;
+
+absl::Status SimCluster::CallRepeatedly(int64_t n, const std::function<absl::Status()>& call,
+                                        int slot) {
+  int64_t left = n;
+  absl::Status status;
+  std::function<void()> next = [&] {
+    status = call();
+    left = status.ok() ? left - 1 : 0;
+    if (left > 0) ClientCall(next, slot);
+  };
+  if (left > 0) ClientCall(next, slot);
+  if (!loop_.RunUntil([&] { return left == 0; }, kVirtualLimitNs)) {
+    return absl::InternalError("the simulated client stopped making calls");
+  }
+  return status;
+}
+
+absl::Status SimCluster::Await(const Future<Unit>& done, absl::string_view what) {
+  if (!loop_.RunUntil([&] { return done.IsReady(); }, kVirtualLimitNs)) {
+    return absl::InternalError(
+        absl::StrCat(what, " never finished (", loop_.pending(), " events pending)"));
+  }
+  return done.Await().status();
+}
+
 void SimCluster::OnThread(SimThread* thread, int64_t cost_ns, std::function<void()> work) {
   if (options_.cpu == CpuCosts::kCalibrated) {
     loop_.At(thread->Run(loop_.now(), cost_ns), std::move(work));
@@ -784,7 +795,8 @@ void SimCluster::OnThread(SimThread* thread, int64_t cost_ns, std::function<void
 }
 
 
-void SimCluster::Profiled(CpuProfile::Kind* kind, const std::function<void()>& work) {
+void SimCluster::Profiled(CpuProfile::Kind* kind, const std::function<void()>& work,
+                          bool counts) {
   if (!options_.profile_cpu) {
     work();
     return;
@@ -792,7 +804,7 @@ void SimCluster::Profiled(CpuProfile::Kind* kind, const std::function<void()>& w
   const int64_t start = ThreadCpuNanos();
   work();
   kind->ns += ThreadCpuNanos() - start;
-  ++kind->count;
+  if (counts) ++kind->count;
 }
 
 void SimCluster::HostEnqueue(HostId host, RunRequest run, std::vector<ArrayId> release,
@@ -819,9 +831,16 @@ ClientScheduleStats SimCluster::scheduler_stats(IslandId island, ClientId client
   return schedulers_[island.value()]->client_stats(client);
 }
 
+void SimCluster::ResetCounters() {
+  counters_ = SimCounters{};
+  events_base_ = loop_.events_run();
+  for (auto& t : threads_) t->ResetBusy();
+  for (SimDevice* d : devices_) d->ResetStats();
+}
+
 SimCounters SimCluster::counters() const {
   SimCounters c = counters_;
-  c.events = loop_.events_run();
+  c.events = loop_.events_run() - events_base_;
   for (const auto& [calls, sends] : client_slots_) c.client_busy_ns += calls->busy() + sends->busy();
   for (SimThread* t : scheduler_threads_) c.scheduler_busy_ns = std::max(c.scheduler_busy_ns, t->busy());
   for (SimThread* t : host_threads_) c.host_busy_ns = std::max(c.host_busy_ns, t->busy());

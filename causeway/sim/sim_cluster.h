@@ -137,6 +137,9 @@ struct CpuProfile {
   struct Kind {
     int64_t ns = 0;
     int64_t count = 0;
+    // Microseconds each, over `n` (by default its count); 0 for none.
+    double us_per(double n) const { return n > 0 ? static_cast<double>(ns) / 1000 / n : 0; }
+    double us_each() const { return us_per(static_cast<double>(count)); }
   };
   Kind client_call;  // a Run() or Call()
   Kind client_send;  // a batch sent (the client's SendBatch)
@@ -207,6 +210,13 @@ class SimCluster final : public ClusterConnection {
   // Charges the slot's call thread one call (client_run_us) and runs `then`
   // when the call would have returned.
   void ClientCall(std::function<void()> then, int slot = 0);
+  // A user's loop that never waits: `call` made `n` times on the slot's
+  // thread, one after another; runs the event loop until the last returned.
+  // The first error stops the loop and is returned.
+  absl::Status CallRepeatedly(int64_t n, const std::function<absl::Status()>& call, int slot = 0);
+  // Runs the event loop until `done` is ready and returns its status;
+  // INTERNAL naming `what` if the events run out first (a broken chain).
+  absl::Status Await(const Future<Unit>& done, absl::string_view what);
   // The multi-controller baseline: host `host`'s own loop enqueues `run`
   // straight onto its executor (no client, no scheduler), then releases
   // `release` there; runs `then` when the host's thread is free again.
@@ -215,10 +225,14 @@ class SimCluster final : public ClusterConnection {
   // The real executor of `host` (for the SPMD baseline's waits).
   HostExecutor* executor(HostId host);
 
+  // What the simulated machines did since the cluster was made or
+  // ResetCounters was last called.
   SimCounters counters() const;
+  void ResetCounters();
   const CpuProfile& profile() const { return profile_; }
-  // Runs `work`, adding its CPU time to `kind` when profiling.
-  void Profiled(CpuProfile::Kind* kind, const std::function<void()>& work);
+  // Runs `work`, adding its CPU time (and, if `counts`, one to the count)
+  // to `kind` when profiling.
+  void Profiled(CpuProfile::Kind* kind, const std::function<void()>& work, bool counts = true);
   CpuProfile& mutable_profile() { return profile_; }
   // The real scheduler's cost of choosing runs on `island`.
   DecisionStats decision_stats(IslandId island) const;
@@ -321,6 +335,7 @@ class SimCluster final : public ClusterConnection {
   SimCounters counters_;
   CpuProfile profile_;
   int64_t last_device_end_ = 0;
+  int64_t events_base_ = 0;  // events run before the last ResetCounters
 };
 
 // The cost model of one launch of `f` on a gang of `gang` devices.

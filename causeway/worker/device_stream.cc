@@ -59,9 +59,28 @@ void DeviceStream::Refuse(Launch& launch) {
       absl::StrCat("node ", launch.info.node, " (", launch.info.name, ") of ",
                    launch.info.run.ToString(), " reached ", device_.id.ToString(), ", ",
                    device_.host.ToString(), " after it shut down"));
+  RefuseLaunch(launch, status);
+}
+
+void CompleteLaunch(Launch& launch, const absl::Status& status, int64_t busy_us) {
+  std::vector<Promise<Unit>> ready;
+  ready.reserve(launch.outputs.size());
+  for (const BufferRef& b : launch.outputs) ready.push_back(b->ready_promise());
+  std::shared_ptr<RunTally> tally = std::move(launch.tally);
+  launch = Launch{};
+  for (const Promise<Unit>& p : ready) {
+    if (status.ok()) {
+      p.Set(Unit{});
+    } else {
+      p.Set(status);
+    }
+  }
+  if (tally) tally->LaunchDone(busy_us);
+}
+
+void RefuseLaunch(Launch& launch, const absl::Status& status) {
   if (launch.on_failure) launch.on_failure(status);
-  for (const BufferRef& b : launch.outputs) b->ready_promise().Set(status);
-  if (launch.tally) launch.tally->LaunchDone(0);
+  CompleteLaunch(launch, status, 0);
 }
 
 void DeviceStream::Loop() {
@@ -177,21 +196,7 @@ void DeviceStream::Execute(Launch& launch) {
       stats_.last_end_us = end;
     }
   }
-  // Drop the launch's references to its buffers before consumers wake, so
-  // memory freed by a release is not held by a finished launch.
-  std::vector<Promise<Unit>> ready;
-  ready.reserve(launch.outputs.size());
-  for (const BufferRef& b : launch.outputs) ready.push_back(b->ready_promise());
-  std::shared_ptr<RunTally> tally = std::move(launch.tally);
-  launch = Launch{};
-  for (const Promise<Unit>& p : ready) {
-    if (status.ok()) {
-      p.Set(Unit{});
-    } else {
-      p.Set(status);
-    }
-  }
-  if (tally) tally->LaunchDone(ran ? end - start : 0);
+  CompleteLaunch(launch, status, ran ? end - start : 0);
 }
 
 void DeviceStream::Shutdown() {

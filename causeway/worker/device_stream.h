@@ -68,6 +68,14 @@ struct Launch {
   std::shared_ptr<RunTally> tally;
 };
 
+// Ends `launch`: drops its references to its buffers (so that memory a
+// release frees is not held by a finished launch), then marks its outputs
+// ready (or poisoned with `status`) and tells its tally, with `busy_us`.
+// What every LaunchQueue does with a launch that ran or failed.
+void CompleteLaunch(Launch& launch, const absl::Status& status, int64_t busy_us);
+// A launch that never ran: its failure hook, then CompleteLaunch.
+void RefuseLaunch(Launch& launch, const absl::Status& status);
+
 // What a host executor hands a device's launches to, in the island's
 // order. DeviceStream is the real one (a thread running kernels); a
 // simulator supplies one that runs them on a virtual clock
