@@ -182,6 +182,21 @@ void Seeds() {
   d.add_messages()->mutable_abort()->set_run(base + 100);
   Write("fuzz_data_plane", "pieces_contribution_abort", d.SerializeAsString());
 
+  // Collectives between processes through a library: a readiness (twice,
+  // the second a duplicate) and a rendezvous entry.
+  cluster::DataBatch g;
+  for (int i = 0; i < 2; ++i) {
+    cluster::CollectiveReady& ready = *g.add_messages()->mutable_ready();
+    ready.set_run(base + 102);
+    ready.set_host(1);
+    ready.set_generation(1);
+  }
+  cluster::RendezvousEntry& entry = *g.add_messages()->mutable_rendezvous();
+  entry.set_host(1);
+  entry.set_key("causeway/host 0,host 1/0/1");
+  entry.set_value(std::string(64, '\4'));
+  Write("fuzz_data_plane", "ready_rendezvous", g.SerializeAsString());
+
   // The coordinator: what a client says first, in one connection.
   cluster::ClientBatch b;
   uint64_t cid = 1;

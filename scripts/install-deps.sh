@@ -29,6 +29,7 @@ PACKAGES=(
   libgrpc++-dev
   protobuf-compiler-grpc
   libcpp-httplib-dev    # the coordinator's Prometheus metrics endpoint
+  libgloo-dev           # collectives between worker processes (ring / halving-doubling)
   python3
   python3-dev           # the Python package's extension module (python/)
   pybind11-dev

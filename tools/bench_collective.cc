@@ -34,6 +34,7 @@
 #include "causeway/client/client.h"
 #include "causeway/cluster/local_cluster.h"
 #include "causeway/cluster/process_cluster.h"
+#include "causeway/cluster/worker_server.h"
 #include "causeway/cluster/remote_cluster.h"
 #include "causeway/ir/builder.h"
 #include "nlohmann/json.hpp"
@@ -52,6 +53,8 @@ struct CollectiveOptions {
   int hosts = 1;
   int processes = 0;
   int devices_per_process = 1;
+  std::string collectives;  // the workers' --collectives; empty: their default
+  int64_t gloo_from_bytes = -1;  // the workers' --gloo-from-bytes; -1: their default
   std::string cluster = "local";
   double min_seconds = 0.5;
   double timeout_s = 30;
@@ -170,12 +173,16 @@ int RunBenchCollective(const CollectiveOptions& o) {
       po.hosts_per_island = o.processes;
       po.devices_per_host = o.devices_per_process;
       po.memory_bytes = memory;
+      po.collectives = o.collectives;
+      po.gloo_from_bytes = o.gloo_from_bytes;
       auto c = ProcessCluster::Start(po);
       if (!c.ok()) return fail(c.status());
       processes = std::move(*c);
       ro.address = processes->url();
       ro.token = processes->token();
-      where = absl::StrCat(o.processes, " worker processes");
+      where = absl::StrCat(o.processes, " worker processes, collectives on ",
+                           o.collectives.empty() ? (HaveGloo() ? "gloo" : "grpc")
+                                                 : o.collectives);
     } else {
       ro.address = o.cluster;
       where = o.cluster;
@@ -380,6 +387,12 @@ void AddBenchCollectiveCommand(CLI::App* bench, int* exit_code) {
                   "With --processes: devices of each worker")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
+  cmd->add_option("--collectives", o->collectives,
+                  "With --processes: the workers' --collectives (gloo or grpc; default: gloo "
+                  "when built with it)")
+      ->check(CLI::IsMember({"gloo", "grpc"}));
+  cmd->add_option("--gloo-from-bytes", o->gloo_from_bytes,
+                  "With --processes: the workers' --gloo-from-bytes (default: theirs)");
   cmd->add_option("--cluster", o->cluster,
                   "local, or grpc://HOST:PORT of a running cluster (its first island's devices; "
                   "token from $CAUSEWAY_TOKEN)")

@@ -193,6 +193,18 @@ void AddWorkerCommand(CLI::App& app, int* exit_code) {
                   "head of its device's queue (a run another host never got, a piece never sent)")
       ->check(CLI::Range(int64_t{100}, int64_t{86400000}))
       ->capture_default_str();
+  cmd->add_option("--collectives", o->collectives,
+                  "How collectives between processes travel: gloo (Gloo's ring and "
+                  "halving-doubling algorithms over TCP) or grpc (every contribution to every "
+                  "process over the data plane). Default: gloo when built with it and not on "
+                  "TLS, else grpc")
+      ->check(CLI::IsMember({"gloo", "grpc"}));
+  cmd->add_option("--gloo-from-bytes", o->gloo_from_bytes,
+                  "With gloo: collectives moving fewer bytes (a member's operand; all-gather "
+                  "and all-to-all: every member's) take the data plane. Must be the same on "
+                  "every worker")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->capture_default_str();
   cmd->add_option("--ready-fd", *ready_fd,
                   "Write the host id this worker joined as to this descriptor");
   cmd->callback([o, ready_fd, stall_ms, input_ms, exit_code] {

@@ -28,6 +28,21 @@ void ForEachChunk(int64_t total, Emit emit) {
   } while (offset < total);
 }
 
+// A collective's key in a contribution chunk or a readiness message, and
+// back.
+template <typename M>
+void SetCollectiveKey(const CollectiveKey& key, M& m) {
+  m.set_run(key.run.value());
+  m.set_node(key.node);
+  m.set_index(key.index);
+  m.set_group_leader(key.group_leader);
+}
+
+template <typename M>
+CollectiveKey CollectiveKeyOf(const M& m) {
+  return CollectiveKey{RunId(m.run()), m.node(), m.index(), m.group_leader()};
+}
+
 }  // namespace
 
 // The sending half of the stream to one peer. The stream opens on the
@@ -87,10 +102,12 @@ class DataPlane::Service final : public cluster::Data::Service {
     while (reader->Read(&batch)) {
       HostExecutor* host;
       CollectiveHub* hub;
+      ProcessCollectives* library;
       {
         MutexLock lock(&plane_->mu_);
         host = plane_->host_;
         hub = plane_->hub_;
+        library = plane_->library_;
       }
       if (host == nullptr || hub == nullptr) {
         return grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker not started");
@@ -118,14 +135,24 @@ class DataPlane::Service final : public cluster::Data::Service {
                           c.offset(), c.total_bytes(), std::move(*c.mutable_data()), bytes)) {
               break;
             }
-            hub->DeliverContribution(
-                CollectiveKey{RunId(c.run()), c.node(), c.index(), c.group_leader()}, c.rank(),
-                std::move(bytes));
+            hub->DeliverContribution(CollectiveKeyOf(c), c.rank(), std::move(bytes));
             break;
           }
           case cluster::DataMessage::kAbort:
             hub->AbortGangFromPeer(RunId(m.abort().run()), m.abort().node(),
                                    wire::DecodeStatus(m.abort().status()));
+            break;
+          case cluster::DataMessage::kReady: {
+            const cluster::CollectiveReady& r = m.ready();
+            hub->DeliverReady(CollectiveKeyOf(r), HostId(r.host()), r.generation());
+            break;
+          }
+          case cluster::DataMessage::kRendezvous:
+            if (library != nullptr) {
+              cluster::RendezvousEntry& e = *m.mutable_rendezvous();
+              library->DeliverRendezvous(HostId(e.host()), std::move(*e.mutable_key()),
+                                    std::move(*e.mutable_value()));
+            }
             break;
           case cluster::DataMessage::BODY_NOT_SET:
             break;
@@ -192,11 +219,49 @@ HostId DataPlane::self() const {
   return self_;
 }
 
-void DataPlane::Attach(HostId self, HostExecutor* host, CollectiveHub* hub) {
+void DataPlane::Attach(HostId self, HostExecutor* host, CollectiveHub* hub,
+                       ProcessCollectives* library) {
   MutexLock lock(&mu_);
   self_ = self;
   host_ = host;
   hub_ = hub;
+  library_ = library;
+}
+
+ProcessCollectives* DataPlane::process_collectives() {
+  MutexLock lock(&mu_);
+  return library_;
+}
+
+std::string DataPlane::HostnameOf(HostId host) const {
+  MutexLock lock(&mu_);
+  auto it = peers_.find(host);
+  if (it == peers_.end()) return "";
+  const std::string& address = it->second.address;
+  // HOST:PORT or [V6]:PORT
+  if (!address.empty() && address.front() == '[') {
+    const size_t close = address.find(']');
+    return close == std::string::npos ? address : address.substr(1, close - 1);
+  }
+  return address.substr(0, address.rfind(':'));
+}
+
+void DataPlane::SendReady(HostId to, const CollectiveKey& key, int64_t generation) {
+  cluster::DataMessage m;
+  cluster::CollectiveReady& r = *m.mutable_ready();
+  SetCollectiveKey(key, r);
+  r.set_host(self().value());
+  r.set_generation(generation);
+  Post(to, std::move(m));
+}
+
+void DataPlane::SendRendezvous(HostId to, const std::string& key, const std::string& value) {
+  cluster::DataMessage m;
+  cluster::RendezvousEntry& e = *m.mutable_rendezvous();
+  e.set_host(self().value());
+  e.set_key(key);
+  e.set_value(value);
+  Post(to, std::move(m));
 }
 
 void DataPlane::UpdatePeers(const cluster::PeerTable& table) {
@@ -204,10 +269,12 @@ void DataPlane::UpdatePeers(const cluster::PeerTable& table) {
   std::vector<std::shared_ptr<Sender>> closing;
   HostExecutor* host;
   CollectiveHub* hub;
+  ProcessCollectives* library;
   {
     MutexLock lock(&mu_);
     host = host_;
     hub = hub_;
+    library = library_;
     for (const cluster::Peer& p : table.peers()) {
       const HostId h(p.host());
       PeerInfo& info = peers_[h];
@@ -229,6 +296,7 @@ void DataPlane::UpdatePeers(const cluster::PeerTable& table) {
   for (const auto& [h, status] : newly_lost) {
     if (host != nullptr) host->PeerLost(h, status);
     if (hub != nullptr) hub->HostLost(h, status);
+    if (library != nullptr) library->HostLost(h, status);
   }
 }
 
@@ -314,10 +382,7 @@ void DataPlane::SendContribution(HostId to, const CollectiveKey& key, int rank,
   ForEachChunk(bytes, [&](int64_t offset, int64_t n) {
     cluster::DataMessage m;
     cluster::ContributionChunk& c = *m.mutable_contribution();
-    c.set_run(key.run.value());
-    c.set_node(key.node);
-    c.set_index(key.index);
-    c.set_group_leader(key.group_leader);
+    SetCollectiveKey(key, c);
     c.set_rank(rank);
     c.set_total_bytes(bytes);
     c.set_offset(offset);

@@ -33,7 +33,10 @@ class DataPlane final : public DataTransport, public CollectivePeers {
   // This worker's host id, and where received pieces and contributions go.
   // Must be set before any peer can send (before the coordinator announces
   // the host); not owned. Until then the service refuses pushes.
-  void Attach(HostId self, HostExecutor* host, CollectiveHub* hub);
+  // `library` (optional): collectives between processes go through it
+  // (CollectivePeers::process_collectives), and rendezvous entries to it.
+  void Attach(HostId self, HostExecutor* host, CollectiveHub* hub,
+              ProcessCollectives* library = nullptr);
 
   // Replaces the peer table. Hosts newly marked lost are reported to the
   // host service (PeerLost) and the hub (HostLost), and their streams close.
@@ -48,6 +51,13 @@ class DataPlane final : public DataTransport, public CollectivePeers {
   void SendContribution(HostId to, const CollectiveKey& key, int rank, const void* data,
                         int64_t bytes) override;
   void BroadcastAbort(RunId run, int node, const absl::Status& status) override;
+  ProcessCollectives* process_collectives() override;
+  void SendReady(HostId to, const CollectiveKey& key, int64_t generation) override;
+
+  // A rendezvous entry of the collective library, to host `to`.
+  void SendRendezvous(HostId to, const std::string& key, const std::string& value);
+  // The host part of `host`'s data address ("" if unknown).
+  std::string HostnameOf(HostId host) const;
 
   // Closes every stream. Later sends are dropped.
   void Shutdown();
@@ -78,6 +88,7 @@ class DataPlane final : public DataTransport, public CollectivePeers {
   HostId self_ ABSL_GUARDED_BY(mu_);
   HostExecutor* host_ ABSL_GUARDED_BY(mu_) = nullptr;
   CollectiveHub* hub_ ABSL_GUARDED_BY(mu_) = nullptr;
+  ProcessCollectives* library_ ABSL_GUARDED_BY(mu_) = nullptr;
   absl::flat_hash_map<HostId, PeerInfo> peers_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<DeviceId, HostId> device_hosts_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<HostId, std::shared_ptr<Sender>> senders_ ABSL_GUARDED_BY(mu_);

@@ -111,6 +111,13 @@ absl::StatusOr<std::unique_ptr<ProcessCluster>> ProcessCluster::Start(
                 absl::StrCat(absl::ToInt64Milliseconds(options.memory_stall_timeout)),
                 "--input-timeout-ms",
                 absl::StrCat(absl::ToInt64Milliseconds(options.input_timeout))};
+      if (!options.collectives.empty()) {
+        w.argv.insert(w.argv.end(), {"--collectives", options.collectives});
+      }
+      if (options.gloo_from_bytes >= 0) {
+        w.argv.insert(w.argv.end(),
+                      {"--gloo-from-bytes", absl::StrCat(options.gloo_from_bytes)});
+      }
       if (!options.tls_ca.empty()) {
         w.argv.insert(w.argv.end(), {"--tls-ca", options.tls_ca, "--tls-cert", options.tls_cert,
                                      "--tls-key", options.tls_key});

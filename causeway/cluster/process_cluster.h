@@ -41,6 +41,10 @@ struct ProcessClusterOptions {
   absl::Duration start_timeout = absl::Seconds(30);
   // Every process's open-file limit (soft and hard); 0: this process's.
   int max_open_files = 0;
+  // Workers' --collectives (gloo, grpc); empty: their default.
+  std::string collectives;
+  // Workers' --gloo-from-bytes; -1: their default.
+  int64_t gloo_from_bytes = -1;
 };
 
 // Thread-compatible (one owner).

@@ -11,6 +11,9 @@
 #include "causeway/base/limits.h"
 #include "causeway/base/status_macros.h"
 #include "causeway/cluster/data_plane.h"
+#if CAUSEWAY_HAVE_GLOO
+#include "causeway/cluster/gloo_collectives.h"
+#endif
 #include "causeway/transport/grpc/cluster.grpc.pb.h"
 #include "causeway/transport/grpc/cluster_codec.h"
 #include "causeway/transport/grpc/wire_codec.h"
@@ -19,6 +22,35 @@
 #include "causeway/base/trace.h"
 
 namespace causeway {
+
+bool HaveGloo() { return CAUSEWAY_HAVE_GLOO != 0; }
+
+namespace {
+
+// Whether collectives between processes go through Gloo
+// (WorkerServerOptions::collectives).
+absl::StatusOr<bool> UseGloo(const WorkerServerOptions& options) {
+  const grpc_transport::TlsFiles files = grpc_transport::TlsFromEnvironment(options.tls);
+  const bool tls = !files.cert.empty() || !files.ca.empty();
+  if (options.collectives.empty()) return HaveGloo() && !tls;
+  if (options.collectives == "grpc") return false;
+  if (options.collectives != "gloo") {
+    return absl::InvalidArgumentError(absl::StrCat("--collectives: unknown path \"",
+                                                   options.collectives,
+                                                   "\" (gloo or grpc)"));
+  }
+  if (!HaveGloo()) {
+    return absl::InvalidArgumentError(
+        "--collectives gloo: this build has no Gloo (install libgloo-dev and reconfigure)");
+  }
+  if (tls) {
+    return absl::InvalidArgumentError(
+        "--collectives gloo: Gloo's TCP transport has no TLS; use grpc with --tls-*");
+  }
+  return true;
+}
+
+}  // namespace
 
 using grpc_transport::BatchWriter;
 
@@ -83,6 +115,7 @@ class WorkerServer::Impl {
   std::unique_ptr<DataPlane> data_;
   grpc_transport::StartedServer server_;
   std::unique_ptr<TraceRecorder> trace_;
+  std::unique_ptr<ProcessCollectives> gloo_;  // before the hub: it calls into it
   std::unique_ptr<CollectiveHub> hub_;
   std::unique_ptr<HostExecutor> executor_;
 
@@ -197,6 +230,20 @@ absl::Status WorkerServer::Impl::Start() {
   // Off until the coordinator starts a trace; bounded (about 100 bytes an
   // event) and emptied as clients collect their runs' events.
   trace_ = std::make_unique<TraceRecorder>(false, size_t{1} << 19);
+  CW_ASSIGN_OR_RETURN(const bool gloo, UseGloo(options_));
+#if CAUSEWAY_HAVE_GLOO
+  if (gloo) {
+    GlooCollectives::Plane plane;
+    plane.self = [this] { return host_; };
+    plane.hostname = [this] { return data_->HostnameOf(host_); };
+    plane.send = [this](HostId to, const std::string& key, const std::string& value) {
+      data_->SendRendezvous(to, key, value);
+    };
+    gloo_ = std::make_unique<GlooCollectives>(std::move(plane), options_.gloo_from_bytes);
+  }
+#else
+  CW_CHECK(!gloo);
+#endif
   hub_ = std::make_unique<CollectiveHub>(options_.collective_timeout, data_.get());
   ho.trace = trace_.get();
   ho.collectives = hub_.get();
@@ -212,7 +259,7 @@ absl::Status WorkerServer::Impl::Start() {
     writer_->Post(std::move(m));
   };
   executor_ = std::make_unique<HostExecutor>(std::move(ho));
-  data_->Attach(host_, executor_.get(), hub_.get());
+  data_->Attach(host_, executor_.get(), hub_.get(), gloo_.get());
 
   // Replies to fetches are the large messages: a whole shard at once, so
   // the bound is well above a device's memory. A coordinator this far

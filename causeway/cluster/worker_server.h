@@ -46,7 +46,20 @@ struct WorkerServerOptions {
   // A launch waits at most this long for its inputs at the head of its
   // device's queue (HostExecutorOptions::input_timeout).
   absl::Duration input_timeout = absl::Minutes(5);
+  // How collectives between processes travel: "gloo" (Gloo's ring and
+  // halving-doubling algorithms on connections of their own) or "grpc"
+  // (every contribution to every process on the data plane). Empty: gloo
+  // when this build has it and the data plane is not on TLS (Gloo's TCP
+  // transport has neither TLS nor the token), grpc otherwise.
+  std::string collectives;
+  // With gloo: collectives moving fewer bytes take the data plane (lower
+  // latency there on this kind of machine; docs/BENCHMARKS.md,
+  // "Collectives"). Must be the same on every worker.
+  int64_t gloo_from_bytes = int64_t{2} << 20;
 };
+
+// Whether this build has Gloo (libgloo-dev found at configure time).
+bool HaveGloo();
 
 // Thread-safe.
 class WorkerServer {

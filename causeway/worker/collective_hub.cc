@@ -84,6 +84,22 @@ bool WaitWhileEqual(std::atomic<uint32_t>& word, uint32_t seen,
 
 }  // namespace
 
+void CollectiveHub::Post(std::function<void()> send) {
+  outbox_.push_back(std::move(send));
+  outbox_pending_.store(true, std::memory_order_release);
+}
+
+void CollectiveHub::FlushOutbox() {
+  if (!outbox_pending_.load(std::memory_order_acquire)) return;
+  std::vector<std::function<void()>> sends;
+  {
+    MutexLock lock(&mu_);
+    sends.swap(outbox_);
+    outbox_pending_.store(false, std::memory_order_relaxed);
+  }
+  for (auto& send : sends) send();
+}
+
 void CollectiveHub::WakeLocked(State& state) {
   state.wake.fetch_add(1, std::memory_order_release);
   syscall(SYS_futex, FutexWord(state.wake), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
@@ -116,30 +132,97 @@ absl::Status CollectiveHub::AllReduce(const CollectiveKey& key, DeviceId self, i
                                       const std::vector<DeviceId>& members,
                                       const ir::Shape& shape, ir::ReduceKind kind, void* data,
                                       const std::string& what) {
+  const Completion across = [&](State& state) -> absl::Status {
+    // This process's members in rank order, then the processes.
+    const std::vector<int> local = LocalRanks(state);
+    void* acc = state.buffers[local[0]];
+    for (size_t i = 1; i < local.size(); ++i) {
+      CombineInto(acc, state.buffers[local[i]], shape, kind);
+    }
+    CW_RETURN_IF_ERROR(state.across->AllReduce(key, state.hosts, state.generation, shape.dtype,
+                                               kind, acc, shape.num_elements(), state.deadline));
+    for (size_t i = 1; i < local.size(); ++i) {
+      std::memcpy(state.buffers[local[i]], acc, static_cast<size_t>(shape.byte_size()));
+    }
+    return absl::OkStatus();
+  };
   return Meet(key, self, rank, members, ir::OpKind::kAllReduce, data, shape.byte_size(), data,
               shape.byte_size(), what,
               [&shape, kind](State& state) ABSL_NO_THREAD_SAFETY_ANALYSIS {
                 Reduce(state, shape, kind);
                 return absl::OkStatus();
-              });
+              },
+              &across);
+}
+
+std::vector<int> CollectiveHub::LocalRanks(const State& state) const {
+  std::vector<int> local;
+  const HostId here = peers_->self();
+  for (size_t r = 0; r < state.rank_hosts.size(); ++r) {
+    if (state.rank_hosts[r] == here) local.push_back(static_cast<int>(r));
+  }
+  return local;
+}
+
+absl::Status CollectiveHub::GatherAcross(const CollectiveKey& key, State& state) const {
+  const int64_t in_bytes = state.in_bytes;
+  std::vector<int64_t> bytes(state.hosts.size(), 0);
+  std::vector<int64_t> offset(state.hosts.size() + 1, 0);
+  for (HostId h : state.rank_hosts) {
+    const size_t i = static_cast<size_t>(
+        std::lower_bound(state.hosts.begin(), state.hosts.end(), h) - state.hosts.begin());
+    bytes[i] += in_bytes;
+  }
+  for (size_t i = 0; i < bytes.size(); ++i) offset[i + 1] = offset[i] + bytes[i];
+  std::vector<std::byte> mine;
+  mine.reserve(static_cast<size_t>(in_bytes) * static_cast<size_t>(state.local_members));
+  for (int r : LocalRanks(state)) {
+    const auto* p = static_cast<const std::byte*>(state.inputs[r]);
+    mine.insert(mine.end(), p, p + in_bytes);
+  }
+  state.gathered.resize(static_cast<size_t>(offset.back()));
+  CW_RETURN_IF_ERROR(state.across->AllGather(key, state.hosts, state.generation, mine.data(),
+                                             bytes, state.gathered.data(), state.deadline));
+  // Each process's operands are its ranks', in rank order.
+  std::vector<int64_t> next(offset.begin(), offset.end() - 1);
+  const HostId here = peers_->self();
+  for (size_t r = 0; r < state.rank_hosts.size(); ++r) {
+    const size_t i = static_cast<size_t>(
+        std::lower_bound(state.hosts.begin(), state.hosts.end(), state.rank_hosts[r]) -
+        state.hosts.begin());
+    if (state.rank_hosts[r] != here) state.inputs[r] = state.gathered.data() + next[i];
+    next[i] += in_bytes;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CollectiveHub::Meet(const CollectiveKey& key, DeviceId self, int rank,
                                  const std::vector<DeviceId>& members, ir::OpKind op,
                                  const void* in, int64_t in_bytes, void* out, int64_t out_bytes,
-                                 const std::string& what, const Completion& complete) {
+                                 const std::string& what, const Completion& complete,
+                                 const Completion* across) {
   const int size = static_cast<int>(members.size());
   std::vector<HostId> member_hosts;
+  // The processes with members, when there are several and they meet in a
+  // library.
+  std::vector<HostId> hosts;
+  ProcessCollectives* library = nullptr;
   if (peers_ != nullptr) {
-    // Every other process with a member gets this member's contribution.
     const HostId here = peers_->self();
     member_hosts.reserve(members.size());
     for (DeviceId d : members) member_hosts.push_back(peers_->HostOf(d));
-    std::vector<HostId> sent;
-    for (HostId h : member_hosts) {
-      if (h == here || std::find(sent.begin(), sent.end(), h) != sent.end()) continue;
-      sent.push_back(h);
-      peers_->SendContribution(h, key, rank, in, in_bytes);
+    hosts = member_hosts;
+    std::sort(hosts.begin(), hosts.end());
+    hosts.erase(std::unique(hosts.begin(), hosts.end()), hosts.end());
+    if (hosts.size() > 1 && across != nullptr) library = peers_->process_collectives();
+    const int64_t volume =
+        op == ir::OpKind::kAllGather || op == ir::OpKind::kAllToAll ? in_bytes * size : in_bytes;
+    if (library != nullptr && volume < library->from_bytes()) library = nullptr;
+    if (library == nullptr) {
+      // Every other process with a member gets this member's contribution.
+      for (HostId h : hosts) {
+        if (h != here) peers_->SendContribution(h, key, rank, in, in_bytes);
+      }
     }
   }
   // The hub's lock, held from here except while this member completes the
@@ -147,12 +230,13 @@ absl::Status CollectiveHub::Meet(const CollectiveKey& key, DeviceId self, int ra
   // without taking it again (`held` false).
   mu_.Lock();
   struct Held {
-    Mutex* mu;
+    CollectiveHub* hub;
     bool held = true;
     ~Held() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-      if (held) mu->Unlock();
+      if (held) hub->mu_.Unlock();
+      hub->FlushOutbox();
     }
-  } held{&mu_};
+  } held{this};
   if (shutdown_) return absl::AbortedError(absl::StrCat(what, ": runtime shutting down"));
   if (auto it = aborted_gangs_.find({key.run, key.node}); it != aborted_gangs_.end()) {
     return it->second;
@@ -180,8 +264,17 @@ absl::Status CollectiveHub::Meet(const CollectiveKey& key, DeviceId self, int ra
           std::count(member_hosts.begin(), member_hosts.end(), peers_->self()));
     }
     slot->what = what;
+    slot->key = key;
+    if (library != nullptr) {
+      slot->across = library;
+      slot->hosts = hosts;
+      slot->rank_hosts = member_hosts;
+      slot->deadline = absl::Now() + timeout_;
+    }
     if (auto it = early_remote_.find(key); it != early_remote_.end()) {
-      for (auto& [r, bytes] : EraseEarlyLocked(it)) AbsorbRemoteLocked(*slot, r, std::move(bytes));
+      EarlyRemote early = EraseEarlyLocked(it);
+      for (auto& [r, bytes] : early.contributions) AbsorbRemoteLocked(*slot, r, std::move(bytes));
+      for (const auto& [h, generation] : early.ready) AbsorbReadyLocked(*slot, h, generation);
     }
   }
   std::shared_ptr<State> state = slot;
@@ -202,6 +295,17 @@ absl::Status CollectiveHub::Meet(const CollectiveKey& key, DeviceId self, int ra
   state->buffers[rank] = out;
   state->arrived_rank[rank] = true;
   ++state->arrived;
+  if (state->across != nullptr && ++state->local_arrived == state->local_members) {
+    // The other processes may enter the library's collective once every
+    // process has told them so.
+    const int64_t generation = state->across->Generation(state->hosts);
+    state->generation = std::max(state->generation, generation);
+    for (HostId h : state->hosts) {
+      if (h != peers_->self()) {
+        Post([this, h, key, generation] { peers_->SendReady(h, key, generation); });
+      }
+    }
+  }
   const auto deadline = std::chrono::steady_clock::now() +
                         absl::ToChronoNanoseconds(std::min(timeout_, absl::Hours(24 * 365)));
   bool blocked = false;
@@ -215,7 +319,8 @@ absl::Status CollectiveHub::Meet(const CollectiveKey& key, DeviceId self, int ra
       blocked = false;
       state->completing = true;
       mu_.Unlock();
-      absl::Status done = complete(*state);
+      FlushOutbox();  // this process's readiness goes before it enters the library
+      absl::Status done = state->across != nullptr ? (*across)(*state) : complete(*state);
       mu_.Lock();
       state->completing = false;
       if (done.ok()) {
@@ -247,6 +352,7 @@ absl::Status CollectiveHub::Meet(const CollectiveKey& key, DeviceId self, int ra
     const uint32_t seen = state->wake.load(std::memory_order_relaxed);
     const bool finishing = state->completing;
     mu_.Unlock();
+    FlushOutbox();
     // Past the deadline but every member here: it is finishing; give it a
     // second more.
     const bool in_time = WaitWhileEqual(
@@ -280,6 +386,21 @@ absl::Status CollectiveHub::Meet(const CollectiveKey& key, DeviceId self, int ra
 void CollectiveHub::AbsorbRemoteLocked(State& state, int rank, std::string bytes) {
   const int size = static_cast<int>(state.members.size());
   if (state.finished() || state.completing) return;
+  if (state.across != nullptr) {
+    // The peer's process sends contributions: tell it this one meets in
+    // the library, so that it fails too instead of waiting.
+    if (rank >= 0 && rank < size) {
+      const HostId to = state.rank_hosts[rank];
+      const CollectiveKey key = state.key;
+      Post([this, to, key] { peers_->SendReady(to, key, 0); });
+    }
+    FailLocked(state, absl::InvalidArgumentError(absl::StrCat(
+                          state.what, ": a contribution from rank ", rank,
+                          " where the processes meet in ", state.across->name(),
+                          ": the workers disagree on how collectives travel (their "
+                          "--collectives and --gloo-from-bytes must match)")));
+    return;
+  }
   if (rank < 0 || rank >= size || state.arrived_rank[rank] ||
       peers_->HostOf(state.members[rank]) == peers_->self()) {
     FailLocked(state, absl::InvalidArgumentError(absl::StrCat(
@@ -305,8 +426,77 @@ void CollectiveHub::AbsorbRemoteLocked(State& state, int rank, std::string bytes
   if (++state.arrived == size) WakeLocked(state);
 }
 
+void CollectiveHub::AbsorbReadyLocked(State& state, HostId from, int64_t generation) {
+  if (state.finished() || state.completing) return;
+  int ranks = 0;
+  bool duplicate = false;
+  for (size_t r = 0; r < state.rank_hosts.size(); ++r) {
+    if (state.rank_hosts[r] != from) continue;
+    ++ranks;
+    duplicate = duplicate || state.arrived_rank[r];
+  }
+  if (state.across == nullptr) {
+    FailLocked(state, absl::InvalidArgumentError(absl::StrCat(
+                          state.what, ": host ", from.ToString(),
+                          " meets in a collective library where this one sends contributions: "
+                          "the workers disagree on how collectives travel (their --collectives "
+                          "and --gloo-from-bytes must match)")));
+    return;
+  }
+  // Generations count failures of the library's connections: a peer's is
+  // small; a huge one would only overflow.
+  if (from == peers_->self() || ranks == 0 || duplicate || generation < 0 ||
+      generation > (int64_t{1} << 40)) {
+    FailLocked(state, absl::InvalidArgumentError(absl::StrCat(
+                          state.what, ": unexpected readiness from host ", from.ToString())));
+    return;
+  }
+  for (size_t r = 0; r < state.rank_hosts.size(); ++r) {
+    if (state.rank_hosts[r] == from) state.arrived_rank[r] = true;
+  }
+  state.generation = std::max(state.generation, generation);
+  state.remote_arrived += ranks;
+  state.arrived += ranks;
+  if (state.arrived == static_cast<int>(state.members.size())) WakeLocked(state);
+}
+
+void CollectiveHub::DeliverReady(const CollectiveKey& key, HostId from, int64_t generation) {
+  CW_CHECK(peers_ != nullptr);
+  AcceptReady(key, from, generation);
+  FlushOutbox();
+}
+
+void CollectiveHub::AcceptReady(const CollectiveKey& key, HostId from,
+                                       int64_t generation) {
+  MutexLock lock(&mu_);
+  if (shutdown_ || aborted_gangs_.contains({key.run, key.node})) return;
+  auto it = states_.find(key);
+  if (it != states_.end()) {
+    AbsorbReadyLocked(*it->second, from, generation);
+    return;
+  }
+  if (early_remote_count_ + 1 > kMaxEarlyRemoteCount) {
+    AbortGangLocked(key.run, key.node,
+                    absl::ResourceExhaustedError(absl::StrCat(
+                        "host ", from.ToString(), " was ready for node ", key.node, " of ",
+                        key.run.ToString(), " but ", early_remote_count_,
+                        " messages already wait for collectives that have not started here")));
+    return;
+  }
+  EarlyRemote& early = early_remote_[key];
+  if (early.contributions.empty() && early.ready.empty()) early.arrived = absl::Now();
+  early.ready.emplace_back(from, generation);
+  ++early_remote_count_;
+}
+
 void CollectiveHub::DeliverContribution(const CollectiveKey& key, int rank, std::string bytes) {
   CW_CHECK(peers_ != nullptr);
+  AcceptContribution(key, rank, std::move(bytes));
+  FlushOutbox();
+}
+
+void CollectiveHub::AcceptContribution(const CollectiveKey& key, int rank,
+                                              std::string bytes) {
   MutexLock lock(&mu_);
   if (shutdown_ || aborted_gangs_.contains({key.run, key.node})) return;
   auto it = states_.find(key);
@@ -323,7 +513,7 @@ void CollectiveHub::DeliverContribution(const CollectiveKey& key, int rank, std:
       return;
     }
     EarlyRemote& early = early_remote_[key];
-    if (early.contributions.empty()) early.arrived = absl::Now();
+    if (early.contributions.empty() && early.ready.empty()) early.arrived = absl::Now();
     early.contributions.emplace_back(rank, std::move(bytes));
     early_remote_bytes_ += size;
     ++early_remote_count_;
@@ -332,15 +522,16 @@ void CollectiveHub::DeliverContribution(const CollectiveKey& key, int rank, std:
   AbsorbRemoteLocked(*it->second, rank, std::move(bytes));
 }
 
-std::vector<std::pair<int, std::string>> CollectiveHub::EraseEarlyLocked(
+CollectiveHub::EarlyRemote CollectiveHub::EraseEarlyLocked(
     absl::flat_hash_map<CollectiveKey, EarlyRemote>::iterator it) {
-  std::vector<std::pair<int, std::string>> contributions = std::move(it->second.contributions);
-  for (const auto& [rank, bytes] : contributions) {
+  EarlyRemote early = std::move(it->second);
+  for (const auto& [rank, bytes] : early.contributions) {
     early_remote_bytes_ -= static_cast<int64_t>(bytes.size());
     --early_remote_count_;
   }
+  early_remote_count_ -= static_cast<int64_t>(early.ready.size());
   early_remote_.erase(it);
-  return contributions;
+  return early;
 }
 
 int64_t CollectiveHub::early_remote_bytes() const {
@@ -384,21 +575,30 @@ absl::Status CollectiveHub::AllGather(const CollectiveKey& key, DeviceId self, i
                                       const std::string& what) {
   const int64_t g = static_cast<int64_t>(members.size());
   CW_RETURN_IF_ERROR(CheckScaled(in_shape, out_shape, dimension, g, 1, what));
+  const Completion complete = [&](State& state) {
+    // Into the first result here (across processes, the other processes'
+    // ranks have none), then copied to the others.
+    std::vector<void*> results;
+    for (void* b : state.buffers) {
+      if (b != nullptr) results.push_back(b);
+    }
+    std::vector<int64_t> offset(in_shape.dims.size(), 0);
+    for (int64_t r = 0; r < g; ++r) {
+      offset[dimension] = r * in_shape.dims[dimension];
+      CopyBox(state.inputs[r], in_shape.dims, Zeros(in_shape), results[0], out_shape.dims,
+              offset, in_shape.dims, ir::ByteSize(in_shape.dtype));
+    }
+    for (size_t i = 1; i < results.size(); ++i) {
+      std::memcpy(results[i], results[0], static_cast<size_t>(out_shape.byte_size()));
+    }
+    return absl::OkStatus();
+  };
+  const Completion across = [&](State& state) -> absl::Status {
+    CW_RETURN_IF_ERROR(GatherAcross(key, state));
+    return complete(state);
+  };
   return Meet(key, self, rank, members, ir::OpKind::kAllGather, in, in_shape.byte_size(), out,
-              out_shape.byte_size(), what,
-              [&](State& state) {
-                std::vector<int64_t> offset(in_shape.dims.size(), 0);
-                for (int64_t r = 0; r < g; ++r) {
-                  offset[dimension] = r * in_shape.dims[dimension];
-                  CopyBox(state.inputs[r], in_shape.dims, Zeros(in_shape), state.buffers[0],
-                          out_shape.dims, offset, in_shape.dims, ir::ByteSize(in_shape.dtype));
-                }
-                for (int64_t r = 1; r < g; ++r) {
-                  std::memcpy(state.buffers[r], state.buffers[0],
-                              static_cast<size_t>(out_shape.byte_size()));
-                }
-                return absl::OkStatus();
-              });
+              out_shape.byte_size(), what, complete, &across);
 }
 
 absl::Status CollectiveHub::ReduceScatter(const CollectiveKey& key, DeviceId self, int rank,
@@ -409,22 +609,38 @@ absl::Status CollectiveHub::ReduceScatter(const CollectiveKey& key, DeviceId sel
                                           const std::string& what) {
   const int64_t g = static_cast<int64_t>(members.size());
   CW_RETURN_IF_ERROR(CheckScaled(out_shape, in_shape, dimension, g, 1, what));
+  // Reduces the operands of `ranks` in order, then, across processes, over
+  // the processes; scatters the result to every rank that has a buffer.
+  const auto reduce_scatter = [&](State& state, const std::vector<int>& ranks) -> absl::Status {
+    std::vector<std::byte> acc(static_cast<size_t>(in_shape.byte_size()));
+    if (!acc.empty()) std::memcpy(acc.data(), state.inputs[ranks[0]], acc.size());
+    for (size_t i = 1; i < ranks.size(); ++i) {
+      CombineInto(acc.data(), state.inputs[ranks[i]], in_shape, kind);
+    }
+    if (state.across != nullptr) {
+      CW_RETURN_IF_ERROR(state.across->AllReduce(key, state.hosts, state.generation,
+                                                 in_shape.dtype, kind, acc.data(),
+                                                 in_shape.num_elements(), state.deadline));
+    }
+    std::vector<int64_t> offset(in_shape.dims.size(), 0);
+    for (int64_t r = 0; r < g; ++r) {
+      if (state.buffers[r] == nullptr) continue;  // another process's
+      offset[dimension] = r * out_shape.dims[dimension];
+      CopyBox(acc.data(), in_shape.dims, offset, state.buffers[r], out_shape.dims,
+              Zeros(out_shape), out_shape.dims, ir::ByteSize(in_shape.dtype));
+    }
+    return absl::OkStatus();
+  };
+  const Completion complete = [&](State& state) {
+    std::vector<int> all(static_cast<size_t>(g));
+    for (int r = 0; r < g; ++r) all[r] = r;
+    return reduce_scatter(state, all);
+  };
+  const Completion across = [&](State& state) {
+    return reduce_scatter(state, LocalRanks(state));
+  };
   return Meet(key, self, rank, members, ir::OpKind::kReduceScatter, in, in_shape.byte_size(), out,
-              out_shape.byte_size(), what,
-              [&](State& state) {
-                std::vector<std::byte> acc(static_cast<size_t>(in_shape.byte_size()));
-                if (!acc.empty()) std::memcpy(acc.data(), state.inputs[0], acc.size());
-                for (int64_t r = 1; r < g; ++r) {
-                  CombineInto(acc.data(), state.inputs[r], in_shape, kind);
-                }
-                std::vector<int64_t> offset(in_shape.dims.size(), 0);
-                for (int64_t r = 0; r < g; ++r) {
-                  offset[dimension] = r * out_shape.dims[dimension];
-                  CopyBox(acc.data(), in_shape.dims, offset, state.buffers[r], out_shape.dims,
-                          Zeros(out_shape), out_shape.dims, ir::ByteSize(in_shape.dtype));
-                }
-                return absl::OkStatus();
-              });
+              out_shape.byte_size(), what, complete, &across);
 }
 
 absl::Status CollectiveHub::AllToAll(const CollectiveKey& key, DeviceId self, int rank,
@@ -449,22 +665,29 @@ absl::Status CollectiveHub::AllToAll(const CollectiveKey& key, DeviceId self, in
                                                    " should be ", expected.ToString(),
                                                    " for a group of ", g));
   }
+  const Completion complete = [&](State& state) {
+    std::vector<int64_t> src(rank_n, 0), dst(rank_n, 0);
+    for (int64_t i = 0; i < g; ++i) {    // source rank
+      for (int64_t j = 0; j < g; ++j) {  // destination rank
+        if (state.buffers[j] == nullptr) continue;  // another process's
+        src.assign(rank_n, 0);
+        dst.assign(rank_n, 0);
+        src[split_dimension] = j * chunk.dims[split_dimension];
+        dst[concat_dimension] = i * chunk.dims[concat_dimension];
+        CopyBox(state.inputs[i], in_shape.dims, src, state.buffers[j],
+                out_shape.dims, dst, chunk.dims, ir::ByteSize(in_shape.dtype));
+      }
+    }
+    return absl::OkStatus();
+  };
+  // Every process gathers every operand: simple, and g times the bytes an
+  // all-to-all needs to move; good for the small exchanges it serves here.
+  const Completion across = [&](State& state) -> absl::Status {
+    CW_RETURN_IF_ERROR(GatherAcross(key, state));
+    return complete(state);
+  };
   return Meet(key, self, rank, members, ir::OpKind::kAllToAll, in, in_shape.byte_size(), out,
-              out_shape.byte_size(), what,
-              [&](State& state) {
-                std::vector<int64_t> src(rank_n, 0), dst(rank_n, 0);
-                for (int64_t i = 0; i < g; ++i) {    // source rank
-                  for (int64_t j = 0; j < g; ++j) {  // destination rank
-                    src.assign(rank_n, 0);
-                    dst.assign(rank_n, 0);
-                    src[split_dimension] = j * chunk.dims[split_dimension];
-                    dst[concat_dimension] = i * chunk.dims[concat_dimension];
-                    CopyBox(state.inputs[i], in_shape.dims, src, state.buffers[j],
-                            out_shape.dims, dst, chunk.dims, ir::ByteSize(in_shape.dtype));
-                  }
-                }
-                return absl::OkStatus();
-              });
+              out_shape.byte_size(), what, complete, &across);
 }
 
 absl::Status CollectiveHub::CollectivePermute(

@@ -30,7 +30,9 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "causeway/backend/executable.h"
 #include "causeway/base/ids.h"
 #include "causeway/base/mutex.h"
@@ -51,12 +53,66 @@ struct CollectiveKey {
   }
 };
 
+// Collectives among whole processes, one rank per process: the step
+// between processes of a hierarchical collective, done by a collective
+// library (Gloo: ring and halving-doubling algorithms over TCP). Every
+// process of `hosts` (sorted, distinct, this one among them) makes the same
+// call for the same `key` and `generation`; calls for different keys may
+// run concurrently. Each call ends by `deadline`. Thread-safe.
+//
+// The library's connections between a group of processes have a
+// generation: a call that fails drops them, and the next connects afresh
+// under a higher one. Processes agree on it before a call: each tells the
+// others its own (Generation, sent with its readiness) and all use the
+// highest, so a process that saw a failure the others did not makes them
+// all reconnect.
+class ProcessCollectives {
+ public:
+  virtual ~ProcessCollectives() = default;
+  // For messages: "gloo".
+  virtual absl::string_view name() const = 0;
+  // Collectives moving fewer bytes than this (a member's operand; for
+  // all_gather and all_to_all, every member's) take the data plane instead:
+  // the library's latency on small operands can be the higher. Every
+  // process of a cluster must use the same value.
+  virtual int64_t from_bytes() const = 0;
+  // Reduces `elements` values of `dtype` at `data`, in place, over the
+  // processes; every process gets the same bits.
+  // This process's generation of the group's connections: that of the
+  // connections it holds, or the next after a failure (0 at first).
+  virtual int64_t Generation(absl::Span<const HostId> hosts) = 0;
+  virtual absl::Status AllReduce(const CollectiveKey& key, absl::Span<const HostId> hosts,
+                                 int64_t generation, ir::DType dtype, ir::ReduceKind kind,
+                                 void* data, int64_t elements, absl::Time deadline) = 0;
+  // Process i of `hosts` contributes `bytes[i]` bytes (this one from `in`);
+  // `out` receives every contribution, in `hosts` order.
+  virtual absl::Status AllGather(const CollectiveKey& key, absl::Span<const HostId> hosts,
+                                 int64_t generation, const void* in,
+                                 absl::Span<const int64_t> bytes, void* out,
+                                 absl::Time deadline) = 0;
+  // An entry, from host `from`, of the rendezvous through which the
+  // library connects processes (untrusted: checked and bounded).
+  virtual void DeliverRendezvous(HostId from, std::string key, std::string value) = 0;
+  // `host` is gone (`status` says why): drops whatever connects to it. A
+  // call that fails because a peer died names the lost host as its cause.
+  virtual void HostLost(HostId host, const absl::Status& status) = 0;
+};
+
 // How a hub reaches the hubs of other processes, when a gang spans several
-// (the distributed cluster). Each process's hub meets its own members;
-// every member's contribution is also sent to every other process with a
-// member, and each process performs the whole collective itself (in rank
-// order, so all get bit-identical results), writing its own members'
-// results. Implementations are thread-safe and never block on the network.
+// (the distributed cluster). Each process's hub meets its own members.
+// Then, one of two ways:
+// - with process_collectives(): once all of a process's members of a
+//   collective have arrived it tells the other processes (SendReady); once
+//   every process is ready, one local member per process combines its
+//   process's members (reductions in rank order) and the processes meet in
+//   the library's collective (all_reduce and reduce_scatter: an all-reduce
+//   of the combined operand; all_gather and all_to_all: an all-gather of
+//   the processes' operands), each writing its own members' results.
+//   collective_permute always takes the other way.
+// - otherwise every member's contribution is sent to every other process
+//   with a member, and each process performs the whole collective itself
+//   (in rank order, so all get bit-identical results).
+// Implementations are thread-safe and never block on the network.
 class CollectivePeers {
  public:
   virtual ~CollectivePeers() = default;
@@ -68,6 +124,12 @@ class CollectivePeers {
                                 int64_t bytes) = 0;
   // Tells every other host that gang (run, node) failed.
   virtual void BroadcastAbort(RunId run, int node, const absl::Status& status) = 0;
+  // The library for collectives between processes; nullptr: none (every
+  // contribution is sent to every process).
+  virtual ProcessCollectives* process_collectives() { return nullptr; }
+  // Tells host `to` that every member of `key` in this process has
+  // arrived, and this process's generation of the library's connections.
+  virtual void SendReady(HostId /*to*/, const CollectiveKey& /*key*/, int64_t /*generation*/) {}
 };
 
 // Thread-safe.
@@ -125,6 +187,10 @@ class CollectiveHub {
   // a local member of `key` arrives; a contribution of the wrong size fails
   // the collective with INVALID_ARGUMENT.
   void DeliverContribution(const CollectiveKey& key, int rank, std::string bytes);
+  // Every member of `key` on host `from` has arrived (with
+  // process_collectives()). Kept, as contributions are, until a local
+  // member arrives; unexpected ones fail the collective.
+  void DeliverReady(const CollectiveKey& key, HostId from, int64_t generation);
   // AbortGang, reported by another process (not sent on again).
   void AbortGangFromPeer(RunId run, int node, const absl::Status& status);
   // `host` is gone: every collective still waiting for one of its members
@@ -147,6 +213,7 @@ class CollectiveHub {
  private:
   struct State {
     ir::OpKind op = ir::OpKind::kAllReduce;
+    CollectiveKey key;
     std::vector<DeviceId> members;
     std::vector<const void*> inputs;
     std::vector<void*> buffers;  // results (all_reduce: in place)
@@ -157,6 +224,7 @@ class CollectiveHub {
     std::vector<std::string> remote_in;
     std::vector<std::string> remote_out;
     int local_members = 0;
+    int local_arrived = 0;
     int arrived = 0;  // local and remote
     int remote_arrived = 0;
     int departed = 0;
@@ -175,6 +243,16 @@ class CollectiveHub {
     // lock; members cannot leave (their buffers are being written) and the
     // collective can no longer be aborted.
     bool completing = false;
+
+    // Through the library of CollectivePeers::process_collectives(): the
+    // processes with members (sorted), each rank's host, the call's
+    // deadline, and the other processes' operands (all_gather, all_to_all).
+    ProcessCollectives* across = nullptr;
+    std::vector<HostId> hosts;
+    std::vector<HostId> rank_hosts;
+    absl::Time deadline;
+    int64_t generation = 0;  // the highest of the processes'
+    std::vector<std::byte> gathered;
 
     bool finished() const { return done || !status.ok(); }
     // Neither finished nor about to be: a member waiting here is stuck.
@@ -196,10 +274,27 @@ class CollectiveHub {
   // Contributes (`in`, `out`) as member `rank` and blocks until the whole
   // group has, the last arrival running `complete`.
   // `in_bytes`/`out_bytes` size every member's operand and result.
+  // `across` performs it when the members span processes and they meet in
+  // a library (CollectivePeers::process_collectives); nullptr: this kind
+  // never does.
   absl::Status Meet(const CollectiveKey& key, DeviceId self, int rank,
                     const std::vector<DeviceId>& members, ir::OpKind op, const void* in,
                     int64_t in_bytes, void* out, int64_t out_bytes, const std::string& what,
-                    const Completion& complete) ABSL_NO_THREAD_SAFETY_ANALYSIS;
+                    const Completion& complete, const Completion* across = nullptr)
+      ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  // REQUIRES: mu_. Records that host `from` is ready in `state`.
+  void AbsorbReadyLocked(State& state, HostId from, int64_t generation)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The ranks of `state` on this host, in order.
+  std::vector<int> LocalRanks(const State& state) const;
+  // Across processes: gathers every process's operands (its members', in
+  // rank order) and points `state.inputs` of the other processes' ranks at
+  // them; their `buffers` stay null.
+  absl::Status GatherAcross(const CollectiveKey& key, State& state) const;
+  void AcceptContribution(const CollectiveKey& key, int rank, std::string bytes)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void AcceptReady(const CollectiveKey& key, HostId from, int64_t generation)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // REQUIRES: mu_. Records a remote member's contribution in `state`.
   void AbsorbRemoteLocked(State& state, int rank, std::string bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -216,20 +311,30 @@ class CollectiveHub {
   // Reduces into every member's buffer; a Completion (touches only `state`).
   static void Reduce(State& state, const ir::Shape& shape, ir::ReduceKind kind);
 
+  // Messages to other processes decided under mu_ and sent once it is
+  // released (a peer may deliver on the sending thread, into its own
+  // hub's lock): readiness, and the answer to a peer that disagrees on
+  // how collectives travel. Any thread that releases mu_ may send them.
+  void Post(std::function<void()> send) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FlushOutbox() ABSL_LOCKS_EXCLUDED(mu_);
+
   const absl::Duration timeout_;
   CollectivePeers* const peers_;
   mutable Mutex mu_;
+  std::vector<std::function<void()>> outbox_ ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> outbox_pending_{false};
   // Contributions from other processes that came before any local member,
   // with when the first came; their bytes and count in all.
   struct EarlyRemote {
     std::vector<std::pair<int, std::string>> contributions;
+    std::vector<std::pair<HostId, int64_t>> ready;  // with their generations
     absl::Time arrived;
   };
   absl::flat_hash_map<CollectiveKey, EarlyRemote> early_remote_ ABSL_GUARDED_BY(mu_);
   int64_t early_remote_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t early_remote_count_ ABSL_GUARDED_BY(mu_) = 0;
-  // Removes early_remote_[it], keeping the totals; returns its contributions.
-  std::vector<std::pair<int, std::string>> EraseEarlyLocked(
+  // Removes early_remote_[it], keeping the totals; returns it.
+  EarlyRemote EraseEarlyLocked(
       absl::flat_hash_map<CollectiveKey, EarlyRemote>::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records the gang of (run, node) as aborted with `status` (members that
   // arrive later fail at once) and fails its collectives in progress.

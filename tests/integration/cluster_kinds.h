@@ -11,19 +11,24 @@
 #include "causeway/cluster/local_cluster.h"
 #include "causeway/cluster/process_cluster.h"
 #include "causeway/cluster/remote_cluster.h"
+#include "causeway/cluster/worker_server.h"
 #include "tests/integration/test_util.h"
 
 namespace causeway::testing {
 
 // kEmbeddedOtherDevice: the embedded cluster with devices of a second kind
 // (tests/integration/wrapped_kind.h), reached only through the device seam.
-enum class ClusterKind { kEmbedded, kProcesses, kEmbeddedOtherDevice };
+// kProcesses: worker processes whose collectives travel on the data plane
+// (--collectives grpc); kProcessesGloo: every collective between processes
+// on Gloo (--collectives gloo --gloo-from-bytes 0).
+enum class ClusterKind { kEmbedded, kProcesses, kEmbeddedOtherDevice, kProcessesGloo };
 
 inline std::string KindName(const ::testing::TestParamInfo<ClusterKind>& info) {
   switch (info.param) {
     case ClusterKind::kEmbedded: return "Embedded";
     case ClusterKind::kProcesses: return "Processes";
     case ClusterKind::kEmbeddedOtherDevice: return "EmbeddedOtherDevice";
+    case ClusterKind::kProcessesGloo: return "ProcessesGloo";
   }
   return "?";
 }

@@ -39,12 +39,20 @@ class ConformanceTest : public ::testing::TestWithParam<ClusterKind> {
     other_kind_ = MakeCluster(lo).release();
     ProcessClusterOptions po = ProcessShape(2, 2, 2);
     po.memory_bytes = kDeviceMemory;
+    po.collectives = "grpc";
     processes_ = StartProcesses(po).release();
+    if (HaveGloo()) {
+      po.collectives = "gloo";
+      po.gloo_from_bytes = 0;
+      gloo_processes_ = StartProcesses(po).release();
+    }
   }
   static void TearDownTestSuite() {
     delete local_;
     delete other_kind_;
     delete processes_;
+    delete gloo_processes_;
+    gloo_processes_ = nullptr;
     local_ = nullptr;
     other_kind_ = nullptr;
     processes_ = nullptr;
@@ -56,7 +64,10 @@ class ConformanceTest : public ::testing::TestWithParam<ClusterKind> {
     } else if (GetParam() == ClusterKind::kEmbeddedOtherDevice) {
       connection_ = other_kind_;
     } else {
-      remote_ = ConnectRemote(*processes_);
+      ProcessCluster* processes =
+          GetParam() == ClusterKind::kProcessesGloo ? gloo_processes_ : processes_;
+      if (processes == nullptr) GTEST_SKIP() << "this build has no Gloo";
+      remote_ = ConnectRemote(*processes);
       connection_ = remote_.get();
     }
     client_ = Connect(connection_);
@@ -79,7 +90,8 @@ class ConformanceTest : public ::testing::TestWithParam<ClusterKind> {
     switch (GetParam()) {
       case ClusterKind::kEmbedded: return local_;
       case ClusterKind::kEmbeddedOtherDevice: return other_kind_;
-      case ClusterKind::kProcesses: return nullptr;
+      case ClusterKind::kProcesses:
+      case ClusterKind::kProcessesGloo: return nullptr;
     }
     return nullptr;
   }
@@ -107,6 +119,7 @@ class ConformanceTest : public ::testing::TestWithParam<ClusterKind> {
   static LocalCluster* local_;
   static LocalCluster* other_kind_;
   static ProcessCluster* processes_;
+  static ProcessCluster* gloo_processes_;  // null without Gloo
   std::unique_ptr<RemoteCluster> remote_;
   std::unique_ptr<Client> client_;
 };
@@ -115,6 +128,7 @@ ClusterConnection* ConformanceTest::connection_ = nullptr;
 LocalCluster* ConformanceTest::local_ = nullptr;
 LocalCluster* ConformanceTest::other_kind_ = nullptr;
 ProcessCluster* ConformanceTest::processes_ = nullptr;
+ProcessCluster* ConformanceTest::gloo_processes_ = nullptr;
 
 TEST_P(ConformanceTest, TopologyHasTwoIslandsOfTwoHostsWithTwoDevices) {
   const Topology t = connection_->resources()->GetTopology();
@@ -453,7 +467,8 @@ TEST_P(ConformanceTest, EachDeviceRunsCodeOfItsOwnKind) {
 
 INSTANTIATE_TEST_SUITE_P(Clusters, ConformanceTest,
                          ::testing::Values(ClusterKind::kEmbedded, ClusterKind::kProcesses,
-                                           ClusterKind::kEmbeddedOtherDevice),
+                                           ClusterKind::kEmbeddedOtherDevice,
+                                           ClusterKind::kProcessesGloo),
                          KindName);
 
 }  // namespace

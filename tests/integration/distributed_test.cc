@@ -258,6 +258,63 @@ TEST_F(WorkerFaultTest, KilledWorkerFailsItsDependentsFastSparesOthersAndRejoins
   ExpectWorks(again);
 }
 
+// Collectives between the processes on Gloo: a worker killed while its
+// peers run a chain of large all-reduces with it (most of the chain's time
+// inside Gloo's ring) fails the gang on the others with the lost worker as
+// the cause, promptly; the survivors then meet in Gloo without it.
+TEST(GlooFaultTest, AWorkerKilledDuringGlooAllReducesFailsItsGangNamingIt) {
+  if (!HaveGloo()) GTEST_SKIP() << "this build has no Gloo";
+  ProcessClusterOptions o = ProcessShape(1, 3, 1);
+  o.heartbeat_timeout = absl::Seconds(1);
+  o.collectives = "gloo";
+  o.gloo_from_bytes = 0;
+  auto cluster = StartProcesses(o);
+  auto conn = ConnectRemote(*cluster);
+  auto client = Connect(conn.get());
+  const Topology t = conn->resources()->GetTopology();
+  const HostId victim = cluster->worker_host(1);
+  ASSERT_OK_AND_ASSIGN(Mesh all, MeshOn(*client, t, {cluster->worker_host(0), victim,
+                                                    cluster->worker_host(2)}));
+  // 4 MiB per device, summed over the 3 processes, 16 times in a row.
+  constexpr int64_t kPerDevice = int64_t{1} << 20;
+  FunctionBuilder b("sum_again");
+  Value x = b.Parameter(Shape(DType::kF32, {kPerDevice}));
+  ASSERT_OK_AND_ASSIGN(ir::Function f, b.Build({b.AllReduce(x, {"x", "y"})}));
+  ASSERT_OK_AND_ASSIGN(CompiledFunction sum, client->Compile(f, all, {{kSplit}, {kSplit}}));
+  ASSERT_OK_AND_ASSIGN(Array in, client->Put(Literal::F32({3 * kPerDevice},
+                                                          std::vector<float>(3 * kPerDevice, 1)),
+                                             all, kSplit));
+  std::vector<Array> chain = {in};
+  for (int i = 0; i < 16; ++i) {
+    ASSERT_OK_AND_ASSIGN(std::vector<Array> out, client->Call(sum, {chain.back()}));
+    chain.push_back(out[0]);
+  }
+  ASSERT_OK(AwaitOrHang(chain[2].Ready()));  // Gloo is connected and working
+  const auto killed_at = std::chrono::steady_clock::now();
+  cluster->KillWorker(1);
+  absl::StatusOr<Literal> lost = AwaitOrHang(chain.back().Fetch());
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  EXPECT_EQ(lost.status().code(), absl::StatusCode::kUnavailable) << lost.status();
+  EXPECT_THAT(lost.status().message(), HasSubstr(victim.ToString()));
+  EXPECT_LT(seconds, 10.0) << lost.status();
+  RecordProperty("seconds_from_kill_to_failure", std::to_string(seconds));
+  RecordProperty("failure", lost.status().ToString());
+
+  ASSERT_OK(conn->WaitForTopology([&](const Topology& now) { return !now.host(victim).ok(); },
+                                  absl::Seconds(5)));
+  ASSERT_OK_AND_ASSIGN(
+      Mesh two, MeshOn(*client, conn->resources()->GetTopology(),
+                       {cluster->worker_host(0), cluster->worker_host(2)}));
+  ASSERT_OK_AND_ASSIGN(CompiledFunction sum2, client->Compile(f, two, {{kSplit}, {kSplit}}));
+  ASSERT_OK_AND_ASSIGN(Array in2, client->Put(Literal::F32({2 * kPerDevice},
+                                                           std::vector<float>(2 * kPerDevice, 1)),
+                                              two, kSplit));
+  ASSERT_OK_AND_ASSIGN(std::vector<Array> out2, client->Call(sum2, {in2}));
+  ASSERT_OK_AND_ASSIGN(Literal v, AwaitOrHang(out2[0].Fetch()));
+  EXPECT_EQ(v.values<float>(), std::vector<float>(2 * kPerDevice, 2.0f));
+}
+
 TEST_F(WorkerFaultTest, HungWorkerIsDroppedAfterMissedHeartbeats) {
   const pid_t pid = cluster_->worker_pid(1);
   ASSERT_EQ(kill(pid, SIGSTOP), 0);
