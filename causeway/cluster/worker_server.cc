@@ -492,6 +492,7 @@ void WorkerServer::Impl::HandleCall(uint64_t id, cluster::HostCall& call) {
 
 absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
     const WorkerServerOptions& options) {
+  CW_RETURN_IF_ERROR(UseGloo(options).status());  // bad --collectives: before connecting
   auto impl = std::make_unique<Impl>(options);
   CW_RETURN_IF_ERROR(impl->Start());
   return std::unique_ptr<WorkerServer>(new WorkerServer(std::move(impl)));

@@ -258,6 +258,22 @@ TEST_F(WorkerFaultTest, KilledWorkerFailsItsDependentsFastSparesOthersAndRejoins
   ExpectWorks(again);
 }
 
+TEST(DistributedTest, AWorkerRefusesACollectivePathItCannotServeBeforeConnecting) {
+  WorkerServerOptions wo;
+  wo.coordinator = "127.0.0.1:1";  // never reached
+  wo.devices = 1;
+  wo.collectives = "carrier-pigeon";
+  auto bad = WorkerServer::Start(wo);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+  EXPECT_THAT(bad.status().message(), HasSubstr("carrier-pigeon"));
+  // Gloo's TCP carries neither TLS nor the token.
+  wo.collectives = "gloo";
+  wo.tls.ca = TestData("ca.pem");
+  bad = WorkerServer::Start(wo);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+  EXPECT_THAT(bad.status().message(), HasSubstr(HaveGloo() ? "TLS" : "no Gloo"));
+}
+
 // Collectives between the processes on Gloo: a worker killed while its
 // peers run a chain of large all-reduces with it (most of the chain's time
 // inside Gloo's ring) fails the gang on the others with the lost worker as
