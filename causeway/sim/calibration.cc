@@ -24,7 +24,7 @@ SimCosts CalibratedCosts() {
   c.host.transfer_us = 55.31;
   c.ici = LinkCosts{0.00, 19.3};
   c.dcn = LinkCosts{0.00, 2.79};
-  c.device = DeviceCosts{103.6, 43.8, 111.4};
+  c.device = DeviceCosts{103.6, 43.8, 49.4};
   return c;
 }
 
