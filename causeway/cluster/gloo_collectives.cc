@@ -2,6 +2,7 @@
 
 #include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
+#include <gloo/alltoallv.h>
 #include <gloo/common/error.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
@@ -396,6 +397,30 @@ absl::Status GlooCollectives::AllGather(const CollectiveKey& key, absl::Span<con
                opts.setTag(TagOf(key));
                opts.setTimeout(left);
                gloo::allgatherv(opts);
+             });
+}
+
+absl::Status GlooCollectives::AllToAll(const CollectiveKey& key, absl::Span<const HostId> hosts,
+                                       int64_t generation, const void* in,
+                                       absl::Span<const int64_t> send_bytes, void* out,
+                                       absl::Span<const int64_t> recv_bytes,
+                                       absl::Time deadline) {
+  CW_CHECK(send_bytes.size() == hosts.size() && recv_bytes.size() == hosts.size());
+  int64_t total = 0;
+  for (int64_t b : send_bytes) total += b;
+  for (int64_t b : recv_bytes) total += b;
+  if (total == 0) return absl::OkStatus();
+  return Run(hosts, generation, deadline, "all-to-all",
+             [&](const std::shared_ptr<gloo::Context>& context, std::chrono::milliseconds left) {
+               gloo::AlltoallvOptions opts(context);
+               // Gloo takes a non-const input pointer; it only reads it.
+               opts.setInput(static_cast<char*>(const_cast<void*>(in)),
+                             std::vector<int64_t>(send_bytes.begin(), send_bytes.end()));
+               opts.setOutput(static_cast<char*>(out),
+                              std::vector<int64_t>(recv_bytes.begin(), recv_bytes.end()));
+               opts.setTag(TagOf(key));
+               opts.setTimeout(left);
+               gloo::alltoallv(opts);
              });
 }
 

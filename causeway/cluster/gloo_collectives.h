@@ -1,7 +1,8 @@
 // GlooCollectives: collectives between the worker processes of a
 // distributed cluster on Gloo (Debian's libgloo-dev, the CPU collective
 // library PyTorch uses): ring all-reduce for large operands,
-// halving-doubling (bcube) for small ones, ring all-gather, over TCP
+// halving-doubling (bcube) for small ones, ring all-gather, pairwise
+// all-to-all, over TCP
 // connections of Gloo's own between every pair of processes of a group.
 //
 // A group is a set of processes (the hosts of a collective's members); its
@@ -61,6 +62,11 @@ class GlooCollectives final : public ProcessCollectives {
   absl::Status AllGather(const CollectiveKey& key, absl::Span<const HostId> hosts,
                          int64_t generation, const void* in, absl::Span<const int64_t> bytes,
                          void* out, absl::Time deadline) override;
+
+  absl::Status AllToAll(const CollectiveKey& key, absl::Span<const HostId> hosts,
+                        int64_t generation, const void* in, absl::Span<const int64_t> send_bytes,
+                        void* out, absl::Span<const int64_t> recv_bytes,
+                        absl::Time deadline) override;
 
   // A rendezvous entry from host `from`. Entries are bounded (count and
   // size); beyond that, new ones are dropped (the rendezvous that needed

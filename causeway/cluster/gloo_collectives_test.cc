@@ -105,6 +105,29 @@ TEST(GlooCollectivesTest, AllReduceAndAllGatherAgreeOnEveryProcess) {
   }
 }
 
+TEST(GlooCollectivesTest, AllToAllDeliversEachPartToItsProcess) {
+  // Process i sends i+1+j bytes of ('a'+i) to process j.
+  Processes p(3);
+  const std::vector<HostId> all = Hosts({0, 1, 2});
+  std::vector<std::string> received(3);
+  OnEach(3, [&](int i) {
+    std::vector<int64_t> send(3), recv(3);
+    std::string in;
+    for (int j = 0; j < 3; ++j) {
+      send[j] = i + 1 + j;
+      recv[j] = j + 1 + i;
+      in.append(static_cast<size_t>(send[j]), static_cast<char>('a' + i));
+    }
+    std::string out(static_cast<size_t>(recv[0] + recv[1] + recv[2]), '?');
+    EXPECT_OK(p[i].AllToAll(Key(5), all, 0, in.data(), send, out.data(), recv,
+                            In(absl::Seconds(30))));
+    received[i] = out;
+  });
+  EXPECT_EQ(received[0], "a" "bb" "ccc");
+  EXPECT_EQ(received[1], "aa" "bbb" "cccc");
+  EXPECT_EQ(received[2], "aaa" "bbbb" "ccccc");
+}
+
 TEST(GlooCollectivesTest, OverlappingCollectivesOfOneGroupDoNotMix) {
   // Two gangs' all-reduces in flight at once on the same two processes,
   // started in opposite orders: their tags keep them apart.

@@ -680,11 +680,60 @@ absl::Status CollectiveHub::AllToAll(const CollectiveKey& key, DeviceId self, in
     }
     return absl::OkStatus();
   };
-  // Every process gathers every operand: simple, and g times the bytes an
-  // all-to-all needs to move; good for the small exchanges it serves here.
+  // Across processes: each process sends each other the chunks its members
+  // have for that process's members, in one library all-to-all; the chunk
+  // of source rank i for destination rank j travels as a contiguous block.
   const Completion across = [&](State& state) -> absl::Status {
-    CW_RETURN_IF_ERROR(GatherAcross(key, state));
-    return complete(state);
+    const int64_t cb = chunk.byte_size();
+    const int64_t esize = ir::ByteSize(in_shape.dtype);
+    const std::vector<int> local = LocalRanks(state);
+    std::vector<std::vector<int>> ranks_on(state.hosts.size());
+    for (int r = 0; r < g; ++r) {
+      const size_t h = static_cast<size_t>(
+          std::lower_bound(state.hosts.begin(), state.hosts.end(), state.rank_hosts[r]) -
+          state.hosts.begin());
+      ranks_on[h].push_back(r);
+    }
+    const int64_t n_local = static_cast<int64_t>(local.size());
+    std::vector<int64_t> send_bytes(state.hosts.size()), recv_bytes(state.hosts.size());
+    int64_t send_total = 0, recv_total = 0;
+    for (size_t h = 0; h < state.hosts.size(); ++h) {
+      send_bytes[h] = n_local * static_cast<int64_t>(ranks_on[h].size()) * cb;
+      recv_bytes[h] = send_bytes[h];  // the same ranks the other way
+      send_total += send_bytes[h];
+      recv_total += recv_bytes[h];
+    }
+    std::vector<std::byte> send(static_cast<size_t>(send_total));
+    std::vector<std::byte> recv(static_cast<size_t>(recv_total));
+    const std::vector<int64_t> zeros(rank_n, 0);
+    std::vector<int64_t> at(rank_n, 0);
+    std::byte* p = send.data();
+    for (size_t h = 0; h < state.hosts.size(); ++h) {
+      for (int i : local) {
+        for (int j : ranks_on[h]) {
+          at.assign(rank_n, 0);
+          at[split_dimension] = j * chunk.dims[split_dimension];
+          CopyBox(state.inputs[i], in_shape.dims, at, p, chunk.dims, zeros, chunk.dims, esize);
+          p += cb;
+        }
+      }
+    }
+    CW_RETURN_IF_ERROR(state.across->AllToAll(key, state.hosts, state.generation, send.data(),
+                                              send_bytes, recv.data(), recv_bytes,
+                                              state.deadline));
+    // From process h: its ranks i in order, each with a chunk per local j.
+    const std::byte* q = recv.data();
+    for (size_t h = 0; h < state.hosts.size(); ++h) {
+      for (int i : ranks_on[h]) {
+        for (int j : local) {
+          at.assign(rank_n, 0);
+          at[concat_dimension] = i * chunk.dims[concat_dimension];
+          CopyBox(q, chunk.dims, zeros, state.buffers[j], out_shape.dims, at, chunk.dims, esize);
+          q += cb;
+        }
+      }
+    }
+    return absl::OkStatus();
   };
   return Meet(key, self, rank, members, ir::OpKind::kAllToAll, in, in_shape.byte_size(), out,
               out_shape.byte_size(), what, complete, &across);

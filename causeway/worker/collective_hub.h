@@ -90,6 +90,14 @@ class ProcessCollectives {
                                  int64_t generation, const void* in,
                                  absl::Span<const int64_t> bytes, void* out,
                                  absl::Time deadline) = 0;
+  // Process i of `hosts` sends `send_bytes[j]` bytes to process j (the
+  // parts consecutive in `in`, in `hosts` order) and receives
+  // `recv_bytes[j]` from process j (consecutive in `out`, in `hosts`
+  // order); its own part is copied.
+  virtual absl::Status AllToAll(const CollectiveKey& key, absl::Span<const HostId> hosts,
+                                int64_t generation, const void* in,
+                                absl::Span<const int64_t> send_bytes, void* out,
+                                absl::Span<const int64_t> recv_bytes, absl::Time deadline) = 0;
   // An entry, from host `from`, of the rendezvous through which the
   // library connects processes (untrusted: checked and bounded).
   virtual void DeliverRendezvous(HostId from, std::string key, std::string value) = 0;

@@ -6,6 +6,7 @@
 // only through the hubs and joins.
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <map>
 #include <string>
 #include <thread>
@@ -97,6 +98,34 @@ class Fabric {
                deadline));
       char* p = static_cast<char*>(out);
       for (const std::string& a : all) p = std::copy(a.begin(), a.end(), p);
+      return absl::OkStatus();
+    }
+    absl::Status AllToAll(const CollectiveKey& key, absl::Span<const HostId> hosts, int64_t g,
+                          const void* in, absl::Span<const int64_t> send_bytes, void* out,
+                          absl::Span<const int64_t> recv_bytes, absl::Time deadline) override {
+      // Deposits its parts, each behind its length; takes its own part of
+      // every process's deposit.
+      std::string mine;
+      const char* p = static_cast<const char*>(in);
+      for (int64_t b : send_bytes) {
+        mine.append(reinterpret_cast<const char*>(&b), sizeof(b));
+        mine.append(p, static_cast<size_t>(b));
+        p += b;
+      }
+      const size_t me = static_cast<size_t>(std::find(hosts.begin(), hosts.end(), self_) -
+                                            hosts.begin());
+      CW_ASSIGN_OR_RETURN(std::vector<std::string> all, Meet(key, hosts, g, mine, deadline));
+      char* o = static_cast<char*>(out);
+      for (size_t h = 0; h < all.size(); ++h) {
+        size_t at = 0;
+        int64_t b = 0;
+        for (size_t k = 0; k <= me; ++k) {
+          std::memcpy(&b, all[h].data() + at, sizeof(b));
+          if (k < me) at += sizeof(b) + static_cast<size_t>(b);
+        }
+        CW_CHECK(b == recv_bytes[h]);
+        o = std::copy_n(all[h].data() + at + sizeof(b), b, o);
+      }
       return absl::OkStatus();
     }
     void DeliverRendezvous(HostId, std::string, std::string) override {}
@@ -385,9 +414,16 @@ TEST(CollectiveHubLibraryTest, EveryKindMatchesTheDataPlane) {
         EXPECT_OK(hub.AllToAll(CollectiveKey{RunId(2), 0, 2, 0}, members[r], r, members,
                                ir::Shape(ir::DType::kF32, {8}), ir::Shape(ir::DType::kF32, {8}),
                                0, 0, in.data(), exchanged.data(), "all_to_all"));
+        // Split along one dimension, concatenated along the other.
+        std::vector<float> crossed(8);
+        EXPECT_OK(hub.AllToAll(CollectiveKey{RunId(2), 0, 3, 0}, members[r], r, members,
+                               ir::Shape(ir::DType::kF32, {4, 2}),
+                               ir::Shape(ir::DType::kF32, {1, 8}), 0, 1, in.data(),
+                               crossed.data(), "all_to_all"));
         out[r] = scattered;
         out[r].insert(out[r].end(), gathered.begin(), gathered.end());
         out[r].insert(out[r].end(), exchanged.begin(), exchanged.end());
+        out[r].insert(out[r].end(), crossed.begin(), crossed.end());
       });
     }
     for (auto& t : threads) t.join();
