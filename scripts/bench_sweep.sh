@@ -98,7 +98,22 @@ run sim pipeline --stages 4
 run sim pipeline --stages 4 --islands 2
 run sim pipeline --stages 16 --forward-us 100 --schedule 1f1b
 run sim pipeline --stages 32 --forward-us 1000 --schedule 1f1b --islands 4
-run sim validate
+run sim validate --repeat 3
+# Collectives (the "Collectives" section): embedded, then across 2 and 4 worker processes on
+# the data plane and on Gloo, interleaved.
+run bench collective --op all-reduce --devices 8 --hosts 2 --bytes 4K,64K,1M,16M,64M
+for round in 1 2; do
+  for p in 2 4; do
+    run bench collective --op all-reduce --processes "$p" --collectives grpc \
+        --bytes 4K,64K,1M,16M,64M
+    run bench collective --op all-reduce --processes "$p" --collectives gloo \
+        --gloo-from-bytes 0 --bytes 4K,64K,1M,16M,64M
+  done
+  for c in grpc gloo; do
+    run bench collective --op all-to-all --processes 4 --collectives "$c" --gloo-from-bytes 0 \
+        --bytes 1M,16M
+  done
+done
 
 /usr/bin/python3 scripts/plot_bench.py "$out" "$(dirname "$out")"
 
