@@ -191,6 +191,15 @@ void GlooCollectives::HostLost(HostId host, const absl::Status& status) {
   }
 }
 
+std::string GlooCollectives::LostLocked(absl::Span<const HostId> hosts) const {
+  for (HostId h : hosts) {
+    if (auto it = lost_.find(h); it != lost_.end()) {
+      return absl::StrCat("host ", h.ToString(), " was lost: ", it->second.message());
+    }
+  }
+  return "";
+}
+
 int64_t GlooCollectives::Generation(absl::Span<const HostId> hosts) {
   MutexLock lock(&mu_);
   auto it = groups_.find(std::vector<HostId>(hosts.begin(), hosts.end()));
@@ -210,11 +219,8 @@ absl::StatusOr<std::shared_ptr<gloo::Context>> GlooCollectives::ContextFor(
   {
     MutexLock lock(&mu_);
     while (true) {
-      for (HostId h : hosts) {
-        if (auto it = lost_.find(h); it != lost_.end()) {
-          return absl::UnavailableError(
-              absl::StrCat("host ", h.ToString(), " was lost: ", it->second.message()));
-        }
+      if (std::string lost = LostLocked(hosts); !lost.empty()) {
+        return absl::UnavailableError(lost);
       }
       Group& group = groups_[hosts];
       if (!group.connecting) {
@@ -287,6 +293,8 @@ absl::StatusOr<std::shared_ptr<gloo::Context>> GlooCollectives::ContextFor(
   }
   ++connects_;
   group.context = context;
+  CW_LOG(kInfo) << "gloo: connected to hosts " << HostList(hosts) << " (generation "
+                << generation << ", rank " << rank << " of " << hosts.size() << ")";
   return std::shared_ptr<gloo::Context>(context);
 }
 
@@ -327,11 +335,8 @@ absl::Status GlooCollectives::Run(
     const absl::Time until = std::min(deadline, absl::Now() + kLostNoticeWait);
     MutexLock lock(&mu_);
     while (true) {
-      for (HostId h : hosts) {
-        if (auto it = lost_.find(h); it != lost_.end()) {
-          return absl::UnavailableError(absl::StrCat("host ", h.ToString(), " was lost (",
-                                                     it->second.message(), "); ", message));
-        }
+      if (std::string lost = LostLocked(hosts); !lost.empty()) {
+        return absl::UnavailableError(absl::StrCat(lost, "; ", message));
       }
       if (!changed_.WaitWithDeadline(&mu_, SteadyDeadline(until)) && absl::Now() >= until) {
         return absl::UnavailableError(message);

@@ -105,6 +105,8 @@ class GlooCollectives final : public ProcessCollectives {
   absl::StatusOr<std::shared_ptr<gloo::Context>> ContextFor(const std::vector<HostId>& hosts,
                                                             int64_t generation,
                                                             absl::Time deadline);
+  // "host H was lost: why" for the first of `hosts` lost; empty if none.
+  std::string LostLocked(absl::Span<const HostId> hosts) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A call on `context` failed: drops it, so the next call connects anew.
   void Drop(const std::vector<HostId>& hosts, const std::shared_ptr<gloo::Context>& context);
   // Runs `op` on the group's context; maps Gloo's exceptions to a status

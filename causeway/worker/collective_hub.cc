@@ -134,7 +134,7 @@ absl::Status CollectiveHub::AllReduce(const CollectiveKey& key, DeviceId self, i
                                       const std::string& what) {
   const Completion across = [&](State& state) -> absl::Status {
     // This process's members in rank order, then the processes.
-    const std::vector<int> local = LocalRanks(state);
+    const std::vector<int>& local = state.local_ranks();
     void* acc = state.buffers[local[0]];
     for (size_t i = 1; i < local.size(); ++i) {
       CombineInto(acc, state.buffers[local[i]], shape, kind);
@@ -155,43 +155,29 @@ absl::Status CollectiveHub::AllReduce(const CollectiveKey& key, DeviceId self, i
               &across);
 }
 
-std::vector<int> CollectiveHub::LocalRanks(const State& state) const {
-  std::vector<int> local;
-  const HostId here = peers_->self();
-  for (size_t r = 0; r < state.rank_hosts.size(); ++r) {
-    if (state.rank_hosts[r] == here) local.push_back(static_cast<int>(r));
-  }
-  return local;
-}
-
 absl::Status CollectiveHub::GatherAcross(const CollectiveKey& key, State& state) const {
   const int64_t in_bytes = state.in_bytes;
-  std::vector<int64_t> bytes(state.hosts.size(), 0);
-  std::vector<int64_t> offset(state.hosts.size() + 1, 0);
-  for (HostId h : state.rank_hosts) {
-    const size_t i = static_cast<size_t>(
-        std::lower_bound(state.hosts.begin(), state.hosts.end(), h) - state.hosts.begin());
-    bytes[i] += in_bytes;
+  std::vector<int64_t> bytes;
+  for (const std::vector<int>& ranks : state.ranks_on) {
+    bytes.push_back(in_bytes * static_cast<int64_t>(ranks.size()));
   }
-  for (size_t i = 0; i < bytes.size(); ++i) offset[i + 1] = offset[i] + bytes[i];
   std::vector<std::byte> mine;
   mine.reserve(static_cast<size_t>(in_bytes) * static_cast<size_t>(state.local_members));
-  for (int r : LocalRanks(state)) {
+  for (int r : state.local_ranks()) {
     const auto* p = static_cast<const std::byte*>(state.inputs[r]);
     mine.insert(mine.end(), p, p + in_bytes);
   }
-  state.gathered.resize(static_cast<size_t>(offset.back()));
+  state.gathered.resize(static_cast<size_t>(in_bytes) * state.members.size());
   CW_RETURN_IF_ERROR(state.across->AllGather(key, state.hosts, state.generation, mine.data(),
                                              bytes, state.gathered.data(), state.deadline));
-  // Each process's operands are its ranks', in rank order.
-  std::vector<int64_t> next(offset.begin(), offset.end() - 1);
-  const HostId here = peers_->self();
-  for (size_t r = 0; r < state.rank_hosts.size(); ++r) {
-    const size_t i = static_cast<size_t>(
-        std::lower_bound(state.hosts.begin(), state.hosts.end(), state.rank_hosts[r]) -
-        state.hosts.begin());
-    if (state.rank_hosts[r] != here) state.inputs[r] = state.gathered.data() + next[i];
-    next[i] += in_bytes;
+  // Each process's operands are its ranks', in rank order, process after
+  // process.
+  const std::byte* next = state.gathered.data();
+  for (size_t h = 0; h < state.ranks_on.size(); ++h) {
+    for (int r : state.ranks_on[h]) {
+      if (static_cast<int>(h) != state.self_index) state.inputs[r] = next;
+      next += in_bytes;
+    }
   }
   return absl::OkStatus();
 }
@@ -269,6 +255,13 @@ absl::Status CollectiveHub::Meet(const CollectiveKey& key, DeviceId self, int ra
       slot->across = library;
       slot->hosts = hosts;
       slot->rank_hosts = member_hosts;
+      slot->ranks_on.resize(hosts.size());
+      for (int r = 0; r < size; ++r) {
+        const auto h = std::lower_bound(hosts.begin(), hosts.end(), member_hosts[r]);
+        slot->ranks_on[static_cast<size_t>(h - hosts.begin())].push_back(r);
+      }
+      slot->self_index = static_cast<int>(
+          std::lower_bound(hosts.begin(), hosts.end(), peers_->self()) - hosts.begin());
       slot->deadline = absl::Now() + timeout_;
     }
     if (auto it = early_remote_.find(key); it != early_remote_.end()) {
@@ -637,7 +630,7 @@ absl::Status CollectiveHub::ReduceScatter(const CollectiveKey& key, DeviceId sel
     return reduce_scatter(state, all);
   };
   const Completion across = [&](State& state) {
-    return reduce_scatter(state, LocalRanks(state));
+    return reduce_scatter(state, state.local_ranks());
   };
   return Meet(key, self, rank, members, ir::OpKind::kReduceScatter, in, in_shape.byte_size(), out,
               out_shape.byte_size(), what, complete, &across);
@@ -686,14 +679,8 @@ absl::Status CollectiveHub::AllToAll(const CollectiveKey& key, DeviceId self, in
   const Completion across = [&](State& state) -> absl::Status {
     const int64_t cb = chunk.byte_size();
     const int64_t esize = ir::ByteSize(in_shape.dtype);
-    const std::vector<int> local = LocalRanks(state);
-    std::vector<std::vector<int>> ranks_on(state.hosts.size());
-    for (int r = 0; r < g; ++r) {
-      const size_t h = static_cast<size_t>(
-          std::lower_bound(state.hosts.begin(), state.hosts.end(), state.rank_hosts[r]) -
-          state.hosts.begin());
-      ranks_on[h].push_back(r);
-    }
+    const std::vector<int>& local = state.local_ranks();
+    const std::vector<std::vector<int>>& ranks_on = state.ranks_on;
     const int64_t n_local = static_cast<int64_t>(local.size());
     std::vector<int64_t> send_bytes(state.hosts.size()), recv_bytes(state.hosts.size());
     int64_t send_total = 0, recv_total = 0;

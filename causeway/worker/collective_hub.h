@@ -258,6 +258,9 @@ class CollectiveHub {
     ProcessCollectives* across = nullptr;
     std::vector<HostId> hosts;
     std::vector<HostId> rank_hosts;
+    std::vector<std::vector<int>> ranks_on;  // each process's ranks, in `hosts` order
+    int self_index = 0;                       // this process in `hosts`
+    const std::vector<int>& local_ranks() const { return ranks_on[self_index]; }
     absl::Time deadline;
     int64_t generation = 0;  // the highest of the processes'
     std::vector<std::byte> gathered;
@@ -293,8 +296,6 @@ class CollectiveHub {
   // REQUIRES: mu_. Records that host `from` is ready in `state`.
   void AbsorbReadyLocked(State& state, HostId from, int64_t generation)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The ranks of `state` on this host, in order.
-  std::vector<int> LocalRanks(const State& state) const;
   // Across processes: gathers every process's operands (its members', in
   // rank order) and points `state.inputs` of the other processes' ranks at
   // them; their `buffers` stay null.

@@ -313,17 +313,21 @@ TEST(CollectiveHubPeersTest, LostHostFailsWaitingMembersAndLaterCollectivesAtOnc
   EXPECT_THAT(later, StatusIs(absl::StatusCode::kUnavailable, HasSubstr("killed")));
 }
 
-TEST(CollectiveHubPeersTest, AGangAbortedOnOneHostFailsItsMembersOnTheOthers) {
-  Fabric fabric(2, 1);
+// Host 0's member of a gang fails before its collective; host 1's member
+// then arrives: it fails with the root cause instead of waiting.
+void ExpectAbortOnHostZeroFailsHostOne(Fabric& fabric) {
   const std::vector<DeviceId> members = Devices(2);
   float x = 1.0f;
-  // Host 0's member failed before its collective: its peers on host 1 fail
-  // with the root cause instead of waiting.
   fabric.hub(0).AbortGang(RunId(5), 2, absl::InternalError("node 2 (matmul) on device 0: boom"));
   absl::Status s = fabric.hub(1).AllReduce(CollectiveKey{RunId(5), 2, 0, 0}, members[1], 1,
                                            members, ir::Shape(ir::DType::kF32, {1}),
                                            ir::ReduceKind::kSum, &x, "all_reduce");
   EXPECT_THAT(s, StatusIs(absl::StatusCode::kInternal, HasSubstr("boom")));
+}
+
+TEST(CollectiveHubPeersTest, AGangAbortedOnOneHostFailsItsMembersOnTheOthers) {
+  Fabric fabric(2, 1);
+  ExpectAbortOnHostZeroFailsHostOne(fabric);
 }
 
 TEST(CollectiveHubPeersTest, AContributionOfTheWrongSizeFailsTheCollective) {
@@ -441,13 +445,7 @@ TEST(CollectiveHubLibraryTest, EveryKindMatchesTheDataPlane) {
 // others into the library: they fail with its cause, waiting for nothing.
 TEST(CollectiveHubLibraryTest, AGangAbortedOnOneHostNeverReachesTheLibrary) {
   Fabric fabric(2, 1, absl::Seconds(30), {0, 1});
-  const std::vector<DeviceId> members = Devices(2);
-  float x = 1.0f;
-  fabric.hub(0).AbortGang(RunId(5), 2, absl::InternalError("node 2 (matmul) on device 0: boom"));
-  absl::Status s = fabric.hub(1).AllReduce(CollectiveKey{RunId(5), 2, 0, 0}, members[1], 1,
-                                           members, ir::Shape(ir::DType::kF32, {1}),
-                                           ir::ReduceKind::kSum, &x, "all_reduce");
-  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInternal, HasSubstr("boom")));
+  ExpectAbortOnHostZeroFailsHostOne(fabric);
   EXPECT_TRUE(fabric.library_calls(1).empty());
 }
 

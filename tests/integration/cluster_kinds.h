@@ -5,6 +5,8 @@
 #ifndef CAUSEWAY_TESTS_INTEGRATION_CLUSTER_KINDS_H_
 #define CAUSEWAY_TESTS_INTEGRATION_CLUSTER_KINDS_H_
 
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 
@@ -53,6 +55,17 @@ inline std::unique_ptr<ProcessCluster> StartProcesses(ProcessClusterOptions opti
   auto cluster = ProcessCluster::Start(options);
   CW_CHECK_OK(cluster.status());
   return std::move(*cluster);
+}
+
+// How many of `cluster`'s worker logs contain `text`.
+inline int WorkerLogsWith(const ProcessCluster& cluster, const std::string& text) {
+  int found = 0;
+  for (int i = 0; i < cluster.num_workers(); ++i) {
+    std::ifstream log(cluster.log_dir() + "/worker" + std::to_string(i) + ".log");
+    const std::string all((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+    if (all.find(text) != std::string::npos) ++found;
+  }
+  return found;
 }
 
 inline std::unique_ptr<RemoteCluster> ConnectRemote(const ProcessCluster& cluster) {

@@ -166,6 +166,13 @@ TEST_P(ConformanceTest, CallComputesAShardedResultWithAnAllReduceAcrossHosts) {
   ASSERT_OK_AND_ASSIGN(std::vector<Array> out, client_->Call(cf, {in}));
   ASSERT_OK_AND_ASSIGN(Literal v, AwaitOrHang(out[0].Fetch()));
   EXPECT_THAT(v.values<float>(), ElementsAreArray({84.0f, 92.0f, 100.0f}));
+  // It crossed the processes the way the cluster was started with: both
+  // workers of the mesh connected in Gloo, or none did.
+  if (GetParam() == ClusterKind::kProcessesGloo) {
+    EXPECT_EQ(WorkerLogsWith(*gloo_processes_, "gloo: connected to hosts"), 2);
+  } else if (GetParam() == ClusterKind::kProcesses) {
+    EXPECT_EQ(WorkerLogsWith(*processes_, "gloo: connected"), 0);
+  }
 }
 
 // Every collective kind over every subset of axes of the 2x2 mesh: within a

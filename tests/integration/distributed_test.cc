@@ -305,7 +305,9 @@ TEST(GlooFaultTest, AWorkerKilledDuringGlooAllReducesFailsItsGangNamingIt) {
     ASSERT_OK_AND_ASSIGN(std::vector<Array> out, client->Call(sum, {chain.back()}));
     chain.push_back(out[0]);
   }
-  ASSERT_OK(AwaitOrHang(chain[2].Ready()));  // Gloo is connected and working
+  ASSERT_OK(AwaitOrHang(chain[2].Ready()));
+  // The sums met in Gloo: every worker connected the group of three.
+  EXPECT_EQ(WorkerLogsWith(*cluster, "gloo: connected to hosts"), 3);
   const auto killed_at = std::chrono::steady_clock::now();
   cluster->KillWorker(1);
   absl::StatusOr<Literal> lost = AwaitOrHang(chain.back().Fetch());
