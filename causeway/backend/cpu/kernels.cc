@@ -164,10 +164,14 @@ void ScatterAdd(const T* src, absl::Span<const int64_t> dims,
   int64_t dst_offset = 0;
   while (true) {
     T* o = dst + dst_offset;
+    // The two common cases through Eigen, vectorised: a row summed to one
+    // value (its partial sums in vector lanes, so in a fixed order other
+    // than left to right), and a row added to a row of the result (bias
+    // gradients: sums over the leading axes).
     if (inner_stride == 0) {
-      T sum = T(0);
-      for (int64_t j = 0; j < inner; ++j) sum += src[j];
-      *o += sum;
+      *o += ConstArray<T>(src, inner).sum();
+    } else if (inner_stride == 1) {
+      MutArray<T>(o, inner) += ConstArray<T>(src, inner);
     } else {
       for (int64_t j = 0; j < inner; ++j) o[j * inner_stride] += src[j];
     }
