@@ -8,6 +8,7 @@
 #include "benchmark/benchmark.h"
 #include "causeway/backend/cpu/executable.h"
 #include "causeway/base/check.h"
+#include "causeway/ir/autodiff.h"
 #include "causeway/models/gpt.h"
 
 namespace causeway {
@@ -42,6 +43,39 @@ void BM_GptTrainStep(benchmark::State& state) {
       static_cast<double>(batch * config.context), benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_GptTrainStep)->Arg(12)->Arg(6)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The loss and its gradients only (no clipping, no AdamW): the step's time
+// less this one is what the optimiser costs.
+void BM_GptGradients(benchmark::State& state) {
+  const int64_t batch = state.range(0);
+  models::GptConfig config;
+  absl::StatusOr<ir::Function> loss = models::GptLossFunction(config, {}, batch);
+  CW_CHECK_OK(loss.status());
+  const int np = static_cast<int>(models::GptParams(config).size());
+  std::vector<int> wrt;
+  for (int i = 0; i < np; ++i) wrt.push_back(i);
+  absl::StatusOr<ir::Function> f = ir::Grad(*loss, wrt);
+  CW_CHECK_OK(f.status());
+  absl::StatusOr<std::shared_ptr<const backend::cpu::Executable>> exe =
+      backend::cpu::Compile(*f);
+  CW_CHECK_OK(exe.status());
+  std::vector<ir::Literal> inputs = models::InitGptParams(config, 1);
+  for (int i = static_cast<int>(inputs.size()); i < f->num_parameters(); ++i) {
+    inputs.emplace_back(f->parameter_shape(i));
+  }
+  std::vector<ir::Literal> outputs;
+  for (int i = 0; i < f->num_outputs(); ++i) outputs.emplace_back(f->output_shape(i));
+  std::vector<const void*> in;
+  for (const ir::Literal& l : inputs) in.push_back(l.data());
+  std::vector<void*> out;
+  for (ir::Literal& l : outputs) out.push_back(l.data());
+  for (auto _ : state) {
+    CW_CHECK_OK((*exe)->Run(in, out, {}));
+  }
+  state.counters["tokens_per_s"] = benchmark::Counter(
+      static_cast<double>(batch * config.context), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_GptGradients)->Arg(12)->Arg(6)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 }  // namespace causeway
