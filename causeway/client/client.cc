@@ -36,9 +36,8 @@ void Array::Release() {
   // Release after the producing run reached its hosts, never before.
   std::weak_ptr<internal::ClientCore> core = s.core;
   const ArrayId id = s.id;
-  std::vector<HostId> hosts = s.shard_hosts;
-  s.submitted.OnReady([core, id, hosts](const absl::StatusOr<Unit>&) {
-    if (auto c = core.lock()) c->QueueRelease(id, hosts);
+  s.submitted.OnReady([core, id, hosts = s.hosts](const absl::StatusOr<Unit>&) {
+    if (auto c = core.lock()) c->QueueRelease(id, *hosts);
   });
 }
 

@@ -17,13 +17,23 @@
 
 namespace causeway::internal {
 
+// The hosts of an array's shards: by mesh position, and the distinct ones,
+// ascending. Immutable, and shared by every array of one plan value (or of
+// one Put): at 2048 devices a copy per array would be a copy of 2048 hosts
+// per output of every call.
+struct ShardHosts {
+  explicit ShardHosts(std::vector<HostId> shard_hosts);
+  std::vector<HostId> by_shard;
+  std::vector<HostId> distinct;
+};
+
 struct ArrayState {
   std::shared_ptr<ClientCore> core;
   ArrayId id;
   ir::Shape shape;
   Mesh mesh;
   Sharding sharding;
-  std::vector<HostId> shard_hosts;  // by mesh position
+  std::shared_ptr<const ShardHosts> hosts;  // never null
   // Ready once the run producing the array has reached its hosts (at once in
   // parallel dispatch; later in sequential dispatch).
   Future<Unit> submitted;
@@ -76,6 +86,8 @@ struct ProgramState {
   std::shared_ptr<ClientCore> core;
   std::shared_ptr<const ProgramPlan> plan;
   std::vector<OutputSource> outputs;
+  // The hosts of each value of `plan`, by value id.
+  std::vector<std::shared_ptr<const ShardHosts>> value_hosts;
   // Sequential dispatch: one single-node plan per node of `plan`, with the
   // ids (in `plan`) of the values each consumes and produces.
   struct Step {
@@ -114,7 +126,7 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   Future<ir::Literal> Fetch(const ArrayState& array);
   Future<Unit> Ready(const ArrayState& array);
   // Queues the release of `array` (batched, sent by the release thread).
-  void QueueRelease(ArrayId array, const std::vector<HostId>& hosts);
+  void QueueRelease(ArrayId array, const ShardHosts& hosts);
 
   void Disconnect();
   absl::Status SetShare(const ClientShare& share);
@@ -127,9 +139,10 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
 
  private:
   Array MakeArray(ArrayId id, const ir::Shape& shape, const Mesh& mesh,
-                  const Sharding& sharding, std::vector<HostId> shard_hosts,
+                  const Sharding& sharding, std::shared_ptr<const ShardHosts> hosts,
                   Future<Unit> submitted);
-  Array MakeArray(ArrayId id, const PlanValue& value, Future<Unit> submitted);
+  Array MakeArray(ArrayId id, const PlanValue& value, std::shared_ptr<const ShardHosts> hosts,
+                  Future<Unit> submitted);
   // Submits `run`; `forwarded` is told once it reached its hosts (or why
   // it was dropped on the way), but only if the submission was accepted.
   absl::Status Submit(const RunRequest& run, const ProgramPlan& plan,

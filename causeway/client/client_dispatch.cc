@@ -112,7 +112,8 @@ void ClientCore::SubmitStep(std::shared_ptr<SequentialRun> run) {
       run->handed_over[k] = true;
     } else {
       run->values[v] =
-          MakeArray(ArrayId(NextId(next_array_)), plan.values[v], step_forwarded.future());
+          MakeArray(ArrayId(NextId(next_array_)), plan.values[v],
+                    run->program->value_hosts[v], step_forwarded.future());
     }
     request.outputs.push_back(run->values[v].id());
   }
@@ -190,8 +191,9 @@ Future<ir::Literal> ClientCore::Fetch(const ArrayState& array) {
   const Mesh mesh = array.mesh;
   const Sharding sharding = array.sharding;
   const std::vector<int> shards = DistinctShards(array);
-  const std::vector<HostId> hosts = array.shard_hosts;
+  const std::shared_ptr<const ShardHosts> placement = array.hosts;
   array.submitted.OnReady([=](const absl::StatusOr<Unit>& submitted) {
+    const std::vector<HostId>& hosts = placement->by_shard;
     if (!submitted.ok()) {
       promise.Set(submitted.status());
       return;
@@ -233,9 +235,10 @@ Future<ir::Literal> ClientCore::Fetch(const ArrayState& array) {
 Future<Unit> ClientCore::Ready(const ArrayState& array) {
   std::weak_ptr<ClientCore> weak = shared_from_this();
   const ArrayId id = array.id;
-  const std::vector<HostId> hosts = array.shard_hosts;
+  const std::shared_ptr<const ShardHosts> placement = array.hosts;
   Promise<Unit> promise;
   array.submitted.OnReady([=](const absl::StatusOr<Unit>& submitted) {
+    const std::vector<HostId>& hosts = placement->by_shard;
     if (!submitted.ok()) {
       promise.Set(submitted.status());
       return;
@@ -257,18 +260,10 @@ Future<Unit> ClientCore::Ready(const ArrayState& array) {
   return promise.future();
 }
 
-void ClientCore::QueueRelease(ArrayId array, const std::vector<HostId>& hosts) {
+void ClientCore::QueueRelease(ArrayId array, const ShardHosts& hosts) {
   OutboxItem item;
   item.release = array;
-  // The distinct hosts, ascending. Shards lie on hosts in mesh order, so
-  // equal hosts mostly stand together: a sorted vector, not a set (a tree
-  // node per shard cost ~40 us per release of a 2048-device array).
-  item.hosts.reserve(hosts.size());
-  for (HostId h : hosts) {
-    if (item.hosts.empty() || item.hosts.back() != h) item.hosts.push_back(h);
-  }
-  std::sort(item.hosts.begin(), item.hosts.end());
-  item.hosts.erase(std::unique(item.hosts.begin(), item.hosts.end()), item.hosts.end());
+  item.hosts = hosts.distinct;
   Post(std::move(item));
 }
 

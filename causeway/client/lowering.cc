@@ -82,7 +82,7 @@ namespace internal {
 namespace {
 
 bool SamePlacement(const PlanValue& v, const Mesh& mesh, const Sharding& sharding) {
-  return v.mesh.devices() == mesh.devices() && v.mesh.axes() == mesh.axes() &&
+  return v.mesh.SameDevices(mesh) && v.mesh.axes() == mesh.axes() &&
          v.sharding == sharding;
 }
 
@@ -247,6 +247,9 @@ absl::StatusOr<Program> ClientCore::Lower(const TraceState& trace, absl::Span<co
   }
   auto state = std::make_shared<ProgramState>();
   state->core = shared_from_this();
+  for (const PlanValue& v : plan->values) {
+    state->value_hosts.push_back(std::make_shared<const ShardHosts>(v.shard_hosts));
+  }
   const std::set<int> params(trace.parameters.begin(), trace.parameters.end());
   for (int v : outputs) {
     auto p = std::find(trace.parameters.begin(), trace.parameters.end(), v);

@@ -10,24 +10,37 @@
 
 namespace causeway {
 
+const Mesh::Layout& Mesh::layout() const {
+  static const Layout* const kEmpty = new Layout();
+  return layout_ != nullptr ? *layout_ : *kEmpty;
+}
+
+bool operator==(const Mesh& a, const Mesh& b) {
+  if (a.id_ != b.id_ || a.island_ != b.island_) return false;
+  if (a.layout_ == b.layout_) return true;
+  const Mesh::Layout& x = a.layout();
+  const Mesh::Layout& y = b.layout();
+  return x.axes == y.axes && x.devices == y.devices;
+}
+
 int Mesh::AxisIndex(absl::string_view name) const {
-  for (size_t i = 0; i < axes_.size(); ++i) {
-    if (axes_[i].name == name) return static_cast<int>(i);
+  for (size_t i = 0; i < axes().size(); ++i) {
+    if (axes()[i].name == name) return static_cast<int>(i);
   }
   return -1;
 }
 
 int Mesh::IndexOf(DeviceId device) const {
-  auto it = std::find(devices_.begin(), devices_.end(), device);
-  return it == devices_.end() ? -1 : static_cast<int>(it - devices_.begin());
+  auto it = std::find(devices().begin(), devices().end(), device);
+  return it == devices().end() ? -1 : static_cast<int>(it - devices().begin());
 }
 
 std::vector<int64_t> Mesh::Coordinates(int linear) const {
-  std::vector<int64_t> coords(axes_.size());
+  std::vector<int64_t> coords(axes().size());
   int64_t rest = linear;
-  for (int i = static_cast<int>(axes_.size()) - 1; i >= 0; --i) {
-    coords[i] = rest % axes_[i].size;
-    rest /= axes_[i].size;
+  for (int i = static_cast<int>(axes().size()) - 1; i >= 0; --i) {
+    coords[i] = rest % axes()[i].size;
+    rest /= axes()[i].size;
   }
   return coords;
 }
@@ -48,7 +61,7 @@ absl::StatusOr<std::vector<int>> Mesh::Group(int linear,
   }
   const std::vector<int64_t> base = Coordinates(linear);
   int64_t group_size = 1;
-  for (int a : axis_index) group_size *= axes_[a].size;
+  for (int a : axis_index) group_size *= this->axes()[a].size;
   std::vector<int> members;
   members.reserve(group_size);
   for (int64_t r = 0; r < group_size; ++r) {
@@ -56,11 +69,11 @@ absl::StatusOr<std::vector<int>> Mesh::Group(int linear,
     int64_t rest = r;
     for (int i = static_cast<int>(axis_index.size()) - 1; i >= 0; --i) {
       const int a = axis_index[i];
-      c[a] = rest % axes_[a].size;
-      rest /= axes_[a].size;
+      c[a] = rest % this->axes()[a].size;
+      rest /= this->axes()[a].size;
     }
     int64_t lin = 0;
-    for (size_t i = 0; i < axes_.size(); ++i) lin = lin * axes_[i].size + c[i];
+    for (size_t i = 0; i < this->axes().size(); ++i) lin = lin * this->axes()[i].size + c[i];
     members.push_back(static_cast<int>(lin));
   }
   return members;
@@ -69,7 +82,7 @@ absl::StatusOr<std::vector<int>> Mesh::Group(int linear,
 std::string Mesh::ToString() const {
   return absl::StrCat(
       "{",
-      absl::StrJoin(axes_, ", ",
+      absl::StrJoin(axes(), ", ",
                     [](std::string* out, const MeshAxis& a) {
                       absl::StrAppend(out, a.name, ": ", a.size);
                     }),

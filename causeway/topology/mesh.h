@@ -10,6 +10,7 @@
 #define CAUSEWAY_TOPOLOGY_MESH_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,19 +28,27 @@ struct MeshAxis {
   friend bool operator==(const MeshAxis&, const MeshAxis&) = default;
 };
 
-// A value type, cheap enough to copy. Thread-compatible.
+// A value type, cheap to copy (copies share their immutable axes and
+// devices). Thread-compatible.
 class Mesh {
  public:
   Mesh() = default;
   Mesh(MeshId id, IslandId island, std::vector<MeshAxis> axes,
        std::vector<DeviceId> devices)
-      : id_(id), island_(island), axes_(std::move(axes)), devices_(std::move(devices)) {}
+      : id_(id),
+        island_(island),
+        layout_(std::make_shared<const Layout>(Layout{std::move(axes), std::move(devices)})) {}
 
   MeshId id() const { return id_; }
   IslandId island() const { return island_; }
-  const std::vector<MeshAxis>& axes() const { return axes_; }
-  const std::vector<DeviceId>& devices() const { return devices_; }
-  int size() const { return static_cast<int>(devices_.size()); }
+  const std::vector<MeshAxis>& axes() const { return layout().axes; }
+  const std::vector<DeviceId>& devices() const { return layout().devices; }
+  int size() const { return static_cast<int>(devices().size()); }
+
+  // The same devices in the same order (O(1) for copies of one mesh).
+  bool SameDevices(const Mesh& other) const {
+    return layout_ == other.layout_ || devices() == other.devices();
+  }
 
   // Index of axis `name`, or -1.
   int AxisIndex(absl::string_view name) const;
@@ -57,13 +66,22 @@ class Mesh {
   // "{data: 2, model: 4} on island 0".
   std::string ToString() const;
 
-  friend bool operator==(const Mesh&, const Mesh&) = default;
+  // Equal ids, islands, axes and devices (copies of one mesh compare in
+  // O(1): they share their axes and devices).
+  friend bool operator==(const Mesh& a, const Mesh& b);
 
  private:
+  struct Layout {
+    std::vector<MeshAxis> axes;
+    std::vector<DeviceId> devices;
+  };
+  const Layout& layout() const;
+
   MeshId id_;
   IslandId island_;
-  std::vector<MeshAxis> axes_;
-  std::vector<DeviceId> devices_;
+  // Immutable and shared by every copy: a mesh of 2048 devices is copied
+  // with every array on it, so a copy must not be a copy of its devices.
+  std::shared_ptr<const Layout> layout_;
 };
 
 // A half-open index range [begin, end) along one dimension.

@@ -101,6 +101,38 @@ TEST(MeshTest, AccessorsReturnWhatWasGiven) {
   EXPECT_EQ(mesh.axes()[1], (MeshAxis{"y", 3}));
 }
 
+TEST(MeshTest, CopiesShareTheirDevicesAndCompareEqual) {
+  const Mesh mesh = Mesh2x3();
+  const Mesh copy = mesh;  // NOLINT(performance-unnecessary-copy-initialization)
+  EXPECT_EQ(&copy.devices(), &mesh.devices());
+  EXPECT_EQ(copy, mesh);
+  EXPECT_TRUE(copy.SameDevices(mesh));
+}
+
+TEST(MeshTest, EqualityComparesContentsWhenNotShared) {
+  const Mesh a = Mesh2x3();
+  const Mesh b = Mesh2x3();  // built separately: equal, not shared
+  EXPECT_NE(&a.devices(), &b.devices());
+  EXPECT_EQ(a, b);
+  EXPECT_TRUE(a.SameDevices(b));
+  const Mesh other_devices(MeshId(1), IslandId(0), {{"x", 2}, {"y", 3}}, Devices(20, 6));
+  EXPECT_NE(a, other_devices);
+  EXPECT_FALSE(a.SameDevices(other_devices));
+  const Mesh other_axes(MeshId(1), IslandId(0), {{"x", 3}, {"y", 2}}, Devices(10, 6));
+  EXPECT_NE(a, other_axes);
+  EXPECT_TRUE(a.SameDevices(other_axes));
+  const Mesh other_id(MeshId(9), IslandId(0), {{"x", 2}, {"y", 3}}, Devices(10, 6));
+  EXPECT_NE(a, other_id);
+}
+
+TEST(MeshTest, ADefaultMeshIsEmptyAndEqualToAnother) {
+  const Mesh a;
+  EXPECT_EQ(a.size(), 0);
+  EXPECT_TRUE(a.axes().empty());
+  EXPECT_EQ(a, Mesh());
+  EXPECT_NE(a, Mesh2x3());
+}
+
 TEST(MeshTest, ToStringListsAxesAndIsland) {
   const Mesh mesh(MeshId(0), IslandId(0), {{"data", 2}, {"model", 4}}, Devices(0, 8));
   EXPECT_EQ(mesh.ToString(), "{data: 2, model: 4} on island 0");
