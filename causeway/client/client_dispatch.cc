@@ -248,14 +248,23 @@ Future<Unit> ClientCore::Ready(const ArrayState& array) {
       promise.Set(absl::FailedPreconditionError("client is gone"));
       return;
     }
-    std::vector<Future<Unit>> shards;
+    // One request per host, naming every shard it holds: a 2048-device
+    // array on 512 hosts is 512 messages, not 2048.
+    std::vector<std::vector<int>> on(placement->distinct.size());
     for (size_t s = 0; s < hosts.size(); ++s) {
-      HostService* host = core->cluster_->host(hosts[s]);
-      shards.push_back(host ? host->AwaitShard(id, static_cast<int>(s))
-                            : Future<Unit>::Ready(absl::UnavailableError(
-                                  absl::StrCat(hosts[s].ToString(), " is gone"))));
+      const auto h = std::lower_bound(placement->distinct.begin(), placement->distinct.end(),
+                                      hosts[s]);
+      on[h - placement->distinct.begin()].push_back(static_cast<int>(s));
     }
-    WhenAll(shards).OnReady([promise](const absl::StatusOr<Unit>& all) { promise.Set(all); });
+    std::vector<Future<Unit>> waits;
+    for (size_t i = 0; i < on.size(); ++i) {
+      const HostId h = placement->distinct[i];
+      HostService* host = core->cluster_->host(h);
+      waits.push_back(host ? host->AwaitShards(id, on[i])
+                           : Future<Unit>::Ready(
+                                 absl::UnavailableError(absl::StrCat(h.ToString(), " is gone"))));
+    }
+    WhenAll(waits).OnReady([promise](const absl::StatusOr<Unit>& all) { promise.Set(all); });
   });
   return promise.future();
 }

@@ -1323,6 +1323,10 @@ void CoordinatorServer::Impl::HandleHostCall(ClientSession& session,
     case cluster::HostCall::kAwaitShard:
       status = CheckOwned(session, call.await_shard().array(), "array");
       break;
+    case cluster::HostCall::kAwaitShards:
+      status = CheckOwned(session, call.await_shards().array(), "array");
+      if (status.ok()) status = grpc_transport::CheckShardList(call.await_shards());
+      break;
     case cluster::HostCall::kReleaseArrays:
       for (int64_t a : call.release_arrays().arrays()) {
         status = CheckOwned(session, a, "array");

@@ -320,6 +320,17 @@ class RemoteCluster::Impl::Host final : public HostService {
           return Unit{};
         });
   }
+  Future<Unit> AwaitShards(ArrayId array, const std::vector<int>& shards) override {
+    cluster::ClientMessage m = Message();
+    cluster::ShardList* list = m.mutable_host()->mutable_await_shards();
+    list->set_array(array.value());
+    for (int s : shards) list->add_shards(s);
+    return impl_->Call(std::move(m))
+        .Then([](const absl::StatusOr<cluster::Reply>& r) -> absl::StatusOr<Unit> {
+          if (!r.ok()) return r.status();
+          return Unit{};
+        });
+  }
   void ReleaseArrays(absl::Span<const ArrayId> arrays) override {
     cluster::ClientMessage m = Message();
     for (ArrayId a : arrays) m.mutable_host()->mutable_release_arrays()->add_arrays(a.value());

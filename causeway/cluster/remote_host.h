@@ -218,6 +218,16 @@ class RemoteHost final : public HostService {
           return Unit{};
         });
   }
+  Future<Unit> AwaitShards(ArrayId array, const std::vector<int>& shards) override {
+    cluster::HostCall call;
+    call.mutable_await_shards()->set_array(array.value());
+    for (int s : shards) call.mutable_await_shards()->add_shards(s);
+    return Call(std::move(call)).Then(
+        [](const absl::StatusOr<cluster::Reply>& r) -> absl::StatusOr<Unit> {
+          if (!r.ok()) return r.status();
+          return Unit{};
+        });
+  }
   void ReleaseArrays(absl::Span<const ArrayId> arrays) override {
     cluster::HostCall call;
     for (ArrayId a : arrays) call.mutable_release_arrays()->add_arrays(a.value());

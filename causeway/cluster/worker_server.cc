@@ -403,6 +403,18 @@ void WorkerServer::Impl::HandleCall(uint64_t id, cluster::HostCall& call) {
       executor_->AwaitShard(ArrayId(call.await_shard().array()), call.await_shard().shard())
           .OnReady([this, id](const absl::StatusOr<Unit>& ready) { Reply(id, ready.status()); });
       break;
+    case cluster::HostCall::kAwaitShards: {
+      if (absl::Status valid = grpc_transport::CheckShardList(call.await_shards());
+          !valid.ok()) {
+        Reply(id, valid);
+        break;
+      }
+      const std::vector<int> shards(call.await_shards().shards().begin(),
+                                    call.await_shards().shards().end());
+      executor_->AwaitShards(ArrayId(call.await_shards().array()), shards)
+          .OnReady([this, id](const absl::StatusOr<Unit>& ready) { Reply(id, ready.status()); });
+      break;
+    }
     case cluster::HostCall::kReleaseArrays: {
       std::vector<ArrayId> ids;
       for (int64_t a : call.release_arrays().arrays()) ids.push_back(ArrayId(a));

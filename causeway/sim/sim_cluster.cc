@@ -374,6 +374,9 @@ class SimCluster::HostProxy final : public HostService {
   Future<Unit> AwaitShard(ArrayId array, int shard) override {
     return Later<Unit>([=, this] { return exec()->AwaitShard(array, shard); });
   }
+  Future<Unit> AwaitShards(ArrayId array, const std::vector<int>& shards) override {
+    return Later<Unit>([=, this] { return exec()->AwaitShards(array, shards); });
+  }
   void ReleaseArrays(absl::Span<const ArrayId> arrays) override {
     FromClient([this, ids = std::vector<ArrayId>(arrays.begin(), arrays.end())] {
       exec()->ReleaseArrays(ids);
@@ -908,6 +911,7 @@ void SimCluster::Message(SimThread* from, SimThread* to, int64_t cost_ns,
                          std::function<void()> then) {
   const HostCosts& h = costs().host;
   const int64_t handoff = Ns(h.handoff_us);
+  ++counters_.requests;
   if (from->machine() == to->machine()) {
     // In-process: the receiver is woken (a hand-off's latency).
     ++counters_.messages;

@@ -162,6 +162,7 @@ struct SimCounters {
   int64_t device_busy_ns = 0;     // launch start to finish, summed over devices
   int64_t device_compute_ns = 0;  // the cost model's kernel time, summed
   int64_t messages = 0;           // control messages (batches, between machines) sent
+  int64_t requests = 0;           // control requests sent (a batch carries one or more)
   int64_t events = 0;
   // CPU charged to the control plane's threads: the client's two, the
   // busiest island scheduler's, the busiest host receiver's, and the

@@ -173,15 +173,30 @@ TEST(SimulateTenancyTest, SharesFollowTheWeights) {
 // The simulated cluster runs the real scheduler and executors: the real
 // client's runs reach them, are ordered and accounted by them, and the
 // outputs are the executors' own buffers.
-TEST(SimClusterTest, TheRealSchedulerAndExecutorsDoTheWork) {
+// A simulated cluster of one island and a client of it that sends from
+// the event loop.
+struct SimAndClient {
+  std::unique_ptr<SimCluster> cluster;
+  std::unique_ptr<Client> client;
+};
+
+absl::StatusOr<SimAndClient> ConnectSim(int hosts, int devices_per_host) {
   SimClusterOptions o;
-  o.hosts_per_island = 2;
-  o.devices_per_host = 2;
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<SimCluster> c, SimCluster::Create(o));
+  o.hosts_per_island = hosts;
+  o.devices_per_host = devices_per_host;
+  SimAndClient s;
+  CW_ASSIGN_OR_RETURN(s.cluster, SimCluster::Create(o));
   ClientOptions co;
-  SimCluster* raw = c.get();
+  SimCluster* raw = s.cluster.get();
   co.send_executor = [raw](std::function<void()> send) { raw->PostClientSend(std::move(send)); };
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(raw, co));
+  CW_ASSIGN_OR_RETURN(s.client, Client::Connect(raw, co));
+  return s;
+}
+
+TEST(SimClusterTest, TheRealSchedulerAndExecutorsDoTheWork) {
+  ASSERT_OK_AND_ASSIGN(SimAndClient sim, ConnectSim(2, 2));
+  SimCluster* raw = sim.cluster.get();
+  Client* client = sim.client.get();
   DispatchProgramOptions po;
   po.devices = 4;
   po.chain = 3;
@@ -213,6 +228,25 @@ TEST(SimClusterTest, TheRealSchedulerAndExecutorsDoTheWork) {
     }
   }
   EXPECT_EQ(launches, 4 * 15);
+  client->Disconnect();
+}
+
+// Ready() of an array asks each host once for all the shards it holds: on
+// 3 hosts of 4 devices, a replicated array's 12 shards cost 3 requests,
+// each relayed through the coordinator (2 hops), not 12.
+TEST(SimClusterTest, ReadyAsksEachHostOnceForAllItsShards) {
+  ASSERT_OK_AND_ASSIGN(SimAndClient sim, ConnectSim(3, 4));
+  SimCluster* raw = sim.cluster.get();
+  Client* client = sim.client.get();
+  ASSERT_OK_AND_ASSIGN(Mesh mesh, client->AllocateMesh({{"x", 12}}));
+  ASSERT_OK_AND_ASSIGN(Array x, client->Put(ir::Literal::F32({2}, {1, 2}), mesh,
+                                            Sharding::Replicated(1)));
+  raw->loop().RunFor(raw->loop().now() + 1'000'000);
+  const int64_t before = raw->counters().requests;
+  Future<Unit> ready = x.Ready();
+  ASSERT_TRUE(raw->loop().RunUntil([&] { return ready.IsReady(); }, int64_t{1} << 40));
+  ASSERT_OK(ready.Await().status());
+  EXPECT_EQ(raw->counters().requests - before, 3 * 2);
   client->Disconnect();
 }
 

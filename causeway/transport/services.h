@@ -160,6 +160,15 @@ class HostService {
   virtual Future<ir::Literal> FetchShard(ArrayId array, int shard) = 0;
   // Ready (or failed) when the shard is.
   virtual Future<Unit> AwaitShard(ArrayId array, int shard) = 0;
+  // Ready when every one of `shards` (of `array`, all held here) is, or
+  // failed with the first error. Remote hosts answer it as one message;
+  // this default awaits each shard.
+  virtual Future<Unit> AwaitShards(ArrayId array, const std::vector<int>& shards) {
+    std::vector<Future<Unit>> each;
+    each.reserve(shards.size());
+    for (int s : shards) each.push_back(AwaitShard(array, s));
+    return WhenAll(each);
+  }
 
   virtual void ReleaseArrays(absl::Span<const ArrayId> arrays) = 0;
   // Drops every array of `owner` here, and its memory quota.

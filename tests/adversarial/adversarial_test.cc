@@ -26,6 +26,7 @@
 #include "causeway/cluster/coordinator_server.h"
 #include "causeway/cluster/worker_server.h"
 #include "causeway/transport/grpc/cluster.grpc.pb.h"
+#include "causeway/transport/grpc/cluster_codec.h"
 #include "causeway/transport/grpc/grpc_common.h"
 #include "causeway/transport/grpc/wire_codec.h"
 #include "gmock/gmock.h"
@@ -427,6 +428,44 @@ TEST_F(AdversarialTest, PutsPastTheDeviceBudgetFailInsteadOfWaitingForever) {
               StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("out of memory")));
   await.mutable_host()->mutable_await_shard()->set_array(Id(0).value());
   EXPECT_OK(peer_->CallStatus(await));
+}
+
+TEST_F(AdversarialTest, ShardListsAreBoundedAndChecked) {
+  const Mesh mesh = OneDeviceMesh(0);
+  const HostId h = HostOf(mesh.devices()[0]);
+  cluster::ClientMessage put;
+  put.mutable_host()->set_host(h.value());
+  cluster::PutShard& p = *put.mutable_host()->mutable_put_shard();
+  p.set_array(Id(3).value());
+  p.set_owner(client_.value());
+  wire::EncodeLiteral(ir::Literal::F32({2}, {1, 2}), p.mutable_value());
+  ASSERT_OK(peer_->CallStatus(put));
+
+  cluster::ClientMessage await;
+  await.mutable_host()->set_host(h.value());
+  cluster::ShardList& list = *await.mutable_host()->mutable_await_shards();
+  list.set_array(Id(3).value());
+  EXPECT_THAT(peer_->CallStatus(await),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("0 shards")));
+  list.add_shards(-1);
+  EXPECT_THAT(peer_->CallStatus(await),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("shard -1")));
+  list.clear_shards();
+  for (int i = 0; i <= grpc_transport::kMaxShardsPerList; ++i) list.add_shards(0);
+  EXPECT_THAT(peer_->CallStatus(await),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("allowed")));
+  // A shard the host does not hold fails the list; the one it holds answers.
+  list.clear_shards();
+  list.add_shards(0);
+  list.add_shards(5);
+  EXPECT_THAT(peer_->CallStatus(await), StatusIs(absl::StatusCode::kNotFound, ::testing::_));
+  list.clear_shards();
+  list.add_shards(0);
+  EXPECT_OK(peer_->CallStatus(await));
+  // Another client's array is refused before any host sees the list.
+  list.set_array(Id(3).value() + (int64_t{1} << 40));
+  EXPECT_THAT(peer_->CallStatus(await),
+              StatusIs(absl::StatusCode::kPermissionDenied, ::testing::_));
 }
 
 TEST_F(AdversarialTest, ARunSpanningIslandsIsCheckedEverywhereBeforeAnyIslandGetsIt) {

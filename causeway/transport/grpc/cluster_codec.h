@@ -71,6 +71,24 @@ inline void EncodeTraceEvent(const TraceEvent& e, cluster::TraceEventProto* out)
   out->set_island(e.island.value());
 }
 
+// Shards one ShardList may name: more than any host holds of one array (a
+// device holds one shard of it).
+inline constexpr int kMaxShardsPerList = 1 << 16;
+
+// INVALID_ARGUMENT for a list a peer must not send: empty, longer than
+// kMaxShardsPerList, or naming a negative shard.
+inline absl::Status CheckShardList(const cluster::ShardList& list) {
+  if (list.shards_size() == 0 || list.shards_size() > kMaxShardsPerList) {
+    return absl::InvalidArgumentError(absl::StrCat("a shard list of ", list.shards_size(),
+                                                   " shards (1 to ", kMaxShardsPerList,
+                                                   " allowed)"));
+  }
+  for (int32_t s : list.shards()) {
+    if (s < 0) return absl::InvalidArgumentError(absl::StrCat("shard ", s, " in a shard list"));
+  }
+  return absl::OkStatus();
+}
+
 // Times a peer may send: microseconds within about ±36,000 years, so that
 // moving them between clocks cannot overflow.
 inline constexpr int64_t kMaxTraceMicros = int64_t{1} << 60;
