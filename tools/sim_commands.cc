@@ -481,33 +481,50 @@ absl::StatusOr<json> Calibrate(const CalibrateFlags& f) {
   // The hub alone is not all a member pays on oversubscribed cores: the
   // device threads also park and wake around each launch. What a gang step
   // costs each member is taken from the real embedded cluster: chained
-  // trivial all-reduces over 8 devices (1 host) and 32 (4 hosts); the CPU
-  // per member and step (step time x cores / devices, less the launch's
-  // own) gives the cost at each oversubscription, and the line through
-  // them its base and slope per device thread per core.
+  // trivial all-reduces over 8 devices (1 host), 16 (2 hosts) and 32 (4
+  // hosts), each the median of 3 runs (single runs on a shared machine move
+  // by up to 30 %); the CPU per member and step (step time x cores /
+  // devices, less the launch's own) at each oversubscription, and the
+  // least-squares line through them, give the base and the slope per device
+  // thread per core.
   {
     const double cores = std::max(1u, std::thread::hardware_concurrency());
-    double member[2];
-    double per_core[2];
-    const int sizes[2][2] = {{8, 1}, {32, 4}};
-    for (int i = 0; i < 2; ++i) {
+    const int sizes[3][2] = {{8, 1}, {16, 2}, {32, 4}};
+    std::vector<double> xs;
+    std::vector<double> ys;
+    for (const auto& size : sizes) {
       DispatchBenchOptions b;
       b.mode = DispatchGranularity::kChained;
       b.chain = 16;
-      b.devices = sizes[i][0];
-      b.hosts = sizes[i][1];
+      b.devices = size[0];
+      b.hosts = size[1];
       b.seconds = 1.0;
-      CW_ASSIGN_OR_RETURN(DispatchBenchResult r, RunDispatchBench(b));
-      const double step_us = 1e6 / r.computations_per_second;
-      member[i] = std::max(
-          0.0, (step_us - c.host.handoff_us) * cores / b.devices - c.host.device_launch_us);
-      per_core[i] = b.devices / cores;
+      std::vector<double> steps;
+      for (int i = 0; i < 3; ++i) {
+        CW_ASSIGN_OR_RETURN(DispatchBenchResult r, RunDispatchBench(b));
+        steps.push_back(1e6 / r.computations_per_second);
+      }
+      std::sort(steps.begin(), steps.end());
+      const double step_us = steps[1];
+      xs.push_back(b.devices / cores);
+      ys.push_back(std::max(
+          0.0, (step_us - c.host.handoff_us) * cores / b.devices - c.host.device_launch_us));
       measured[absl::StrCat("embedded_chained_step_us_", b.devices, "_devices")] = step_us;
     }
-    c.host.collective_member_slope_us =
-        std::max(0.0, (member[1] - member[0]) / (per_core[1] - per_core[0]));
-    c.host.collective_member_us =
-        std::max(0.0, member[0] - c.host.collective_member_slope_us * std::max(0.0, per_core[0] - 1));
+    const double n = static_cast<double>(xs.size());
+    double sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (size_t i = 0; i < xs.size(); ++i) {
+      sx += xs[i];
+      sy += ys[i];
+      sxx += xs[i] * xs[i];
+      sxy += xs[i] * ys[i];
+    }
+    const double slope = (n * sxy - sx * sy) / (n * sxx - sx * sx);
+    c.host.collective_member_slope_us = std::max(0.0, slope);
+    // The base is the cost at one device thread per core.
+    const double at_one = (sy - c.host.collective_member_slope_us * sx) / n +
+                          c.host.collective_member_slope_us;
+    c.host.collective_member_us = std::max(0.0, at_one);
   }
   measured["handoff_us"] = c.host.handoff_us;
   // 3. A control message over gRPC: single trivial runs waited for one at
