@@ -117,7 +117,9 @@ done
 
 /usr/bin/python3 scripts/plot_bench.py "$out" "$(dirname "$out")"
 
-# The language model (docs/BENCHMARKS.md, "Language model").
+# The language model (docs/BENCHMARKS.md, "Language model"). An
+# OPENBLAS_CORETYPE in the environment is respected: unset it to let causeway
+# pick the widest GEMM kernels the CPU runs (docs/IR.md).
 if [[ -n "${LM_DATA:-}" ]]; then
   lm_out="$(dirname "$out")/lm.jsonl"
   : > "$lm_out"
