@@ -362,6 +362,44 @@ std::pair<double, double> FitHostCosts(const std::vector<sim::CpuProfile::HostBa
   return {std::max(0.0, a) / 1000, std::max(0.0, b) / 1000};
 }
 
+// `n` runs of the real dispatch benchmark: their computations/s, ascending.
+// The real runs move by tens of per cent on a shared machine, so callers
+// take the median and report the spread.
+absl::StatusOr<std::vector<double>> RealDispatchRuns(const DispatchBenchOptions& b, int n) {
+  std::vector<double> runs;
+  for (int i = 0; i < n; ++i) {
+    CW_ASSIGN_OR_RETURN(DispatchBenchResult r, RunDispatchBench(b));
+    runs.push_back(r.computations_per_second);
+  }
+  std::sort(runs.begin(), runs.end());
+  return runs;
+}
+
+// REQUIRES: `sorted` is ascending and not empty.
+double Median(const std::vector<double>& sorted) {
+  const size_t k = sorted.size() / 2;
+  return sorted.size() % 2 == 1 ? sorted[k] : 0.5 * (sorted[k - 1] + sorted[k]);
+}
+
+// The least-squares line through the points: its slope, and the points'
+// mean, which it passes through. REQUIRES: at least two distinct xs.
+struct Line {
+  double slope = 0;
+  double mean_x = 0;
+  double mean_y = 0;
+};
+Line FitLine(const std::vector<double>& xs, const std::vector<double>& ys) {
+  const double n = static_cast<double>(xs.size());
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    sx += xs[i];
+    sy += ys[i];
+    sxx += xs[i] * xs[i];
+    sxy += xs[i] * ys[i];
+  }
+  return {(n * sxy - sx * sy) / (n * sxx - sx * sx), sx / n, sy / n};
+}
+
 // One trivial op-by-op run on one device, waited for before the next is
 // made: the median wall time, and this process's CPU per run.
 struct WaitedRun {
@@ -499,32 +537,20 @@ absl::StatusOr<json> Calibrate(const CalibrateFlags& f) {
       b.devices = size[0];
       b.hosts = size[1];
       b.seconds = 1.0;
-      std::vector<double> steps;
-      for (int i = 0; i < 3; ++i) {
-        CW_ASSIGN_OR_RETURN(DispatchBenchResult r, RunDispatchBench(b));
-        steps.push_back(1e6 / r.computations_per_second);
-      }
-      std::sort(steps.begin(), steps.end());
-      const double step_us = steps[1];
+      CW_ASSIGN_OR_RETURN(std::vector<double> runs, RealDispatchRuns(b, 3));
+      const double step_us = 1e6 / Median(runs);
       xs.push_back(b.devices / cores);
       ys.push_back(std::max(
           0.0, (step_us - c.host.handoff_us) * cores / b.devices - c.host.device_launch_us));
       measured[absl::StrCat("embedded_chained_step_us_", b.devices, "_devices")] = step_us;
     }
-    const double n = static_cast<double>(xs.size());
-    double sx = 0, sy = 0, sxx = 0, sxy = 0;
-    for (size_t i = 0; i < xs.size(); ++i) {
-      sx += xs[i];
-      sy += ys[i];
-      sxx += xs[i] * xs[i];
-      sxy += xs[i] * ys[i];
-    }
-    const double slope = (n * sxy - sx * sy) / (n * sxx - sx * sx);
-    c.host.collective_member_slope_us = std::max(0.0, slope);
-    // The base is the cost at one device thread per core.
-    const double at_one = (sy - c.host.collective_member_slope_us * sx) / n +
-                          c.host.collective_member_slope_us;
-    c.host.collective_member_us = std::max(0.0, at_one);
+    // The fitted line, made flat if it falls (the cost cannot drop with
+    // more threads per core), through the points' mean; the base is its
+    // cost at one device thread per core.
+    const Line fit = FitLine(xs, ys);
+    const double slope = std::max(0.0, fit.slope);
+    c.host.collective_member_slope_us = slope;
+    c.host.collective_member_us = std::max(0.0, fit.mean_y + slope * (1 - fit.mean_x));
   }
   measured["handoff_us"] = c.host.handoff_us;
   // 3. A control message over gRPC: single trivial runs waited for one at
@@ -814,18 +840,10 @@ int RunValidate(const ValidateFlags& f) {
           b.chain = f.chain;
           b.compute_us = us;
           b.seconds = f.seconds;
-          // The real runs move by tens of per cent on a shared machine: the
-          // median of several, with their spread.
-          std::vector<double> runs;
-          for (int i = 0; i < f.repeat; ++i) {
-            absl::StatusOr<DispatchBenchResult> real = RunDispatchBench(b);
-            if (!real.ok()) return fail(real.status(), kExitRuntime);
-            runs.push_back(real->computations_per_second);
-          }
-          std::sort(runs.begin(), runs.end());
-          const double real = runs.size() % 2 == 1
-                                  ? runs[runs.size() / 2]
-                                  : 0.5 * (runs[runs.size() / 2 - 1] + runs[runs.size() / 2]);
+          absl::StatusOr<std::vector<double>> real_runs = RealDispatchRuns(b, f.repeat);
+          if (!real_runs.ok()) return fail(real_runs.status(), kExitRuntime);
+          const std::vector<double>& runs = *real_runs;
+          const double real = Median(runs);
           sim::SimDispatchOptions o;
           o.program.mode = m->second;
           o.program.devices = devices;

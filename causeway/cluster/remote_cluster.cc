@@ -314,22 +314,14 @@ class RemoteCluster::Impl::Host final : public HostService {
     cluster::ClientMessage m = Message();
     m.mutable_host()->mutable_await_shard()->set_array(array.value());
     m.mutable_host()->mutable_await_shard()->set_shard(shard);
-    return impl_->Call(std::move(m))
-        .Then([](const absl::StatusOr<cluster::Reply>& r) -> absl::StatusOr<Unit> {
-          if (!r.ok()) return r.status();
-          return Unit{};
-        });
+    return impl_->Call(std::move(m)).Then(grpc_transport::ReplyToUnit);
   }
   Future<Unit> AwaitShards(ArrayId array, const std::vector<int>& shards) override {
     cluster::ClientMessage m = Message();
     cluster::ShardList* list = m.mutable_host()->mutable_await_shards();
     list->set_array(array.value());
     for (int s : shards) list->add_shards(s);
-    return impl_->Call(std::move(m))
-        .Then([](const absl::StatusOr<cluster::Reply>& r) -> absl::StatusOr<Unit> {
-          if (!r.ok()) return r.status();
-          return Unit{};
-        });
+    return impl_->Call(std::move(m)).Then(grpc_transport::ReplyToUnit);
   }
   void ReleaseArrays(absl::Span<const ArrayId> arrays) override {
     cluster::ClientMessage m = Message();
@@ -349,11 +341,7 @@ class RemoteCluster::Impl::Host final : public HostService {
   Future<Unit> DriveSpmd(const SpmdLoop& loop) override {
     cluster::ClientMessage m = Message();
     grpc_transport::EncodeSpmdLoop(loop, m.mutable_host()->mutable_drive_spmd());
-    return impl_->Call(std::move(m))
-        .Then([](const absl::StatusOr<cluster::Reply>& r) -> absl::StatusOr<Unit> {
-          if (!r.ok()) return r.status();
-          return Unit{};
-        });
+    return impl_->Call(std::move(m)).Then(grpc_transport::ReplyToUnit);
   }
   Future<std::vector<DeviceCounters>> GetCounters(bool reset) override {
     cluster::ClientMessage m = Message();

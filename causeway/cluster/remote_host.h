@@ -212,21 +212,13 @@ class RemoteHost final : public HostService {
     cluster::HostCall call;
     call.mutable_await_shard()->set_array(array.value());
     call.mutable_await_shard()->set_shard(shard);
-    return Call(std::move(call)).Then(
-        [](const absl::StatusOr<cluster::Reply>& r) -> absl::StatusOr<Unit> {
-          if (!r.ok()) return r.status();
-          return Unit{};
-        });
+    return Call(std::move(call)).Then(grpc_transport::ReplyToUnit);
   }
   Future<Unit> AwaitShards(ArrayId array, const std::vector<int>& shards) override {
     cluster::HostCall call;
     call.mutable_await_shards()->set_array(array.value());
     for (int s : shards) call.mutable_await_shards()->add_shards(s);
-    return Call(std::move(call)).Then(
-        [](const absl::StatusOr<cluster::Reply>& r) -> absl::StatusOr<Unit> {
-          if (!r.ok()) return r.status();
-          return Unit{};
-        });
+    return Call(std::move(call)).Then(grpc_transport::ReplyToUnit);
   }
   void ReleaseArrays(absl::Span<const ArrayId> arrays) override {
     cluster::HostCall call;
@@ -250,11 +242,7 @@ class RemoteHost final : public HostService {
   Future<Unit> DriveSpmd(const SpmdLoop& loop) override {
     cluster::HostCall call;
     grpc_transport::EncodeSpmdLoop(loop, call.mutable_drive_spmd());
-    return Call(std::move(call)).Then(
-        [](const absl::StatusOr<cluster::Reply>& r) -> absl::StatusOr<Unit> {
-          if (!r.ok()) return r.status();
-          return Unit{};
-        });
+    return Call(std::move(call)).Then(grpc_transport::ReplyToUnit);
   }
   // Starts, stops or collects the host's trace (cluster::TraceCall).
   Future<cluster::Reply> Trace(const cluster::TraceCall& trace) {

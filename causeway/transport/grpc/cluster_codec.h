@@ -71,6 +71,12 @@ inline void EncodeTraceEvent(const TraceEvent& e, cluster::TraceEventProto* out)
   out->set_island(e.island.value());
 }
 
+// A reply that carries nothing but its status.
+inline absl::StatusOr<Unit> ReplyToUnit(const absl::StatusOr<cluster::Reply>& r) {
+  if (!r.ok()) return r.status();
+  return Unit{};
+}
+
 // Shards one ShardList may name: more than any host holds of one array (a
 // device holds one shard of it).
 inline constexpr int kMaxShardsPerList = 1 << 16;
