@@ -26,6 +26,7 @@ struct DispatchFlags {
   double seconds = 2.0;
   int repeat = 1;
   std::string scheduling = "share";
+  int device_threads = 0;
   double timeout_s = 30;
   bool json = false;
 };
@@ -50,6 +51,7 @@ int RunDispatch(const DispatchFlags& f) {
   o.chain = f.chain;
   o.seconds = f.seconds;
   o.fifo = f.scheduling == "fifo";
+  o.device_threads = f.device_threads;
   o.timeout_s = f.timeout_s;
   const double handoff = MeasureHandoffMicros();
   // Repeats on fresh clusters; the median run is reported (machines here are
@@ -75,6 +77,7 @@ int RunDispatch(const DispatchFlags& f) {
                       {"computation", f.computation},
                       {"cluster", f.cluster},
                       {"scheduling", f.scheduling},
+                      {"device_threads", f.device_threads},
                       {"devices", f.devices},
                       {"hosts", r->hosts},
                       {"chain", o.mode == DispatchGranularity::kOpByOp ? 1 : f.chain},
@@ -108,6 +111,7 @@ struct UtilizationFlags {
   double seconds = 1.0;
   double target = 0.90;
   std::string cluster = "local";
+  int device_threads = 0;
   double timeout_s = 30;
   bool json = false;
 };
@@ -141,6 +145,7 @@ int RunUtilization(const UtilizationFlags& f) {
       o.chain = f.chain;
       o.compute_us = us;
       o.seconds = f.seconds;
+      o.device_threads = f.device_threads;
       o.timeout_s = f.timeout_s;
       absl::StatusOr<DispatchBenchResult> r = RunDispatchBench(o);
       if (!r.ok()) {
@@ -166,6 +171,7 @@ int RunUtilization(const UtilizationFlags& f) {
     nlohmann::json j = {{"bench", "utilization"}, {"mode", f.mode},
                         {"controller", controller}, {"devices", f.devices},
                         {"hosts", hosts},          {"target", f.target},
+                        {"device_threads", f.device_threads},
                         {"cluster", f.cluster},
                         {"rows", rows},
                         {"smallest_compute_us_reaching_target",
@@ -220,12 +226,15 @@ void AddBenchDispatchCommands(CLI::App* bench, int* exit_code) {
                   "default) | fifo (forward every run at once)")
       ->check(CLI::IsMember({"share", "fifo"}))
       ->capture_default_str();
+  cmd->add_option("--device-threads", d->device_threads,
+                  "Embedded cluster: 0 (default) runs each device on a thread of its own; N runs every device as a fiber of one pool of N threads, so a device that waits (a delay, a collective) parks a fiber instead of switching threads")
+      ->check(CLI::Range(0, 1024));
   cmd->add_flag("--json", d->json, "One JSON object per configuration");
   cmd->add_option("--timeout", d->timeout_s, "Seconds to wait for a distributed cluster")
       ->check(CLI::PositiveNumber)->check(Finite());
   cmd->callback([d, cmd, exit_code] {
     if (d->cluster != "local") {
-      for (const char* flag : {"--hosts", "--scheduling"}) {
+      for (const char* flag : {"--hosts", "--scheduling", "--device-threads"}) {
         if (cmd->count(flag) > 0) {
           std::fprintf(stderr, "causeway bench dispatch: %s applies to the embedded cluster only\n",
                        flag);
@@ -259,15 +268,21 @@ void AddBenchDispatchCommands(CLI::App* bench, int* exit_code) {
       ->check(CLI::Range(0.05, 600.0))->check(Finite());
   ucmd->add_option("--target", u->target,
                    "Compute fraction to reach (the smallest computation reaching it is reported)")->check(CLI::Range(0.0, 1.0))->check(Finite());
+  ucmd->add_option("--device-threads", u->device_threads,
+                   "Embedded cluster: 0 (default) runs each device on a thread of its own; N runs every device as a fiber of one pool of N threads, so a device that waits (a delay, a collective) parks a fiber instead of switching threads")
+      ->check(CLI::Range(0, 1024));
   ucmd->add_flag("--json", u->json, "One JSON object per controller");
   ucmd->add_option("--timeout", u->timeout_s, "Seconds to wait for a distributed cluster")
       ->check(CLI::PositiveNumber)->check(Finite());
   ucmd->callback([u, ucmd, exit_code] {
-    if (u->cluster != "local" && ucmd->count("--hosts") > 0) {
-      std::fprintf(stderr,
-                   "causeway bench utilization: --hosts applies to the embedded cluster only\n");
-      *exit_code = kExitUsage;
-      return;
+    for (const char* flag : {"--hosts", "--device-threads"}) {
+      if (u->cluster != "local" && ucmd->count(flag) > 0) {
+        std::fprintf(stderr,
+                     "causeway bench utilization: %s applies to the embedded cluster only\n",
+                     flag);
+        *exit_code = kExitUsage;
+        return;
+      }
     }
     *exit_code = RunUtilization(*u);
   });

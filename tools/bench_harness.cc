@@ -47,6 +47,7 @@ absl::StatusOr<Bench> Setup(const DispatchBenchOptions& o) {
     co.hosts_per_island = o.hosts;
     co.devices_per_host = o.devices / o.hosts;
     co.scheduling = o.fifo ? SchedulingPolicy::kFifo : SchedulingPolicy::kProportionalShare;
+    co.device_threads = o.device_threads;
     CW_ASSIGN_OR_RETURN(bench.cluster, LocalCluster::Create(co));
     bench.connection = bench.cluster.get();
   } else {

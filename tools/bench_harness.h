@@ -30,8 +30,11 @@ struct DispatchBenchOptions {
   // running distributed cluster (token from CAUSEWAY_TOKEN); the mesh takes
   // `devices` devices of one island and `hosts` is ignored.
   std::string cluster = "local";
-  // Embedded cluster only: the island scheduler's policy.
+  // Embedded cluster only: the island scheduler's policy, and the devices'
+  // threads (0: one each; N: all devices are fibers of a pool of N,
+  // LocalClusterOptions::device_threads).
   bool fifo = false;
+  int device_threads = 0;
   // Distributed cluster: seconds to wait for the coordinator, and its
   // token (empty: $CAUSEWAY_TOKEN).
   double timeout_s = 30;

@@ -9,6 +9,10 @@
 #ifndef CAUSEWAY_ASYNC_FUTURE_H_
 #define CAUSEWAY_ASYNC_FUTURE_H_
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -19,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "causeway/base/check.h"
+#include "causeway/base/fiber.h"
 #include "causeway/base/mutex.h"
 
 namespace causeway {
@@ -61,13 +66,27 @@ class FutureState {
     cb(*value_);
   }
 
+  // On a fiber (causeway/base/fiber.h) the waits park only the fiber.
   const absl::StatusOr<T>& Await() const {
+    if (fiber::InFiber()) {
+      AwaitOnFiber(fiber::kNever);
+      return *value_;
+    }
     MutexLock lock(&mu_);
     mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return value_.has_value(); });
     return *value_;
   }
 
   const absl::StatusOr<T>* AwaitWithTimeout(absl::Duration timeout) const {
+    if (fiber::InFiber()) {
+      const fiber::Deadline deadline =
+          timeout >= absl::Hours(24 * 365)
+              ? fiber::kNever
+              : std::chrono::steady_clock::now() +
+                    std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                        absl::ToChronoNanoseconds(std::max(timeout, absl::ZeroDuration())));
+      return AwaitOnFiber(deadline) ? &*value_ : nullptr;
+    }
     MutexLock lock(&mu_);
     if (!mu_.AwaitWithTimeout(
             [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return value_.has_value(); },
@@ -78,10 +97,30 @@ class FutureState {
   }
 
  private:
+  // Parks the calling fiber until the value is set (true) or `deadline`
+  // (false), through a continuation that wakes it.
+  bool AwaitOnFiber(fiber::Deadline deadline) const {
+    auto set = std::make_shared<std::atomic<uint32_t>>(0);
+    {
+      MutexLock lock(&mu_);
+      if (value_.has_value()) return true;
+      callbacks_.push_back([set](const absl::StatusOr<T>&) {
+        set->store(1, std::memory_order_release);
+        fiber::WakeAll(*set);
+      });
+    }
+    while (set->load(std::memory_order_acquire) == 0) {
+      if (!fiber::WaitWhileEqual(*set, 0, deadline)) {
+        return set->load(std::memory_order_acquire) != 0;
+      }
+    }
+    return true;
+  }
+
   mutable Mutex mu_;
   // Written once under mu_; immutable afterwards.
   std::optional<absl::StatusOr<T>> value_;
-  std::vector<Callback> callbacks_ ABSL_GUARDED_BY(mu_);
+  mutable std::vector<Callback> callbacks_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace internal

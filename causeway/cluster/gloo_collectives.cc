@@ -9,6 +9,8 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <signal.h>
+
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
@@ -66,6 +68,20 @@ constexpr absl::string_view kKeyPrefix = "causeway/";
 struct RendezvousTimeout : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+// Gloo writes to its peers' sockets with writev, which raises SIGPIPE when a
+// peer has died: that must fail the collective (EPIPE, naming the peer), not
+// kill this process. Left alone if the program installed a handler.
+void IgnoreSigpipe() {
+  static const bool done = [] {
+    struct sigaction current {};
+    if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+      signal(SIGPIPE, SIG_IGN);
+    }
+    return true;
+  }();
+  (void)done;
+}
 
 }  // namespace
 
@@ -263,6 +279,7 @@ absl::StatusOr<std::shared_ptr<gloo::Context>> GlooCollectives::ContextFor(
   for (HostId h : hosts) {
     if (h != self) others.push_back(h);
   }
+  IgnoreSigpipe();
   auto context =
       std::make_shared<gloo::rendezvous::Context>(rank, static_cast<int>(hosts.size()));
   absl::Status status;

@@ -30,9 +30,13 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Create(
   }
   const int64_t devices =
       int64_t{options.islands} * options.hosts_per_island * options.devices_per_host;
+  if (options.device_threads < 0 || options.device_threads > 1024) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "device threads must be 0 (a thread per device) to 1024; given ", options.device_threads));
+  }
   if (devices > 4096) {
     return absl::InvalidArgumentError(
-        absl::StrCat("a local cluster of ", devices, " devices (one thread each) is too large"));
+        absl::StrCat("a local cluster of ", devices, " devices is too large (at most 4096)"));
   }
   backend::cpu::Kind();  // the built-in kind, registered
   CW_RETURN_IF_ERROR(CheckDeviceKindName(options.device_kind));
@@ -44,8 +48,12 @@ struct LocalCluster::State {
   explicit State(const LocalClusterOptions& options)
       : trace(options.trace),
         hub(options.collective_timeout),
-        transport(options.dcn, options.clock) {}
+        transport(options.dcn, options.clock) {
+    if (options.device_threads > 0) pool = std::make_unique<FiberPool>(options.device_threads);
+  }
 
+  // The devices' pool, if any: destroyed after the hosts.
+  std::unique_ptr<FiberPool> pool;
   TraceRecorder trace;
   CollectiveHub hub;
   InProcessDataTransport transport;
@@ -95,6 +103,7 @@ LocalCluster::LocalCluster(const LocalClusterOptions& options)
       ho.input_timeout = options.input_timeout;
       ho.early_piece_budget_bytes = options.early_piece_budget_bytes;
       ho.housekeeping_period = absl::ZeroDuration();  // one thread below, for all hosts
+      ho.device_pool = s_->pool.get();
       ho.on_run_done = [this, island](HostId h, RunId run, int64_t device_us, int launches) {
         if (IslandScheduler* s = island_scheduler(island)) {
           s->RunFinished(h, run, device_us, launches);

@@ -53,6 +53,11 @@ struct LocalClusterOptions {
   absl::Duration run_ahead = absl::Milliseconds(10);
   // See IslandSchedulerOptions::on_run_accounted (every island's).
   std::function<void(ClientId client, int64_t device_us, int launches)> on_run_accounted;
+  // 0: every device runs on a thread of its own. N > 0: every device of
+  // every host is a fiber of one pool of N threads (causeway/base/fiber.h),
+  // so that a wait parks a fiber, not a thread: how more devices than cores
+  // are emulated without a kernel context switch per wait.
+  int device_threads = 0;
 };
 
 struct DeviceReport {

@@ -59,21 +59,31 @@ absl::StatusOr<std::vector<int>> Mesh::Group(int linear,
     }
     axis_index.push_back(a);
   }
+  // Member r varies the group's axes (the last named fastest) from the
+  // caller's position with them zeroed: a sum of strides, no coordinates.
   const std::vector<int64_t> base = Coordinates(linear);
+  std::vector<int64_t> stride(this->axes().size());
+  int64_t s = 1;
+  for (int i = static_cast<int>(this->axes().size()) - 1; i >= 0; --i) {
+    stride[i] = s;
+    s *= this->axes()[i].size;
+  }
+  int64_t origin = linear;
   int64_t group_size = 1;
-  for (int a : axis_index) group_size *= this->axes()[a].size;
+  for (int a : axis_index) {
+    origin -= base[a] * stride[a];
+    group_size *= this->axes()[a].size;
+  }
   std::vector<int> members;
   members.reserve(group_size);
   for (int64_t r = 0; r < group_size; ++r) {
-    std::vector<int64_t> c = base;
+    int64_t lin = origin;
     int64_t rest = r;
     for (int i = static_cast<int>(axis_index.size()) - 1; i >= 0; --i) {
       const int a = axis_index[i];
-      c[a] = rest % this->axes()[a].size;
+      lin += (rest % this->axes()[a].size) * stride[a];
       rest /= this->axes()[a].size;
     }
-    int64_t lin = 0;
-    for (size_t i = 0; i < this->axes().size(); ++i) lin = lin * this->axes()[i].size + c[i];
     members.push_back(static_cast<int>(lin));
   }
   return members;

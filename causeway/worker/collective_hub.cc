@@ -1,18 +1,12 @@
 #include "causeway/worker/collective_hub.h"
 
-#include <errno.h>
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <climits>
 #include <cstring>
 #include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "causeway/base/fiber.h"
 #include "causeway/base/status_macros.h"
 #include "causeway/topology/mesh.h"
 
@@ -57,30 +51,13 @@ absl::Status CheckScaled(const ir::Shape& small, const ir::Shape& big, int64_t d
   return absl::OkStatus();
 }
 
-// The members of a collective wait on a futex, not on a condition variable
-// under the hub's lock: when the last member completes it, every other
-// member wakes at once and returns without the lock. With a condition
-// variable each woken member had to re-acquire the hub's lock in turn, a
-// chain of hand-offs that cost a gang of 32 devices on 2 cores ~0.6 ms a
-// step (docs/BENCHMARKS.md, "Where a gang step goes").
-static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
-
-uint32_t* FutexWord(std::atomic<uint32_t>& word) { return reinterpret_cast<uint32_t*>(&word); }
-
-// Blocks while `word` holds `seen`, until woken or `deadline` (a
-// CLOCK_MONOTONIC time, as steady_clock's); false once the deadline passed.
-// May return early, spuriously: callers re-check.
-bool WaitWhileEqual(std::atomic<uint32_t>& word, uint32_t seen,
-                    std::chrono::steady_clock::time_point deadline) {
-  const int64_t ns =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(deadline.time_since_epoch()).count();
-  timespec at{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
-  const long r = syscall(SYS_futex, FutexWord(word), FUTEX_WAIT_BITSET_PRIVATE, seen, &at,
-                         nullptr, FUTEX_BITSET_MATCH_ANY);
-  if (r == 0 || errno == EAGAIN || errno == EINTR) return true;  // woken, changed, or a signal
-  // Timed out, or the wait itself failed: the clock decides.
-  return std::chrono::steady_clock::now() < deadline;
-}
+// The members of a collective wait on a word of their collective's own
+// (fiber::WaitWhileEqual: a futex on a thread, a parked fiber on a fiber),
+// not on a condition variable under the hub's lock: when the last member
+// completes it, every other member wakes at once and returns without the
+// lock. With a condition variable each woken member had to re-acquire the
+// hub's lock in turn, a chain of hand-offs that cost a gang of 32 devices on
+// 2 cores ~0.6 ms a step (docs/BENCHMARKS.md, "Where a gang step goes").
 
 }  // namespace
 
@@ -102,7 +79,7 @@ void CollectiveHub::FlushOutbox() {
 
 void CollectiveHub::WakeLocked(State& state) {
   state.wake.fetch_add(1, std::memory_order_release);
-  syscall(SYS_futex, FutexWord(state.wake), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+  fiber::WakeAll(state.wake);
 }
 
 void CollectiveHub::Reduce(State& state, const ir::Shape& shape, ir::ReduceKind kind) {
@@ -348,7 +325,7 @@ absl::Status CollectiveHub::Meet(const CollectiveKey& key, DeviceId self, int ra
     FlushOutbox();
     // Past the deadline but every member here: it is finishing; give it a
     // second more.
-    const bool in_time = WaitWhileEqual(
+    const bool in_time = fiber::WaitWhileEqual(
         state->wake, seen,
         finishing ? std::max(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(1))
                   : deadline);

@@ -3,6 +3,7 @@
 #include <sys/prctl.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
@@ -11,13 +12,30 @@
 namespace causeway {
 
 DeviceStream::DeviceStream(DeviceInfo device, Clock* clock, TraceRecorder* trace,
-                           FaultInjector fault_injector, absl::Duration input_timeout)
+                           FaultInjector fault_injector, absl::Duration input_timeout,
+                           FiberPool* pool)
     : device_(device),
       clock_(clock),
       trace_(trace),
       fault_injector_(std::move(fault_injector)),
       input_timeout_(input_timeout) {
-  thread_ = std::thread([this] { Loop(); });
+  if (pool != nullptr) {
+    task_ = pool->Spawn([this] { Loop(); });
+  } else {
+    thread_ = std::thread([this] {
+      // Linux lets timed sleeps of ordinary threads overshoot by up to 50 us
+      // (the default timer slack). A device's `delay` must end on time, so
+      // its thread asks for the tightest slack (a pool's threads do too).
+      prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+      Loop();
+    });
+  }
+}
+
+void DeviceStream::Signal(bool waiting) {
+  if (!waiting) return;
+  signal_.fetch_add(1, std::memory_order_release);
+  fiber::WakeAll(signal_);
 }
 
 DeviceStream::~DeviceStream() { Shutdown(); }
@@ -32,25 +50,35 @@ void DeviceStream::Prepared(const Launch& launch) {
 
 void DeviceStream::Enqueue(Launch launch) {
   Prepared(launch);
+  bool queued = false;
+  bool waiting = false;
   {
     MutexLock lock(&mu_);
     if (!stopping_) {
       queue_.push_back(std::move(launch));
-      return;
+      queued = true;
+      waiting = std::exchange(waiting_, false);
     }
+  }
+  if (queued) {
+    Signal(waiting);
+    return;
   }
   Refuse(launch);
 }
 
 void DeviceStream::EnqueueBatch(std::vector<Launch> launches) {
   for (const Launch& l : launches) Prepared(l);
+  bool waiting = false;
   {
     MutexLock lock(&mu_);
     if (!stopping_) {
       for (Launch& l : launches) queue_.push_back(std::move(l));
-      return;
+      waiting = std::exchange(waiting_, false);
+      launches.clear();
     }
   }
+  Signal(waiting);
   for (Launch& l : launches) Refuse(l);
 }
 
@@ -84,20 +112,26 @@ void RefuseLaunch(Launch& launch, const absl::Status& status) {
 }
 
 void DeviceStream::Loop() {
-  // Linux lets timed sleeps of ordinary threads overshoot by up to 50 us
-  // (the default timer slack). A device's `delay` must end on time, so its
-  // thread asks for the tightest slack.
-  prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
   while (true) {
     Launch launch;
+    bool popped = false;
+    uint32_t seen = 0;
     {
       MutexLock lock(&mu_);
-      mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || !queue_.empty();
-      });
-      if (queue_.empty()) return;  // stopping and drained
-      launch = std::move(queue_.front());
-      queue_.pop_front();
+      if (queue_.empty()) {
+        if (stopping_) return;  // stopping and drained
+        waiting_ = true;
+        seen = signal_.load(std::memory_order_relaxed);
+      } else {
+        launch = std::move(queue_.front());
+        queue_.pop_front();
+        popped = true;
+      }
+    }
+    if (!popped) {
+      // Without the lock: on a fiber, a wait must not hold a mutex.
+      fiber::WaitWhileEqual(signal_, seen, fiber::kNever);
+      continue;
     }
     Execute(launch);
   }
@@ -200,11 +234,18 @@ void DeviceStream::Execute(Launch& launch) {
 }
 
 void DeviceStream::Shutdown() {
+  bool waiting;
   {
     MutexLock lock(&mu_);
     stopping_ = true;
+    waiting = std::exchange(waiting_, false);
   }
+  Signal(waiting);
   if (thread_.joinable()) thread_.join();
+  if (task_ != nullptr) {
+    task_->Join();
+    task_.reset();
+  }
 }
 
 DeviceStreamStats DeviceStream::stats() const {

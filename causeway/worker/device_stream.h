@@ -1,5 +1,5 @@
-// DeviceStream: one thread per device that runs launches strictly in the
-// order they were enqueued (the island scheduler's order). A launch waits
+// DeviceStream: one thread (or fiber) per device that runs launches strictly
+// in the order they were enqueued (the island scheduler's order). A launch waits
 // for its inputs to be ready and its output memory to be granted, then runs
 // its kernel and marks its outputs ready — or, if an input failed or the
 // kernel failed, poisons its outputs with the error.
@@ -18,6 +18,7 @@
 #include "causeway/async/future.h"
 #include "causeway/backend/executable.h"
 #include "causeway/base/clock.h"
+#include "causeway/base/fiber.h"
 #include "causeway/base/mutex.h"
 #include "causeway/store/buffer.h"
 #include "causeway/base/trace.h"
@@ -101,9 +102,15 @@ class DeviceStream final : public LaunchQueue {
   // its inputs (then fails with DEADLINE_EXCEEDED naming the input): a
   // producer that never runs — a run some host never got, a piece a peer
   // never sends — must not hold every later launch of the device forever.
+  //
+  // With a `pool`, the stream runs as a fiber of it instead of a thread of
+  // its own: its waits (inputs, memory, a `delay`, a collective's peers)
+  // park the fiber, and the pool's threads run other devices meanwhile. The
+  // pool must outlive the stream.
   DeviceStream(DeviceInfo device, Clock* clock, TraceRecorder* trace,
                FaultInjector fault_injector,
-               absl::Duration input_timeout = absl::InfiniteDuration());
+               absl::Duration input_timeout = absl::InfiniteDuration(),
+               FiberPool* pool = nullptr);
   ~DeviceStream() override;
 
   const DeviceInfo& device() const override { return device_; }
@@ -130,6 +137,8 @@ class DeviceStream final : public LaunchQueue {
   void Prepared(const Launch& launch);
   // Fails a launch that arrived after Shutdown().
   void Refuse(Launch& launch);
+  // Wakes the loop if it waits for work (after queue_ or stopping_ changed).
+  void Signal(bool waiting);
 
   const DeviceInfo device_;
   Clock* const clock_;
@@ -140,7 +149,13 @@ class DeviceStream final : public LaunchQueue {
   std::deque<Launch> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   DeviceStreamStats stats_ ABSL_GUARDED_BY(mu_);
+  // The loop waits for work on `signal_` (fiber::WaitWhileEqual), after
+  // saying so in `waiting_`.
+  bool waiting_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<uint32_t> signal_{0};
+  // One of them runs the loop.
   std::thread thread_;
+  std::shared_ptr<FiberPool::Task> task_;
 };
 
 }  // namespace causeway

@@ -23,7 +23,8 @@ HostExecutor::HostExecutor(HostExecutorOptions options)
     } else {
       streams_.push_back(std::make_unique<DeviceStream>(d, options_.clock, options_.trace,
                                                         options_.fault_injector,
-                                                        options_.input_timeout));
+                                                        options_.input_timeout,
+                                                        options_.device_pool));
     }
   }
   if (options_.housekeeping_period > absl::ZeroDuration()) {

@@ -61,6 +61,9 @@ struct HostExecutorOptions {
   // Makes each device's launch queue; empty: a DeviceStream (a thread per
   // device, running kernels). A simulator passes queues on its virtual clock.
   std::function<std::unique_ptr<LaunchQueue>(const DeviceInfo& device)> make_queue;
+  // With no make_queue: null, a thread per device; else each device's
+  // stream is a fiber of this pool (DeviceStream), which outlives the host.
+  FiberPool* device_pool = nullptr;
 };
 
 // Thread-safe.

@@ -22,8 +22,17 @@ namespace causeway::testing {
 // (tests/integration/wrapped_kind.h), reached only through the device seam.
 // kProcesses: worker processes whose collectives travel on the data plane
 // (--collectives grpc); kProcessesGloo: every collective between processes
-// on Gloo (--collectives gloo --gloo-from-bytes 0).
-enum class ClusterKind { kEmbedded, kProcesses, kEmbeddedOtherDevice, kProcessesGloo };
+// on Gloo (--collectives gloo --gloo-from-bytes 0). kEmbeddedFibers: the
+// embedded cluster with every device a fiber of one pool of a single thread
+// (LocalClusterOptions::device_threads = 1): any wait on a device path that
+// blocked the thread instead of parking the fiber would hang it.
+enum class ClusterKind {
+  kEmbedded,
+  kProcesses,
+  kEmbeddedOtherDevice,
+  kProcessesGloo,
+  kEmbeddedFibers
+};
 
 inline std::string KindName(const ::testing::TestParamInfo<ClusterKind>& info) {
   switch (info.param) {
@@ -31,6 +40,7 @@ inline std::string KindName(const ::testing::TestParamInfo<ClusterKind>& info) {
     case ClusterKind::kProcesses: return "Processes";
     case ClusterKind::kEmbeddedOtherDevice: return "EmbeddedOtherDevice";
     case ClusterKind::kProcessesGloo: return "ProcessesGloo";
+    case ClusterKind::kEmbeddedFibers: return "EmbeddedFibers";
   }
   return "?";
 }

@@ -35,6 +35,9 @@ class ConformanceTest : public ::testing::TestWithParam<ClusterKind> {
     lo.device_memory_bytes = kDeviceMemory;
     lo.collective_timeout = absl::Seconds(30);
     local_ = MakeCluster(lo).release();
+    lo.device_threads = 1;
+    fibers_ = MakeCluster(lo).release();
+    lo.device_threads = 0;
     lo.device_kind = std::string(RegisterWrappedCpuKind());
     other_kind_ = MakeCluster(lo).release();
     ProcessClusterOptions po = ProcessShape(2, 2, 2);
@@ -49,11 +52,13 @@ class ConformanceTest : public ::testing::TestWithParam<ClusterKind> {
   }
   static void TearDownTestSuite() {
     delete local_;
+    delete fibers_;
     delete other_kind_;
     delete processes_;
     delete gloo_processes_;
     gloo_processes_ = nullptr;
     local_ = nullptr;
+    fibers_ = nullptr;
     other_kind_ = nullptr;
     processes_ = nullptr;
   }
@@ -61,6 +66,8 @@ class ConformanceTest : public ::testing::TestWithParam<ClusterKind> {
   void SetUp() override {
     if (GetParam() == ClusterKind::kEmbedded) {
       connection_ = local_;
+    } else if (GetParam() == ClusterKind::kEmbeddedFibers) {
+      connection_ = fibers_;
     } else if (GetParam() == ClusterKind::kEmbeddedOtherDevice) {
       connection_ = other_kind_;
     } else {
@@ -89,6 +96,7 @@ class ConformanceTest : public ::testing::TestWithParam<ClusterKind> {
   LocalCluster* embedded() const {
     switch (GetParam()) {
       case ClusterKind::kEmbedded: return local_;
+      case ClusterKind::kEmbeddedFibers: return fibers_;
       case ClusterKind::kEmbeddedOtherDevice: return other_kind_;
       case ClusterKind::kProcesses:
       case ClusterKind::kProcessesGloo: return nullptr;
@@ -117,6 +125,7 @@ class ConformanceTest : public ::testing::TestWithParam<ClusterKind> {
 
   static ClusterConnection* connection_;
   static LocalCluster* local_;
+  static LocalCluster* fibers_;
   static LocalCluster* other_kind_;
   static ProcessCluster* processes_;
   static ProcessCluster* gloo_processes_;  // null without Gloo
@@ -126,6 +135,7 @@ class ConformanceTest : public ::testing::TestWithParam<ClusterKind> {
 
 ClusterConnection* ConformanceTest::connection_ = nullptr;
 LocalCluster* ConformanceTest::local_ = nullptr;
+LocalCluster* ConformanceTest::fibers_ = nullptr;
 LocalCluster* ConformanceTest::other_kind_ = nullptr;
 ProcessCluster* ConformanceTest::processes_ = nullptr;
 ProcessCluster* ConformanceTest::gloo_processes_ = nullptr;
@@ -475,7 +485,8 @@ TEST_P(ConformanceTest, EachDeviceRunsCodeOfItsOwnKind) {
 INSTANTIATE_TEST_SUITE_P(Clusters, ConformanceTest,
                          ::testing::Values(ClusterKind::kEmbedded, ClusterKind::kProcesses,
                                            ClusterKind::kEmbeddedOtherDevice,
-                                           ClusterKind::kProcessesGloo),
+                                           ClusterKind::kProcessesGloo,
+                                           ClusterKind::kEmbeddedFibers),
                          KindName);
 
 }  // namespace

@@ -1,11 +1,10 @@
 #include "causeway/backend/cpu/executable.h"
 
-#include <time.h>
 #if defined(__SSE__)
 #include <xmmintrin.h>
 #endif
 
-#include <cerrno>
+#include <chrono>
 #include <cstddef>
 #include <cstring>
 #include <new>
@@ -14,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "causeway/backend/cpu/buffer_plan.h"
 #include "causeway/backend/cpu/kernels.h"
+#include "causeway/base/fiber.h"
 #include "causeway/base/mutex.h"
 #include "causeway/base/status_macros.h"
 #include "causeway/ir/verifier.h"
@@ -30,23 +30,6 @@ struct ArenaDeleter {
   void operator()(std::byte* p) const { ::operator delete[](p, kArenaAlignment); }
 };
 using ArenaPtr = std::unique_ptr<std::byte[], ArenaDeleter>;
-
-// Sleeps until `deadline` on CLOCK_MONOTONIC, resuming after signals.
-void SleepUntil(const timespec& deadline) {
-  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &deadline, nullptr) == EINTR) {
-  }
-}
-
-timespec DeadlineAfterMicros(int64_t micros) {
-  timespec now;
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  const int64_t nanos = int64_t{now.tv_nsec} + (micros % 1'000'000) * 1000;
-  timespec deadline;
-  deadline.tv_sec = now.tv_sec + static_cast<time_t>(micros / 1'000'000 +
-                                                     nanos / 1'000'000'000);
-  deadline.tv_nsec = static_cast<long>(nanos % 1'000'000'000);
-  return deadline;
-}
 
 // Flushes denormal floats to zero (results and inputs) on this thread while
 // it lives, as XLA's CPU backend does: arithmetic on denormals is up to two
@@ -277,9 +260,12 @@ absl::Status CpuExecutable::RunStep(const Step& step, const Buffers& buffers,
     case OpKind::kDelay: {
       // The deadline is fixed before anything else so the copy counts
       // toward the delay rather than adding to it.
-      const timespec deadline = DeadlineAfterMicros(inst.delay_us);
+      // On a fiber (a device of a pool, causeway/base/fiber.h) only the
+      // fiber sleeps.
+      const fiber::Deadline deadline =
+          std::chrono::steady_clock::now() + std::chrono::microseconds(inst.delay_us);
       CopyBytes(out, a, inst.shape.byte_size());
-      SleepUntil(deadline);
+      fiber::SleepUntil(deadline);
       return absl::OkStatus();
     }
     case OpKind::kAllReduce:

@@ -1,0 +1,553 @@
+#include "causeway/base/fiber.h"
+
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <ctime>
+#include <deque>
+#include <map>
+
+#include "causeway/base/check.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define CW_ASAN_FIBERS 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CW_ASAN_FIBERS 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define CW_TSAN_FIBERS 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define CW_TSAN_FIBERS 1
+#endif
+#endif
+#ifdef CW_ASAN_FIBERS
+#include <sanitizer/common_interface_defs.h>
+#endif
+#ifdef CW_TSAN_FIBERS
+#include <sanitizer/tsan_interface.h>
+#endif
+
+namespace causeway {
+namespace {
+
+using fiber::Deadline;
+using fiber::kNever;
+
+// A fiber's life: Runnable (in the ready queue) -> Running -> Parked (waiting
+// for an Unpark or its deadline) -> Runnable ...; an Unpark that comes while
+// it runs leaves it Notified, and its next park returns at once. Done once
+// its body returned.
+enum State : int { kRunnable, kRunning, kParked, kNotified, kDone };
+// Why a fiber switched back to its pool thread.
+enum Request : int { kPark, kFinished };
+
+struct Worker;
+
+}  // namespace
+
+struct Fiber : std::enable_shared_from_this<Fiber> {
+  FiberPool::Impl* pool = nullptr;
+  std::function<void()> body;
+  ucontext_t context;
+  std::byte* map = nullptr;  // the stack's mapping, guard page first
+  size_t map_bytes = 0;
+  std::byte* stack = nullptr;
+  size_t stack_bytes = 0;
+  std::atomic<int> state{kRunnable};
+  // Written by the fiber, read by its pool thread after the switch.
+  Request request = kPark;
+  Deadline park_deadline = kNever;
+  // Its place among the pool's timers; guarded by the pool's mutex.
+  bool has_timer = false;
+  std::multimap<Deadline, Fiber*>::iterator timer;
+  // The pool owns a fiber until its body returns.
+  std::shared_ptr<Fiber> keep_alive;
+  std::atomic<uint32_t> done{0};
+  void* tsan_fiber = nullptr;
+  void* asan_fake_stack = nullptr;
+};
+
+namespace {
+
+// One pool thread: the context it runs fibers from and the one it runs.
+struct Worker {
+  FiberPool::Impl* pool = nullptr;
+  ucontext_t context;
+  Fiber* current = nullptr;
+  void* tsan_fiber = nullptr;
+  void* asan_fake_stack = nullptr;
+  const void* stack_bottom = nullptr;
+  size_t stack_bytes = 0;
+};
+
+thread_local Worker* tls_worker = nullptr;
+
+// A fiber may resume on another thread than the one it parked on, so the
+// compiler must not reuse a thread-local's address across a switch: read it
+// through a call it cannot see into.
+__attribute__((noinline)) Worker* CurrentWorker() {
+  asm volatile("" ::: "memory");
+  return tls_worker;
+}
+
+Fiber* CurrentFiber() {
+  Worker* w = CurrentWorker();
+  return w == nullptr ? nullptr : w->current;
+}
+
+uint32_t* FutexWord(std::atomic<uint32_t>& word) {
+  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
+  return reinterpret_cast<uint32_t*>(&word);
+}
+
+timespec ToTimespec(Deadline d) {
+  const int64_t ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(d.time_since_epoch()).count();
+  return timespec{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+}
+
+// Blocks the thread while `word` holds `seen`, until woken or `deadline`.
+void FutexWait(std::atomic<uint32_t>& word, uint32_t seen, Deadline deadline) {
+  if (deadline == kNever) {
+    syscall(SYS_futex, FutexWord(word), FUTEX_WAIT_PRIVATE, seen, nullptr, nullptr, 0);
+    return;
+  }
+  const timespec at = ToTimespec(deadline);
+  syscall(SYS_futex, FutexWord(word), FUTEX_WAIT_BITSET_PRIVATE, seen, &at, nullptr,
+          FUTEX_BITSET_MATCH_ANY);
+}
+
+void FutexWake(std::atomic<uint32_t>& word, int count) {
+  syscall(SYS_futex, FutexWord(word), FUTEX_WAKE_PRIVATE, count, nullptr, nullptr, 0);
+}
+
+// From a pool thread into `f`, until it parks or ends.
+void SwitchIn(Worker& w, Fiber& f) {
+#ifdef CW_ASAN_FIBERS
+  __sanitizer_start_switch_fiber(&w.asan_fake_stack, f.stack, f.stack_bytes);
+#endif
+#ifdef CW_TSAN_FIBERS
+  __tsan_switch_to_fiber(f.tsan_fiber, 0);
+#endif
+  swapcontext(&w.context, &f.context);
+#ifdef CW_ASAN_FIBERS
+  __sanitizer_finish_switch_fiber(w.asan_fake_stack, nullptr, nullptr);
+#endif
+}
+
+// Called on a fiber as it starts or resumes.
+void Arrived([[maybe_unused]] Fiber& f) {
+#ifdef CW_ASAN_FIBERS
+  Worker* w = CurrentWorker();
+  __sanitizer_finish_switch_fiber(f.asan_fake_stack, &w->stack_bottom, &w->stack_bytes);
+#endif
+}
+
+// From the fiber `f` back to the pool thread running it; returns when the
+// fiber is resumed (never, once it is finished).
+void SwitchOut(Fiber& f) {
+  Worker* w = CurrentWorker();
+#ifdef CW_ASAN_FIBERS
+  __sanitizer_start_switch_fiber(f.request == kFinished ? nullptr : &f.asan_fake_stack,
+                                 w->stack_bottom, w->stack_bytes);
+#endif
+#ifdef CW_TSAN_FIBERS
+  __tsan_switch_to_fiber(w->tsan_fiber, 0);
+#endif
+  swapcontext(&f.context, &w->context);
+  Arrived(f);
+}
+
+void Park(Fiber& f, Deadline deadline) {
+  f.request = kPark;
+  f.park_deadline = deadline;
+  SwitchOut(f);
+}
+
+void Unpark(Fiber* f);
+
+void FiberMain(unsigned hi, unsigned lo) {
+  Fiber* f = reinterpret_cast<Fiber*>((uintptr_t{hi} << 32) | uintptr_t{lo});
+  Arrived(*f);
+  f->body();
+  f->body = nullptr;  // its captures die on the fiber that used them
+  f->request = kFinished;
+  SwitchOut(*f);
+  CW_CHECK(false) << "a finished fiber resumed";
+}
+
+// Fibers waiting on addresses: what WakeAll looks through. A waiter is
+// linked while its fiber is inside WaitWhileEqual, so a fiber found here is
+// alive.
+struct Waiter {
+  const void* address = nullptr;
+  Fiber* fiber = nullptr;
+  Waiter* prev = nullptr;
+  Waiter* next = nullptr;
+  bool linked = false;
+};
+
+struct Bucket {
+  Mutex mu;
+  Waiter* head ABSL_GUARDED_BY(mu) = nullptr;
+  // Threads (not fibers) in a futex wait on an address of this bucket.
+  std::atomic<int> threads{0};
+};
+
+constexpr size_t kBuckets = 64;
+
+Bucket& BucketOf(const void* address) {
+  static Bucket* const buckets = new Bucket[kBuckets];
+  return buckets[(reinterpret_cast<uintptr_t>(address) >> 4) % kBuckets];
+}
+
+}  // namespace
+
+static void Pause() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+static int64_t SpinNanos() {
+  const char* v = getenv("CAUSEWAY_FIBER_SPIN_US");
+  return v == nullptr ? 50'000 : atoll(v) * 1000;
+}
+
+struct FiberPool::Impl {
+  explicit Impl(int64_t stack_bytes) : stack_bytes(stack_bytes) {}
+
+  // Makes `f` runnable (its state already says so).
+  void Push(std::shared_ptr<Fiber> f) {
+    bool wake;
+    {
+      MutexLock lock(&mu);
+      ready.push_back(std::move(f));
+      wake = idle > 0 || spinner;
+    }
+    if (wake) {
+      wake_word.fetch_add(1, std::memory_order_release);
+      FutexWake(wake_word, 1);
+    }
+  }
+
+  // The next fiber to run; null once the pool stops and no fiber is left.
+  std::shared_ptr<Fiber> Next() {
+    std::vector<Fiber*> expired;
+    while (true) {
+      Deadline next_timer = kNever;
+      uint32_t seen = 0;
+      bool spin = false;
+      bool spinner_blocked = false;
+      {
+        MutexLock lock(&mu);
+        if (!timers.empty()) {
+          const Deadline now = std::chrono::steady_clock::now();
+          while (!timers.empty() && timers.begin()->first <= now) {
+            Fiber* f = timers.begin()->second;
+            f->has_timer = false;
+            timers.erase(timers.begin());
+            expired.push_back(f);
+          }
+        }
+        if (expired.empty()) {
+          if (!ready.empty()) {
+            std::shared_ptr<Fiber> f = std::move(ready.front());
+            ready.pop_front();
+            if (f->has_timer) {
+              timers.erase(f->timer);
+              f->has_timer = false;
+            }
+            return f;
+          }
+          if (stopping && live == 0) return nullptr;
+          if (!timers.empty()) next_timer = timers.begin()->first;
+          seen = wake_word.load(std::memory_order_relaxed);
+          spinner_blocked = spinner;
+          spin = next_timer != kNever && !spinner &&
+                 next_timer - std::chrono::steady_clock::now() <= kSpin;
+          if (spin) {
+            spinner = true;
+          } else {
+            ++idle;
+          }
+        }
+      }
+      if (!expired.empty()) {
+        // A timer's fiber has not run since it parked: it is alive.
+        for (Fiber* f : expired) Unpark(f);
+        expired.clear();
+        continue;
+      }
+      if (spin) {
+        // The next deadline is close: spin to it rather than sleep, since
+        // waking an idle core takes longer than the time left.
+        while (std::chrono::steady_clock::now() < next_timer &&
+               wake_word.load(std::memory_order_acquire) == seen) {
+          Pause();
+        }
+        MutexLock lock(&mu);
+        spinner = false;
+        continue;
+      }
+      FutexWait(wake_word, seen,
+                next_timer == kNever || spinner_blocked ? next_timer : next_timer - kSpin);
+      MutexLock lock(&mu);
+      --idle;
+    }
+  }
+
+  // After `f` switched out to park: wake it at its deadline, and park it
+  // unless an Unpark came meanwhile.
+  void Parked(const std::shared_ptr<Fiber>& f) {
+    if (f->park_deadline != kNever) {
+      bool wake = false;
+      {
+        MutexLock lock(&mu);
+        wake = idle > 0 && (timers.empty() || f->park_deadline < timers.begin()->first);
+        f->timer = timers.emplace(f->park_deadline, f.get());
+        f->has_timer = true;
+      }
+      if (wake) {
+        wake_word.fetch_add(1, std::memory_order_release);
+        FutexWake(wake_word, 1);
+      }
+    }
+    int expected = kRunning;
+    if (!f->state.compare_exchange_strong(expected, kParked, std::memory_order_acq_rel)) {
+      f->state.store(kRunnable, std::memory_order_relaxed);
+      Push(f);
+    }
+  }
+
+  void Finished(const std::shared_ptr<Fiber>& f) {
+    f->state.store(kDone, std::memory_order_release);
+#ifdef CW_TSAN_FIBERS
+    __tsan_destroy_fiber(f->tsan_fiber);
+#endif
+    munmap(f->map, f->map_bytes);
+    f->map = nullptr;
+    bool last;
+    {
+      MutexLock lock(&mu);
+      last = --live == 0 && stopping;
+    }
+    if (last) WakeIdle();
+    f->done.store(1, std::memory_order_release);
+    fiber::WakeAll(f->done);
+    f->keep_alive.reset();
+  }
+
+  void WakeIdle() {
+    wake_word.fetch_add(1, std::memory_order_release);
+    FutexWake(wake_word, INT_MAX);
+  }
+
+  void RunThread() {
+    // A fiber's `delay` ends when this thread's timed wait does: ask for the
+    // tightest timer slack (Linux's default lets it overshoot by 50 us).
+    prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+    Worker w;
+    w.pool = this;
+#ifdef CW_TSAN_FIBERS
+    w.tsan_fiber = __tsan_get_current_fiber();
+#endif
+    tls_worker = &w;
+    while (std::shared_ptr<Fiber> f = Next()) {
+      w.current = f.get();
+      f->state.store(kRunning, std::memory_order_release);
+      SwitchIn(w, *f);
+      w.current = nullptr;
+      if (f->request == kFinished) {
+        Finished(f);
+      } else {
+        Parked(f);
+      }
+    }
+    tls_worker = nullptr;
+  }
+
+  const int64_t stack_bytes;
+  Mutex mu;
+  std::deque<std::shared_ptr<Fiber>> ready ABSL_GUARDED_BY(mu);
+  // Parked fibers with a deadline, by deadline.
+  std::multimap<Deadline, Fiber*> timers ABSL_GUARDED_BY(mu);
+  int live ABSL_GUARDED_BY(mu) = 0;  // spawned and not finished
+  int idle ABSL_GUARDED_BY(mu) = 0;  // threads waiting on wake_word
+  bool stopping ABSL_GUARDED_BY(mu) = false;
+  // A thread spins to the next deadline (at most one at a time).
+  bool spinner ABSL_GUARDED_BY(mu) = false;
+  std::atomic<uint32_t> wake_word{0};
+  const std::chrono::nanoseconds kSpin{SpinNanos()};
+};
+
+namespace {
+
+void Unpark(Fiber* f) {
+  int s = f->state.load(std::memory_order_acquire);
+  while (true) {
+    if (s == kParked) {
+      if (f->state.compare_exchange_weak(s, kRunnable, std::memory_order_acq_rel)) {
+        f->pool->Push(f->shared_from_this());
+        return;
+      }
+    } else if (s == kRunning) {
+      if (f->state.compare_exchange_weak(s, kNotified, std::memory_order_acq_rel)) return;
+    } else {
+      return;  // already runnable or notified, or finished
+    }
+  }
+}
+
+void Link(Bucket& b, Waiter& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu) {
+  w.prev = nullptr;
+  w.next = b.head;
+  if (b.head != nullptr) b.head->prev = &w;
+  b.head = &w;
+  w.linked = true;
+}
+
+void Unlink(Bucket& b, Waiter& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu) {
+  if (w.prev != nullptr) {
+    w.prev->next = w.next;
+  } else {
+    b.head = w.next;
+  }
+  if (w.next != nullptr) w.next->prev = w.prev;
+  w.linked = false;
+}
+
+class TaskImpl final : public FiberPool::Task {
+ public:
+  explicit TaskImpl(std::shared_ptr<Fiber> f) : fiber_(std::move(f)) {}
+  void Join() override {
+    while (fiber_->done.load(std::memory_order_acquire) == 0) {
+      fiber::WaitWhileEqual(fiber_->done, 0, kNever);
+    }
+  }
+
+ private:
+  const std::shared_ptr<Fiber> fiber_;
+};
+
+}  // namespace
+
+namespace fiber {
+
+bool InFiber() { return CurrentFiber() != nullptr; }
+
+bool WaitWhileEqual(std::atomic<uint32_t>& word, uint32_t seen, Deadline deadline) {
+  Bucket& b = BucketOf(&word);
+  Fiber* f = CurrentFiber();
+  if (f == nullptr) {
+    // Paired with WakeAll's read of `threads`: both are read-modify-writes
+    // of it, so either the waker sees this thread counted or this thread's
+    // futex sees the changed word.
+    b.threads.fetch_add(1, std::memory_order_seq_cst);
+    FutexWait(word, seen, deadline);
+    b.threads.fetch_sub(1, std::memory_order_relaxed);
+  } else {
+    Waiter me;
+    me.address = &word;
+    me.fiber = f;
+    {
+      MutexLock lock(&b.mu);
+      if (word.load(std::memory_order_acquire) != seen) return true;
+      Link(b, me);
+    }
+    Park(*f, deadline);
+    MutexLock lock(&b.mu);
+    if (me.linked) Unlink(b, me);
+  }
+  return deadline == kNever || std::chrono::steady_clock::now() < deadline;
+}
+
+void WakeAll(std::atomic<uint32_t>& word) {
+  Bucket& b = BucketOf(&word);
+  if (b.threads.fetch_add(0, std::memory_order_seq_cst) > 0) FutexWake(word, INT_MAX);
+  MutexLock lock(&b.mu);
+  for (Waiter* w = b.head; w != nullptr;) {
+    Waiter* next = w->next;
+    if (w->address == &word) {
+      Unlink(b, *w);
+      Unpark(w->fiber);
+    }
+    w = next;
+  }
+}
+
+void SleepUntil(Deadline deadline) {
+  Fiber* f = CurrentFiber();
+  if (f == nullptr) {
+    const timespec at = ToTimespec(deadline);
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, nullptr) == EINTR) {
+    }
+    return;
+  }
+  while (std::chrono::steady_clock::now() < deadline) Park(*f, deadline);
+}
+
+}  // namespace fiber
+
+FiberPool::FiberPool(int threads, int64_t stack_bytes)
+    : impl_(std::make_unique<Impl>(stack_bytes)) {
+  CW_CHECK(threads >= 1 && stack_bytes >= 16384);
+  threads_.reserve(static_cast<size_t>(threads));
+  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { impl_->RunThread(); });
+}
+
+FiberPool::~FiberPool() {
+  {
+    MutexLock lock(&impl_->mu);
+    impl_->stopping = true;
+  }
+  impl_->WakeIdle();
+  for (std::thread& t : threads_) t.join();
+}
+
+std::shared_ptr<FiberPool::Task> FiberPool::Spawn(std::function<void()> body) {
+  auto f = std::make_shared<Fiber>();
+  f->pool = impl_.get();
+  f->body = std::move(body);
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t stack_bytes = (static_cast<size_t>(impl_->stack_bytes) + page - 1) / page * page;
+  f->map_bytes = stack_bytes + page;
+  void* map = mmap(nullptr, f->map_bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+  CW_CHECK(map != MAP_FAILED) << "cannot map a fiber's stack of " << f->map_bytes << " bytes";
+  f->map = static_cast<std::byte*>(map);
+  CW_CHECK(mprotect(f->map, page, PROT_NONE) == 0);  // the guard page
+  f->stack = f->map + page;
+  f->stack_bytes = stack_bytes;
+  CW_CHECK(getcontext(&f->context) == 0);
+  f->context.uc_stack.ss_sp = f->stack;
+  f->context.uc_stack.ss_size = f->stack_bytes;
+  f->context.uc_link = nullptr;
+  const auto bits = reinterpret_cast<uintptr_t>(f.get());
+  makecontext(&f->context, reinterpret_cast<void (*)()>(&FiberMain), 2,
+              static_cast<unsigned>(bits >> 32), static_cast<unsigned>(bits & 0xffffffffu));
+#ifdef CW_TSAN_FIBERS
+  f->tsan_fiber = __tsan_create_fiber(0);
+#endif
+  f->keep_alive = f;
+  {
+    MutexLock lock(&impl_->mu);
+    ++impl_->live;
+  }
+  impl_->Push(f);
+  return std::make_shared<TaskImpl>(f);
+}
+
+}  // namespace causeway
