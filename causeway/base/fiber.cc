@@ -9,7 +9,6 @@
 
 #include <cerrno>
 #include <climits>
-#include <cstdlib>
 #include <ctime>
 #include <deque>
 #include <map>
@@ -221,11 +220,6 @@ static void Pause() {
 #endif
 }
 
-static int64_t SpinNanos() {
-  const char* v = getenv("CAUSEWAY_FIBER_SPIN_US");
-  return v == nullptr ? 50'000 : atoll(v) * 1000;
-}
-
 struct FiberPool::Impl {
   explicit Impl(int64_t stack_bytes) : stack_bytes(stack_bytes) {}
 
@@ -390,7 +384,8 @@ struct FiberPool::Impl {
   // A thread spins to the next deadline (at most one at a time).
   bool spinner ABSL_GUARDED_BY(mu) = false;
   std::atomic<uint32_t> wake_word{0};
-  const std::chrono::nanoseconds kSpin{SpinNanos()};
+  // How close the next deadline must be for a thread to spin to it.
+  static constexpr std::chrono::microseconds kSpin{50};
 };
 
 namespace {

@@ -49,8 +49,10 @@ TEST(FiberTest, BarrierRoundsAcrossThreads) {
   constexpr int kFibers = 24;
   constexpr int kRounds = 200;
   FiberPool pool(2);
-  Mutex mu;
-  int count ABSL_GUARDED_BY(mu) = 0;
+  struct Barrier {
+    Mutex mu;
+    int count ABSL_GUARDED_BY(mu) = 0;
+  } barrier;
   std::atomic<uint32_t> generation{0};
   std::vector<int> done(kFibers, 0);
   std::vector<std::shared_ptr<FiberPool::Task>> tasks;
@@ -60,10 +62,10 @@ TEST(FiberTest, BarrierRoundsAcrossThreads) {
         uint32_t seen;
         bool last;
         {
-          MutexLock lock(&mu);
+          MutexLock lock(&barrier.mu);
           seen = generation.load();
-          last = ++count == kFibers;
-          if (last) count = 0;
+          last = ++barrier.count == kFibers;
+          if (last) barrier.count = 0;
         }
         if (last) {
           generation.fetch_add(1);
