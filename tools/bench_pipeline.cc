@@ -37,6 +37,7 @@ struct PipelineFlags {
   double dcn_latency_us = 0;
   double dcn_gbps = 0;
   std::string dispatch = "parallel";
+  int device_threads = 0;
   int steps = 4;
   int repeats = 5;
   bool json = false;
@@ -60,6 +61,7 @@ absl::StatusOr<PipelineResult> RunPipeline(const PipelineFlags& f) {
   co.devices_per_host = 1;
   co.dcn.latency = absl::Microseconds(f.dcn_latency_us);
   co.dcn.bytes_per_second = f.dcn_gbps * 1e9 / 8;
+  co.device_threads = f.device_threads;
   CW_ASSIGN_OR_RETURN(auto cluster, LocalCluster::Create(co));
   ClientOptions options;
   options.dispatch = f.dispatch == "parallel" ? DispatchMode::kParallel : DispatchMode::kSequential;
@@ -143,6 +145,10 @@ void AddBenchPipelineCommand(CLI::App* bench, int* exit_code) {
       ->check(CLI::Range(1, 10000));
   cmd->add_option("--repeats", f->repeats, "Repeats; the median step time is reported")
       ->check(CLI::Range(1, 1000));
+  cmd->add_option("--device-threads", f->device_threads,
+                  "0 (default) runs each stage's device on a thread of its own; N runs every "
+                  "device as a fiber of one pool of N threads")
+      ->check(CLI::Range(0, 1024));
   cmd->add_flag("--json", f->json, "One JSON object");
   cmd->callback([f, exit_code] {
     if (f->microbatches == 0) f->microbatches = 4 * f->stages;
@@ -168,6 +174,7 @@ void AddBenchPipelineCommand(CLI::App* bench, int* exit_code) {
                         {"dcn_latency_us", f->dcn_latency_us},
                         {"dcn_gbps", f->dcn_gbps},
                         {"dispatch", f->dispatch},
+                        {"device_threads", f->device_threads},
                         {"steps", f->steps},
                         {"repeats", f->repeats},
                         {"step_seconds", r->step_seconds},

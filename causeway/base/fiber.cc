@@ -36,8 +36,78 @@
 #include <sanitizer/tsan_interface.h>
 #endif
 
+#if defined(__x86_64__)
+// A switch between stacks that saves what the System V ABI says a call
+// preserves (rbx, rbp, r12-r15, the SSE and x87 control words) and nothing
+// else: swapcontext also saves the signal mask, a system call on every
+// switch. Stores the current stack pointer in *from and resumes the stack
+// saved in `to`.
+extern "C" void causeway_fiber_switch(void** from, void* to);
+// Where a new fiber's stack first returns to: calls causeway_fiber_main with
+// the fiber, which was left in r12.
+extern "C" void causeway_fiber_start();
+asm(R"(
+  .text
+  .globl causeway_fiber_switch
+  .hidden causeway_fiber_switch
+  .type causeway_fiber_switch, @function
+causeway_fiber_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size causeway_fiber_switch, .-causeway_fiber_switch
+
+  .globl causeway_fiber_start
+  .hidden causeway_fiber_start
+  .type causeway_fiber_start, @function
+causeway_fiber_start:
+  movq %r12, %rdi
+  call causeway_fiber_main
+  ud2
+  .size causeway_fiber_start, .-causeway_fiber_start
+)");
+#define CW_FIBER_ASM_SWITCH 1
+#endif
+
+extern "C" __attribute__((visibility("hidden"))) void causeway_fiber_main(void* fiber);
+
 namespace causeway {
 namespace {
+
+// A suspended stack: where a switch resumes it.
+struct Context {
+#ifdef CW_FIBER_ASM_SWITCH
+  void* sp = nullptr;
+#else
+  ucontext_t uc;
+#endif
+};
+
+void SwapContext(Context& from, Context& to) {
+#ifdef CW_FIBER_ASM_SWITCH
+  causeway_fiber_switch(&from.sp, to.sp);
+#else
+  swapcontext(&from.uc, &to.uc);
+#endif
+}
 
 using fiber::Deadline;
 using fiber::kNever;
@@ -57,7 +127,7 @@ struct Worker;
 struct Fiber : std::enable_shared_from_this<Fiber> {
   FiberPool::Impl* pool = nullptr;
   std::function<void()> body;
-  ucontext_t context;
+  Context context;
   std::byte* map = nullptr;  // the stack's mapping, guard page first
   size_t map_bytes = 0;
   std::byte* stack = nullptr;
@@ -81,7 +151,7 @@ namespace {
 // One pool thread: the context it runs fibers from and the one it runs.
 struct Worker {
   FiberPool::Impl* pool = nullptr;
-  ucontext_t context;
+  Context context;
   Fiber* current = nullptr;
   void* tsan_fiber = nullptr;
   void* asan_fake_stack = nullptr;
@@ -138,7 +208,7 @@ void SwitchIn(Worker& w, Fiber& f) {
 #ifdef CW_TSAN_FIBERS
   __tsan_switch_to_fiber(f.tsan_fiber, 0);
 #endif
-  swapcontext(&w.context, &f.context);
+  SwapContext(w.context, f.context);
 #ifdef CW_ASAN_FIBERS
   __sanitizer_finish_switch_fiber(w.asan_fake_stack, nullptr, nullptr);
 #endif
@@ -163,7 +233,7 @@ void SwitchOut(Fiber& f) {
 #ifdef CW_TSAN_FIBERS
   __tsan_switch_to_fiber(w->tsan_fiber, 0);
 #endif
-  swapcontext(&f.context, &w->context);
+  SwapContext(f.context, w->context);
   Arrived(f);
 }
 
@@ -175,15 +245,21 @@ void Park(Fiber& f, Deadline deadline) {
 
 void Unpark(Fiber* f);
 
-void FiberMain(unsigned hi, unsigned lo) {
-  Fiber* f = reinterpret_cast<Fiber*>((uintptr_t{hi} << 32) | uintptr_t{lo});
+[[noreturn]] void FiberMain(Fiber* f) {
   Arrived(*f);
   f->body();
   f->body = nullptr;  // its captures die on the fiber that used them
   f->request = kFinished;
   SwitchOut(*f);
   CW_CHECK(false) << "a finished fiber resumed";
+  __builtin_unreachable();
 }
+
+#ifndef CW_FIBER_ASM_SWITCH
+void FiberEntry(unsigned hi, unsigned lo) {
+  causeway_fiber_main(reinterpret_cast<void*>((uintptr_t{hi} << 32) | uintptr_t{lo}));
+}
+#endif
 
 // Fibers waiting on addresses: what WakeAll looks through. A waiter is
 // linked while its fiber is inside WaitWhileEqual, so a fiber found here is
@@ -240,8 +316,10 @@ struct FiberPool::Impl {
   // The next fiber to run; null once the pool stops and no fiber is left.
   std::shared_ptr<Fiber> Next() {
     std::vector<Fiber*> expired;
+    bool may_spin = true;  // false after a spin that found no work
     while (true) {
       Deadline next_timer = kNever;
+      Deadline spin_until{};
       uint32_t seen = 0;
       bool spin = false;
       bool spinner_blocked = false;
@@ -270,8 +348,15 @@ struct FiberPool::Impl {
           if (!timers.empty()) next_timer = timers.begin()->first;
           seen = wake_word.load(std::memory_order_relaxed);
           spinner_blocked = spinner;
-          spin = next_timer != kNever && !spinner &&
-                 next_timer - std::chrono::steady_clock::now() <= kSpin;
+          if (!spinner) {
+            const Deadline now = std::chrono::steady_clock::now();
+            if (next_timer != kNever && next_timer - now <= kSpin) {
+              spin_until = next_timer;
+            } else if (may_spin) {
+              spin_until = now + kSpin;
+            }
+          }
+          spin = spin_until != Deadline{};
           if (spin) {
             spinner = true;
           } else {
@@ -286,18 +371,22 @@ struct FiberPool::Impl {
         continue;
       }
       if (spin) {
-        // The next deadline is close: spin to it rather than sleep, since
-        // waking an idle core takes longer than the time left.
-        while (std::chrono::steady_clock::now() < next_timer &&
+        // One thread at a time spins rather than sleeps, for a while: to the
+        // next deadline if it is close, since waking an idle core takes
+        // longer than the time left; else in case work comes soon (a gang's
+        // members come back together when their collective completes).
+        while (std::chrono::steady_clock::now() < spin_until &&
                wake_word.load(std::memory_order_acquire) == seen) {
           Pause();
         }
+        may_spin = wake_word.load(std::memory_order_acquire) != seen;
         MutexLock lock(&mu);
         spinner = false;
         continue;
       }
       FutexWait(wake_word, seen,
                 next_timer == kNever || spinner_blocked ? next_timer : next_timer - kSpin);
+      may_spin = true;
       MutexLock lock(&mu);
       --idle;
     }
@@ -526,13 +615,35 @@ std::shared_ptr<FiberPool::Task> FiberPool::Spawn(std::function<void()> body) {
   CW_CHECK(mprotect(f->map, page, PROT_NONE) == 0);  // the guard page
   f->stack = f->map + page;
   f->stack_bytes = stack_bytes;
-  CW_CHECK(getcontext(&f->context) == 0);
-  f->context.uc_stack.ss_sp = f->stack;
-  f->context.uc_stack.ss_size = f->stack_bytes;
-  f->context.uc_link = nullptr;
+#ifdef CW_FIBER_ASM_SWITCH
+  // What causeway_fiber_switch pops, from the lowest address: the control
+  // words (this thread's), r15, r14, r13, r12 (the fiber), rbx, rbp, then
+  // the address it returns to. That return leaves the stack 16-byte
+  // aligned, so causeway_fiber_start's call enters causeway_fiber_main as
+  // the ABI requires.
+  auto* top = reinterpret_cast<uint64_t*>(
+      (reinterpret_cast<uintptr_t>(f->stack + f->stack_bytes)) & ~uintptr_t{15});
+  uint64_t* sp = top - 10;
+  uint32_t mxcsr;
+  uint16_t fpucw;
+  asm volatile("stmxcsr %0" : "=m"(mxcsr));
+  asm volatile("fnstcw %0" : "=m"(fpucw));
+  sp[0] = uint64_t{mxcsr} | (uint64_t{fpucw} << 32);
+  sp[1] = sp[2] = sp[3] = 0;                           // r15, r14, r13
+  sp[4] = reinterpret_cast<uint64_t>(f.get());         // r12
+  sp[5] = sp[6] = 0;                                   // rbx, rbp
+  sp[7] = reinterpret_cast<uint64_t>(&causeway_fiber_start);
+  sp[8] = sp[9] = 0;
+  f->context.sp = sp;
+#else
+  CW_CHECK(getcontext(&f->context.uc) == 0);
+  f->context.uc.uc_stack.ss_sp = f->stack;
+  f->context.uc.uc_stack.ss_size = f->stack_bytes;
+  f->context.uc.uc_link = nullptr;
   const auto bits = reinterpret_cast<uintptr_t>(f.get());
-  makecontext(&f->context, reinterpret_cast<void (*)()>(&FiberMain), 2,
+  makecontext(&f->context.uc, reinterpret_cast<void (*)()>(&FiberEntry), 2,
               static_cast<unsigned>(bits >> 32), static_cast<unsigned>(bits & 0xffffffffu));
+#endif
 #ifdef CW_TSAN_FIBERS
   f->tsan_fiber = __tsan_create_fiber(0);
 #endif
@@ -546,3 +657,8 @@ std::shared_ptr<FiberPool::Task> FiberPool::Spawn(std::function<void()> body) {
 }
 
 }  // namespace causeway
+
+// A fiber's first frame: runs its body, then leaves for good.
+extern "C" __attribute__((visibility("hidden"))) void causeway_fiber_main(void* fiber) {
+  causeway::FiberMain(static_cast<causeway::Fiber*>(fiber));
+}
