@@ -34,8 +34,11 @@ for devices in 1 2 4 8 16; do
   done
 done
 # Utilisation against computation length, 32 devices over 4 hosts.
-run bench utilization --devices 32 --hosts 4 --compute-us 100,250,500,1000,2500 \
-  --controller both --seconds "$secs"
+# The same with every device a fiber of a pool of as many threads as cores.
+for threads in 0 "$(nproc)"; do
+  run bench utilization --devices 32 --hosts 4 --compute-us 100,250,500,1000,2500 \
+    --controller both --seconds "$secs" --device-threads "$threads"
+done
 # Pipeline (docs/PIPELINE.md): the bubble against the GPipe bound for S = 2, 4, 8 stages and
 # M = 4 S micro-batches, stage passes sized like the GPT's (1 + 2 ms, 96 KiB activations);
 # parallel vs sequential dispatch at 100 us and 1 ms; two islands vs one.
