@@ -7,12 +7,15 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <ctime>
 #include <deque>
 #include <map>
 
+#include "absl/container/inlined_vector.h"
+#include "absl/types/span.h"
 #include "causeway/base/check.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -313,6 +316,19 @@ struct FiberPool::Impl {
     }
   }
 
+  void PushAll(absl::Span<std::shared_ptr<Fiber>> fibers) {
+    int wake;
+    {
+      MutexLock lock(&mu);
+      for (std::shared_ptr<Fiber>& f : fibers) ready.push_back(std::move(f));
+      wake = std::min(idle + (spinner ? 1 : 0), static_cast<int>(fibers.size()));
+    }
+    if (wake > 0) {
+      wake_word.fetch_add(1, std::memory_order_release);
+      FutexWake(wake_word, wake);
+    }
+  }
+
   // The next fiber to run; null once the pool stops and no fiber is left.
   std::shared_ptr<Fiber> Next() {
     std::vector<Fiber*> expired;
@@ -479,20 +495,22 @@ struct FiberPool::Impl {
 
 namespace {
 
-void Unpark(Fiber* f) {
+// Wakes `f`: true if it was parked and the caller must now push it.
+bool MakeRunnable(Fiber* f) {
   int s = f->state.load(std::memory_order_acquire);
   while (true) {
     if (s == kParked) {
-      if (f->state.compare_exchange_weak(s, kRunnable, std::memory_order_acq_rel)) {
-        f->pool->Push(f->shared_from_this());
-        return;
-      }
+      if (f->state.compare_exchange_weak(s, kRunnable, std::memory_order_acq_rel)) return true;
     } else if (s == kRunning) {
-      if (f->state.compare_exchange_weak(s, kNotified, std::memory_order_acq_rel)) return;
+      if (f->state.compare_exchange_weak(s, kNotified, std::memory_order_acq_rel)) return false;
     } else {
-      return;  // already runnable or notified, or finished
+      return false;  // already runnable or notified, or finished
     }
   }
+}
+
+void Unpark(Fiber* f) {
+  if (MakeRunnable(f)) f->pool->Push(f->shared_from_this());
 }
 
 void Link(Bucket& b, Waiter& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu) {
@@ -561,14 +579,26 @@ bool WaitWhileEqual(std::atomic<uint32_t>& word, uint32_t seen, Deadline deadlin
 void WakeAll(std::atomic<uint32_t>& word) {
   Bucket& b = BucketOf(&word);
   if (b.threads.fetch_add(0, std::memory_order_seq_cst) > 0) FutexWake(word, INT_MAX);
-  MutexLock lock(&b.mu);
-  for (Waiter* w = b.head; w != nullptr;) {
-    Waiter* next = w->next;
-    if (w->address == &word) {
-      Unlink(b, *w);
-      Unpark(w->fiber);
+  // A collective wakes all its members at once: made runnable here, they
+  // join the ready queue together (one lock of the pool, one wake-up).
+  absl::InlinedVector<std::shared_ptr<Fiber>, 16> woken;
+  {
+    MutexLock lock(&b.mu);
+    for (Waiter* w = b.head; w != nullptr;) {
+      Waiter* next = w->next;
+      if (w->address == &word) {
+        Unlink(b, *w);
+        if (MakeRunnable(w->fiber)) woken.push_back(w->fiber->shared_from_this());
+      }
+      w = next;
     }
-    w = next;
+  }
+  for (size_t i = 0; i < woken.size();) {
+    FiberPool::Impl* pool = woken[i]->pool;
+    size_t j = i;
+    while (j < woken.size() && woken[j]->pool == pool) ++j;
+    pool->PushAll(absl::MakeSpan(woken).subspan(i, j - i));
+    i = j;
   }
 }
 
