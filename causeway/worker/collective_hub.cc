@@ -40,12 +40,12 @@ std::vector<int64_t> Zeros(const ir::Shape& shape) {
 
 // INVALID_ARGUMENT unless `big` is `small` with dimension `d` times `g`.
 absl::Status CheckScaled(const ir::Shape& small, const ir::Shape& big, int64_t d, int64_t g,
-                         int64_t, const std::string& what) {
+                         int64_t, const CollectiveWhat& what) {
   ir::Shape expected = small;
   if (d >= 0 && d < small.rank()) expected.dims[d] *= g;
   if (d < 0 || d >= small.rank() || expected != big) {
     return absl::InvalidArgumentError(absl::StrCat(
-        what, ": shapes ", small.ToString(), " and ", big.ToString(),
+        what.str(), ": shapes ", small.ToString(), " and ", big.ToString(),
         " do not differ by the group size ", g, " along dimension ", d));
   }
   return absl::OkStatus();
@@ -108,7 +108,7 @@ void CollectiveHub::Reduce(State& state, const ir::Shape& shape, ir::ReduceKind 
 absl::Status CollectiveHub::AllReduce(const CollectiveKey& key, DeviceId self, int rank,
                                       const std::vector<DeviceId>& members,
                                       const ir::Shape& shape, ir::ReduceKind kind, void* data,
-                                      const std::string& what) {
+                                      const CollectiveWhat& what) {
   const Completion across = [&](State& state) -> absl::Status {
     // This process's members in rank order, then the processes.
     const std::vector<int>& local = state.local_ranks();
@@ -162,7 +162,7 @@ absl::Status CollectiveHub::GatherAcross(const CollectiveKey& key, State& state)
 absl::Status CollectiveHub::Meet(const CollectiveKey& key, DeviceId self, int rank,
                                  const std::vector<DeviceId>& members, ir::OpKind op,
                                  const void* in, int64_t in_bytes, void* out, int64_t out_bytes,
-                                 const std::string& what, const Completion& complete,
+                                 const CollectiveWhat& what, const Completion& complete,
                                  const Completion* across) {
   const int size = static_cast<int>(members.size());
   std::vector<HostId> member_hosts;
@@ -200,13 +200,13 @@ absl::Status CollectiveHub::Meet(const CollectiveKey& key, DeviceId self, int ra
       hub->FlushOutbox();
     }
   } held{this};
-  if (shutdown_) return absl::AbortedError(absl::StrCat(what, ": runtime shutting down"));
+  if (shutdown_) return absl::AbortedError(absl::StrCat(what.str(), ": runtime shutting down"));
   if (auto it = aborted_gangs_.find({key.run, key.node}); it != aborted_gangs_.end()) {
     return it->second;
   }
   for (HostId h : member_hosts) {
     if (auto it = lost_hosts_.find(h); it != lost_hosts_.end()) {
-      return absl::UnavailableError(absl::StrCat(what, ": ", it->second.message()));
+      return absl::UnavailableError(absl::StrCat(what.str(), ": ", it->second.message()));
     }
   }
   std::shared_ptr<State>& slot = states_[key];
@@ -226,7 +226,7 @@ absl::Status CollectiveHub::Meet(const CollectiveKey& key, DeviceId self, int ra
       slot->local_members = static_cast<int>(
           std::count(member_hosts.begin(), member_hosts.end(), peers_->self()));
     }
-    slot->what = what;
+    slot->what = what.str();
     slot->key = key;
     if (library != nullptr) {
       slot->across = library;
@@ -251,7 +251,7 @@ absl::Status CollectiveHub::Meet(const CollectiveKey& key, DeviceId self, int ra
   if (state->members != members || state->op != op || rank < 0 || rank >= size ||
       members[rank] != self || state->arrived_rank[rank]) {
     return absl::InvalidArgumentError(absl::StrCat(
-        what, ": participants disagree on the collective (", ir::OpName(state->op), " vs ",
+        what.str(), ": participants disagree on the collective (", ir::OpName(state->op), " vs ",
         ir::OpName(op), "), the group or rank ", rank));
   }
   if (!state->status.ok()) {
@@ -308,7 +308,7 @@ absl::Status CollectiveHub::Meet(const CollectiveKey& key, DeviceId self, int ra
         WakeLocked(*state);
         return absl::OkStatus();
       }
-      FailLocked(*state, Annotate(done, what));
+      FailLocked(*state, Annotate(done, what.str()));
       continue;
     }
     if (!blocked) {
@@ -345,7 +345,7 @@ absl::Status CollectiveHub::Meet(const CollectiveKey& key, DeviceId self, int ra
       if (!state->arrived_rank[r]) missing.push_back(members[r].ToString());
     }
     FailLocked(*state, absl::DeadlineExceededError(
-                           absl::StrCat(what, ": timed out after ", absl::FormatDuration(timeout_),
+                           absl::StrCat(what.str(), ": timed out after ", absl::FormatDuration(timeout_),
                                         " waiting for ", absl::StrJoin(missing, ", "))));
   }
   const absl::Status status = state->done ? absl::OkStatus() : state->status;
@@ -542,7 +542,7 @@ absl::Status CollectiveHub::AllGather(const CollectiveKey& key, DeviceId self, i
                                       const std::vector<DeviceId>& members,
                                       const ir::Shape& in_shape, const ir::Shape& out_shape,
                                       int64_t dimension, const void* in, void* out,
-                                      const std::string& what) {
+                                      const CollectiveWhat& what) {
   const int64_t g = static_cast<int64_t>(members.size());
   CW_RETURN_IF_ERROR(CheckScaled(in_shape, out_shape, dimension, g, 1, what));
   const Completion complete = [&](State& state) {
@@ -576,7 +576,7 @@ absl::Status CollectiveHub::ReduceScatter(const CollectiveKey& key, DeviceId sel
                                           ir::ReduceKind kind, const ir::Shape& in_shape,
                                           const ir::Shape& out_shape, int64_t dimension,
                                           const void* in, void* out,
-                                          const std::string& what) {
+                                          const CollectiveWhat& what) {
   const int64_t g = static_cast<int64_t>(members.size());
   CW_RETURN_IF_ERROR(CheckScaled(out_shape, in_shape, dimension, g, 1, what));
   // Reduces the operands of `ranks` in order, then, across processes, over
@@ -617,13 +617,13 @@ absl::Status CollectiveHub::AllToAll(const CollectiveKey& key, DeviceId self, in
                                      const std::vector<DeviceId>& members,
                                      const ir::Shape& in_shape, const ir::Shape& out_shape,
                                      int64_t split_dimension, int64_t concat_dimension,
-                                     const void* in, void* out, const std::string& what) {
+                                     const void* in, void* out, const CollectiveWhat& what) {
   const int64_t g = static_cast<int64_t>(members.size());
   const int rank_n = in_shape.rank();
   if (split_dimension < 0 || split_dimension >= rank_n || concat_dimension < 0 ||
       concat_dimension >= rank_n || in_shape.dims[split_dimension] % g != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        what, ": cannot split ", in_shape.ToString(), " along ", split_dimension, " into ",
+        what.str(), ": cannot split ", in_shape.ToString(), " along ", split_dimension, " into ",
         g, " parts"));
   }
   ir::Shape chunk = in_shape;
@@ -631,7 +631,7 @@ absl::Status CollectiveHub::AllToAll(const CollectiveKey& key, DeviceId self, in
   ir::Shape expected = chunk;
   expected.dims[concat_dimension] *= g;
   if (expected != out_shape) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": result ", out_shape.ToString(),
+    return absl::InvalidArgumentError(absl::StrCat(what.str(), ": result ", out_shape.ToString(),
                                                    " should be ", expected.ToString(),
                                                    " for a group of ", g));
   }
@@ -706,11 +706,11 @@ absl::Status CollectiveHub::AllToAll(const CollectiveKey& key, DeviceId self, in
 absl::Status CollectiveHub::CollectivePermute(
     const CollectiveKey& key, DeviceId self, int rank, const std::vector<DeviceId>& members,
     const ir::Shape& shape, absl::Span<const std::pair<int64_t, int64_t>> pairs,
-    const void* in, void* out, const std::string& what) {
+    const void* in, void* out, const CollectiveWhat& what) {
   const int64_t g = static_cast<int64_t>(members.size());
   for (const auto& [s, t] : pairs) {
     if (s < 0 || t < 0 || s >= g || t >= g) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": pair ", s, "->", t,
+      return absl::InvalidArgumentError(absl::StrCat(what.str(), ": pair ", s, "->", t,
                                                      " outside a group of ", g));
     }
   }
@@ -854,63 +854,74 @@ int64_t CollectiveHub::deadlocks_detected() const {
 }
 
 absl::StatusOr<HubCollectives::Group> HubCollectives::MakeGroup(
-    int index, absl::Span<const std::string> axes, absl::string_view op) const {
-  CW_ASSIGN_OR_RETURN(std::vector<int> group, mesh_->Group(position_, axes));
+    int index, absl::Span<const std::string> axes) const {
+  absl::StatusOr<std::vector<int>> group = mesh_->Group(position_, axes);
+  if (!group.ok()) return group.status();
   Group g;
-  g.rank = static_cast<int>(std::find(group.begin(), group.end(), position_) - group.begin());
-  g.members.reserve(group.size());
-  for (int p : group) g.members.push_back(mesh_->devices()[p]);
-  g.key = CollectiveKey{run_, node_, index, *std::min_element(group.begin(), group.end())};
-  g.what = absl::StrCat(op, " #", index, " over {", absl::StrJoin(axes, ","), "} in node ",
-                        node_, " (", function_name_, ") of ", run_.ToString());
+  g.rank = static_cast<int>(std::find(group->begin(), group->end(), position_) - group->begin());
+  g.members.reserve(group->size());
+  for (int p : *group) g.members.push_back(mesh_->devices()[p]);
+  g.key = CollectiveKey{run_, node_, index, *std::min_element(group->begin(), group->end())};
   return g;
+}
+
+std::string HubCollectives::Describe(int index, absl::Span<const std::string> axes,
+                                     absl::string_view op) const {
+  return absl::StrCat(op, " #", index, " over {", absl::StrJoin(axes, ","), "} in node ", node_,
+                      " (", function_name_, ") of ", run_.ToString());
 }
 
 absl::Status HubCollectives::AllReduce(int index, absl::Span<const std::string> axes,
                                        ir::ReduceKind kind, const ir::Shape& shape,
                                        void* data) {
-  CW_ASSIGN_OR_RETURN(Group g, MakeGroup(index, axes, "all_reduce"));
+  CW_ASSIGN_OR_RETURN(Group g, MakeGroup(index, axes));
+  const auto what = [&] { return Describe(index, axes, "all_reduce"); };
   const Timed timed(&micros_);
   return hub_->AllReduce(g.key, mesh_->devices()[position_], g.rank, g.members, shape, kind,
-                         data, g.what);
+                         data, CollectiveWhat(what));
 }
 
 absl::Status HubCollectives::AllGather(int index, absl::Span<const std::string> axes,
                                        const ir::Shape& in_shape, const ir::Shape& out_shape,
                                        int64_t dimension, const void* in, void* out) {
-  CW_ASSIGN_OR_RETURN(Group g, MakeGroup(index, axes, "all_gather"));
+  CW_ASSIGN_OR_RETURN(Group g, MakeGroup(index, axes));
+  const auto what = [&] { return Describe(index, axes, "all_gather"); };
   const Timed timed(&micros_);
   return hub_->AllGather(g.key, mesh_->devices()[position_], g.rank, g.members, in_shape,
-                         out_shape, dimension, in, out, g.what);
+                         out_shape, dimension, in, out, CollectiveWhat(what));
 }
 
 absl::Status HubCollectives::ReduceScatter(int index, absl::Span<const std::string> axes,
                                            ir::ReduceKind kind, const ir::Shape& in_shape,
                                            const ir::Shape& out_shape, int64_t dimension,
                                            const void* in, void* out) {
-  CW_ASSIGN_OR_RETURN(Group g, MakeGroup(index, axes, "reduce_scatter"));
+  CW_ASSIGN_OR_RETURN(Group g, MakeGroup(index, axes));
+  const auto what = [&] { return Describe(index, axes, "reduce_scatter"); };
   const Timed timed(&micros_);
   return hub_->ReduceScatter(g.key, mesh_->devices()[position_], g.rank, g.members, kind,
-                             in_shape, out_shape, dimension, in, out, g.what);
+                             in_shape, out_shape, dimension, in, out, CollectiveWhat(what));
 }
 
 absl::Status HubCollectives::AllToAll(int index, absl::Span<const std::string> axes,
                                       const ir::Shape& in_shape, const ir::Shape& out_shape,
                                       int64_t split_dimension, int64_t concat_dimension,
                                       const void* in, void* out) {
-  CW_ASSIGN_OR_RETURN(Group g, MakeGroup(index, axes, "all_to_all"));
+  CW_ASSIGN_OR_RETURN(Group g, MakeGroup(index, axes));
+  const auto what = [&] { return Describe(index, axes, "all_to_all"); };
   const Timed timed(&micros_);
   return hub_->AllToAll(g.key, mesh_->devices()[position_], g.rank, g.members, in_shape,
-                        out_shape, split_dimension, concat_dimension, in, out, g.what);
+                        out_shape, split_dimension, concat_dimension, in, out,
+                        CollectiveWhat(what));
 }
 
 absl::Status HubCollectives::CollectivePermute(
     int index, absl::Span<const std::string> axes, const ir::Shape& shape,
     absl::Span<const std::pair<int64_t, int64_t>> pairs, const void* in, void* out) {
-  CW_ASSIGN_OR_RETURN(Group g, MakeGroup(index, axes, "collective_permute"));
+  CW_ASSIGN_OR_RETURN(Group g, MakeGroup(index, axes));
+  const auto what = [&] { return Describe(index, axes, "collective_permute"); };
   const Timed timed(&micros_);
   return hub_->CollectivePermute(g.key, mesh_->devices()[position_], g.rank, g.members,
-                                 shape, pairs, in, out, g.what);
+                                 shape, pairs, in, out, CollectiveWhat(what));
 }
 
 }  // namespace causeway

@@ -25,10 +25,12 @@
 #include <functional>
 #include <memory>
 #include <utility>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
@@ -140,6 +142,23 @@ class CollectivePeers {
   virtual void SendReady(HostId /*to*/, const CollectiveKey& /*key*/, int64_t /*generation*/) {}
 };
 
+// What a collective is, for error messages: a text, or a way to format one
+// that runs only when a message (or the first member's record of the
+// collective) needs it, so that no member formats it on the way through.
+// Refers to what it was made from: valid for the call it is passed to.
+class CollectiveWhat {
+ public:
+  CollectiveWhat(const std::string& text) : text_(text) {}  // NOLINT: implicit
+  CollectiveWhat(const char* text) : text_(text) {}         // NOLINT: implicit
+  explicit CollectiveWhat(absl::FunctionRef<std::string()> format) : format_(format) {}
+
+  std::string str() const { return format_.has_value() ? (*format_)() : std::string(text_); }
+
+ private:
+  absl::string_view text_;
+  std::optional<absl::FunctionRef<std::string()>> format_;
+};
+
 // Thread-safe.
 class CollectiveHub {
  public:
@@ -155,7 +174,7 @@ class CollectiveHub {
   // (timeout), INVALID_ARGUMENT (members disagree on the group).
   absl::Status AllReduce(const CollectiveKey& key, DeviceId self, int rank,
                          const std::vector<DeviceId>& members, const ir::Shape& shape,
-                         ir::ReduceKind kind, void* data, const std::string& what);
+                         ir::ReduceKind kind, void* data, const CollectiveWhat& what);
 
   // The other collectives: `in` (`in_shape`) is this member's operand, `out`
   // (`out_shape`) its result; they must not overlap. Semantics as in
@@ -165,21 +184,21 @@ class CollectiveHub {
   absl::Status AllGather(const CollectiveKey& key, DeviceId self, int rank,
                          const std::vector<DeviceId>& members, const ir::Shape& in_shape,
                          const ir::Shape& out_shape, int64_t dimension, const void* in,
-                         void* out, const std::string& what);
+                         void* out, const CollectiveWhat& what);
   absl::Status ReduceScatter(const CollectiveKey& key, DeviceId self, int rank,
                              const std::vector<DeviceId>& members, ir::ReduceKind kind,
                              const ir::Shape& in_shape, const ir::Shape& out_shape,
                              int64_t dimension, const void* in, void* out,
-                             const std::string& what);
+                             const CollectiveWhat& what);
   absl::Status AllToAll(const CollectiveKey& key, DeviceId self, int rank,
                         const std::vector<DeviceId>& members, const ir::Shape& in_shape,
                         const ir::Shape& out_shape, int64_t split_dimension,
                         int64_t concat_dimension, const void* in, void* out,
-                        const std::string& what);
+                        const CollectiveWhat& what);
   absl::Status CollectivePermute(const CollectiveKey& key, DeviceId self, int rank,
                                  const std::vector<DeviceId>& members, const ir::Shape& shape,
                                  absl::Span<const std::pair<int64_t, int64_t>> pairs,
-                                 const void* in, void* out, const std::string& what);
+                                 const void* in, void* out, const CollectiveWhat& what);
 
   // The launch of node `node` of `run` failed on one device without
   // reaching (all of) its collectives: fails every pending and later
@@ -290,7 +309,7 @@ class CollectiveHub {
   // never does.
   absl::Status Meet(const CollectiveKey& key, DeviceId self, int rank,
                     const std::vector<DeviceId>& members, ir::OpKind op, const void* in,
-                    int64_t in_bytes, void* out, int64_t out_bytes, const std::string& what,
+                    int64_t in_bytes, void* out, int64_t out_bytes, const CollectiveWhat& what,
                     const Completion& complete, const Completion* across = nullptr)
       ABSL_NO_THREAD_SAFETY_ANALYSIS;
   // REQUIRES: mu_. Records that host `from` is ready in `state`.
@@ -419,16 +438,17 @@ class HubCollectives final : public backend::CollectiveOps {
     const std::chrono::steady_clock::time_point start_;
   };
 
-  // This device's group over `axes`, its rank in it, and the key and
-  // description of collective `index`.
+  // This device's group over `axes`, its rank in it, and the key of
+  // collective `index`.
   struct Group {
     std::vector<DeviceId> members;
     int rank = 0;
     CollectiveKey key;
-    std::string what;
   };
-  absl::StatusOr<Group> MakeGroup(int index, absl::Span<const std::string> axes,
-                                  absl::string_view op) const;
+  // "all_reduce #0 over {x} in node 3 (f) of run 7", for error messages.
+  std::string Describe(int index, absl::Span<const std::string> axes,
+                       absl::string_view op) const;
+  absl::StatusOr<Group> MakeGroup(int index, absl::Span<const std::string> axes) const;
 };
 
 }  // namespace causeway
