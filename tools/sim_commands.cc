@@ -618,7 +618,7 @@ absl::StatusOr<json> Calibrate(const CalibrateFlags& f) {
     ir::Value z = sleep.Parameter(ir::Shape(ir::DType::kF32, {1}));
     CW_ASSIGN_OR_RETURN(ir::Function delay, sleep.Build({sleep.Delay(z, 500)}));
     // As on a device's thread, which asks for the tightest timer slack
-    // (DeviceStream::Loop); this thread's default slack adds up to 50 us.
+    // (DeviceStream, FiberPool); this thread's default slack adds up to 50 us.
     const int slack = prctl(PR_GET_TIMERSLACK, 0UL, 0UL, 0UL, 0UL);
     prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
     const absl::StatusOr<double> delay_s = SecondsPerRun(delay);
