@@ -9,9 +9,7 @@
 #ifndef CAUSEWAY_ASYNC_FUTURE_H_
 #define CAUSEWAY_ASYNC_FUTURE_H_
 
-#include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -79,13 +77,7 @@ class FutureState {
 
   const absl::StatusOr<T>* AwaitWithTimeout(absl::Duration timeout) const {
     if (fiber::InFiber()) {
-      const fiber::Deadline deadline =
-          timeout >= absl::Hours(24 * 365)
-              ? fiber::kNever
-              : std::chrono::steady_clock::now() +
-                    std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                        absl::ToChronoNanoseconds(std::max(timeout, absl::ZeroDuration())));
-      return AwaitOnFiber(deadline) ? &*value_ : nullptr;
+      return AwaitOnFiber(fiber::DeadlineAfter(timeout)) ? &*value_ : nullptr;
     }
     MutexLock lock(&mu_);
     if (!mu_.AwaitWithTimeout(

@@ -17,6 +17,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/types/span.h"
 #include "causeway/base/check.h"
+#include "causeway/base/mutex.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define CW_ASAN_FIBERS 1
@@ -153,7 +154,6 @@ namespace {
 
 // One pool thread: the context it runs fibers from and the one it runs.
 struct Worker {
-  FiberPool::Impl* pool = nullptr;
   Context context;
   Fiber* current = nullptr;
   void* tsan_fiber = nullptr;
@@ -289,9 +289,7 @@ Bucket& BucketOf(const void* address) {
   return buckets[(reinterpret_cast<uintptr_t>(address) >> 4) % kBuckets];
 }
 
-}  // namespace
-
-static void Pause() {
+void Pause() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
 #elif defined(__aarch64__)
@@ -299,23 +297,13 @@ static void Pause() {
 #endif
 }
 
+}  // namespace
+
 struct FiberPool::Impl {
   explicit Impl(int64_t stack_bytes) : stack_bytes(stack_bytes) {}
 
-  // Makes `f` runnable (its state already says so).
-  void Push(std::shared_ptr<Fiber> f) {
-    bool wake;
-    {
-      MutexLock lock(&mu);
-      ready.push_back(std::move(f));
-      wake = idle > 0 || spinner;
-    }
-    if (wake) {
-      wake_word.fetch_add(1, std::memory_order_release);
-      FutexWake(wake_word, 1);
-    }
-  }
-
+  // Makes `fibers` runnable (their states already say so), waking as many
+  // waiting threads as there are fibers for them.
   void PushAll(absl::Span<std::shared_ptr<Fiber>> fibers) {
     int wake;
     {
@@ -323,10 +311,15 @@ struct FiberPool::Impl {
       for (std::shared_ptr<Fiber>& f : fibers) ready.push_back(std::move(f));
       wake = std::min(idle + (spinner ? 1 : 0), static_cast<int>(fibers.size()));
     }
-    if (wake > 0) {
-      wake_word.fetch_add(1, std::memory_order_release);
-      FutexWake(wake_word, wake);
-    }
+    WakeThreads(wake);
+  }
+  void Push(std::shared_ptr<Fiber> f) { PushAll(absl::MakeSpan(&f, 1)); }
+
+  // Wakes up to `count` threads waiting (or spinning) on wake_word.
+  void WakeThreads(int count) {
+    if (count <= 0) return;
+    wake_word.fetch_add(1, std::memory_order_release);
+    FutexWake(wake_word, count);
   }
 
   // The next fiber to run; null once the pool stops and no fiber is left.
@@ -419,10 +412,7 @@ struct FiberPool::Impl {
         f->timer = timers.emplace(f->park_deadline, f.get());
         f->has_timer = true;
       }
-      if (wake) {
-        wake_word.fetch_add(1, std::memory_order_release);
-        FutexWake(wake_word, 1);
-      }
+      WakeThreads(wake ? 1 : 0);
     }
     int expected = kRunning;
     if (!f->state.compare_exchange_strong(expected, kParked, std::memory_order_acq_rel)) {
@@ -443,15 +433,10 @@ struct FiberPool::Impl {
       MutexLock lock(&mu);
       last = --live == 0 && stopping;
     }
-    if (last) WakeIdle();
+    if (last) WakeThreads(INT_MAX);
     f->done.store(1, std::memory_order_release);
     fiber::WakeAll(f->done);
     f->keep_alive.reset();
-  }
-
-  void WakeIdle() {
-    wake_word.fetch_add(1, std::memory_order_release);
-    FutexWake(wake_word, INT_MAX);
   }
 
   void RunThread() {
@@ -459,7 +444,6 @@ struct FiberPool::Impl {
     // tightest timer slack (Linux's default lets it overshoot by 50 us).
     prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
     Worker w;
-    w.pool = this;
 #ifdef CW_TSAN_FIBERS
     w.tsan_fiber = __tsan_get_current_fiber();
 #endif
@@ -486,10 +470,11 @@ struct FiberPool::Impl {
   int live ABSL_GUARDED_BY(mu) = 0;  // spawned and not finished
   int idle ABSL_GUARDED_BY(mu) = 0;  // threads waiting on wake_word
   bool stopping ABSL_GUARDED_BY(mu) = false;
-  // A thread spins to the next deadline (at most one at a time).
+  // A thread spins, to a close deadline or for work (one at a time).
   bool spinner ABSL_GUARDED_BY(mu) = false;
   std::atomic<uint32_t> wake_word{0};
-  // How close the next deadline must be for a thread to spin to it.
+  // How close the next deadline must be for a thread to spin to it, and
+  // how long an idle thread spins for work.
   static constexpr std::chrono::microseconds kSpin{50};
 };
 
@@ -627,7 +612,7 @@ FiberPool::~FiberPool() {
     MutexLock lock(&impl_->mu);
     impl_->stopping = true;
   }
-  impl_->WakeIdle();
+  impl_->WakeThreads(INT_MAX);
   for (std::thread& t : threads_) t.join();
 }
 

@@ -14,16 +14,16 @@
 #ifndef CAUSEWAY_BASE_FIBER_H_
 #define CAUSEWAY_BASE_FIBER_H_
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <string>
 #include <thread>
 #include <vector>
 
-#include "causeway/base/mutex.h"
+#include "absl/time/time.h"
 
 namespace causeway {
 
@@ -32,6 +32,15 @@ namespace fiber {
 using Deadline = std::chrono::steady_clock::time_point;
 
 inline constexpr Deadline kNever = Deadline::max();
+
+// The deadline `timeout` from now: kNever for an infinite timeout (or one of
+// a year or more, which would overflow the clock), now for a negative one.
+inline Deadline DeadlineAfter(absl::Duration timeout) {
+  if (timeout >= absl::Hours(24 * 365)) return kNever;
+  return std::chrono::steady_clock::now() +
+         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+             absl::ToChronoNanoseconds(std::max(timeout, absl::ZeroDuration())));
+}
 
 // True on a fiber of a FiberPool.
 bool InFiber();

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "causeway/async/future.h"
+#include "causeway/base/mutex.h"
 #include "gtest/gtest.h"
 
 namespace causeway {

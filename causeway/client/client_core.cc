@@ -22,6 +22,11 @@ ShardHosts::ShardHosts(std::vector<HostId> shard_hosts) : by_shard(std::move(sha
   }
   std::sort(distinct.begin(), distinct.end());
   distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  shards_on.resize(distinct.size());
+  for (size_t s = 0; s < by_shard.size(); ++s) {
+    const auto h = std::lower_bound(distinct.begin(), distinct.end(), by_shard[s]);
+    shards_on[h - distinct.begin()].push_back(static_cast<int>(s));
+  }
 }
 
 ArrayState::~ArrayState() {

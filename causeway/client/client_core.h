@@ -18,13 +18,14 @@
 namespace causeway::internal {
 
 // The hosts of an array's shards: by mesh position, and the distinct ones,
-// ascending. Immutable, and shared by every array of one plan value (or of
-// one Put): at 2048 devices a copy per array would be a copy of 2048 hosts
-// per output of every call.
+// ascending, with the shards each holds. Immutable, and shared by every
+// array of one plan value (or of one Put): at 2048 devices a copy per array
+// would be a copy of 2048 hosts per output of every call.
 struct ShardHosts {
   explicit ShardHosts(std::vector<HostId> shard_hosts);
   std::vector<HostId> by_shard;
   std::vector<HostId> distinct;
+  std::vector<std::vector<int>> shards_on;  // of distinct[i], ascending
 };
 
 struct ArrayState {

@@ -238,7 +238,6 @@ Future<Unit> ClientCore::Ready(const ArrayState& array) {
   const std::shared_ptr<const ShardHosts> placement = array.hosts;
   Promise<Unit> promise;
   array.submitted.OnReady([=](const absl::StatusOr<Unit>& submitted) {
-    const std::vector<HostId>& hosts = placement->by_shard;
     if (!submitted.ok()) {
       promise.Set(submitted.status());
       return;
@@ -250,17 +249,12 @@ Future<Unit> ClientCore::Ready(const ArrayState& array) {
     }
     // One request per host, naming every shard it holds: a 2048-device
     // array on 512 hosts is 512 messages, not 2048.
-    std::vector<std::vector<int>> on(placement->distinct.size());
-    for (size_t s = 0; s < hosts.size(); ++s) {
-      const auto h = std::lower_bound(placement->distinct.begin(), placement->distinct.end(),
-                                      hosts[s]);
-      on[h - placement->distinct.begin()].push_back(static_cast<int>(s));
-    }
     std::vector<Future<Unit>> waits;
-    for (size_t i = 0; i < on.size(); ++i) {
+    waits.reserve(placement->distinct.size());
+    for (size_t i = 0; i < placement->distinct.size(); ++i) {
       const HostId h = placement->distinct[i];
       HostService* host = core->cluster_->host(h);
-      waits.push_back(host ? host->AwaitShards(id, on[i])
+      waits.push_back(host ? host->AwaitShards(id, placement->shards_on[i])
                            : Future<Unit>::Ready(
                                  absl::UnavailableError(absl::StrCat(h.ToString(), " is gone"))));
     }

@@ -61,7 +61,6 @@ absl::StatusOr<std::vector<int>> Mesh::Group(int linear,
   }
   // Member r varies the group's axes (the last named fastest) from the
   // caller's position with them zeroed: a sum of strides, no coordinates.
-  const std::vector<int64_t> base = Coordinates(linear);
   std::vector<int64_t> stride(this->axes().size());
   int64_t s = 1;
   for (int i = static_cast<int>(this->axes().size()) - 1; i >= 0; --i) {
@@ -71,7 +70,7 @@ absl::StatusOr<std::vector<int>> Mesh::Group(int linear,
   int64_t origin = linear;
   int64_t group_size = 1;
   for (int a : axis_index) {
-    origin -= base[a] * stride[a];
+    origin -= (linear / stride[a] % this->axes()[a].size) * stride[a];
     group_size *= this->axes()[a].size;
   }
   std::vector<int> members;

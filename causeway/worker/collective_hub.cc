@@ -276,8 +276,7 @@ absl::Status CollectiveHub::Meet(const CollectiveKey& key, DeviceId self, int ra
       }
     }
   }
-  const auto deadline = std::chrono::steady_clock::now() +
-                        absl::ToChronoNanoseconds(std::min(timeout_, absl::Hours(24 * 365)));
+  const fiber::Deadline deadline = fiber::DeadlineAfter(timeout_);
   bool blocked = false;
   while (!state->finished()) {
     if (state->arrived == size && !state->completing) {

@@ -24,9 +24,9 @@
 #include <deque>
 #include <functional>
 #include <memory>
-#include <utility>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"

@@ -3,6 +3,7 @@
 // embedded cluster; and the gradient rule of each collective against finite
 // differences of the SPMD loss (the sum over devices of each device's loss).
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -293,6 +294,37 @@ TEST_F(CollectivesTest, GradientsOfEveryCollectiveMatchFiniteDifferences) {
     SCOPED_TRACE(name);
     CheckCollectiveGrad(this, body, run);
   }
+}
+
+// The threads this process runs now.
+int ProcessThreads() {
+  int n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+// With device_threads, the devices are fibers of one pool, not threads of
+// their own: 8 devices on a pool of one thread cost the process one thread,
+// where a thread each costs 8 (every other thread of the cluster is the
+// same in both).
+TEST(DeviceThreadsTest, DevicesOfAPoolAreFibersNotThreads) {
+  LocalClusterOptions options;
+  options.islands = 2;
+  options.hosts_per_island = 2;
+  options.devices_per_host = 2;
+  const int before = ProcessThreads();
+  int own_threads = 0;
+  {
+    auto cluster = MakeCluster(options);
+    own_threads = ProcessThreads() - before;
+  }
+  options.device_threads = 1;
+  int pooled = 0;
+  {
+    auto cluster = MakeCluster(options);
+    pooled = ProcessThreads() - before;
+  }
+  EXPECT_EQ(own_threads - pooled, 8 - 1);
 }
 
 }  // namespace
