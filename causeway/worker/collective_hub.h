@@ -172,9 +172,16 @@ class CollectiveHub {
   // reduction. `what` describes the collective for error messages.
   // Errors: ABORTED (deadlock detected, or Shutdown), DEADLINE_EXCEEDED
   // (timeout), INVALID_ARGUMENT (members disagree on the group).
+  // From kPartedFromBytes per member, the reduction is split into parts
+  // (one per member of this process, up to kMaxParts) that the members
+  // perform together, each on its own thread, when they all meet here (not
+  // in a library across processes). Every part adds in rank order, so the
+  // result is the same bit for bit.
   absl::Status AllReduce(const CollectiveKey& key, DeviceId self, int rank,
                          const std::vector<DeviceId>& members, const ir::Shape& shape,
                          ir::ReduceKind kind, void* data, const CollectiveWhat& what);
+  static constexpr int64_t kPartedFromBytes = 256 << 10;
+  static constexpr int kMaxParts = 16;
 
   // The other collectives: `in` (`in_shape`) is this member's operand, `out`
   // (`out_shape`) its result; they must not overlap. Semantics as in
@@ -270,6 +277,14 @@ class CollectiveHub {
     // lock; members cannot leave (their buffers are being written) and the
     // collective can no longer be aborted.
     bool completing = false;
+    // A completion split into `parts` ranges (PartedCompletion): members
+    // claim the next part under the hub's lock and perform it outside, so a
+    // large reduction runs on every member's thread, not the last one's;
+    // the member finishing the last part completes the collective. 0: the
+    // last member performs the whole completion.
+    int parts = 0;
+    int next_part = 0;
+    int parts_done = 0;
 
     // Through the library of CollectivePeers::process_collectives(): the
     // processes with members (sorted), each rank's host, the call's
@@ -300,18 +315,26 @@ class CollectiveHub {
   // pinned), touching only the state's buffers. An error fails the
   // collective for every member.
   using Completion = std::function<absl::Status(State&)>;
+  // Performs part `part` of `parts` of a completion that cannot fail; the
+  // parts touch disjoint bytes of the state's buffers.
+  using PartedCompletion = std::function<void(State&, int part, int parts)>;
 
   // Contributes (`in`, `out`) as member `rank` and blocks until the whole
   // group has, the last arrival running `complete`.
   // `in_bytes`/`out_bytes` size every member's operand and result.
   // `across` performs it when the members span processes and they meet in
   // a library (CollectivePeers::process_collectives); nullptr: this kind
-  // never does.
+  // never does. `parted`, when given, does what `complete` does in parts,
+  // used for large operands (kPartedFromBytes).
   absl::Status Meet(const CollectiveKey& key, DeviceId self, int rank,
                     const std::vector<DeviceId>& members, ir::OpKind op, const void* in,
                     int64_t in_bytes, void* out, int64_t out_bytes, const CollectiveWhat& what,
-                    const Completion& complete, const Completion* across = nullptr)
-      ABSL_NO_THREAD_SAFETY_ANALYSIS;
+                    const Completion& complete, const Completion* across = nullptr,
+                    const PartedCompletion* parted = nullptr) ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  // REQUIRES: mu_. The collective `state` (at `key`) succeeded: takes it off
+  // the hub's books for every member and wakes them.
+  void SucceedLocked(const CollectiveKey& key, const std::shared_ptr<State>& state)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // REQUIRES: mu_. Records that host `from` is ready in `state`.
   void AbsorbReadyLocked(State& state, HostId from, int64_t generation)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -336,8 +359,10 @@ class CollectiveHub {
   // every member has left, or — for an aborted gang, whose missing members
   // will fail on arrival without it — once every member that came has left.
   void DepartLocked(const CollectiveKey& key, State& state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Reduces into every member's buffer; a Completion (touches only `state`).
-  static void Reduce(State& state, const ir::Shape& shape, ir::ReduceKind kind);
+  // Reduces elements [begin, end) of every member's buffer in rank order
+  // into all of them (touches only `state`).
+  static void Reduce(State& state, const ir::Shape& shape, ir::ReduceKind kind, int64_t begin,
+                     int64_t end);
 
   // Messages to other processes decided under mu_ and sent once it is
   // released (a peer may deliver on the sending thread, into its own

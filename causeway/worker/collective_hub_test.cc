@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "causeway/base/fiber.h"
 #include "causeway/base/ids.h"
 #include "causeway/ir/function.h"
 #include "causeway/ir/shape.h"
@@ -167,6 +168,104 @@ TEST_P(AllReduceSizeTest, MaxOfI32GivesEveryParticipantTheSameCorrectResult) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Participants, AllReduceSizeTest, ::testing::Values(2, 4, 8),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return absl::StrCat(info.param, "Devices");
+                         });
+
+// Large all-reduces are split into parts that every member performs (the
+// element count here is not a multiple of the parts or of a cache line).
+// Each part folds in rank order, so every member gets, bit for bit, what a
+// serial rank-order fold gives: with values of very different magnitudes
+// any other association would differ.
+constexpr int64_t kPartedElements = CollectiveHub::kPartedFromBytes / 4 + 1237;
+
+std::vector<std::vector<float>> LargeF32Inputs(int n) {
+  std::vector<std::vector<float>> inputs(n);
+  for (int r = 0; r < n; ++r) {
+    inputs[r].resize(kPartedElements);
+    for (int64_t i = 0; i < kPartedElements; ++i) {
+      const float magnitude = (r + i) % 3 == 0 ? 1e8f : (r % 2 == 0 ? 1.f : 0.125f);
+      inputs[r][i] = ((i * 7 + r) % 5 == 0 ? -magnitude : magnitude) + static_cast<float>(i % 11);
+    }
+  }
+  return inputs;
+}
+
+std::vector<float> RankOrderSum(const std::vector<std::vector<float>>& inputs) {
+  std::vector<float> sum = inputs[0];
+  for (size_t r = 1; r < inputs.size(); ++r) {
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += inputs[r][i];
+  }
+  return sum;
+}
+
+class PartedAllReduceTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(PartedAllReduceTest, LargeF32SumIsTheRankOrderFoldBitForBit) {
+  const int n = GetParam();
+  CollectiveHub hub(kLongTimeout);
+  const std::vector<std::vector<float>> inputs = LargeF32Inputs(n);
+  const std::vector<float> expected = RankOrderSum(inputs);
+  for (int round = 0; round < 3; ++round) {
+    Result<float> result = AllReduceOnThreads(hub, Key(3, 0, round), ir::DType::kF32,
+                                              ir::ReduceKind::kSum, inputs);
+    for (int r = 0; r < n; ++r) {
+      ASSERT_OK(result.statuses[r]);
+      ASSERT_EQ(std::memcmp(result.outputs[r].data(), expected.data(), expected.size() * 4), 0)
+          << "round " << round << " rank " << r;
+    }
+  }
+}
+
+TEST_P(PartedAllReduceTest, LargeI32MaxGivesEveryMemberTheMaximum) {
+  const int n = GetParam();
+  CollectiveHub hub(kLongTimeout);
+  std::vector<std::vector<int32_t>> inputs(n, std::vector<int32_t>(kPartedElements));
+  std::vector<int32_t> expected(kPartedElements, INT32_MIN);
+  for (int r = 0; r < n; ++r) {
+    for (int64_t i = 0; i < kPartedElements; ++i) {
+      inputs[r][i] = static_cast<int32_t>((i * 31 + r * 17) % 1001) - 500;
+      expected[i] = std::max(expected[i], inputs[r][i]);
+    }
+  }
+  Result<int32_t> result =
+      AllReduceOnThreads(hub, Key(3, 1, 0), ir::DType::kI32, ir::ReduceKind::kMax, inputs);
+  for (int r = 0; r < n; ++r) {
+    ASSERT_OK(result.statuses[r]);
+    EXPECT_TRUE(result.outputs[r] == expected) << "rank " << r;
+  }
+}
+
+// Members that are fibers of one thread: a member waiting for parts must
+// not keep the others from doing theirs.
+TEST_P(PartedAllReduceTest, MembersOnFibersOfOneThread) {
+  const int n = GetParam();
+  CollectiveHub hub(kLongTimeout);
+  const std::vector<std::vector<float>> inputs = LargeF32Inputs(n);
+  const std::vector<float> expected = RankOrderSum(inputs);
+  const std::vector<DeviceId> members = Devices(n);
+  const ir::Shape shape(ir::DType::kF32, {kPartedElements});
+  std::vector<std::vector<float>> outputs = inputs;
+  std::vector<absl::Status> statuses(n);
+  {
+    FiberPool pool(1);
+    std::vector<std::shared_ptr<FiberPool::Task>> tasks;
+    for (int rank = 0; rank < n; ++rank) {
+      tasks.push_back(pool.Spawn([&, rank] {
+        statuses[rank] = hub.AllReduce(Key(3, 2, 0), DeviceId(rank), rank, members, shape,
+                                       ir::ReduceKind::kSum, outputs[rank].data(), "fibers");
+      }));
+    }
+    for (auto& t : tasks) t->Join();
+  }
+  for (int r = 0; r < n; ++r) {
+    ASSERT_OK(statuses[r]);
+    EXPECT_EQ(std::memcmp(outputs[r].data(), expected.data(), expected.size() * 4), 0)
+        << "rank " << r;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Members, PartedAllReduceTest, ::testing::Values(2, 3, 5),
                          [](const ::testing::TestParamInfo<int>& info) {
                            return absl::StrCat(info.param, "Devices");
                          });
