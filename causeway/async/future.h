@@ -36,9 +36,11 @@ class FutureState {
  public:
   using Callback = std::function<void(const absl::StatusOr<T>&)>;
 
-  bool ready() const {
-    MutexLock lock(&mu_);
-    return value_.has_value();
+  bool ready() const { return set_.load(std::memory_order_acquire); }
+
+  // The value if set, without a lock; nullptr otherwise.
+  const absl::StatusOr<T>* TryGet() const {
+    return set_.load(std::memory_order_acquire) ? &*value_ : nullptr;
   }
 
   void Set(absl::StatusOr<T> value) {
@@ -47,6 +49,7 @@ class FutureState {
       MutexLock lock(&mu_);
       CW_CHECK(!value_.has_value()) << "promise fulfilled twice";
       value_.emplace(std::move(value));
+      set_.store(true, std::memory_order_release);
       callbacks.swap(callbacks_);
     }
     // value_ is never modified again, so reading it without the lock is safe.
@@ -54,6 +57,10 @@ class FutureState {
   }
 
   void OnReady(Callback cb) {
+    if (const absl::StatusOr<T>* v = TryGet()) {
+      cb(*v);
+      return;
+    }
     {
       MutexLock lock(&mu_);
       if (!value_.has_value()) {
@@ -66,6 +73,7 @@ class FutureState {
 
   // On a fiber (causeway/base/fiber.h) the waits park only the fiber.
   const absl::StatusOr<T>& Await() const {
+    if (const absl::StatusOr<T>* v = TryGet()) return *v;
     if (fiber::InFiber()) {
       AwaitOnFiber(fiber::kNever);
       return *value_;
@@ -76,6 +84,7 @@ class FutureState {
   }
 
   const absl::StatusOr<T>* AwaitWithTimeout(absl::Duration timeout) const {
+    if (const absl::StatusOr<T>* v = TryGet()) return v;
     if (fiber::InFiber()) {
       return AwaitOnFiber(fiber::DeadlineAfter(timeout)) ? &*value_ : nullptr;
     }
@@ -112,6 +121,9 @@ class FutureState {
   mutable Mutex mu_;
   // Written once under mu_; immutable afterwards.
   std::optional<absl::StatusOr<T>> value_;
+  // Set (release) once value_ is written: lets ready() and TryGet() read it
+  // without the lock.
+  std::atomic<bool> set_{false};
   mutable std::vector<Callback> callbacks_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -139,6 +151,9 @@ class Future {
 
   bool valid() const { return state_ != nullptr; }
   bool IsReady() const { return state_->ready(); }
+  // The result if ready (valid as long as any copy of this future exists),
+  // else nullptr; never blocks or locks.
+  const absl::StatusOr<T>* TryGet() const { return state_->TryGet(); }
 
   // Blocks until ready and returns the result. The reference stays valid as
   // long as any copy of this future exists.
@@ -191,6 +206,9 @@ class Promise {
   // REQUIRES: not yet fulfilled.
   void Set(absl::StatusOr<T> value) const { state_->Set(std::move(value)); }
   bool IsSet() const { return state_->ready(); }
+  // The value if set (valid as long as the promise or a future of it
+  // exists), else nullptr, without copying a future.
+  const absl::StatusOr<T>* TryGet() const { return state_->TryGet(); }
 
  private:
   std::shared_ptr<internal::FutureState<T>> state_;

@@ -2,13 +2,13 @@
 
 namespace causeway {
 
-DeviceBuffer::DeviceBuffer(DeviceMemory* memory, ir::Shape shape, ClientId owner)
+DeviceBuffer::DeviceBuffer(Token, DeviceMemory* memory, ir::Shape shape, ClientId owner)
     : memory_(memory), shape_(std::move(shape)), owner_(owner), bytes_(shape_.byte_size()) {}
 
 std::shared_ptr<DeviceBuffer> DeviceBuffer::Reservation(DeviceMemory* memory, int64_t bytes,
                                                         ClientId owner) {
-  std::shared_ptr<DeviceBuffer> buffer(
-      new DeviceBuffer(memory, ir::Shape(ir::DType::kPred, {bytes}), owner));
+  auto buffer = std::make_shared<DeviceBuffer>(Token(), memory,
+                                              ir::Shape(ir::DType::kPred, {bytes}), owner);
   buffer->backed_ = false;
   Reserve(buffer);
   return buffer;
@@ -16,7 +16,7 @@ std::shared_ptr<DeviceBuffer> DeviceBuffer::Reservation(DeviceMemory* memory, in
 
 std::shared_ptr<DeviceBuffer> DeviceBuffer::Allocate(DeviceMemory* memory, ir::Shape shape,
                                                      ClientId owner) {
-  std::shared_ptr<DeviceBuffer> buffer(new DeviceBuffer(memory, std::move(shape), owner));
+  auto buffer = std::make_shared<DeviceBuffer>(Token(), memory, std::move(shape), owner);
   Reserve(buffer);
   return buffer;
 }
@@ -48,7 +48,7 @@ void DeviceBuffer::Reserve(const std::shared_ptr<DeviceBuffer>& buffer) {
 
 std::shared_ptr<DeviceBuffer> DeviceBuffer::Failed(ir::Shape shape, ClientId owner,
                                                    absl::Status error) {
-  std::shared_ptr<DeviceBuffer> buffer(new DeviceBuffer(nullptr, std::move(shape), owner));
+  auto buffer = std::make_shared<DeviceBuffer>(Token(), nullptr, std::move(shape), owner);
   buffer->allocated_.Set(error);
   buffer->ready_.Set(error);
   return buffer;
@@ -56,7 +56,12 @@ std::shared_ptr<DeviceBuffer> DeviceBuffer::Failed(ir::Shape shape, ClientId own
 
 void DeviceBuffer::OnGranted(absl::Status status) {
   if (status.ok()) {
-    if (backed_) data_.reset(new std::byte[static_cast<size_t>(bytes_ > 0 ? bytes_ : 1)]);
+    if (backed_ && bytes_ <= kInlineBytes) {
+      data_ = inline_;
+    } else if (backed_) {
+      heap_.reset(new std::byte[static_cast<size_t>(bytes_)]);
+      data_ = heap_.get();
+    }
     granted_ = true;
     allocated_.Set(Unit{});
   } else {

@@ -51,11 +51,16 @@ class DeviceBuffer : public std::enable_shared_from_this<DeviceBuffer> {
   DeviceId device() const { return memory_ ? memory_->device() : DeviceId(); }
 
   // REQUIRES: allocated() is OK.
-  std::byte* data() { return data_.get(); }
-  const std::byte* data() const { return data_.get(); }
+  std::byte* data() { return data_; }
+  const std::byte* data() const { return data_; }
 
   Future<Unit> allocated() const { return allocated_.future(); }
   Future<Unit> ready() const { return ready_.future(); }
+  // The outcome of allocated() / ready() if known, else nullptr; neither
+  // blocks nor copies a future (the launch path checks every input and
+  // output this way first).
+  const absl::StatusOr<Unit>* allocated_if_known() const { return allocated_.TryGet(); }
+  const absl::StatusOr<Unit>* ready_if_known() const { return ready_.TryGet(); }
 
   // Marks the data written (OK) or failed. Runs ready continuations on this
   // thread. REQUIRES: called once.
@@ -66,8 +71,18 @@ class DeviceBuffer : public std::enable_shared_from_this<DeviceBuffer> {
   // a release is not still held while continuations run).
   Promise<Unit> ready_promise() const { return ready_; }
 
+  // Only for the factories above (std::make_shared needs a public
+  // constructor: the buffer and its reference count are one allocation).
+  struct Token {
+   private:
+    friend class DeviceBuffer;
+    Token() = default;
+  };
+  DeviceBuffer(Token, DeviceMemory* memory, ir::Shape shape, ClientId owner);
+
  private:
-  DeviceBuffer(DeviceMemory* memory, ir::Shape shape, ClientId owner);
+  // Data of at most this many bytes lives inside the buffer object.
+  static constexpr int64_t kInlineBytes = 32;
   void OnGranted(absl::Status status);
   // Reserves the buffer's bytes on its memory, granting now or later.
   static void Reserve(const std::shared_ptr<DeviceBuffer>& buffer);
@@ -76,8 +91,11 @@ class DeviceBuffer : public std::enable_shared_from_this<DeviceBuffer> {
   const ir::Shape shape_;
   const ClientId owner_;
   const int64_t bytes_;
-  // Set once, before allocated_ is fulfilled; read only after it.
-  std::unique_ptr<std::byte[]> data_;
+  // Set once, before allocated_ is fulfilled; read only after it: heap_ or
+  // inline_ (small buffers), null for a reservation or a failed buffer.
+  std::byte* data_ = nullptr;
+  std::unique_ptr<std::byte[]> heap_;
+  alignas(16) std::byte inline_[kInlineBytes];
   bool granted_ = false;
   bool backed_ = true;  // false: a Reservation
   // The waiting reservation, withdrawn if the buffer dies before its grant.

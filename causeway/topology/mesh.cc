@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "causeway/base/check.h"
+#include "causeway/base/status_macros.h"
 
 namespace causeway {
 
@@ -86,6 +87,42 @@ absl::StatusOr<std::vector<int>> Mesh::Group(int linear,
     members.push_back(static_cast<int>(lin));
   }
   return members;
+}
+
+absl::StatusOr<std::shared_ptr<const Mesh::Groups>> Mesh::GroupsOver(
+    absl::Span<const std::string> axes) const {
+  const Layout& l = layout();
+  const auto same = [&axes](const std::vector<std::string>& named) {
+    return std::equal(named.begin(), named.end(), axes.begin(), axes.end());
+  };
+  {
+    MutexLock lock(&l.mu);
+    for (const auto& [named, groups] : l.groups) {
+      if (same(named)) return groups;
+    }
+  }
+  auto groups = std::make_shared<Groups>();
+  groups->group_of.assign(devices().size(), -1);
+  groups->rank.assign(devices().size(), 0);
+  for (int p = 0; p < size(); ++p) {
+    if (groups->group_of[p] >= 0) continue;
+    CW_ASSIGN_OR_RETURN(std::vector<int> group, Group(p, axes));
+    const int g = static_cast<int>(groups->members.size());
+    std::vector<DeviceId>& members = groups->members.emplace_back();
+    members.reserve(group.size());
+    for (size_t r = 0; r < group.size(); ++r) {
+      groups->group_of[group[r]] = g;
+      groups->rank[group[r]] = static_cast<int>(r);
+      members.push_back(devices()[group[r]]);
+    }
+    groups->leader.push_back(*std::min_element(group.begin(), group.end()));
+  }
+  MutexLock lock(&l.mu);
+  for (const auto& [named, cached] : l.groups) {
+    if (same(named)) return cached;  // computed meanwhile by another caller
+  }
+  l.groups.emplace_back(std::vector<std::string>(axes.begin(), axes.end()), groups);
+  return std::shared_ptr<const Groups>(std::move(groups));
 }
 
 std::string Mesh::ToString() const {

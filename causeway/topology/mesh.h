@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "causeway/base/ids.h"
+#include "causeway/base/mutex.h"
 #include "causeway/ir/shape.h"
 
 namespace causeway {
@@ -37,7 +38,7 @@ class Mesh {
        std::vector<DeviceId> devices)
       : id_(id),
         island_(island),
-        layout_(std::make_shared<const Layout>(Layout{std::move(axes), std::move(devices)})) {}
+        layout_(std::make_shared<const Layout>(std::move(axes), std::move(devices))) {}
 
   MeshId id() const { return id_; }
   IslandId island() const { return island_; }
@@ -63,6 +64,18 @@ class Mesh {
   // INVALID_ARGUMENT for an unknown or repeated axis.
   absl::StatusOr<std::vector<int>> Group(int linear, absl::Span<const std::string> axes) const;
 
+  // Every device's group over `axes` at once (Group for each position),
+  // computed on first use and kept with the mesh's devices, shared by every
+  // copy: what a device needs at each collective it meets in.
+  struct Groups {
+    std::vector<std::vector<DeviceId>> members;  // each group's devices, in rank order
+    std::vector<int> leader;                      // each group's lowest position
+    std::vector<int> group_of;                    // per position: its group
+    std::vector<int> rank;                        // per position: its rank in it
+  };
+  absl::StatusOr<std::shared_ptr<const Groups>> GroupsOver(
+      absl::Span<const std::string> axes) const;
+
   // "{data: 2, model: 4} on island 0".
   std::string ToString() const;
 
@@ -72,8 +85,15 @@ class Mesh {
 
  private:
   struct Layout {
+    Layout() = default;
+    Layout(std::vector<MeshAxis> a, std::vector<DeviceId> d)
+        : axes(std::move(a)), devices(std::move(d)) {}
     std::vector<MeshAxis> axes;
     std::vector<DeviceId> devices;
+    // GroupsOver's results, by axes (few per mesh).
+    mutable Mutex mu;
+    mutable std::vector<std::pair<std::vector<std::string>, std::shared_ptr<const Groups>>>
+        groups ABSL_GUARDED_BY(mu);
   };
   const Layout& layout() const;
 

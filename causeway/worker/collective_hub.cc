@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -300,7 +301,9 @@ absl::Status CollectiveHub::Meet(const CollectiveKey& key, DeviceId self, int ra
       }
     }
   }
-  const fiber::Deadline deadline = fiber::DeadlineAfter(timeout_);
+  // Read from the clock only by a member that waits (the last to arrive
+  // does not).
+  std::optional<fiber::Deadline> deadline;
   bool blocked = false;
   while (!state->finished()) {
     if (state->arrived == size && !state->completing) {
@@ -355,14 +358,15 @@ absl::Status CollectiveHub::Meet(const CollectiveKey& key, DeviceId self, int ra
     // between here and the wait is not lost.
     const uint32_t seen = state->wake.load(std::memory_order_relaxed);
     const bool finishing = state->completing;
+    if (!deadline.has_value()) deadline = fiber::DeadlineAfter(timeout_);
     mu_.Unlock();
     FlushOutbox();
     // Past the deadline but every member here: it is finishing; give it a
     // second more.
     const bool in_time = fiber::WaitWhileEqual(
         state->wake, seen,
-        finishing ? std::max(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(1))
-                  : deadline);
+        finishing ? std::max(*deadline, std::chrono::steady_clock::now() + std::chrono::seconds(1))
+                  : *deadline);
     if (state->completed.load(std::memory_order_acquire)) {
       held.held = false;  // the completing member took this one off the books
       return absl::OkStatus();
@@ -904,13 +908,13 @@ int64_t CollectiveHub::deadlocks_detected() const {
 
 absl::StatusOr<HubCollectives::Group> HubCollectives::MakeGroup(
     int index, absl::Span<const std::string> axes) const {
-  absl::StatusOr<std::vector<int>> group = mesh_->Group(position_, axes);
-  if (!group.ok()) return group.status();
+  CW_ASSIGN_OR_RETURN(std::shared_ptr<const Mesh::Groups> groups, mesh_->GroupsOver(axes));
+  const int group = groups->group_of[position_];
   Group g;
-  g.rank = static_cast<int>(std::find(group->begin(), group->end(), position_) - group->begin());
-  g.members.reserve(group->size());
-  for (int p : *group) g.members.push_back(mesh_->devices()[p]);
-  g.key = CollectiveKey{run_, node_, index, *std::min_element(group->begin(), group->end())};
+  g.rank = groups->rank[position_];
+  g.members = &groups->members[group];
+  g.key = CollectiveKey{run_, node_, index, groups->leader[group]};
+  g.groups = std::move(groups);
   return g;
 }
 
@@ -926,7 +930,7 @@ absl::Status HubCollectives::AllReduce(int index, absl::Span<const std::string> 
   CW_ASSIGN_OR_RETURN(Group g, MakeGroup(index, axes));
   const auto what = [&] { return Describe(index, axes, "all_reduce"); };
   const Timed timed(&micros_);
-  return hub_->AllReduce(g.key, mesh_->devices()[position_], g.rank, g.members, shape, kind,
+  return hub_->AllReduce(g.key, mesh_->devices()[position_], g.rank, *g.members, shape, kind,
                          data, CollectiveWhat(what));
 }
 
@@ -936,7 +940,7 @@ absl::Status HubCollectives::AllGather(int index, absl::Span<const std::string> 
   CW_ASSIGN_OR_RETURN(Group g, MakeGroup(index, axes));
   const auto what = [&] { return Describe(index, axes, "all_gather"); };
   const Timed timed(&micros_);
-  return hub_->AllGather(g.key, mesh_->devices()[position_], g.rank, g.members, in_shape,
+  return hub_->AllGather(g.key, mesh_->devices()[position_], g.rank, *g.members, in_shape,
                          out_shape, dimension, in, out, CollectiveWhat(what));
 }
 
@@ -947,7 +951,7 @@ absl::Status HubCollectives::ReduceScatter(int index, absl::Span<const std::stri
   CW_ASSIGN_OR_RETURN(Group g, MakeGroup(index, axes));
   const auto what = [&] { return Describe(index, axes, "reduce_scatter"); };
   const Timed timed(&micros_);
-  return hub_->ReduceScatter(g.key, mesh_->devices()[position_], g.rank, g.members, kind,
+  return hub_->ReduceScatter(g.key, mesh_->devices()[position_], g.rank, *g.members, kind,
                              in_shape, out_shape, dimension, in, out, CollectiveWhat(what));
 }
 
@@ -958,7 +962,7 @@ absl::Status HubCollectives::AllToAll(int index, absl::Span<const std::string> a
   CW_ASSIGN_OR_RETURN(Group g, MakeGroup(index, axes));
   const auto what = [&] { return Describe(index, axes, "all_to_all"); };
   const Timed timed(&micros_);
-  return hub_->AllToAll(g.key, mesh_->devices()[position_], g.rank, g.members, in_shape,
+  return hub_->AllToAll(g.key, mesh_->devices()[position_], g.rank, *g.members, in_shape,
                         out_shape, split_dimension, concat_dimension, in, out,
                         CollectiveWhat(what));
 }
@@ -969,7 +973,7 @@ absl::Status HubCollectives::CollectivePermute(
   CW_ASSIGN_OR_RETURN(Group g, MakeGroup(index, axes));
   const auto what = [&] { return Describe(index, axes, "collective_permute"); };
   const Timed timed(&micros_);
-  return hub_->CollectivePermute(g.key, mesh_->devices()[position_], g.rank, g.members,
+  return hub_->CollectivePermute(g.key, mesh_->devices()[position_], g.rank, *g.members,
                                  shape, pairs, in, out, CollectiveWhat(what));
 }
 

@@ -91,7 +91,7 @@ void DeviceStream::Refuse(Launch& launch) {
 }
 
 void CompleteLaunch(Launch& launch, const absl::Status& status, int64_t busy_us) {
-  std::vector<Promise<Unit>> ready;
+  absl::InlinedVector<Promise<Unit>, 4> ready;
   ready.reserve(launch.outputs.size());
   for (const BufferRef& b : launch.outputs) ready.push_back(b->ready_promise());
   std::shared_ptr<RunTally> tally = std::move(launch.tally);
@@ -145,12 +145,18 @@ void DeviceStream::Loop() {
 // launch's own failure.
 static absl::Status AwaitDependencies(const Launch& launch, absl::Duration input_timeout,
                                       bool* own_failure) {
-  const absl::Time deadline = input_timeout == absl::InfiniteDuration()
-                                  ? absl::InfiniteFuture()
-                                  : absl::Now() + input_timeout;
+  // Most inputs are ready by the time their launch reaches the head of the
+  // queue: only the first that is not reads the clock.
+  absl::Time deadline = absl::InfinitePast();
   for (size_t i = 0; i < launch.inputs.size(); ++i) {
-    const absl::StatusOr<Unit>* r =
-        launch.inputs[i]->ready().AwaitWithTimeout(deadline - absl::Now());
+    const absl::StatusOr<Unit>* r = launch.inputs[i]->ready_if_known();
+    if (r == nullptr) {
+      if (deadline == absl::InfinitePast()) {
+        deadline = input_timeout == absl::InfiniteDuration() ? absl::InfiniteFuture()
+                                                             : absl::Now() + input_timeout;
+      }
+      r = launch.inputs[i]->ready().AwaitWithTimeout(deadline - absl::Now());
+    }
     if (r == nullptr) {
       *own_failure = true;
       return absl::DeadlineExceededError(absl::StrCat(
@@ -161,7 +167,9 @@ static absl::Status AwaitDependencies(const Launch& launch, absl::Duration input
     if (!r->ok()) return r->status();
   }
   for (const BufferRef& b : launch.outputs) {
-    if (const absl::StatusOr<Unit>& r = b->allocated().Await(); !r.ok()) {
+    const absl::StatusOr<Unit>* known = b->allocated_if_known();
+    if (const absl::StatusOr<Unit>& r = known != nullptr ? *known : b->allocated().Await();
+        !r.ok()) {
       *own_failure = true;
       return r.status();
     }
