@@ -44,7 +44,8 @@ void BM_EnqueueToCompletion(benchmark::State& state) {
     BufferRef output = DeviceBuffer::Allocate(&memory, scalar, owner);
     Launch launch;
     launch.info = LaunchInfo{RunId(++run), 0, "negate", device.id, device.host};
-    launch.executable = *exe;
+    launch.executable = exe->get();
+    launch.keep_alive = *exe;
     launch.inputs = {input};
     launch.outputs = {output};
     stream.Enqueue(std::move(launch));

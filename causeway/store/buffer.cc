@@ -62,7 +62,7 @@ void DeviceBuffer::OnGranted(absl::Status status) {
       heap_.reset(new std::byte[static_cast<size_t>(bytes_)]);
       data_ = heap_.get();
     }
-    granted_ = true;
+    granted_.store(true, std::memory_order_release);
     allocated_.Set(Unit{});
   } else {
     allocated_.Set(status);
@@ -72,7 +72,7 @@ void DeviceBuffer::OnGranted(absl::Status status) {
 DeviceBuffer::~DeviceBuffer() {
   // granted_ is written before allocated_ is fulfilled and this destructor
   // runs after the last reference is gone, so no lock is needed.
-  if (granted_) {
+  if (granted_.load(std::memory_order_relaxed)) {
     memory_->Free(bytes_, owner_);
   } else if (ticket_ != 0) {
     // Withdraw a request still waiting; if it is being granted right now,

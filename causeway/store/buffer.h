@@ -12,6 +12,7 @@
 #ifndef CAUSEWAY_STORE_BUFFER_H_
 #define CAUSEWAY_STORE_BUFFER_H_
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
 
@@ -60,6 +61,9 @@ class DeviceBuffer : public std::enable_shared_from_this<DeviceBuffer> {
   // blocks nor copies a future (the launch path checks every input and
   // output this way first).
   const absl::StatusOr<Unit>* allocated_if_known() const { return allocated_.TryGet(); }
+  // Whether the memory is granted (data() usable): allocated() is OK. Reads
+  // only the buffer itself, not allocated()'s shared state.
+  bool granted() const { return granted_.load(std::memory_order_acquire); }
   const absl::StatusOr<Unit>* ready_if_known() const { return ready_.TryGet(); }
 
   // Marks the data written (OK) or failed. Runs ready continuations on this
@@ -96,7 +100,9 @@ class DeviceBuffer : public std::enable_shared_from_this<DeviceBuffer> {
   std::byte* data_ = nullptr;
   std::unique_ptr<std::byte[]> heap_;
   alignas(16) std::byte inline_[kInlineBytes];
-  bool granted_ = false;
+  // Set (release) once the memory is granted and data_ set, before
+  // allocated_ is fulfilled.
+  std::atomic<bool> granted_{false};
   bool backed_ = true;  // false: a Reservation
   // The waiting reservation, withdrawn if the buffer dies before its grant.
   uint64_t ticket_ = 0;

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "causeway/async/future.h"
 #include "causeway/backend/executable.h"
 #include "causeway/base/clock.h"
@@ -43,15 +44,20 @@ struct RunTally {
   std::atomic<int> left;
   std::atomic<int64_t> busy_us{0};
   const std::function<void(int64_t busy_us, int launches)> done;
+  // What the run's launches point into (their plan), held once for all of
+  // them: a device finishing a launch then does not touch a reference
+  // count the host's thread keeps writing for the launches it prepares.
+  std::shared_ptr<const void> keep_alive;
 };
 
 struct Launch {
   LaunchInfo info;
-  // Keeps alive what the launch points into (its program plan).
+  // Keeps alive what the launch points into (its program plan, which owns
+  // the executable), unless its tally does.
   std::shared_ptr<const void> keep_alive;
-  std::shared_ptr<const backend::Executable> executable;
-  std::vector<BufferRef> inputs;
-  std::vector<BufferRef> outputs;
+  const backend::Executable* executable = nullptr;
+  absl::InlinedVector<BufferRef, 4> inputs;
+  absl::InlinedVector<BufferRef, 4> outputs;
   // The device memory its temporaries take while it runs: granted at once
   // (`scratch_hold`) or, when the device is full, a reservation that waits
   // in line with the other allocations (`scratch`); neither if it needs

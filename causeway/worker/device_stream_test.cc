@@ -37,7 +37,8 @@ class DeviceStreamTest : public ::testing::Test {
   Launch Negate(int64_t run, BufferRef in, BufferRef out) {
     Launch launch;
     launch.info = LaunchInfo{RunId(run), 0, "negate", device_.id, device_.host};
-    launch.executable = negate_;
+    launch.executable = negate_.get();
+    launch.keep_alive = negate_;
     launch.inputs = {std::move(in)};
     launch.outputs = {std::move(out)};
     return launch;
@@ -80,7 +81,8 @@ TEST_F(DeviceStreamTest, TheInputTimeoutCountsFromTheHeadOfTheQueue) {
   BufferRef middle = DeviceBuffer::Allocate(&memory_, scalar_, owner_);
   BufferRef out = DeviceBuffer::Allocate(&memory_, scalar_, owner_);
   Launch first = Negate(1, Ready(5.f), middle);
-  first.executable = slow;  // 400 ms, twice the timeout
+  first.executable = slow.get();  // 400 ms, twice the timeout
+  first.keep_alive = slow;
   stream.Enqueue(std::move(first));
   stream.Enqueue(Negate(2, middle, out));
   ASSERT_OK(out->ready().Await().status());

@@ -360,7 +360,13 @@ void HostExecutor::PrepareAndTrack(const RunRequest& run,
         options_.on_run_done(self, id, busy_us, launches);
       });
   for (size_t d = 0; d < launches.size(); ++d) {
-    for (size_t i = before[d]; i < launches[d].size(); ++i) launches[d][i].tally = tally;
+    for (size_t i = before[d]; i < launches[d].size(); ++i) {
+      Launch& launch = launches[d][i];
+      launch.tally = tally;
+      // The tally keeps the plan alive for every launch of the run.
+      if (tally->keep_alive == nullptr) tally->keep_alive = std::move(launch.keep_alive);
+      launch.keep_alive.reset();
+    }
   }
 }
 
@@ -487,7 +493,7 @@ void HostExecutor::EnqueueCall(const RunRequest& run, const Registered& reg, int
     launch.info = LaunchInfo{run.run, node_index, node.name, options_.devices[local].id,
                              options_.host.id};
     launch.keep_alive = plan;  // `node.name` and `mesh` live in the plan
-    launch.executable = node.executable;
+    launch.executable = node.executable.get();
     launch.inputs.reserve(node.inputs.size());
     launch.outputs.reserve(node.outputs.size());
     for (int v : node.inputs) launch.inputs.push_back(values[v][i]);
