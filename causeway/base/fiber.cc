@@ -140,9 +140,13 @@ struct Fiber : std::enable_shared_from_this<Fiber> {
   // Written by the fiber, read by its pool thread after the switch.
   Request request = kPark;
   Deadline park_deadline = kNever;
-  // Its place among the pool's timers; guarded by the pool's mutex.
+  // Its place among the pool's timers (a deadline near when it parked) or
+  // on its list of far ones; guarded by the pool's mutex.
   bool has_timer = false;
   std::multimap<Deadline, Fiber*>::iterator timer;
+  bool far = false;
+  Fiber* far_prev = nullptr;
+  Fiber* far_next = nullptr;
   // The pool owns a fiber until its body returns.
   std::shared_ptr<Fiber> keep_alive;
   std::atomic<uint32_t> done{0};
@@ -334,8 +338,9 @@ struct FiberPool::Impl {
       bool spinner_blocked = false;
       {
         MutexLock lock(&mu);
-        if (!timers.empty()) {
+        if (!timers.empty() || far_head != nullptr) {
           const Deadline now = std::chrono::steady_clock::now();
+          if (far_head != nullptr && now >= far_scan) ScanFarLocked(now);
           while (!timers.empty() && timers.begin()->first <= now) {
             Fiber* f = timers.begin()->second;
             f->has_timer = false;
@@ -351,10 +356,12 @@ struct FiberPool::Impl {
               timers.erase(f->timer);
               f->has_timer = false;
             }
+            if (f->far) UnlinkFarLocked(f.get());
             return f;
           }
           if (stopping && live == 0) return nullptr;
           if (!timers.empty()) next_timer = timers.begin()->first;
+          if (far_head != nullptr) next_timer = std::min(next_timer, far_scan);
           seen = wake_word.load(std::memory_order_relaxed);
           spinner_blocked = spinner;
           if (!spinner) {
@@ -406,11 +413,26 @@ struct FiberPool::Impl {
   void Parked(const std::shared_ptr<Fiber>& f) {
     if (f->park_deadline != kNever) {
       bool wake = false;
+      const Deadline now = std::chrono::steady_clock::now();
       {
         MutexLock lock(&mu);
-        wake = idle > 0 && (timers.empty() || f->park_deadline < timers.begin()->first);
-        f->timer = timers.emplace(f->park_deadline, f.get());
-        f->has_timer = true;
+        if (f->park_deadline - now > kFar) {
+          // A far deadline (a collective's time-out, say), almost always
+          // withdrawn long before it comes: a list entry, no timer.
+          if (far_head == nullptr) {
+            far_scan = now + kFarScan;
+            wake = idle > 0;  // a sleeping thread must wake for the scan
+          }
+          f->far = true;
+          f->far_prev = nullptr;
+          f->far_next = far_head;
+          if (far_head != nullptr) far_head->far_prev = f.get();
+          far_head = f.get();
+        } else {
+          wake = idle > 0 && (timers.empty() || f->park_deadline < timers.begin()->first);
+          f->timer = timers.emplace(f->park_deadline, f.get());
+          f->has_timer = true;
+        }
       }
       WakeThreads(wake ? 1 : 0);
     }
@@ -462,11 +484,43 @@ struct FiberPool::Impl {
     tls_worker = nullptr;
   }
 
+  void UnlinkFarLocked(Fiber* f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (f->far_prev != nullptr) {
+      f->far_prev->far_next = f->far_next;
+    } else {
+      far_head = f->far_next;
+    }
+    if (f->far_next != nullptr) f->far_next->far_prev = f->far_prev;
+    f->far = false;
+    f->far_prev = f->far_next = nullptr;
+  }
+
+  // Moves the far deadlines that have come near among the timers.
+  void ScanFarLocked(Deadline now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    for (Fiber* f = far_head; f != nullptr;) {
+      Fiber* next = f->far_next;
+      if (f->park_deadline - now <= kFar) {
+        UnlinkFarLocked(f);
+        f->timer = timers.emplace(f->park_deadline, f);
+        f->has_timer = true;
+      }
+      f = next;
+    }
+    far_scan = far_head != nullptr ? now + kFarScan : kNever;
+  }
+
   const int64_t stack_bytes;
   Mutex mu;
   std::deque<std::shared_ptr<Fiber>> ready ABSL_GUARDED_BY(mu);
-  // Parked fibers with a deadline, by deadline.
+  // Parked fibers with a deadline, by deadline: those within kFar of it
+  // when they parked (a `delay`'s sleep); the others (time-outs, rarely
+  // reached) on an intrusive list, looked at every kFarScan and moved here
+  // once within kFar of their deadline, so that they still wake on time.
   std::multimap<Deadline, Fiber*> timers ABSL_GUARDED_BY(mu);
+  Fiber* far_head ABSL_GUARDED_BY(mu) = nullptr;
+  Deadline far_scan ABSL_GUARDED_BY(mu) = kNever;
+  static constexpr std::chrono::seconds kFar{1};
+  static constexpr std::chrono::milliseconds kFarScan{100};
   int live ABSL_GUARDED_BY(mu) = 0;  // spawned and not finished
   int idle ABSL_GUARDED_BY(mu) = 0;  // threads waiting on wake_word
   bool stopping ABSL_GUARDED_BY(mu) = false;

@@ -119,6 +119,46 @@ TEST(FiberTest, AWaitTimesOutOnAFiberAndOnAThread) {
 }
 
 // A thread waits for a fiber and a fiber for a thread, on the same word.
+// Deadlines more than a second away (a collective's time-out) are kept
+// apart from the near ones: woken early they leave no trace, and one that
+// is reached still ends its wait, not before its deadline.
+TEST(FiberTest, FarDeadlinesAreWithdrawnWhenWokenAndStillExpire) {
+  FiberPool pool(1);
+  std::atomic<uint32_t> parked{0};
+  std::atomic<uint32_t> go{0};
+  std::atomic<int> woken{0};
+  std::vector<std::shared_ptr<FiberPool::Task>> tasks;
+  for (int i = 0; i < 16; ++i) {
+    tasks.push_back(pool.Spawn([&] {
+      const auto deadline = steady_clock::now() + std::chrono::seconds(30);
+      parked.fetch_add(1);
+      fiber::WakeAll(parked);
+      bool in_time = true;
+      while (in_time && go.load() == 0) in_time = fiber::WaitWhileEqual(go, 0, deadline);
+      if (in_time) woken.fetch_add(1);
+    }));
+  }
+  for (uint32_t seen = parked.load(); seen < 16; seen = parked.load()) {
+    fiber::WaitWhileEqual(parked, seen, fiber::kNever);
+  }
+  go = 1;
+  fiber::WakeAll(go);
+  for (auto& t : tasks) t->Join();
+  EXPECT_EQ(woken.load(), 16);
+
+  std::atomic<uint32_t> never{0};
+  const auto deadline = steady_clock::now() + milliseconds(1500);
+  auto task = pool.Spawn([&] {
+    bool in_time = true;
+    while (in_time) in_time = fiber::WaitWhileEqual(never, 0, deadline);
+    EXPECT_GE(steady_clock::now(), deadline);
+  });
+  task->Join();
+  // Found by the far list's scan, then woken by its own timer: late by at
+  // most a scan period, plus this machine's scheduling.
+  EXPECT_LT(steady_clock::now(), deadline + std::chrono::seconds(2));
+}
+
 TEST(FiberTest, ThreadsAndFibersWakeEachOther) {
   FiberPool pool(1);
   std::atomic<uint32_t> word{0};
