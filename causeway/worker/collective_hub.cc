@@ -341,14 +341,15 @@ absl::Status CollectiveHub::Meet(const CollectiveKey& key, DeviceId self, int ra
       (*parted)(*state, part, state->parts);
       mu_.Lock();
       if (++state->parts_done == state->parts) {
-        if (blocked) blocked_.erase(self);
-        state->completing = false;
+        state->completing = false;  // SucceedLocked takes every member off blocked_
         SucceedLocked(key, state);
         return absl::OkStatus();
       }
       continue;
     }
-    if (!blocked) {
+    // A member waiting for a completion already under way (the parted
+    // one's other parts) is in no wait-for edge: nothing to register.
+    if (!blocked && !state->completing) {
       blocked = true;
       blocked_[self] = key;
       DetectDeadlockLocked(self);
