@@ -57,6 +57,7 @@ json CostsToJson(const sim::SimCosts& c) {
             {"device_launch_us", h.device_launch_us},
             {"collective_member_us", h.collective_member_us},
             {"collective_member_slope_us", h.collective_member_slope_us},
+            {"collective_after_us", h.collective_after_us},
             {"handoff_us", h.handoff_us},
             {"message_us", h.message_us},
             {"transfer_us", h.transfer_us}}},
@@ -94,6 +95,7 @@ absl::Status CostsFromJson(const json& j, sim::SimCosts* c) {
            {"device_launch_us", &h.device_launch_us},
            {"collective_member_us", &h.collective_member_us},
            {"collective_member_slope_us", &h.collective_member_slope_us},
+           {"collective_after_us", &h.collective_after_us},
            {"handoff_us", &h.handoff_us},
            {"message_us", &h.message_us},
            {"transfer_us", &h.transfer_us}}) {
@@ -525,24 +527,31 @@ absl::StatusOr<json> Calibrate(const CalibrateFlags& f) {
   // devices, less the launch's own) at each oversubscription, and the
   // least-squares line through them, give the base and the slope per device
   // thread per core.
+  const double cores = std::max(1u, std::thread::hardware_concurrency());
+  constexpr int kGangSizes[3][2] = {{8, 1}, {16, 2}, {32, 4}};  // devices, hosts
+  // The median step of 3 real runs of 1 s: chained all-reduces over
+  // `devices` devices on `hosts` hosts, each also computing `compute_us`.
+  auto median_step_us = [](int devices, int hosts, int64_t compute_us) -> absl::StatusOr<double> {
+    DispatchBenchOptions b;
+    b.mode = DispatchGranularity::kChained;
+    b.chain = 16;
+    b.devices = devices;
+    b.hosts = hosts;
+    b.compute_us = compute_us;
+    b.seconds = 1.0;
+    CW_ASSIGN_OR_RETURN(std::vector<double> runs, RealDispatchRuns(b, 3));
+    return 1e6 / Median(runs);
+  };
   {
-    const double cores = std::max(1u, std::thread::hardware_concurrency());
-    const int sizes[3][2] = {{8, 1}, {16, 2}, {32, 4}};
     std::vector<double> xs;
     std::vector<double> ys;
-    for (const auto& size : sizes) {
-      DispatchBenchOptions b;
-      b.mode = DispatchGranularity::kChained;
-      b.chain = 16;
-      b.devices = size[0];
-      b.hosts = size[1];
-      b.seconds = 1.0;
-      CW_ASSIGN_OR_RETURN(std::vector<double> runs, RealDispatchRuns(b, 3));
-      const double step_us = 1e6 / Median(runs);
-      xs.push_back(b.devices / cores);
+    for (const auto& size : kGangSizes) {
+      const int devices = size[0];
+      CW_ASSIGN_OR_RETURN(const double step_us, median_step_us(devices, size[1], 0));
+      xs.push_back(devices / cores);
       ys.push_back(std::max(
-          0.0, (step_us - c.host.handoff_us) * cores / b.devices - c.host.device_launch_us));
-      measured[absl::StrCat("embedded_chained_step_us_", b.devices, "_devices")] = step_us;
+          0.0, (step_us - c.host.handoff_us) * cores / devices - c.host.device_launch_us));
+      measured[absl::StrCat("embedded_chained_step_us_", devices, "_devices")] = step_us;
     }
     // The fitted line, made flat if it falls (the cost cannot drop with
     // more threads per core), through the points' mean; the base is its
@@ -627,6 +636,34 @@ absl::StatusOr<json> Calibrate(const CalibrateFlags& f) {
     c.device.delay_overshoot_us = std::max(0.0, *delay_s * 1e6 - 500);
     measured["delay_500_us"] = *delay_s * 1e6;
     measured["add_4Mi_us"] = add_s * 1e6;
+  }
+  // 4b. Which part of a member's CPU in a gang step overlaps the others'
+  // compute: the same chained all-reduces, each device also computing
+  // 500 us (medians of 3 runs). A member's CPU m (the line above) is spent
+  // partly once the gang has met (x), serially on the cores, and the rest
+  // when it arrives, while the others compute; so a step takes about
+  //   handoff + n x / cores + launch + compute + overshoot + (m - x),
+  // which gives x at each size; collective_after_us is its mean.
+  {
+    double sum = 0;
+    int counted = 0;
+    for (const auto& size : kGangSizes) {
+      const int devices = size[0];
+      constexpr int64_t kComputeUs = 500;
+      CW_ASSIGN_OR_RETURN(const double step_us, median_step_us(devices, size[1], kComputeUs));
+      measured[absl::StrCat("embedded_chained_500us_step_us_", devices, "_devices")] = step_us;
+      const double per_core = devices / cores;
+      const double m = c.host.collective_member_us +
+                       std::max(0.0, per_core - 1) * c.host.collective_member_slope_us;
+      if (m <= 0 || per_core <= 1) continue;
+      const double spare = step_us - c.host.handoff_us - c.host.device_launch_us -
+                           static_cast<double>(kComputeUs) - c.device.delay_overshoot_us - m;
+      const double x = std::clamp(spare / (per_core - 1), 0.0, m);
+      measured[absl::StrCat("collective_after_us_", devices, "_devices")] = x;
+      sum += x;
+      ++counted;
+    }
+    c.host.collective_after_us = counted > 0 ? sum / counted : 0;
   }
   // 5. Links on this machine: within an island, memcpy (the hub and the
   // in-process transport copy); between machines, a TCP stream over

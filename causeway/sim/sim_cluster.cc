@@ -6,6 +6,7 @@
 #include <cmath>
 #include <deque>
 #include <limits>
+#include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -29,28 +30,71 @@ int64_t ThreadCpuNanos() {
 }
 }  // namespace
 
-// A machine's cores: a thread's work takes the core that frees first.
+// A machine's cores. Work ready at some time runs in the first gap of that
+// length on any core from then on, so work booked ahead (a gang's members
+// after the last arrival, say) does not hold back work that is ready
+// earlier but booked later: the cores serve work in the order it is ready,
+// as an operating system runs a thread that wakes while others wait.
 // cores == 0: as many as its threads.
 class SimMachine {
  public:
-  explicit SimMachine(int cores) : free_(static_cast<size_t>(std::max(cores, 0)), 0) {}
+  SimMachine(int cores, const EventLoop* loop)
+      : busy_(static_cast<size_t>(std::max(cores, 0))), loop_(loop) {}
   // Device threads per core (0 with a core per thread).
   double threads_per_core() const {
-    return free_.empty() ? 0 : static_cast<double>(device_threads_) / free_.size();
+    return busy_.empty() ? 0 : static_cast<double>(device_threads_) / busy_.size();
   }
   void AddDeviceThread() { ++device_threads_; }
+  int cores() const { return static_cast<int>(busy_.size()); }
   // Work ready at `ready` on a thread free at `thread_free`: when it ends.
   int64_t Run(int64_t ready, int64_t thread_free, int64_t cost) {
-    int64_t start = std::max(ready, thread_free);
-    if (free_.empty()) return start + cost;
-    auto core = std::min_element(free_.begin(), free_.end());
-    start = std::max(start, *core);
-    *core = start + cost;
-    return *core;
+    if (busy_.empty()) return std::max(ready, thread_free) + cost;
+    // Work is booked when it is known, never before the loop's present, so
+    // what ended before then can go.
+    const int64_t now = loop_->now();
+    const int64_t earliest = std::max({ready, thread_free, now});
+    size_t best = 0;
+    int64_t best_start = std::numeric_limits<int64_t>::max();
+    for (size_t c = 0; c < busy_.size(); ++c) {
+      Intervals& core = busy_[c];
+      while (!core.empty() && core.begin()->second <= now) core.erase(core.begin());
+      const int64_t start = FirstGap(core, earliest, cost);
+      if (start < best_start) {
+        best_start = start;
+        best = c;
+      }
+    }
+    Book(&busy_[best], best_start, best_start + cost);
+    return best_start + cost;
   }
 
  private:
-  std::vector<int64_t> free_;
+  // Busy intervals of a core, start -> end, disjoint and not touching.
+  using Intervals = std::map<int64_t, int64_t>;
+
+  static int64_t FirstGap(const Intervals& core, int64_t from, int64_t cost) {
+    int64_t start = from;
+    auto it = core.upper_bound(start);
+    if (it != core.begin() && std::prev(it)->second > start) start = std::prev(it)->second;
+    for (; it != core.end() && it->first < start + cost; ++it) start = std::max(start, it->second);
+    return start;
+  }
+
+  static void Book(Intervals* core, int64_t start, int64_t end) {
+    auto next = core->lower_bound(start);
+    if (next != core->end() && next->first == end) {  // joins the interval after
+      end = next->second;
+      next = core->erase(next);
+    }
+    if (next != core->begin() && std::prev(next)->second == start) {  // and the one before
+      std::prev(next)->second = end;
+      return;
+    }
+    core->emplace_hint(next, start, end);
+  }
+
+  std::vector<Intervals> busy_;
+  const EventLoop* const loop_;
   int device_threads_ = 0;
 };
 
@@ -223,23 +267,49 @@ void SimDevice::Start(int64_t cpu_ns, const SimCluster::NodeCost* cost) {
   // Each collective costs every member CPU (the hub's bookkeeping and the
   // wake-ups), charged once the gang has met; a member that parked first
   // resumes a hand-off after the last arrival.
+  // A member's arrival (its share of that CPU) overlaps the others' compute;
+  // the rest of it runs once the gang has met.
   const HostCosts& h = cluster_->costs().host;
   const double oversubscribed = std::max(0.0, thread_->machine()->threads_per_core() - 1);
-  const int64_t member_ns = SimCluster::Ns(
-      cost->collectives * (h.collective_member_us + oversubscribed * h.collective_member_slope_us));
+  const double member_us =
+      cost->collectives * (h.collective_member_us + oversubscribed * h.collective_member_slope_us);
+  const double after_us =
+      h.collective_after_us > 0 ? std::min(member_us, h.collective_after_us) : member_us;
+  const int64_t arrive_ns = SimCluster::Ns(member_us - after_us);
+  const int64_t member_ns = SimCluster::Ns(after_us);
   const int64_t wake_ns = SimCluster::Ns(h.handoff_us);
-  auto finish = [this, start, member_ns, wake_ns](int64_t gang_end, bool last) {
-    const int64_t end = thread_->Run(gang_end + (last ? 0 : wake_ns), member_ns);
-    cluster_->loop().At(end, [this, start] { Finished(start); });
+  // The members of one machine resume a core at a time, in the order they
+  // arrived (the last arrival wakes them one by one): the k-th of them is
+  // ready once the k / cores before it have had their turn, so each that
+  // resumes takes its next launch before the rest have all been served.
+  auto finish = [this, start, member_ns, wake_ns](int64_t gang_end, int rank, bool last) {
+    const int cores = thread_->machine()->cores();
+    const int64_t turn = cores > 0 ? rank / cores : 0;
+    const int64_t ready = gang_end + (last ? 0 : wake_ns) + turn * member_ns;
+    cluster_->loop().At(ready, [this, start, member_ns] {
+      const int64_t end = thread_->Run(cluster_->loop().now(), member_ns);
+      cluster_->loop().At(end, [this, start] { Finished(start); });
+    });
   };
   if (cost->gang <= 1) {
-    loop.At(arrival, [finish, network = cost->network_ns, &loop] {
-      finish(loop.now() + network, true);
+    loop.At(arrival, [this, finish, arrive_ns, network = cost->network_ns, &loop] {
+      finish(thread_->Run(loop.now(), arrive_ns) + network, 0, true);
     });
     return;
   }
-  cluster_->Rendezvous(current_.info.run, current_.info.node, cost->gang, cost->network_ns,
-                       arrival, std::move(finish));
+  if (arrive_ns <= 0) {
+    cluster_->Rendezvous(current_.info.run, current_.info.node, cost->gang, cost->network_ns,
+                         arrival, thread_->machine(), std::move(finish));
+    return;
+  }
+  // The arrival's CPU is charged when the compute ends (an event then, so
+  // that the cores are taken in time order).
+  loop.At(arrival, [this, finish = std::move(finish), arrive_ns, run = current_.info.run,
+                    node = current_.info.node, gang = cost->gang,
+                    network = cost->network_ns]() mutable {
+    const int64_t arrived = thread_->Run(cluster_->loop().now(), arrive_ns);
+    cluster_->Rendezvous(run, node, gang, network, arrived, thread_->machine(), std::move(finish));
+  });
 }
 
 void SimDevice::Finish(int64_t start) {
@@ -542,7 +612,7 @@ SimCluster::SimCluster(const SimClusterOptions& options) : options_(options) {}
 void SimCluster::Build() {
   const SimClusterOptions& o = options_;
   auto machine = [this](int cores) {
-    machines_.push_back(std::make_unique<SimMachine>(cores));
+    machines_.push_back(std::make_unique<SimMachine>(cores, &loop_));
     return machines_.back().get();
   };
   auto thread = [this](SimMachine* m) {
@@ -970,15 +1040,20 @@ SimThread* SimCluster::Connection(SimMachine* machine, SimThread* peer, bool rea
 }
 
 void SimCluster::Rendezvous(RunId run, int node, int gang, int64_t network_ns, int64_t arrival,
-                            std::function<void(int64_t, bool)> done) {
-  loop_.At(arrival, [this, run, node, gang, network_ns, done = std::move(done)]() mutable {
+                            const SimMachine* machine,
+                            std::function<void(int64_t, int, bool)> done) {
+  loop_.At(arrival, [this, run, node, gang, network_ns, machine, done = std::move(done)]() mutable {
     Gang& g = gangs_[{run, node}];
-    g.waiting.push_back(std::move(done));
+    g.waiting.emplace_back(machine, std::move(done));
     if (++g.arrived < gang) return;
-    std::vector<std::function<void(int64_t, bool)>> members = std::move(g.waiting);
+    std::vector<std::pair<const SimMachine*, std::function<void(int64_t, int, bool)>>> members =
+        std::move(g.waiting);
     gangs_.erase({run, node});
     const int64_t end = loop_.now() + network_ns;
-    for (size_t i = 0; i < members.size(); ++i) members[i](end, i + 1 == members.size());
+    absl::flat_hash_map<const SimMachine*, int> ranks;
+    for (size_t i = 0; i < members.size(); ++i) {
+      members[i].second(end, ranks[members[i].first]++, i + 1 == members.size());
+    }
   });
 }
 

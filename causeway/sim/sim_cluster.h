@@ -30,6 +30,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -64,6 +65,12 @@ struct HostCosts {
   // ... and this much more for each device thread per core of its machine
   // beyond one (context switches grow dearer on oversubscribed cores).
   double collective_member_slope_us = 0;
+  // At most this much of a member's CPU in a collective is spent once the
+  // gang has met (its wake-up and return: serial on the machine's cores
+  // after the last arrival); the rest when it arrives (the hub's bookkeeping
+  // and parking, and the dearer context switches of oversubscribed cores),
+  // which overlaps the other members' compute. 0: all of it once met.
+  double collective_after_us = 0;
   double handoff_us = 0;           // latency of waking a parked thread (no CPU)
   double message_us = 0;           // one control message over the network, at each end
   double transfer_us = 0;          // one reshard piece, at each end
@@ -257,11 +264,13 @@ class SimCluster final : public ClusterConnection {
   // A message sent now from thread `from` to thread `to`, which then spends
   // `cost_ns` handling it and runs `then`.
   void Message(SimThread* from, SimThread* to, int64_t cost_ns, std::function<void()> then);
-  // Member of the gang (run, node) arrives at `arrival`; once all `gang`
-  // have, each member's `done` is told the gang's finish time (the last
-  // arrival plus `network_ns`) and whether it was the last to arrive.
+  // Member of the gang (run, node), on a thread of `machine`, arrives at
+  // `arrival`; once all `gang` have, each member's `done` is told the gang's
+  // finish time (the last arrival plus `network_ns`), how many members of
+  // its machine arrived before it, and whether it was the last to arrive.
   void Rendezvous(RunId run, int node, int gang, int64_t network_ns, int64_t arrival,
-                  std::function<void(int64_t gang_end, bool last)> done);
+                  const SimMachine* machine,
+                  std::function<void(int64_t gang_end, int rank_on_machine, bool last)> done);
   const SimCosts& costs() const { return options_.costs; }
   static int64_t Ns(double us) { return static_cast<int64_t>(us * 1000.0 + 0.5); }
 
@@ -271,7 +280,8 @@ class SimCluster final : public ClusterConnection {
   class Transport;
   struct Gang {
     int arrived = 0;
-    std::vector<std::function<void(int64_t, bool)>> waiting;
+    // Each member's machine and what it does once the gang has met.
+    std::vector<std::pair<const SimMachine*, std::function<void(int64_t, int, bool)>>> waiting;
   };
 
   explicit SimCluster(const SimClusterOptions& options);
