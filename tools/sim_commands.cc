@@ -463,6 +463,7 @@ absl::StatusOr<double> SecondsPerRun(const ir::Function& f) {
 
 struct CalibrateFlags {
   int64_t units = 3000;
+  int gang_runs = 3;
   bool json = false;
   bool skip_grpc = false;
 };
@@ -519,39 +520,50 @@ absl::StatusOr<json> Calibrate(const CalibrateFlags& f) {
         MeasureCollectiveMemberMicros(n, 32000 / n);
   }
   // The hub alone is not all a member pays on oversubscribed cores: the
-  // device threads also park and wake around each launch. What a gang step
-  // costs each member is taken from the real embedded cluster: chained
-  // trivial all-reduces over 8 devices (1 host), 16 (2 hosts) and 32 (4
-  // hosts), each the median of 3 runs (single runs on a shared machine move
-  // by up to 30 %); the CPU per member and step (step time x cores /
-  // devices, less the launch's own) at each oversubscription, and the
-  // least-squares line through them, give the base and the slope per device
-  // thread per core.
+  // device threads also park and wake around each collective and launch.
+  // What a gang step costs is taken from the real embedded cluster: trivial
+  // all-reduces over 8 devices (1 host), 16 (2 hosts) and 32 (4 hosts), each
+  // the median of --gang-runs runs of 1 s (single runs on a shared machine
+  // move by up to 30 %).
+  // - Fused (16 all-reduces a launch): a collective's CPU per member, the
+  //   step (per all-reduce) less a hand-off, x cores / devices, at each
+  //   oversubscription; the least-squares line through them gives the base
+  //   and the slope per device thread per core.
+  // - Chained (one a launch): what a launch adds to each device's CPU,
+  //   (chained - fused step) x cores / devices, the mean over the sizes.
   const double cores = std::max(1u, std::thread::hardware_concurrency());
   constexpr int kGangSizes[3][2] = {{8, 1}, {16, 2}, {32, 4}};  // devices, hosts
-  // The median step of 3 real runs of 1 s: chained all-reduces over
-  // `devices` devices on `hosts` hosts, each also computing `compute_us`.
-  auto median_step_us = [](int devices, int hosts, int64_t compute_us) -> absl::StatusOr<double> {
+  // The median time per all-reduce of real runs of 1 s over `devices`
+  // devices on `hosts` hosts, each also computing `compute_us`.
+  auto median_step_us = [&f](DispatchGranularity mode, int devices, int hosts,
+                             int64_t compute_us) -> absl::StatusOr<double> {
     DispatchBenchOptions b;
-    b.mode = DispatchGranularity::kChained;
+    b.mode = mode;
     b.chain = 16;
     b.devices = devices;
     b.hosts = hosts;
     b.compute_us = compute_us;
     b.seconds = 1.0;
-    CW_ASSIGN_OR_RETURN(std::vector<double> runs, RealDispatchRuns(b, 3));
+    CW_ASSIGN_OR_RETURN(std::vector<double> runs, RealDispatchRuns(b, f.gang_runs));
     return 1e6 / Median(runs);
   };
+  double fused_step_us[3] = {};
   {
     std::vector<double> xs;
     std::vector<double> ys;
-    for (const auto& size : kGangSizes) {
-      const int devices = size[0];
-      CW_ASSIGN_OR_RETURN(const double step_us, median_step_us(devices, size[1], 0));
+    double launch_sum = 0;
+    for (int i = 0; i < 3; ++i) {
+      const int devices = kGangSizes[i][0];
+      const int hosts = kGangSizes[i][1];
+      CW_ASSIGN_OR_RETURN(fused_step_us[i],
+                          median_step_us(DispatchGranularity::kFused, devices, hosts, 0));
+      CW_ASSIGN_OR_RETURN(const double chained_us,
+                          median_step_us(DispatchGranularity::kChained, devices, hosts, 0));
       xs.push_back(devices / cores);
-      ys.push_back(std::max(
-          0.0, (step_us - c.host.handoff_us) * cores / devices - c.host.device_launch_us));
-      measured[absl::StrCat("embedded_chained_step_us_", devices, "_devices")] = step_us;
+      ys.push_back(std::max(0.0, (fused_step_us[i] - c.host.handoff_us) * cores / devices));
+      launch_sum += (chained_us - fused_step_us[i]) * cores / devices;
+      measured[absl::StrCat("embedded_fused_step_us_", devices, "_devices")] = fused_step_us[i];
+      measured[absl::StrCat("embedded_chained_step_us_", devices, "_devices")] = chained_us;
     }
     // The fitted line, made flat if it falls (the cost cannot drop with
     // more threads per core), through the points' mean; the base is its
@@ -560,6 +572,8 @@ absl::StatusOr<json> Calibrate(const CalibrateFlags& f) {
     const double slope = std::max(0.0, fit.slope);
     c.host.collective_member_slope_us = slope;
     c.host.collective_member_us = std::max(0.0, fit.mean_y + slope * (1 - fit.mean_x));
+    measured["device_launch_us_profiled"] = c.host.device_launch_us;
+    c.host.device_launch_us = std::max(0.0, launch_sum / 3);
   }
   measured["handoff_us"] = c.host.handoff_us;
   // 3. A control message over gRPC: single trivial runs waited for one at
@@ -637,33 +651,81 @@ absl::StatusOr<json> Calibrate(const CalibrateFlags& f) {
     measured["delay_500_us"] = *delay_s * 1e6;
     measured["add_4Mi_us"] = add_s * 1e6;
   }
-  // 4b. Which part of a member's CPU in a gang step overlaps the others'
-  // compute: the same chained all-reduces, each device also computing
-  // 500 us (medians of 3 runs). A member's CPU m (the line above) is spent
-  // partly once the gang has met (x), serially on the cores, and the rest
-  // when it arrives, while the others compute; so a step takes about
-  //   handoff + n x / cores + launch + compute + overshoot + (m - x),
-  // which gives x at each size; collective_after_us is its mean.
+  // 4b. Which part of a member's CPU in a collective overlaps the others'
+  // compute, and what a `delay` overshoots when a gang's threads all sleep:
+  // the chained all-reduces again, each device also computing 500 us. A
+  // member's CPU m (the line above) is spent partly once the gang has met
+  // (x), serially on the cores, and the rest when it arrives, while the
+  // others compute; so a step takes about
+  //   handoff + launch + 500 + overshoot + m + (devices / cores - 1) x,
+  // and the least-squares line through the three sizes gives x (its slope)
+  // and the overshoot (its intercept), which is larger than one thread's
+  // alone (delay_500_us): the gang's timers expire together and their
+  // threads wake one after another.
   {
-    double sum = 0;
-    int counted = 0;
+    std::vector<double> xs;
+    std::vector<double> ys;
+    std::vector<double> steps;
+    constexpr int64_t kComputeUs = 500;
     for (const auto& size : kGangSizes) {
       const int devices = size[0];
-      constexpr int64_t kComputeUs = 500;
-      CW_ASSIGN_OR_RETURN(const double step_us, median_step_us(devices, size[1], kComputeUs));
+      CW_ASSIGN_OR_RETURN(const double step_us, median_step_us(DispatchGranularity::kChained,
+                                                               devices, size[1], kComputeUs));
+      steps.push_back(step_us);
       measured[absl::StrCat("embedded_chained_500us_step_us_", devices, "_devices")] = step_us;
       const double per_core = devices / cores;
       const double m = c.host.collective_member_us +
                        std::max(0.0, per_core - 1) * c.host.collective_member_slope_us;
-      if (m <= 0 || per_core <= 1) continue;
-      const double spare = step_us - c.host.handoff_us - c.host.device_launch_us -
-                           static_cast<double>(kComputeUs) - c.device.delay_overshoot_us - m;
-      const double x = std::clamp(spare / (per_core - 1), 0.0, m);
-      measured[absl::StrCat("collective_after_us_", devices, "_devices")] = x;
-      sum += x;
-      ++counted;
+      xs.push_back(std::max(0.0, per_core - 1));
+      ys.push_back(step_us - c.host.handoff_us - c.host.device_launch_us -
+                   static_cast<double>(kComputeUs) - m);
     }
-    c.host.collective_after_us = counted > 0 ? sum / counted : 0;
+    const Line fit = FitLine(xs, ys);
+    c.host.collective_after_us = std::max(0.0, fit.slope);
+    c.device.delay_overshoot_us =
+        std::max(0.0, fit.mean_y - c.host.collective_after_us * fit.mean_x);
+    measured["collective_after_us_line"] = c.host.collective_after_us;
+    measured["delay_overshoot_us_line"] = c.device.delay_overshoot_us;
+    // That line assumes the arrivals are free; when they outlast the stagger
+    // of the members' compute they are not. So x is then chosen by running
+    // the simulator itself on the three sizes: every x from 0 to the
+    // 32-device m in steps of 0.5 us, each with the overshoot that best
+    // fits it (the mean gap, since a delay's overshoot adds to every step),
+    // keeping the x of least squared error.
+    double best_error = std::numeric_limits<double>::infinity();
+    const double x_max = c.host.collective_member_us +
+                         std::max(0.0, xs.back()) * c.host.collective_member_slope_us;
+    for (double x = 0; x <= x_max + 1e-9; x += 0.5) {
+      sim::SimCosts trial = c;
+      trial.host.collective_after_us = x;
+      trial.device.delay_overshoot_us = 0;
+      std::vector<double> gaps;
+      for (size_t i = 0; i < std::size(kGangSizes); ++i) {
+        sim::SimDispatchOptions o;
+        o.program.mode = DispatchGranularity::kChained;
+        o.program.devices = kGangSizes[i][0];
+        o.program.chain = 16;
+        o.program.compute_us = kComputeUs;
+        o.cluster.hosts_per_island = kGangSizes[i][1];
+        o.cluster.devices_per_host = kGangSizes[i][0] / kGangSizes[i][1];
+        o.cluster.one_machine = true;
+        o.cluster.cores = static_cast<int>(cores);
+        o.cluster.costs = trial;
+        o.units = 32;
+        CW_ASSIGN_OR_RETURN(sim::SimDispatchResult r, sim::SimulateDispatch(o));
+        gaps.push_back(steps[i] - 1e6 / r.computations_per_second);
+      }
+      double mean = 0;
+      for (double g : gaps) mean += g / static_cast<double>(gaps.size());
+      const double overshoot = std::max(0.0, mean);
+      double error = 0;
+      for (double g : gaps) error += (g - overshoot) * (g - overshoot);
+      if (error < best_error) {
+        best_error = error;
+        c.host.collective_after_us = x;
+        c.device.delay_overshoot_us = overshoot;
+      }
+    }
   }
   // 5. Links on this machine: within an island, memcpy (the hub and the
   // in-process transport copy); between machines, a TCP stream over
@@ -1089,6 +1151,11 @@ void AddSimCommands(CLI::App& app, int* exit_code) {
   cal->add_option("--units", c->units, "Op-by-op runs timed (chained: a sixteenth)")
       ->check(CLI::Range(int64_t{16}, int64_t{1} << 20))->capture_default_str();
   cal->add_flag("--skip-grpc", c->skip_grpc, "Leave the gRPC message cost and latency as built in");
+  cal->add_option("--gang-runs", c->gang_runs,
+                  "Real runs of 1 s per gang measurement (fused, chained and chained with "
+                  "500 us computations at 8, 16 and 32 devices); the median is taken")
+      ->check(CLI::Range(1, 15))
+      ->capture_default_str();
   cal->add_flag("--json", c->json, "One JSON object");
   cal->callback([c, exit_code] {
     absl::StatusOr<json> j = Calibrate(*c);

@@ -189,6 +189,9 @@ class SimDevice final : public LaunchQueue {
   void Pump();
   void Take();
   void Start(int64_t cpu_ns, const SimCluster::NodeCost* cost);
+  // The compute from `from` up to collective #i of the current launch, the
+  // gang's meeting, and on to the next (past the last: the launch ends).
+  void Segment(int64_t start, int64_t from, const SimCluster::NodeCost* cost, int i);
   void Finish(int64_t start);
   // Finish, profiled: a launch's CPU is its Take's and its Finish's, and it
   // counts once, here.
@@ -258,57 +261,62 @@ void SimDevice::Start(int64_t cpu_ns, const SimCluster::NodeCost* cost) {
   EventLoop& loop = cluster_->loop();
   const int64_t start = loop.now();
   // The thread takes the launch (CPU), then the device computes (no CPU).
-  const int64_t arrival = thread_->Run(start, cpu_ns) + cost->compute_ns;
+  const int64_t computing = thread_->Run(start, cpu_ns);
   cluster_->Count(0, cost->compute_ns);
   if (cost->collectives == 0) {
-    loop.At(arrival, [this, start] { Finished(start); });
+    loop.At(computing + cost->compute_ns, [this, start] { Finished(start); });
     return;
   }
-  // Each collective costs every member CPU (the hub's bookkeeping and the
-  // wake-ups), charged once the gang has met; a member that parked first
-  // resumes a hand-off after the last arrival.
-  // A member's arrival (its share of that CPU) overlaps the others' compute;
-  // the rest of it runs once the gang has met.
+  Segment(start, computing, cost, 0);
+}
+
+void SimDevice::Segment(int64_t start, int64_t from, const SimCluster::NodeCost* cost, int i) {
+  EventLoop& loop = cluster_->loop();
+  if (i == static_cast<int>(cost->segments.size())) {
+    loop.At(from + cost->tail_compute_ns, [this, start] { Finished(start); });
+    return;
+  }
+  const SimCluster::NodeCost::Segment& segment = cost->segments[i];
+  // Each collective is a meeting of the gang, after the compute before it.
+  // It costs every member CPU (the hub's bookkeeping, parking and waking):
+  // up to collective_after_us of it once the gang has met, the rest when
+  // the member arrives, which overlaps the compute of members still
+  // computing. A member that parked first resumes a hand-off after the last
+  // arrival.
   const HostCosts& h = cluster_->costs().host;
   const double oversubscribed = std::max(0.0, thread_->machine()->threads_per_core() - 1);
-  const double member_us =
-      cost->collectives * (h.collective_member_us + oversubscribed * h.collective_member_slope_us);
+  const double member_us = h.collective_member_us + oversubscribed * h.collective_member_slope_us;
   const double after_us =
       h.collective_after_us > 0 ? std::min(member_us, h.collective_after_us) : member_us;
   const int64_t arrive_ns = SimCluster::Ns(member_us - after_us);
-  const int64_t member_ns = SimCluster::Ns(after_us);
+  const int64_t after_ns = SimCluster::Ns(after_us);
   const int64_t wake_ns = SimCluster::Ns(h.handoff_us);
   // The members of one machine resume a core at a time, in the order they
   // arrived (the last arrival wakes them one by one): the k-th of them is
   // ready once the k / cores before it have had their turn, so each that
-  // resumes takes its next launch before the rest have all been served.
-  auto finish = [this, start, member_ns, wake_ns](int64_t gang_end, int rank, bool last) {
+  // resumes goes on (its next compute or launch) before the rest have all
+  // been served.
+  auto resume = [this, start, cost, i, after_ns, wake_ns](int64_t gang_end, int rank, bool last) {
     const int cores = thread_->machine()->cores();
     const int64_t turn = cores > 0 ? rank / cores : 0;
-    const int64_t ready = gang_end + (last ? 0 : wake_ns) + turn * member_ns;
-    cluster_->loop().At(ready, [this, start, member_ns] {
-      const int64_t end = thread_->Run(cluster_->loop().now(), member_ns);
-      cluster_->loop().At(end, [this, start] { Finished(start); });
+    const int64_t ready = gang_end + (last ? 0 : wake_ns) + turn * after_ns;
+    cluster_->loop().At(ready, [this, start, cost, i, after_ns] {
+      Segment(start, thread_->Run(cluster_->loop().now(), after_ns), cost, i + 1);
     });
   };
-  if (cost->gang <= 1) {
-    loop.At(arrival, [this, finish, arrive_ns, network = cost->network_ns, &loop] {
-      finish(thread_->Run(loop.now(), arrive_ns) + network, 0, true);
-    });
-    return;
-  }
-  if (arrive_ns <= 0) {
-    cluster_->Rendezvous(current_.info.run, current_.info.node, cost->gang, cost->network_ns,
-                         arrival, thread_->machine(), std::move(finish));
-    return;
-  }
   // The arrival's CPU is charged when the compute ends (an event then, so
   // that the cores are taken in time order).
-  loop.At(arrival, [this, finish = std::move(finish), arrive_ns, run = current_.info.run,
-                    node = current_.info.node, gang = cost->gang,
-                    network = cost->network_ns]() mutable {
+  loop.At(from + segment.compute_ns, [this, resume = std::move(resume), arrive_ns, i,
+                                       run = current_.info.run, node = current_.info.node,
+                                       gang = cost->gang,
+                                       network = segment.network_ns]() mutable {
     const int64_t arrived = thread_->Run(cluster_->loop().now(), arrive_ns);
-    cluster_->Rendezvous(run, node, gang, network, arrived, thread_->machine(), std::move(finish));
+    if (gang <= 1) {
+      resume(arrived + network, 0, true);
+      return;
+    }
+    cluster_->Rendezvous(run, node, i, gang, network, arrived, thread_->machine(),
+                         std::move(resume));
   });
 }
 
@@ -354,6 +362,7 @@ SimCluster::NodeCost FunctionCost(const ir::Function& f, int gang, const SimCost
   cost.gang = gang;
   double compute_us = 0;
   double network_us = 0;
+  double since_collective_us = 0;  // compute since the last collective
   const double ici_bytes_per_us = c.ici.gbytes_per_s * 1e3;
   const double steps = gang > 1 ? std::ceil(std::log2(static_cast<double>(gang))) : 0;
   for (const ir::Instruction& in : f.instructions()) {
@@ -363,7 +372,7 @@ SimCluster::NodeCost FunctionCost(const ir::Function& f, int gang, const SimCost
       case ir::OpKind::kReshape:
         break;
       case ir::OpKind::kDelay:
-        compute_us += static_cast<double>(in.delay_us) + c.device.delay_overshoot_us;
+        since_collective_us += static_cast<double>(in.delay_us) + c.device.delay_overshoot_us;
         break;
       case ir::OpKind::kMatmul:
       case ir::OpKind::kDotGeneral: {
@@ -375,8 +384,8 @@ SimCluster::NodeCost FunctionCost(const ir::Function& f, int gang, const SimCost
         } else {
           for (int64_t d : in.lhs_contracting) k *= lhs.dims[d];
         }
-        compute_us += 2.0 * static_cast<double>(in.shape.num_elements()) * k /
-                      (c.device.gflops * 1e3);
+        since_collective_us += 2.0 * static_cast<double>(in.shape.num_elements()) * k /
+                               (c.device.gflops * 1e3);
         break;
       }
       default:
@@ -386,15 +395,21 @@ SimCluster::NodeCost FunctionCost(const ir::Function& f, int gang, const SimCost
           ++cost.collectives;
           const double bytes =
               static_cast<double>(f.instructions()[in.operands[0]].shape.byte_size());
-          if (gang > 1) {
-            network_us += steps * c.ici.latency_us +
-                          2.0 * (gang - 1) / gang * bytes / ici_bytes_per_us;
-          }
+          const double link_us = gang > 1 ? steps * c.ici.latency_us +
+                                                2.0 * (gang - 1) / gang * bytes / ici_bytes_per_us
+                                          : 0;
+          network_us += link_us;
+          cost.segments.push_back({SimCluster::Ns(since_collective_us), SimCluster::Ns(link_us)});
+          compute_us += since_collective_us;
+          since_collective_us = 0;
         } else {
-          compute_us += static_cast<double>(BytesOf(f, in)) / (c.device.gbytes_per_s * 1e3);
+          since_collective_us +=
+              static_cast<double>(BytesOf(f, in)) / (c.device.gbytes_per_s * 1e3);
         }
     }
   }
+  compute_us += since_collective_us;
+  cost.tail_compute_ns = SimCluster::Ns(since_collective_us);
   cost.compute_ns = SimCluster::Ns(compute_us);
   cost.network_ns = SimCluster::Ns(network_us);
   return cost;
@@ -1039,16 +1054,18 @@ SimThread* SimCluster::Connection(SimMachine* machine, SimThread* peer, bool rea
   return t;
 }
 
-void SimCluster::Rendezvous(RunId run, int node, int gang, int64_t network_ns, int64_t arrival,
-                            const SimMachine* machine,
+void SimCluster::Rendezvous(RunId run, int node, int collective, int gang, int64_t network_ns,
+                            int64_t arrival, const SimMachine* machine,
                             std::function<void(int64_t, int, bool)> done) {
-  loop_.At(arrival, [this, run, node, gang, network_ns, machine, done = std::move(done)]() mutable {
-    Gang& g = gangs_[{run, node}];
+  loop_.At(arrival, [this, run, node, collective, gang, network_ns, machine,
+                     done = std::move(done)]() mutable {
+    const std::tuple<RunId, int, int> key(run, node, collective);
+    Gang& g = gangs_[key];
     g.waiting.emplace_back(machine, std::move(done));
     if (++g.arrived < gang) return;
     std::vector<std::pair<const SimMachine*, std::function<void(int64_t, int, bool)>>> members =
         std::move(g.waiting);
-    gangs_.erase({run, node});
+    gangs_.erase(key);
     const int64_t end = loop_.now() + network_ns;
     absl::flat_hash_map<const SimMachine*, int> ranks;
     for (size_t i = 0; i < members.size(); ++i) {

@@ -254,6 +254,15 @@ class SimCluster final : public ClusterConnection {
     int collectives = 0;       // collectives in the function
     int64_t network_ns = 0;    // their time on the island's links
     int gang = 1;              // devices of the node's mesh
+    // Per collective, in program order: the compute before it (since the
+    // previous one) and its time on the links; then the compute after the
+    // last. Each collective is a meeting of the gang.
+    struct Segment {
+      int64_t compute_ns = 0;
+      int64_t network_ns = 0;
+    };
+    std::vector<Segment> segments;
+    int64_t tail_compute_ns = 0;
   };
   // The cost of `node` of the run's program; nullptr if unknown.
   const NodeCost* CostOf(RunId run, int node) const;
@@ -264,12 +273,13 @@ class SimCluster final : public ClusterConnection {
   // A message sent now from thread `from` to thread `to`, which then spends
   // `cost_ns` handling it and runs `then`.
   void Message(SimThread* from, SimThread* to, int64_t cost_ns, std::function<void()> then);
-  // Member of the gang (run, node), on a thread of `machine`, arrives at
+  // Member of the gang of collective #`collective` of (run, node), on a
+  // thread of `machine`, arrives at
   // `arrival`; once all `gang` have, each member's `done` is told the gang's
   // finish time (the last arrival plus `network_ns`), how many members of
   // its machine arrived before it, and whether it was the last to arrive.
-  void Rendezvous(RunId run, int node, int gang, int64_t network_ns, int64_t arrival,
-                  const SimMachine* machine,
+  void Rendezvous(RunId run, int node, int collective, int gang, int64_t network_ns,
+                  int64_t arrival, const SimMachine* machine,
                   std::function<void(int64_t gang_end, int rank_on_machine, bool last)> done);
   const SimCosts& costs() const { return options_.costs; }
   static int64_t Ns(double us) { return static_cast<int64_t>(us * 1000.0 + 0.5); }
@@ -342,7 +352,7 @@ class SimCluster final : public ClusterConnection {
     int hosts_left = 0;  // hosts that have not reported the run done
   };
   absl::flat_hash_map<RunId, RunEntry> run_program_;
-  absl::flat_hash_map<std::pair<RunId, int>, Gang> gangs_;
+  absl::flat_hash_map<std::tuple<RunId, int, int>, Gang> gangs_;
   SimCounters counters_;
   CpuProfile profile_;
   int64_t last_device_end_ = 0;
