@@ -464,6 +464,8 @@ absl::StatusOr<double> SecondsPerRun(const ir::Function& f) {
 struct CalibrateFlags {
   int64_t units = 3000;
   int gang_runs = 3;
+  // Shorter real runs and a coarser search, for tests (sanitizer builds).
+  bool quick = false;
   bool json = false;
   bool skip_grpc = false;
 };
@@ -543,7 +545,7 @@ absl::StatusOr<json> Calibrate(const CalibrateFlags& f) {
     b.devices = devices;
     b.hosts = hosts;
     b.compute_us = compute_us;
-    b.seconds = 1.0;
+    b.seconds = f.quick ? 0.25 : 1.0;
     CW_ASSIGN_OR_RETURN(std::vector<double> runs, RealDispatchRuns(b, f.gang_runs));
     return 1e6 / Median(runs);
   };
@@ -688,14 +690,14 @@ absl::StatusOr<json> Calibrate(const CalibrateFlags& f) {
     measured["delay_overshoot_us_line"] = c.device.delay_overshoot_us;
     // That line assumes the arrivals are free; when they outlast the stagger
     // of the members' compute they are not. So x is then chosen by running
-    // the simulator itself on the three sizes: every x from 0 to the
-    // 32-device m in steps of 0.5 us, each with the overshoot that best
-    // fits it (the mean gap, since a delay's overshoot adds to every step),
-    // keeping the x of least squared error.
-    double best_error = std::numeric_limits<double>::infinity();
+    // the simulator itself on the three sizes, each x with the overshoot
+    // that best fits it (the mean gap, since a delay's overshoot adds to
+    // every step), keeping the x of least squared error: every 2 us from 0
+    // to the 32-device m, then every 0.5 us around the best.
     const double x_max = c.host.collective_member_us +
                          std::max(0.0, xs.back()) * c.host.collective_member_slope_us;
-    for (double x = 0; x <= x_max + 1e-9; x += 0.5) {
+    double best_error = std::numeric_limits<double>::infinity();
+    auto try_after = [&](double x) -> absl::Status {
       sim::SimCosts trial = c;
       trial.host.collective_after_us = x;
       trial.device.delay_overshoot_us = 0;
@@ -711,7 +713,7 @@ absl::StatusOr<json> Calibrate(const CalibrateFlags& f) {
         o.cluster.one_machine = true;
         o.cluster.cores = static_cast<int>(cores);
         o.cluster.costs = trial;
-        o.units = 32;
+        o.units = f.quick ? 8 : 32;
         CW_ASSIGN_OR_RETURN(sim::SimDispatchResult r, sim::SimulateDispatch(o));
         gaps.push_back(steps[i] - 1e6 / r.computations_per_second);
       }
@@ -725,6 +727,14 @@ absl::StatusOr<json> Calibrate(const CalibrateFlags& f) {
         c.host.collective_after_us = x;
         c.device.delay_overshoot_us = overshoot;
       }
+      return absl::OkStatus();
+    };
+    const double step = f.quick ? 8 : 2;
+    for (double x = 0; x <= x_max + 1e-9; x += step) CW_RETURN_IF_ERROR(try_after(x));
+    const double coarse = c.host.collective_after_us;
+    for (double x = std::max(0.0, coarse - 1.5);
+         !f.quick && x <= std::min(x_max, coarse + 1.5) + 1e-9; x += 0.5) {
+      CW_RETURN_IF_ERROR(try_after(x));
     }
   }
   // 5. Links on this machine: within an island, memcpy (the hub and the
@@ -1156,6 +1166,9 @@ void AddSimCommands(CLI::App& app, int* exit_code) {
                   "500 us computations at 8, 16 and 32 devices); the median is taken")
       ->check(CLI::Range(1, 15))
       ->capture_default_str();
+  cal->add_flag("--quick", c->quick,
+                "Gang measurements of 0.25 s and a coarse search (steps of 8 us): a quick "
+                "check that calibration runs, not a calibration");
   cal->add_flag("--json", c->json, "One JSON object");
   cal->callback([c, exit_code] {
     absl::StatusOr<json> j = Calibrate(*c);

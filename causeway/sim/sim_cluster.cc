@@ -276,6 +276,8 @@ void SimDevice::Segment(int64_t start, int64_t from, const SimCluster::NodeCost*
     loop.At(from + cost->tail_compute_ns, [this, start] { Finished(start); });
     return;
   }
+  // `cost` outlives the launch: a program's costs stay with the cluster
+  // (plans are never dropped, and a plan's node costs never move).
   const SimCluster::NodeCost::Segment& segment = cost->segments[i];
   // Each collective is a meeting of the gang, after the compute before it.
   // It costs every member CPU (the hub's bookkeeping, parking and waking):
