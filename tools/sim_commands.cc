@@ -377,6 +377,25 @@ absl::StatusOr<std::vector<double>> RealDispatchRuns(const DispatchBenchOptions&
   return runs;
 }
 
+// The dispatch benchmark's program on the simulator emulating this
+// machine's embedded cluster: every thread on one machine of `cores` cores,
+// in-process messages. Callers set the units.
+sim::SimDispatchOptions EmbeddedSimulation(DispatchGranularity mode, int devices, int hosts,
+                                           int chain, int64_t compute_us, int cores,
+                                           const sim::SimCosts& costs) {
+  sim::SimDispatchOptions o;
+  o.program.mode = mode;
+  o.program.devices = devices;
+  o.program.chain = chain;
+  o.program.compute_us = compute_us;
+  o.cluster.hosts_per_island = hosts;
+  o.cluster.devices_per_host = devices / hosts;
+  o.cluster.one_machine = true;
+  o.cluster.cores = cores;
+  o.cluster.costs = costs;
+  return o;
+}
+
 // REQUIRES: `sorted` is ascending and not empty.
 double Median(const std::vector<double>& sorted) {
   const size_t k = sorted.size() / 2;
@@ -703,16 +722,9 @@ absl::StatusOr<json> Calibrate(const CalibrateFlags& f) {
       trial.device.delay_overshoot_us = 0;
       std::vector<double> gaps;
       for (size_t i = 0; i < std::size(kGangSizes); ++i) {
-        sim::SimDispatchOptions o;
-        o.program.mode = DispatchGranularity::kChained;
-        o.program.devices = kGangSizes[i][0];
-        o.program.chain = 16;
-        o.program.compute_us = kComputeUs;
-        o.cluster.hosts_per_island = kGangSizes[i][1];
-        o.cluster.devices_per_host = kGangSizes[i][0] / kGangSizes[i][1];
-        o.cluster.one_machine = true;
-        o.cluster.cores = static_cast<int>(cores);
-        o.cluster.costs = trial;
+        sim::SimDispatchOptions o = EmbeddedSimulation(
+            DispatchGranularity::kChained, kGangSizes[i][0], kGangSizes[i][1], 16, kComputeUs,
+            static_cast<int>(cores), trial);
         o.units = f.quick ? 8 : 32;
         CW_ASSIGN_OR_RETURN(sim::SimDispatchResult r, sim::SimulateDispatch(o));
         gaps.push_back(steps[i] - 1e6 / r.computations_per_second);
@@ -953,17 +965,9 @@ int RunValidate(const ValidateFlags& f) {
           if (!real_runs.ok()) return fail(real_runs.status(), kExitRuntime);
           const std::vector<double>& runs = *real_runs;
           const double real = Median(runs);
-          sim::SimDispatchOptions o;
-          o.program.mode = m->second;
-          o.program.devices = devices;
-          o.program.chain = f.chain;
-          o.program.compute_us = us;
+          sim::SimDispatchOptions o =
+              EmbeddedSimulation(m->second, devices, hosts, f.chain, us, cores, costs);
           o.controller = controller;
-          o.cluster.hosts_per_island = hosts;
-          o.cluster.devices_per_host = devices / hosts;
-          o.cluster.one_machine = true;
-          o.cluster.cores = cores;
-          o.cluster.costs = costs;
           o.units = m->second == DispatchGranularity::kOpByOp ? 512 : 32;
           absl::StatusOr<sim::SimDispatchResult> simulated = sim::SimulateDispatch(o);
           if (!simulated.ok()) return fail(simulated.status(), kExitRuntime);
