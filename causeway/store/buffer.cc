@@ -56,12 +56,7 @@ std::shared_ptr<DeviceBuffer> DeviceBuffer::Failed(ir::Shape shape, ClientId own
 
 void DeviceBuffer::OnGranted(absl::Status status) {
   if (status.ok()) {
-    if (backed_ && bytes_ <= kInlineBytes) {
-      data_ = inline_;
-    } else if (backed_) {
-      heap_.reset(new std::byte[static_cast<size_t>(bytes_)]);
-      data_ = heap_.get();
-    }
+    if (backed_ && bytes_ <= kInlineBytes) data_.store(inline_, std::memory_order_relaxed);
     granted_.store(true, std::memory_order_release);
     allocated_.Set(Unit{});
   } else {
@@ -69,7 +64,22 @@ void DeviceBuffer::OnGranted(absl::Status status) {
   }
 }
 
+std::byte* DeviceBuffer::Back() const {
+  if (!backed_ || !granted_.load(std::memory_order_acquire)) return nullptr;
+  auto* fresh = new std::byte[static_cast<size_t>(bytes_)];
+  std::byte* expected = nullptr;
+  if (data_.compare_exchange_strong(expected, fresh, std::memory_order_acq_rel,
+                                    std::memory_order_acquire)) {
+    return fresh;
+  }
+  delete[] fresh;
+  return expected;
+}
+
 DeviceBuffer::~DeviceBuffer() {
+  if (std::byte* p = data_.load(std::memory_order_relaxed); p != nullptr && p != inline_) {
+    delete[] p;
+  }
   // granted_ is written before allocated_ is fulfilled and this destructor
   // runs after the last reference is gone, so no lock is needed.
   if (granted_.load(std::memory_order_relaxed)) {

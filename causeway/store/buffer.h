@@ -51,9 +51,16 @@ class DeviceBuffer : public std::enable_shared_from_this<DeviceBuffer> {
   // The device holding the buffer; invalid for a Failed() buffer.
   DeviceId device() const { return memory_ ? memory_->device() : DeviceId(); }
 
-  // REQUIRES: allocated() is OK.
-  std::byte* data() { return data_; }
-  const std::byte* data() const { return data_; }
+  // REQUIRES: allocated() is OK. A buffer larger than kInlineBytes gets its
+  // host memory on the first call (by its producer, usually on the device's
+  // own thread, just before it writes): the grant is only the device's
+  // budget, so a run that allocates every output up front holds no memory
+  // for values not yet produced, and a value takes memory the device freed a
+  // moment ago, still in its caches, instead of pages never touched.
+  std::byte* data() const {
+    std::byte* p = data_.load(std::memory_order_acquire);
+    return p != nullptr ? p : Back();
+  }
 
   Future<Unit> allocated() const { return allocated_.future(); }
   Future<Unit> ready() const { return ready_.future(); }
@@ -88,6 +95,9 @@ class DeviceBuffer : public std::enable_shared_from_this<DeviceBuffer> {
   // Data of at most this many bytes lives inside the buffer object.
   static constexpr int64_t kInlineBytes = 32;
   void OnGranted(absl::Status status);
+  // data()'s first call: allocates the memory, or takes what a concurrent
+  // first call allocated (the pieces of a transfer may land at once).
+  std::byte* Back() const;
   // Reserves the buffer's bytes on its memory, granting now or later.
   static void Reserve(const std::shared_ptr<DeviceBuffer>& buffer);
 
@@ -95,11 +105,11 @@ class DeviceBuffer : public std::enable_shared_from_this<DeviceBuffer> {
   const ir::Shape shape_;
   const ClientId owner_;
   const int64_t bytes_;
-  // Set once, before allocated_ is fulfilled; read only after it: heap_ or
-  // inline_ (small buffers), null for a reservation or a failed buffer.
-  std::byte* data_ = nullptr;
-  std::unique_ptr<std::byte[]> heap_;
-  alignas(16) std::byte inline_[kInlineBytes];
+  // inline_ (small buffers, set before allocated_ is fulfilled) or memory
+  // of this buffer's own, set once by Back(); null until then, and for a
+  // reservation or a failed buffer.
+  mutable std::atomic<std::byte*> data_{nullptr};
+  alignas(16) mutable std::byte inline_[kInlineBytes];
   // Set (release) once the memory is granted and data_ set, before
   // allocated_ is fulfilled.
   std::atomic<bool> granted_{false};

@@ -412,6 +412,41 @@ TEST(DeviceBufferTest, AllocationThatFitsIsGrantedAtOnce) {
   for (int64_t i = 0; i < b->byte_size(); ++i) b->data()[i] = std::byte{0x5A};
 }
 
+TEST(DeviceBufferTest, HostMemoryIsTakenOnFirstUseNotAtTheGrant) {
+  // A granted buffer of the largest shape there is (64 GiB) on a device
+  // that has room for it: taking that much host memory at the grant would
+  // fail on most hosts.
+  DeviceMemory memory(DeviceId(0), int64_t{1} << 40);
+  BufferRef huge = DeviceBuffer::Allocate(&memory, F32({ir::kMaxElements}), ClientId(1));
+  ASSERT_TRUE(huge->granted());
+  EXPECT_EQ(memory.in_use(), int64_t{1} << 36);
+  huge.reset();
+  EXPECT_EQ(memory.in_use(), 0);
+  // A reservation has no storage at all.
+  BufferRef reservation = DeviceBuffer::Reservation(&memory, 1 << 20, ClientId(1));
+  EXPECT_EQ(reservation->data(), nullptr);
+}
+
+TEST(DeviceBufferTest, ConcurrentFirstUsesShareOneAllocation) {
+  DeviceMemory memory(DeviceId(0), 1 << 20);
+  for (int round = 0; round < 20; ++round) {
+    BufferRef b = DeviceBuffer::Allocate(&memory, F32({1024}), ClientId(1));
+    std::vector<std::byte*> seen(4, nullptr);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&, t] {
+        seen[t] = b->data();
+        // Each writes its own quarter, as the pieces of a transfer do.
+        for (int i = t * 1024; i < (t + 1) * 1024; ++i) seen[t][i] = std::byte(t);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    ASSERT_NE(seen[0], nullptr);
+    for (int t = 1; t < 4; ++t) EXPECT_EQ(seen[t], seen[0]);
+    for (int t = 0; t < 4; ++t) EXPECT_EQ(b->data()[t * 1024 + 7], std::byte(t));
+  }
+}
+
 TEST(DeviceBufferTest, SetReadyFulfilsReadyWithTheStatus) {
   DeviceMemory memory(DeviceId(0), 1024);
   BufferRef ok = DeviceBuffer::Allocate(&memory, F32({4}), ClientId(1));

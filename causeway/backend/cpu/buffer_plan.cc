@@ -189,6 +189,34 @@ ExecutionPlan PlanExecution(const ir::Function& function) {
     }
   }
 
+  // A result that passes its operand's bytes through (a delay, a reshape)
+  // has that operand computed straight into the result buffer when nothing
+  // else reads it: the pass-through then copies nothing.
+  std::vector<int> readers(n, 0);
+  for (int i = 0; i < n; ++i) {
+    if (!live[i]) continue;
+    for (size_t k = 0; k < reads[i].size(); ++k) {
+      const int o = reads[i][k];
+      if (std::find(reads[i].begin(), reads[i].begin() + k, o) == reads[i].begin() + k) {
+        ++readers[o];
+      }
+    }
+  }
+  for (int j = 0; j < static_cast<int>(outputs.size()); ++j) {
+    int o = outputs[j];
+    if (location[o].kind != BufferLocation::Kind::kOutput || location[o].index != j) continue;
+    while (insts[o].op == OpKind::kDelay || insts[o].op == OpKind::kReshape) {
+      const int p = reads[o][0];
+      if (placed[p] || readers[p] != 1 ||
+          insts[p].shape.byte_size() != insts[o].shape.byte_size()) {
+        break;
+      }
+      location[p] = location[o];
+      placed[p] = true;
+      o = p;
+    }
+  }
+
   ExecutionPlan plan;
   ArenaAllocator arena;
   int collectives = 0;

@@ -588,6 +588,37 @@ TEST(CpuExecutableTest, BroadcastsFoldIntoArithmeticAndReshapesAreFree) {
   EXPECT_EQ(folded, 6);  // three readers each of `rows` and `two`
 }
 
+TEST(CpuExecutableTest, PassThroughResultsHaveTheirOperandComputedInPlace) {
+  const Literal x = Literal::F32({2, 3}, {1, 2, 4, -1, 8, 0.5f});
+  FunctionBuilder b("f");
+  Value p = b.Parameter(x.shape());
+  Value sum = b.Add(p, b.Full(1.0f, {2, 3}));
+  Value shared = b.Mul(p, p);  // read twice: stays in the arena
+  std::vector<Value> results = {b.Reshape(b.Delay(sum, 1), {6}), b.Delay(shared, 1),
+                                b.Neg(shared)};
+  const Function f = BuildOrDie(b, results);
+  const std::vector<Literal> out = RunOrDie(f, {x});
+  const auto xv = x.values<float>();
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(out[0].values<float>()[i], xv[i] + 1) << i;
+    EXPECT_EQ(out[1].values<float>()[i], xv[i] * xv[i]) << i;
+    EXPECT_EQ(out[2].values<float>()[i], -xv[i] * xv[i]) << i;
+  }
+  const ExecutionPlan plan = PlanExecution(f);
+  for (const Step& s : plan.steps) {
+    const OpKind op = f.instructions()[s.instruction].op;
+    if (op == OpKind::kAdd) {
+      // The add writes result 0; the delay and reshape after it copy nothing.
+      EXPECT_EQ(s.result.kind, BufferLocation::Kind::kOutput);
+      EXPECT_EQ(s.result.index, 0);
+    }
+    if (op == OpKind::kMul) {
+      EXPECT_EQ(s.result.kind, BufferLocation::Kind::kArena);
+    }
+  }
+  EXPECT_TRUE(plan.final_copies.empty());
+}
+
 #if defined(__SSE__)
 TEST(CpuExecutableTest, DenormalsAreFlushedDuringARunAndTheModeRestoredAfter) {
   FunctionBuilder b("f");
