@@ -40,6 +40,7 @@ struct PipelineFlags {
   int device_threads = 0;
   int steps = 4;
   int repeats = 5;
+  std::string trace_path;
   bool json = false;
 };
 
@@ -62,7 +63,10 @@ absl::StatusOr<PipelineResult> RunPipeline(const PipelineFlags& f) {
   co.dcn.latency = absl::Microseconds(f.dcn_latency_us);
   co.dcn.bytes_per_second = f.dcn_gbps * 1e9 / 8;
   co.device_threads = f.device_threads;
+  co.trace = !f.trace_path.empty();
   CW_ASSIGN_OR_RETURN(auto cluster, LocalCluster::Create(co));
+  // Only the last repeat is traced.
+  cluster->trace().SetEnabled(false);
   ClientOptions options;
   options.dispatch = f.dispatch == "parallel" ? DispatchMode::kParallel : DispatchMode::kSequential;
   CW_ASSIGN_OR_RETURN(auto client, Client::Connect(cluster.get(), options));
@@ -84,6 +88,7 @@ absl::StatusOr<PipelineResult> RunPipeline(const PipelineFlags& f) {
   PipelineResult result;
   std::vector<Array> last;
   for (int r = 0; r < f.repeats; ++r) {
+    if (r == f.repeats - 1 && co.trace) cluster->trace().SetEnabled(true);
     const auto start = std::chrono::steady_clock::now();
     std::vector<std::vector<Array>> runs;
     for (int k = 0; k < f.steps; ++k) {
@@ -97,6 +102,10 @@ absl::StatusOr<PipelineResult> RunPipeline(const PipelineFlags& f) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
         f.steps);
     last = runs.back();
+  }
+  if (co.trace) {
+    cluster->trace().SetEnabled(false);
+    CW_RETURN_IF_ERROR(cluster->trace().WriteChromeJson(f.trace_path));
   }
   // Forward adds 1 per stage, backward 1 per stage: 2 S.
   auto value = last.back().Fetch().Await();
@@ -149,6 +158,8 @@ void AddBenchPipelineCommand(CLI::App* bench, int* exit_code) {
                   "0 (default) runs each stage's device on a thread of its own; N runs every "
                   "device as a fiber of one pool of N threads")
       ->check(CLI::Range(0, 1024));
+  cmd->add_option("--trace", f->trace_path,
+                  "Write a Chrome trace (Perfetto) of the last repeat's steps");
   cmd->add_flag("--json", f->json, "One JSON object");
   cmd->callback([f, exit_code] {
     if (f->microbatches == 0) f->microbatches = 4 * f->stages;

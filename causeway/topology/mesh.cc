@@ -89,40 +89,47 @@ absl::StatusOr<std::vector<int>> Mesh::Group(int linear,
   return members;
 }
 
-absl::StatusOr<std::shared_ptr<const Mesh::Groups>> Mesh::GroupsOver(
-    absl::Span<const std::string> axes) const {
+Mesh::Layout::~Layout() {
+  const GroupsEntry* e = groups.load(std::memory_order_acquire);
+  while (e != nullptr) delete std::exchange(e, e->next);
+}
+
+absl::StatusOr<const Mesh::Groups*> Mesh::GroupsOver(absl::Span<const std::string> axes) const {
   const Layout& l = layout();
-  const auto same = [&axes](const std::vector<std::string>& named) {
-    return std::equal(named.begin(), named.end(), axes.begin(), axes.end());
-  };
-  {
-    MutexLock lock(&l.mu);
-    for (const auto& [named, groups] : l.groups) {
-      if (same(named)) return groups;
+  const auto find = [&l, &axes]() -> const Groups* {
+    for (const GroupsEntry* e = l.groups.load(std::memory_order_acquire); e != nullptr;
+         e = e->next) {
+      if (std::equal(e->axes.begin(), e->axes.end(), axes.begin(), axes.end())) {
+        return &e->groups;
+      }
     }
-  }
-  auto groups = std::make_shared<Groups>();
-  groups->group_of.assign(devices().size(), -1);
-  groups->rank.assign(devices().size(), 0);
+    return nullptr;
+  };
+  if (const Groups* known = find()) return known;
+  auto entry = std::make_unique<GroupsEntry>();
+  entry->axes.assign(axes.begin(), axes.end());
+  Groups& groups = entry->groups;
+  groups.group_of.assign(devices().size(), -1);
+  groups.rank.assign(devices().size(), 0);
   for (int p = 0; p < size(); ++p) {
-    if (groups->group_of[p] >= 0) continue;
+    if (groups.group_of[p] >= 0) continue;
     CW_ASSIGN_OR_RETURN(std::vector<int> group, Group(p, axes));
-    const int g = static_cast<int>(groups->members.size());
-    std::vector<DeviceId>& members = groups->members.emplace_back();
+    const int g = static_cast<int>(groups.members.size());
+    std::vector<DeviceId>& members = groups.members.emplace_back();
     members.reserve(group.size());
     for (size_t r = 0; r < group.size(); ++r) {
-      groups->group_of[group[r]] = g;
-      groups->rank[group[r]] = static_cast<int>(r);
+      groups.group_of[group[r]] = g;
+      groups.rank[group[r]] = static_cast<int>(r);
       members.push_back(devices()[group[r]]);
     }
-    groups->leader.push_back(*std::min_element(group.begin(), group.end()));
+    groups.leader.push_back(*std::min_element(group.begin(), group.end()));
   }
   MutexLock lock(&l.mu);
-  for (const auto& [named, cached] : l.groups) {
-    if (same(named)) return cached;  // computed meanwhile by another caller
-  }
-  l.groups.emplace_back(std::vector<std::string>(axes.begin(), axes.end()), groups);
-  return std::shared_ptr<const Groups>(std::move(groups));
+  if (const Groups* known = find()) return known;  // computed meanwhile by another caller
+  entry->next = l.groups.load(std::memory_order_relaxed);
+  const GroupsEntry* added = entry.release();
+  l.groups.store(added, std::memory_order_release);
+  return &added->groups;
 }
 
 std::string Mesh::ToString() const {

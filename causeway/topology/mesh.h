@@ -9,6 +9,7 @@
 #ifndef CAUSEWAY_TOPOLOGY_MESH_H_
 #define CAUSEWAY_TOPOLOGY_MESH_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -66,15 +67,16 @@ class Mesh {
 
   // Every device's group over `axes` at once (Group for each position),
   // computed on first use and kept with the mesh's devices, shared by every
-  // copy: what a device needs at each collective it meets in.
+  // copy: what a device needs at each collective it meets in. The pointer
+  // lives as long as any copy of this mesh. Once computed, finding it takes
+  // no lock and writes nothing: every member of every collective asks.
   struct Groups {
     std::vector<std::vector<DeviceId>> members;  // each group's devices, in rank order
     std::vector<int> leader;                      // each group's lowest position
     std::vector<int> group_of;                    // per position: its group
     std::vector<int> rank;                        // per position: its rank in it
   };
-  absl::StatusOr<std::shared_ptr<const Groups>> GroupsOver(
-      absl::Span<const std::string> axes) const;
+  absl::StatusOr<const Groups*> GroupsOver(absl::Span<const std::string> axes) const;
 
   // "{data: 2, model: 4} on island 0".
   std::string ToString() const;
@@ -84,16 +86,25 @@ class Mesh {
   friend bool operator==(const Mesh& a, const Mesh& b);
 
  private:
+  // GroupsOver's results: a list that only grows (few entries per mesh),
+  // read without a lock.
+  struct GroupsEntry {
+    std::vector<std::string> axes;
+    Groups groups;
+    const GroupsEntry* next = nullptr;
+  };
   struct Layout {
     Layout() = default;
     Layout(std::vector<MeshAxis> a, std::vector<DeviceId> d)
         : axes(std::move(a)), devices(std::move(d)) {}
+    ~Layout();
+    Layout(const Layout&) = delete;
+    Layout& operator=(const Layout&) = delete;
     std::vector<MeshAxis> axes;
     std::vector<DeviceId> devices;
-    // GroupsOver's results, by axes (few per mesh).
+    // Serialises additions to `groups`; readers take no lock.
     mutable Mutex mu;
-    mutable std::vector<std::pair<std::vector<std::string>, std::shared_ptr<const Groups>>>
-        groups ABSL_GUARDED_BY(mu);
+    mutable std::atomic<const GroupsEntry*> groups{nullptr};
   };
   const Layout& layout() const;
 

@@ -9,6 +9,7 @@
 #include <ostream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -150,6 +151,34 @@ TEST(MeshTest, GroupOverOneAxisVariesOnlyThatAxis) {
     ASSERT_OK_AND_ASSIGN(std::vector<int> g, mesh.Group(member, std::vector<std::string>{"y"}));
     EXPECT_EQ(g, along_y);
   }
+}
+
+TEST(MeshTest, GroupsOverAreComputedOnceAndSharedByCopiesAndThreads) {
+  const Mesh mesh = Mesh2x3();
+  const Mesh copy = mesh;  // NOLINT: a copy shares the layout
+  std::vector<const Mesh::Groups*> seen(8, nullptr);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      const Mesh& m = t % 2 == 0 ? mesh : copy;
+      absl::StatusOr<const Mesh::Groups*> g = m.GroupsOver(std::vector<std::string>{"y"});
+      if (g.ok()) seen[t] = *g;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  ASSERT_NE(seen[0], nullptr);
+  for (const Mesh::Groups* g : seen) EXPECT_EQ(g, seen[0]);
+  const Mesh::Groups& y = *seen[0];
+  // Position 4 is (x=1, y=1): group 1 (x = 1), rank 1, led by position 3.
+  EXPECT_EQ(y.group_of[4], 1);
+  EXPECT_EQ(y.rank[4], 1);
+  EXPECT_EQ(y.leader[1], 3);
+  EXPECT_THAT(y.members[1], ElementsAre(DeviceId(13), DeviceId(14), DeviceId(15)));
+  ASSERT_OK_AND_ASSIGN(const Mesh::Groups* x, mesh.GroupsOver(std::vector<std::string>{"x"}));
+  EXPECT_NE(x, seen[0]);
+  EXPECT_EQ(x->members.size(), 3u);
+  EXPECT_THAT(mesh.GroupsOver(std::vector<std::string>{"z"}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("z")));
 }
 
 TEST(MeshTest, GroupOverSeveralAxesIsOrderedMajorToMinorAlongTheGivenAxes) {

@@ -909,13 +909,12 @@ int64_t CollectiveHub::deadlocks_detected() const {
 
 absl::StatusOr<HubCollectives::Group> HubCollectives::MakeGroup(
     int index, absl::Span<const std::string> axes) const {
-  CW_ASSIGN_OR_RETURN(std::shared_ptr<const Mesh::Groups> groups, mesh_->GroupsOver(axes));
+  CW_ASSIGN_OR_RETURN(const Mesh::Groups* groups, mesh_->GroupsOver(axes));
   const int group = groups->group_of[position_];
   Group g;
   g.rank = groups->rank[position_];
   g.members = &groups->members[group];
   g.key = CollectiveKey{run_, node_, index, groups->leader[group]};
-  g.groups = std::move(groups);
   return g;
 }
 

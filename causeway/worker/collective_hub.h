@@ -466,7 +466,6 @@ class HubCollectives final : public backend::CollectiveOps {
   // This device's group over `axes`, its rank in it, and the key of
   // collective `index`.
   struct Group {
-    std::shared_ptr<const Mesh::Groups> groups;  // the mesh's, which `members` points into
     const std::vector<DeviceId>* members = nullptr;
     int rank = 0;
     CollectiveKey key;

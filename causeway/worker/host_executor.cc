@@ -183,6 +183,26 @@ absl::Status HostExecutor::RegisterProgram(std::shared_ptr<const ProgramPlan> pl
       }
     }
   }
+  for (size_t n = 0; n < plan->nodes.size(); ++n) {
+    const PlanNode& node = plan->nodes[n];
+    bool here = false;
+    if (node.kind == PlanNodeKind::kCall) {
+      here = !(node.inputs.empty() && node.outputs.empty()) &&
+             !reg->local[node.outputs.empty() ? node.inputs[0] : node.outputs[0]].empty();
+    } else {
+      here = !reg->local[node.outputs[0]].empty();
+      const PlanValue& src = plan->values[node.inputs[0]];
+      for (size_t d = 0; d < node.pieces.size() && !here; ++d) {
+        for (const ReshardPiece& piece : node.pieces[d]) {
+          if (src.shard_hosts[piece.src_shard] == id()) {
+            here = true;
+            break;
+          }
+        }
+      }
+    }
+    if (here) reg->nodes.push_back(static_cast<int>(n));
+  }
   reg->plan = std::move(plan);
   MutexLock lock(&mu_);
   programs_[reg->plan->id] = std::move(reg);
@@ -460,11 +480,11 @@ void HostExecutor::PrepareRun(const RunRequest& run, std::vector<std::vector<Lau
                                                                       run.run.ToString())));
     }
   }
-  for (size_t n = 0; n < plan->nodes.size(); ++n) {
+  for (const int n : reg->nodes) {
     if (plan->nodes[n].kind == PlanNodeKind::kCall) {
-      EnqueueCall(run, *reg, static_cast<int>(n), values, launches);
+      EnqueueCall(run, *reg, n, values, launches);
     } else {
-      EnqueueReshard(run, *reg, static_cast<int>(n), values);
+      EnqueueReshard(run, *reg, n, values);
     }
   }
   for (size_t k = 0; k < plan->outputs.size(); ++k) {

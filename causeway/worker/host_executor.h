@@ -177,6 +177,11 @@ class HostExecutor final : public HostService {
     // A run's values[v][i] is the buffer of shard local[v][i] of value v.
     // local[v]: the positions of value v's shards on this host, ascending.
     std::vector<std::vector<int>> local;
+    // The nodes with work here, ascending: calls with a shard on this host,
+    // reshards with a destination or a piece's source here. A run walks
+    // only these, so a host of a pipeline's stage does not walk every
+    // other stage's nodes at every step.
+    std::vector<int> nodes;
   };
   // Where shard `shard` of value v is in local[v]; -1 if not on this host.
   static int LocalIndex(const Registered& r, int v, int shard);
