@@ -57,10 +57,8 @@ class DeviceBuffer : public std::enable_shared_from_this<DeviceBuffer> {
   // budget, so a run that allocates every output up front holds no memory
   // for values not yet produced, and a value takes memory the device freed a
   // moment ago, still in its caches, instead of pages never touched.
-  std::byte* data() const {
-    std::byte* p = data_.load(std::memory_order_acquire);
-    return p != nullptr ? p : Back();
-  }
+  std::byte* data() { return Data(); }
+  const std::byte* data() const { return Data(); }
 
   Future<Unit> allocated() const { return allocated_.future(); }
   Future<Unit> ready() const { return ready_.future(); }
@@ -95,6 +93,10 @@ class DeviceBuffer : public std::enable_shared_from_this<DeviceBuffer> {
   // Data of at most this many bytes lives inside the buffer object.
   static constexpr int64_t kInlineBytes = 32;
   void OnGranted(absl::Status status);
+  std::byte* Data() const {
+    std::byte* p = data_.load(std::memory_order_acquire);
+    return p != nullptr ? p : Back();
+  }
   // data()'s first call: allocates the memory, or takes what a concurrent
   // first call allocated (the pieces of a transfer may land at once).
   std::byte* Back() const;

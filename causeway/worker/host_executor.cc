@@ -12,6 +12,26 @@
 #include "causeway/base/status_macros.h"
 
 namespace causeway {
+namespace {
+
+// Whether a box of `extent` at `offset` in an array of `dims` (row-major) is
+// one run of elements, and if so the first one's index in `*first`: every
+// dimension inside the innermost partial one is whole, and every one outside
+// it has extent 1.
+bool ContiguousBox(const std::vector<int64_t>& dims, const std::vector<int64_t>& offset,
+                   const std::vector<int64_t>& extent, int64_t* first) {
+  size_t partial = dims.size();
+  while (partial > 0 && extent[partial - 1] == dims[partial - 1]) --partial;
+  for (size_t j = 0; j + 1 < partial; ++j) {
+    if (extent[j] != 1) return false;
+  }
+  int64_t at = 0;
+  for (size_t j = 0; j < dims.size(); ++j) at = at * dims[j] + offset[j];
+  *first = at;
+  return true;
+}
+
+}  // namespace
 HostExecutor::HostExecutor(HostExecutorOptions options)
     : options_(std::move(options)),
       store_(options_.host.id, options_.host.devices, options_.device_memory_bytes) {
@@ -600,7 +620,8 @@ void HostExecutor::EnqueueReshard(const RunRequest& run, const Registered& reg, 
         source->ready().OnReady([this, key, i, source, target, &piece, &src,
                                  plan](const absl::StatusOr<Unit>& ready) {
           FillSlot(key, static_cast<int>(i), target, piece,
-                   PieceSource{source, source->data(), src.shard_shape.dims, piece.src_offset},
+                   PieceSource{source, ready.ok() ? source->data() : nullptr,
+                               src.shard_shape.dims, piece.src_offset},
                    ready.status());
         });
         continue;
@@ -621,10 +642,19 @@ void HostExecutor::EnqueueReshard(const RunRequest& run, const Registered& reg, 
           const int64_t elem = ir::ByteSize(src.shard_shape.dtype);
           int64_t n = 1;
           for (int64_t e : piece.extent) n *= e;
-          message.bytes.resize(static_cast<size_t>(n * elem));
-          const std::vector<int64_t> zero(piece.extent.size(), 0);
-          CopyBox(source->data(), src.shard_shape.dims, piece.src_offset, reinterpret_cast<std::byte*>(message.bytes.data()),
-                  piece.extent, zero, piece.extent, elem);
+          const std::byte* base = source->data();
+          int64_t first = 0;
+          if (ContiguousBox(src.shard_shape.dims, piece.src_offset, piece.extent, &first)) {
+            // One copy, without first zero-filling the message's bytes.
+            message.bytes.assign(reinterpret_cast<const char*>(base + first * elem),
+                                 static_cast<size_t>(n * elem));
+          } else {
+            message.bytes.resize(static_cast<size_t>(n * elem));
+            const std::vector<int64_t> zero(piece.extent.size(), 0);
+            CopyBox(base, src.shard_shape.dims, piece.src_offset,
+                    reinterpret_cast<std::byte*>(message.bytes.data()), piece.extent, zero,
+                    piece.extent, elem);
+          }
         }
         transport->SendPiece(self, to, std::move(message));
       });

@@ -61,39 +61,55 @@ TEST(ClientTest, CallReturnsBeforeDataIsReadyAndComputesTheShardedResult) {
   EXPECT_THAT(v.values<float>(), ElementsAreArray({84.0f, 92.0f, 100.0f}));
 }
 
-TEST(ClientTest, ValuesMoveBetweenMeshesOnDifferentIslandsWithResharding) {
-  LocalClusterOptions o = TwoByTwoByTwo();
-  o.dcn.latency = absl::Microseconds(200);
+// Doubles an 8x4 iota on a mesh of island 0 (`axes0`, split by `s0`, each
+// shard `shard0`) and negates it on a mesh of island 1: the program reshards
+// between the islands, and -2 * iota must arrive.
+void DoubleThenNegateAcrossIslands(const LocalClusterOptions& o, std::vector<MeshAxis> axes0,
+                                   const Sharding& s0, std::vector<int64_t> shard0,
+                                   std::vector<MeshAxis> axes1, const Sharding& s1,
+                                   std::vector<int64_t> shard1) {
   auto cluster = MakeCluster(o);
   auto client = Connect(cluster.get());
-  ASSERT_OK_AND_ASSIGN(Mesh m0, client->AllocateMesh({{"x", 4}}, IslandId(0)));
-  ASSERT_OK_AND_ASSIGN(Mesh m1, client->AllocateMesh({{"y", 2}, {"z", 2}}, IslandId(1)));
+  ASSERT_OK_AND_ASSIGN(Mesh m0, client->AllocateMesh(std::move(axes0), IslandId(0)));
+  ASSERT_OK_AND_ASSIGN(Mesh m1, client->AllocateMesh(std::move(axes1), IslandId(1)));
   ir::FunctionBuilder b0("double");
-  ir::Value x0 = b0.Parameter(ir::Shape(ir::DType::kF32, {2, 4}));
+  ir::Value x0 = b0.Parameter(ir::Shape(ir::DType::kF32, std::move(shard0)));
   ASSERT_OK_AND_ASSIGN(ir::Function f0, b0.Build({b0.Add(x0, x0)}));
   ir::FunctionBuilder b1("negate");
-  ir::Value x1 = b1.Parameter(ir::Shape(ir::DType::kF32, {8, 2}));
+  ir::Value x1 = b1.Parameter(ir::Shape(ir::DType::kF32, std::move(shard1)));
   ASSERT_OK_AND_ASSIGN(ir::Function f1, b1.Build({b1.Neg(x1)}));
-  ASSERT_OK_AND_ASSIGN(CompiledFunction c0,
-                       client->Compile(f0, m0, {{Sharding({{"x"}, {}})}, {Sharding({{"x"}, {}})}}));
-  // On island 1 the array is split by columns over z and replicated over y.
-  ASSERT_OK_AND_ASSIGN(CompiledFunction c1,
-                       client->Compile(f1, m1, {{Sharding({{}, {"z"}})}, {Sharding({{}, {"z"}})}}));
+  ASSERT_OK_AND_ASSIGN(CompiledFunction c0, client->Compile(f0, m0, {{s0}, {s0}}));
+  ASSERT_OK_AND_ASSIGN(CompiledFunction c1, client->Compile(f1, m1, {{s1}, {s1}}));
   ProgramBuilder pb = client->NewProgram("two_islands");
-  ASSERT_OK_AND_ASSIGN(TracedArray p, pb.Parameter(ir::Shape(ir::DType::kF32, {8, 4}), m0,
-                                                   Sharding({{"x"}, {}})));
+  ASSERT_OK_AND_ASSIGN(TracedArray p, pb.Parameter(ir::Shape(ir::DType::kF32, {8, 4}), m0, s0));
   ASSERT_OK_AND_ASSIGN(auto a, pb.Call(c0, {p}));
   ASSERT_OK_AND_ASSIGN(auto r, pb.Call(c1, {a[0]}));
   ASSERT_OK_AND_ASSIGN(Program program, pb.Build({r[0]}));
   EXPECT_EQ(program.num_nodes(), 3);  // double, reshard, negate
-  ASSERT_OK_AND_ASSIGN(Array in, client->Put(ir::Literal::F32({8, 4}, Iota(32)), m0,
-                                             Sharding({{"x"}, {}})));
+  ASSERT_OK_AND_ASSIGN(Array in, client->Put(ir::Literal::F32({8, 4}, Iota(32)), m0, s0));
   ASSERT_OK_AND_ASSIGN(std::vector<Array> out, program.Run({in}));
   ASSERT_OK_AND_ASSIGN(ir::Literal v, AwaitOrHang(out[0].Fetch()));
   std::vector<float> want = Iota(32);
   for (float& w : want) w = -2 * w;
   EXPECT_THAT(v.values<float>(), ElementsAreArray(want));
   EXPECT_GT(cluster->transport().bytes_sent_between_islands(), 0);
+}
+
+TEST(ClientTest, ValuesMoveBetweenMeshesOnDifferentIslandsWithResharding) {
+  LocalClusterOptions o = TwoByTwoByTwo();
+  o.dcn.latency = absl::Microseconds(200);
+  // On island 1 the array is split by columns over z and replicated over y:
+  // each piece is a box of part of some rows.
+  DoubleThenNegateAcrossIslands(o, {{"x", 4}}, Sharding({{"x"}, {}}), {2, 4},
+                                {{"y", 2}, {"z", 2}}, Sharding({{}, {"z"}}), {8, 2});
+}
+
+TEST(ClientTest, RowBlocksMoveBetweenIslandsAsContiguousPieces) {
+  // Rows split 2 ways on island 0 and 4 ways on island 1: each piece sent
+  // is a run of whole rows starting inside its source shard (a contiguous
+  // box at a non-zero offset), the other case of a remote piece's copy.
+  DoubleThenNegateAcrossIslands(TwoByTwoByTwo(), {{"x", 2}}, Sharding({{"x"}, {}}), {4, 4},
+                                {{"y", 4}}, Sharding({{"y"}, {}}), {2, 4});
 }
 
 TEST(ClientTest, RepeatedCallsLowerOnceAndReuseTheCachedProgram) {
