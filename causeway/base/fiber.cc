@@ -333,6 +333,7 @@ struct FiberPool::Impl {
     while (true) {
       Deadline next_timer = kNever;
       Deadline spin_until{};
+      Deadline wake_at = kNever;  // of a sleep: when it asks to wake
       uint32_t seen = 0;
       bool spin = false;
       bool spinner_blocked = false;
@@ -366,7 +367,7 @@ struct FiberPool::Impl {
           spinner_blocked = spinner;
           if (!spinner) {
             const Deadline now = std::chrono::steady_clock::now();
-            if (next_timer != kNever && next_timer - now <= kSpin) {
+            if (next_timer != kNever && next_timer - now <= margin) {
               spin_until = next_timer;
             } else if (may_spin) {
               spin_until = now + kSpin;
@@ -377,6 +378,7 @@ struct FiberPool::Impl {
             spinner = true;
           } else {
             ++idle;
+            wake_at = next_timer == kNever || spinner_blocked ? next_timer : next_timer - margin;
           }
         }
       }
@@ -400,12 +402,27 @@ struct FiberPool::Impl {
         spinner = false;
         continue;
       }
-      FutexWait(wake_word, seen,
-                next_timer == kNever || spinner_blocked ? next_timer : next_timer - kSpin);
+      FutexWait(wake_word, seen, wake_at);
       may_spin = true;
+      const Deadline woke = std::chrono::steady_clock::now();
       MutexLock lock(&mu);
       --idle;
+      if (wake_at != kNever && woke >= wake_at &&
+          wake_word.load(std::memory_order_relaxed) == seen) {
+        LearnLatenessLocked(woke - wake_at);
+      }
     }
+  }
+
+  // A timed wake-up of a sleeping thread came `late` after the time it
+  // asked for: the margin follows such lateness, halfway up at once to a
+  // later one and down by a sixteenth of the difference per earlier one,
+  // plus a fifth for slack, within [kSpin, kMaxMargin].
+  void LearnLatenessLocked(std::chrono::steady_clock::duration late)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    const auto l = std::chrono::duration_cast<std::chrono::nanoseconds>(late);
+    lateness += l > lateness ? (l - lateness) / 2 : -((lateness - l) / 16);
+    margin = std::clamp<std::chrono::nanoseconds>(lateness + lateness / 5, kSpin, kMaxMargin);
   }
 
   // After `f` switched out to park: wake it at its deadline, and park it
@@ -527,9 +544,18 @@ struct FiberPool::Impl {
   // A thread spins, to a close deadline or for work (one at a time).
   bool spinner ABSL_GUARDED_BY(mu) = false;
   std::atomic<uint32_t> wake_word{0};
-  // How close the next deadline must be for a thread to spin to it, and
-  // how long an idle thread spins for work.
+  // How long an idle thread spins for work, and the least margin below.
   static constexpr std::chrono::microseconds kSpin{50};
+  // How close the next deadline must be for a thread to spin to it rather
+  // than sleep, and how early a sleeping thread asks to wake for it. A
+  // timed wake-up comes late by as much as the core takes to wake, which
+  // grows with how long it slept: on a virtual machine, 100 us and more
+  // after a few milliseconds idle, which a 50 us margin left as overshoot
+  // of every long `delay`. So the margin is learned from the lateness of
+  // the pool's own timed wake-ups (LearnLatenessLocked).
+  static constexpr std::chrono::microseconds kMaxMargin{500};
+  std::chrono::nanoseconds margin ABSL_GUARDED_BY(mu) = kSpin;
+  std::chrono::nanoseconds lateness ABSL_GUARDED_BY(mu){0};
 };
 
 namespace {

@@ -19,6 +19,7 @@
 namespace causeway {
 namespace {
 
+using std::chrono::microseconds;
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 
@@ -93,6 +94,26 @@ TEST(FiberTest, SleepsEndAtTheirDeadlineNotBefore) {
       const auto mine = deadline + milliseconds(i % 4);
       fiber::SleepUntil(mine);
       if (steady_clock::now() < mine) early.fetch_add(1);
+    }));
+  }
+  for (auto& t : tasks) t->Join();
+  EXPECT_EQ(early.load(), 0);
+}
+
+// A pool wakes early for a deadline, by a margin learned from how late its
+// timed wake-ups come, and spins to it: many sleeps of milliseconds (which
+// grow the margin), from fibers on two threads, still never end early.
+TEST(FiberTest, RepeatedLongSleepsNeverEndEarly) {
+  FiberPool pool(2);
+  std::atomic<int> early{0};
+  std::vector<std::shared_ptr<FiberPool::Task>> tasks;
+  for (int i = 0; i < 3; ++i) {
+    tasks.push_back(pool.Spawn([&, i] {
+      for (int k = 0; k < 12; ++k) {
+        const auto mine = steady_clock::now() + microseconds(300 + 700 * ((i + k) % 4));
+        fiber::SleepUntil(mine);
+        if (steady_clock::now() < mine) early.fetch_add(1);
+      }
     }));
   }
   for (auto& t : tasks) t->Join();
