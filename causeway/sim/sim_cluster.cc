@@ -588,7 +588,7 @@ class SimCluster::Transport final : public DataTransport {
     SimThread* sender = c_->host_threads_[from.value()];
     const int64_t sent = sender->Run(c_->loop_.now(), cpu);
     const int64_t wire = from == to ? 0
-                                    : Ns(link.latency_us + static_cast<double>(piece.bytes.size()) /
+                                    : Ns(link.latency_us + static_cast<double>(piece.payload_bytes()) /
                                                                (link.gbytes_per_s * 1e3));
     ++c_->counters_.messages;
     auto shared = std::make_shared<ShardPieceMessage>(std::move(piece));

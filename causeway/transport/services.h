@@ -72,6 +72,20 @@ struct DcnOptions {
 enum class SchedulingPolicy { kFifo, kProportionalShare };
 
 
+// A piece that stays in its process: where its box lies in the source
+// shard's memory, instead of a copy of it. The receiver copies the box
+// straight into its destination (one copy, not two). Only a transport that
+// says it carries them (DataTransport::CarriesReferences) is given one; it
+// never crosses a process, so no peer can forge one.
+struct PieceReference {
+  // Owns `data` (the source shard's buffer, immutable once ready).
+  std::shared_ptr<const void> keep_alive;
+  const std::byte* data = nullptr;
+  std::vector<int64_t> dims;    // the source shard's
+  std::vector<int64_t> offset;  // the box's first element in it
+  int64_t bytes = 0;            // the box's
+};
+
 // A piece of a reshard travelling between hosts.
 struct ShardPieceMessage {
   RunId run;
@@ -82,6 +96,13 @@ struct ShardPieceMessage {
   // The box, row-major. A string so that a network transport can move its
   // payload in and out of protocol buffers without copying.
   std::string bytes;
+  // Instead of `bytes`, within a process (empty `bytes`).
+  std::shared_ptr<const PieceReference> reference;
+
+  // The box's size, however it travels.
+  int64_t payload_bytes() const {
+    return reference != nullptr ? reference->bytes : static_cast<int64_t>(bytes.size());
+  }
 };
 
 // The multi-controller baseline (`causeway bench dispatch --controller
@@ -307,6 +328,9 @@ class DataTransport {
  public:
   virtual ~DataTransport() = default;
   virtual void SendPiece(HostId from, HostId to, ShardPieceMessage piece) = 0;
+  // True if pieces may travel as a PieceReference rather than bytes: every
+  // host it reaches is in this process.
+  virtual bool CarriesReferences() const { return false; }
 };
 
 }  // namespace causeway

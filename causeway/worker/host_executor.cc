@@ -90,7 +90,7 @@ void HostExecutor::DropEarlyLocked(const SlotKey& key, const absl::Status& why) 
   auto it = early_.find(key);
   if (it != early_.end()) {
     for (const ShardPieceMessage& p : it->second.pieces) {
-      early_bytes_ -= static_cast<int64_t>(p.bytes.size());
+      early_bytes_ -= p.payload_bytes();
       --early_count_;
     }
     early_.erase(it);
@@ -593,7 +593,7 @@ void HostExecutor::EnqueueReshard(const RunRequest& run, const Registered& reg, 
     }
     if (auto it = early_.find(key); it != early_.end()) {
       for (auto& p : it->second.pieces) {
-        early_bytes_ -= static_cast<int64_t>(p.bytes.size());
+        early_bytes_ -= p.payload_bytes();
         --early_count_;
         early_pieces.push_back(std::move(p));
       }
@@ -644,7 +644,12 @@ void HostExecutor::EnqueueReshard(const RunRequest& run, const Registered& reg, 
           for (int64_t e : piece.extent) n *= e;
           const std::byte* base = source->data();
           int64_t first = 0;
-          if (ContiguousBox(src.shard_shape.dims, piece.src_offset, piece.extent, &first)) {
+          if (transport->CarriesReferences()) {
+            // Within the process: the receiver copies straight from the
+            // source shard, which the reference keeps alive until then.
+            message.reference = std::make_shared<const PieceReference>(PieceReference{
+                source, base, src.shard_shape.dims, piece.src_offset, n * elem});
+          } else if (ContiguousBox(src.shard_shape.dims, piece.src_offset, piece.extent, &first)) {
             // One copy, without first zero-filling the message's bytes.
             message.bytes.assign(reinterpret_cast<const char*>(base + first * elem),
                                  static_cast<size_t>(n * elem));
@@ -671,7 +676,7 @@ void HostExecutor::DeliverPiece(ShardPieceMessage message) {
     auto it = slots_.find(key);
     if (it == slots_.end()) {
       if (shut_down_) return;
-      const int64_t bytes = static_cast<int64_t>(message.bytes.size());
+      const int64_t bytes = message.payload_bytes();
       if (early_bytes_ + bytes > options_.early_piece_budget_bytes ||
           early_count_ + 1 > options_.early_piece_budget_count) {
         DropEarlyLocked(key, absl::ResourceExhaustedError(absl::StrCat(
@@ -703,11 +708,16 @@ void HostExecutor::DeliverPiece(ShardPieceMessage message) {
   absl::Status status = message.status;
   int64_t expected = ir::ByteSize(target->shape().dtype);
   for (int64_t e : piece.extent) expected *= e;
-  if (status.ok() && static_cast<int64_t>(message.bytes.size()) != expected) {
+  if (status.ok() && message.payload_bytes() != expected) {
     status = absl::InvalidArgumentError(
         absl::StrCat("piece ", message.piece, " of node ", message.node, " of ",
-                     message.run.ToString(), " has ", message.bytes.size(), " bytes, expected ",
-                     expected));
+                     message.run.ToString(), " has ", message.payload_bytes(),
+                     " bytes, expected ", expected));
+  }
+  if (const std::shared_ptr<const PieceReference>& ref = message.reference; ref != nullptr) {
+    FillSlot(key, message.piece, target, piece,
+             PieceSource{ref->keep_alive, ref->data, ref->dims, ref->offset}, status);
+    return;
   }
   auto bytes = std::make_shared<const std::string>(std::move(message.bytes));
   const auto* data = reinterpret_cast<const std::byte*>(bytes->data());

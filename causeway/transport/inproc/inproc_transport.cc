@@ -28,7 +28,7 @@ void InProcessDataTransport::SendPiece(HostId from, HostId to, ShardPieceMessage
     CW_CHECK(src != hosts_.end() && dst != hosts_.end()) << from << " -> " << to;
     dest = dst->second.host;
     const bool dcn = src->second.island != dst->second.island;
-    if (dcn) dcn_bytes_ += static_cast<int64_t>(piece.bytes.size());
+    if (dcn) dcn_bytes_ += piece.payload_bytes();
     const bool emulate = dcn && (dcn_.latency > absl::ZeroDuration() || dcn_.bytes_per_second > 0);
     // While stopping, pieces still go through the queue (delivered at once,
     // in order, by the timer thread) so none overtakes an earlier one; only
@@ -39,7 +39,7 @@ void InProcessDataTransport::SendPiece(HostId from, HostId to, ShardPieceMessage
           link_free_at_[{src->second.island.value(), dst->second.island.value()}];
       int64_t wire_us = 0;
       if (dcn_.bytes_per_second > 0) {
-        wire_us = static_cast<int64_t>(static_cast<double>(piece.bytes.size()) * 1e6 /
+        wire_us = static_cast<int64_t>(static_cast<double>(piece.payload_bytes()) * 1e6 /
                                        dcn_.bytes_per_second);
       }
       const int64_t start = std::max(now, free_at);

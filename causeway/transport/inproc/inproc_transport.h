@@ -29,6 +29,8 @@ class InProcessDataTransport final : public DataTransport {
 
   void RegisterHost(HostService* host, IslandId island);
   void SendPiece(HostId from, HostId to, ShardPieceMessage piece) override;
+  // Every host is in this process: pieces may travel as references.
+  bool CarriesReferences() const override { return true; }
   // Delivers every delayed piece now and stops the timer thread. Safe to
   // call from several threads; later pieces are delivered inline.
   void Shutdown();

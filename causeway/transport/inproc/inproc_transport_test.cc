@@ -191,6 +191,37 @@ TEST(InProcessDataTransportTest, CrossIslandPieceArrivesOnTheTimerThreadNoEarlie
   EXPECT_EQ(transport.bytes_sent_between_islands(), 64);
 }
 
+// Within a process a piece may carry a reference to its source's memory
+// instead of bytes: it arrives as sent, keeping the source alive (the
+// sender dropped its own hold), and counts its box's bytes on the link
+// between islands, delayed or not.
+TEST(InProcessDataTransportTest, APieceByReferenceArrivesWithItsSourceAliveAndCountsItsBox) {
+  Hosts hosts;
+  InProcessDataTransport transport(DcnOptions{absl::Milliseconds(1), 0});
+  hosts.RegisterWith(transport);
+  EXPECT_TRUE(transport.CarriesReferences());
+
+  auto source = std::make_shared<std::vector<float>>(std::vector<float>{0, 1, 2, 3, 4, 5});
+  const auto* data = reinterpret_cast<const std::byte*>(source->data());
+  std::weak_ptr<std::vector<float>> watch = source;
+  ShardPieceMessage piece = Piece(2, 0);
+  // The box [1:2, 1:3] of a 2 x 3 shard: 2 floats.
+  piece.reference = std::make_shared<const PieceReference>(
+      PieceReference{std::move(source), data, {2, 3}, {1, 1}, 8});
+  EXPECT_EQ(piece.payload_bytes(), 8);
+  transport.SendPiece(HostId(1), HostId(2), std::move(piece));
+  ASSERT_TRUE(hosts.log.AwaitCount(1));
+
+  const Delivery d = hosts.log.deliveries()[0];
+  ASSERT_NE(d.piece.reference, nullptr);
+  EXPECT_TRUE(d.piece.bytes.empty());
+  EXPECT_FALSE(watch.expired());
+  EXPECT_EQ(d.piece.reference->data, data);
+  EXPECT_THAT(d.piece.reference->dims, ElementsAre(2, 3));
+  EXPECT_THAT(d.piece.reference->offset, ElementsAre(1, 1));
+  EXPECT_EQ(transport.bytes_sent_between_islands(), 8);
+}
+
 TEST(InProcessDataTransportTest, PiecesOnOneLinkArriveInSendOrder) {
   Hosts hosts;
   InProcessDataTransport transport(DcnOptions{absl::Milliseconds(5), 0});
