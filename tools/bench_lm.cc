@@ -27,6 +27,7 @@ struct BenchLmOptions {
   std::string data;
   std::string layouts = "1x1,2x1";
   std::string kernels = "fused";
+  std::string optimizer = "sharded";
   int64_t iters = 60;
   int64_t warmup = 10;
   int rounds = 3;
@@ -37,6 +38,7 @@ struct BenchLmOptions {
 struct Config {
   models::GptLayout layout;
   models::GptKernels kernels;
+  bool shard_optimizer = true;
   std::string name;
   std::vector<double> tokens_per_s;
 };
@@ -53,6 +55,7 @@ absl::StatusOr<double> Measure(const models::TextDataset& data, const Config& co
   models::LmTrainOptions t;
   t.layout = config.layout;
   t.kernels = config.kernels;
+  t.shard_optimizer = config.shard_optimizer;
   t.iters = o.warmup + o.iters;
   t.decay_iters = t.iters;
   t.eval_every = 0;
@@ -85,6 +88,15 @@ int RunBenchLm(const BenchLmOptions& o) {
                                 models::LmTrainOptions().model.context);
   if (!data.ok()) return fail(data.status());
   std::vector<Config> configs;
+  std::vector<bool> shard;
+  for (absl::string_view s : absl::StrSplit(o.optimizer, ',')) {
+    if (s != "sharded" && s != "replicated") {
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("--optimizer: '", s, "' is neither sharded nor replicated")));
+    }
+    shard.push_back(s == "sharded");
+  }
+  for (bool sharded : shard)
   for (absl::string_view k : absl::StrSplit(o.kernels, ',')) {
     if (k != "fused" && k != "op-by-op") {
       return fail(absl::InvalidArgumentError(
@@ -100,7 +112,13 @@ int RunBenchLm(const BenchLmOptions& o) {
             absl::StrCat("--layouts: '", l, "' is not DATAxMODEL (e.g. 2x1)")));
       }
       c.kernels = k == "fused" ? models::GptKernels::kFused : models::GptKernels::kOpByOp;
-      c.name = absl::StrCat("data=", c.layout.data, ",model=", c.layout.model, " ", k);
+      // Only a data axis with a model axis of one shards the optimiser; a
+      // layout it does not apply to is measured once.
+      const bool applies = c.layout.data > 1 && c.layout.model == 1;
+      c.shard_optimizer = sharded && applies;
+      if (!applies && shard.size() > 1 && sharded != shard.front()) continue;
+      c.name = absl::StrCat("data=", c.layout.data, ",model=", c.layout.model, " ", k,
+                            applies ? (sharded ? " sharded" : " replicated") : "");
       configs.push_back(std::move(c));
     }
   }
@@ -111,6 +129,7 @@ int RunBenchLm(const BenchLmOptions& o) {
       c.tokens_per_s.push_back(*t);
     }
   }
+  if (configs.empty()) return fail(absl::InvalidArgumentError("nothing to measure"));
   const models::LmTrainOptions defaults;  // what Measure trains
   const double tokens_per_step = static_cast<double>(defaults.batch * defaults.model.context);
   const double base = Median(configs[0].tokens_per_s);
@@ -120,12 +139,13 @@ int RunBenchLm(const BenchLmOptions& o) {
     if (o.json) {
       nlohmann::json j = {{"data", c.layout.data},     {"model", c.layout.model},
                           {"kernels", c.kernels == models::GptKernels::kFused ? "fused" : "op-by-op"},
+                          {"optimizer", c.shard_optimizer ? "sharded" : "replicated"},
                           {"tokens_per_s", tps},       {"tokens_per_s_runs", c.tokens_per_s},
                           {"step_ms", step_ms},        {"ratio", tps / base},
                           {"rounds", o.rounds},        {"iters", o.iters}};
       std::printf("%s\n", j.dump().c_str());
     } else {
-      std::printf("%-28s %8.0f tokens/s  %6.1f ms/step  x%.2f\n", c.name.c_str(), tps, step_ms,
+      std::printf("%-40s %8.0f tokens/s  %6.1f ms/step  x%.2f\n", c.name.c_str(), tps, step_ms,
                   tps / base);
     }
   }
@@ -144,6 +164,9 @@ void AddBenchLmCommand(CLI::App* bench, int* exit_code) {
   cmd->add_option("--data", o->data, "Text file (character tokens)")->required();
   cmd->add_option("--layouts", o->layouts, "Comma-separated DATAxMODEL meshes");
   cmd->add_option("--kernels", o->kernels, "fused, op-by-op, or both comma-separated");
+  cmd->add_option("--optimizer", o->optimizer,
+                  "sharded (over the data axis, where there is one), replicated, or both "
+                  "comma-separated");
   cmd->add_option("--iters", o->iters, "Timed iterations per run")->check(CLI::Range(1, 100000));
   cmd->add_option("--warmup", o->warmup, "Untimed iterations first")->check(CLI::Range(0, 10000));
   cmd->add_option("--rounds", o->rounds, "Runs of each configuration")->check(CLI::Range(1, 100));

@@ -107,6 +107,7 @@ struct TrainLmFlags {
   int64_t stop_at = -1;
   bool json = false;
   bool op_by_op = false;
+  bool replicate_optimizer = false;
   std::string cluster = "local";
   double timeout_s = 30;
   ClientShare share;
@@ -144,6 +145,7 @@ int RunTrainLm(TrainLmFlags f) {
   LmTrainOptions& o = f.train;
   o.model.bias = !f.no_bias;
   o.kernels = f.op_by_op ? models::GptKernels::kOpByOp : models::GptKernels::kFused;
+  o.shard_optimizer = !f.replicate_optimizer;
   o.decay_iters = f.decay_iters >= 0 ? f.decay_iters : o.iters;
   // The embedded cluster of a pipeline or of data parallelism across islands.
   std::unique_ptr<LocalClusterOptions> multi_mesh_cluster;
@@ -534,6 +536,9 @@ void AddTrainLmCommand(CLI::App* train, int* exit_code) {
   lm->add_flag("--op-by-op", f->op_by_op,
                "Build GELU, softmax and layer norm from elementwise ops instead of the fused "
                "kernels (same model; to measure what fusion buys)");
+  lm->add_flag("--replicate-optimizer", f->replicate_optimizer,
+               "Every data-parallel device updates every parameter, instead of its share of "
+               "them with its share of the AdamW moments (the default; the same updates)");
   lm->add_option("--cluster", f->cluster,
                  "local (embedded) or grpc://HOST:PORT (token from $CAUSEWAY_TOKEN)");
   lm->add_option("--timeout", f->timeout_s, "Seconds to wait for a distributed cluster")

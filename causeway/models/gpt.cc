@@ -100,6 +100,20 @@ absl::Status CheckBatch(const GptConfig& c, int64_t local_batch, int64_t t) {
   return absl::OkStatus();
 }
 
+// Declares a training step's last parameters (tokens, targets, and the
+// (step, lr) pair in *hyper) and calls `grad`, the gradient of `loss`, on
+// `params` and the batch.
+std::vector<Value> CallGradients(FunctionBuilder& b, const ir::Function& loss,
+                                 const ir::Function& grad, const std::vector<Value>& params,
+                                 Value* hyper) {
+  const int np = static_cast<int>(params.size());
+  std::vector<Value> args = params;
+  args.push_back(b.Parameter(loss.parameter_shape(np)));      // tokens
+  args.push_back(b.Parameter(loss.parameter_shape(np + 1)));  // targets
+  *hyper = b.Parameter(Shape(DType::kF32, {2}));
+  return b.Call(grad, args);
+}
+
 }  // namespace
 
 namespace internal {
@@ -184,7 +198,7 @@ Value ClipFactor(FunctionBuilder& b, const AdamWConfig& o, Value norm) {
 
 AdamWValues AppendAdamW(FunctionBuilder& b, const AdamWConfig& o, const AdamWValues& state,
                         const std::vector<Value>& grads, const std::vector<bool>& decay_of,
-                        Value hyper, Value clip) {
+                        Value hyper, Value clip, std::optional<Value> decay_mask) {
   const std::vector<Value>& p = state.p;
   const std::vector<Value>& m = state.m;
   const std::vector<Value>& v = state.v;
@@ -201,7 +215,8 @@ AdamWValues AppendAdamW(FunctionBuilder& b, const AdamWConfig& o, const AdamWVal
   Value epsilon = b.Mul(b.ConstantF32(o.epsilon), sqrt_c2);
   Value m_scale = b.Mul(b.ConstantF32(1 - o.beta1), clip);
   Value v_scale = b.Mul(b.ConstantF32(1 - o.beta2), b.Mul(clip, clip));
-  Value decay = b.Sub(b.ConstantF32(1), b.Mul(lr, b.ConstantF32(o.weight_decay)));
+  Value lr_wd = b.Mul(lr, b.ConstantF32(o.weight_decay));
+  Value decay = b.Sub(b.ConstantF32(1), lr_wd);
   AdamWValues next;
   for (size_t i = 0; i < p.size(); ++i) {
     const std::vector<int64_t> dims = b.shape(p[i]).dims;
@@ -211,6 +226,11 @@ AdamWValues AppendAdamW(FunctionBuilder& b, const AdamWConfig& o, const AdamWVal
                      b.Mul(b.Mul(g, g), ScalarTo(b, v_scale, dims)));
     Value denom = b.Add(b.Sqrt(vi), ScalarTo(b, epsilon, dims));
     Value pi = decay_of[i] ? b.Mul(p[i], ScalarTo(b, decay, dims)) : p[i];
+    if (decay_mask.has_value()) {
+      // 1 - mask * lr wd: exactly `decay` where the mask is 1, and 1 where
+      // it is 0, so each element is updated as its own parameter would be.
+      pi = b.Mul(p[i], b.Sub(b.Full(1.0f, dims), b.Mul(*decay_mask, ScalarTo(b, lr_wd, dims))));
+    }
     pi = b.Sub(pi, b.Mul(b.Div(mi, denom), ScalarTo(b, step_size, dims)));
     next.p.push_back(pi);
     next.m.push_back(mi);
@@ -365,14 +385,8 @@ absl::StatusOr<ir::Function> GptTrainStepFunction(const GptConfig& c, const GptL
   for (int i = 0; i < np; ++i) p.push_back(b.Parameter(loss.parameter_shape(i)));
   for (int i = 0; i < np; ++i) m.push_back(b.Parameter(loss.parameter_shape(i)));
   for (int i = 0; i < np; ++i) v.push_back(b.Parameter(loss.parameter_shape(i)));
-  Value tokens = b.Parameter(loss.parameter_shape(np));
-  Value targets = b.Parameter(loss.parameter_shape(np + 1));
-  Value hyper = b.Parameter(Shape(DType::kF32, {2}));
-
-  std::vector<Value> args = p;
-  args.push_back(tokens);
-  args.push_back(targets);
-  std::vector<Value> out = b.Call(grad, args);  // (loss share, grads...)
+  Value hyper;
+  std::vector<Value> out = CallGradients(b, loss, grad, p, &hyper);  // (loss share, grads...)
 
   // Gradients are reduced in one flat vector per set of axes: parameters
   // held whole by a model group are summed over data and model, split ones
@@ -436,6 +450,73 @@ absl::StatusOr<ir::Function> GptTrainStepFunction(const GptConfig& c, const GptL
   std::vector<Value> results = new_p;
   results.insert(results.end(), new_m.begin(), new_m.end());
   results.insert(results.end(), new_v.begin(), new_v.end());
+  results.push_back(loss_value);
+  results.push_back(norm);
+  return b.Build(results);
+}
+
+ShardedOptimizerLayout::ShardedOptimizerLayout(const GptConfig& c, int64_t data) {
+  for (const ParamSpec& spec : GptParams(c)) {
+    offsets.push_back(total);
+    total += NumElements(spec.dims);
+  }
+  shard = (total + data - 1) / data;
+  padded = shard * data;
+}
+
+absl::StatusOr<ir::Function> GptShardedTrainStepFunction(const GptConfig& c, const GptLayout& l,
+                                                         int64_t local_batch,
+                                                         const AdamWConfig& o,
+                                                         GptKernels k) {
+  if (l.model != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a sharded optimiser needs a model axis of 1, not ", l.model));
+  }
+  CW_ASSIGN_OR_RETURN(ir::Function loss, GptLossFunction(c, l, local_batch, k));
+  const std::vector<ParamSpec> specs = GptParams(c);
+  const int np = static_cast<int>(specs.size());
+  const ShardedOptimizerLayout flat(c, l.data);
+  std::vector<int> wrt(static_cast<size_t>(np));
+  for (int i = 0; i < np; ++i) wrt[i] = i;
+  CW_ASSIGN_OR_RETURN(ir::Function grad, ir::Grad(loss, wrt));
+
+  FunctionBuilder b("gpt_train_step_sharded");
+  std::vector<Value> p;
+  for (int i = 0; i < np; ++i) p.push_back(b.Parameter(loss.parameter_shape(i)));
+  const Shape shard(DType::kF32, {flat.shard});
+  Value master = b.Parameter(shard);
+  Value m = b.Parameter(shard);
+  Value v = b.Parameter(shard);
+  Value mask = b.Parameter(shard);
+  Value hyper;
+  std::vector<Value> out = CallGradients(b, loss, grad, p, &hyper);  // (loss share, grads...)
+
+  // Every gradient in one flat vector, padded to whole shards, summed over
+  // `data` with each device keeping its shard.
+  std::vector<Value> parts;
+  for (int i = 0; i < np; ++i) parts.push_back(b.Reshape(out[1 + i], {NumElements(specs[i].dims)}));
+  if (flat.padded > flat.total) parts.push_back(b.Full(0.0f, {flat.padded - flat.total}));
+  Value g = l.data > 1 ? b.ReduceScatter(b.Concatenate(parts, 0), {kDataAxis}, 0, l.data)
+                       : b.Concatenate(parts, 0);
+  // The loss share and the shard's squared norm, summed in one all-reduce.
+  Value sums = b.Concatenate({b.Reshape(out[0], {1}), b.Reshape(b.ReduceSum(b.Mul(g, g), {0}), {1})}, 0);
+  if (l.data > 1) sums = b.AllReduce(sums, {kDataAxis});
+  Value loss_value = Scalar(b, sums, 0);
+  Value norm = b.Sqrt(Scalar(b, sums, 1));
+  Value clip = internal::ClipFactor(b, o, norm);
+  const internal::AdamWValues next =
+      internal::AppendAdamW(b, o, {{master}, {m}, {v}}, {g}, {true}, hyper, clip, mask);
+  // Each device's updated shard, gathered, is every parameter again.
+  Value whole = l.data > 1 ? b.AllGather(next.p[0], {kDataAxis}, 0, l.data) : next.p[0];
+  std::vector<Value> results;
+  for (int i = 0; i < np; ++i) {
+    const int64_t n = NumElements(specs[i].dims);
+    results.push_back(
+        b.Reshape(b.Slice(whole, {flat.offsets[i]}, {flat.offsets[i] + n}), specs[i].dims));
+  }
+  results.push_back(next.p[0]);
+  results.push_back(next.m[0]);
+  results.push_back(next.v[0]);
   results.push_back(loss_value);
   results.push_back(norm);
   return b.Build(results);

@@ -123,6 +123,33 @@ absl::StatusOr<ir::Function> GptTrainStepFunction(const GptConfig& config,
                                                   const AdamWConfig& adamw,
                                                   GptKernels kernels = GptKernels::kFused);
 
+// Where each parameter lies in the flat vector a sharded optimiser keeps:
+// GptParams order, padded with zeros to `data` shards of `shard` elements.
+struct ShardedOptimizerLayout {
+  ShardedOptimizerLayout(const GptConfig& config, int64_t data);
+  std::vector<int64_t> offsets;  // of each parameter
+  int64_t total = 0;             // elements of all parameters
+  int64_t shard = 0;             // per device
+  int64_t padded = 0;            // shard x data
+};
+
+// One training step with the optimiser state sharded over the `data` axis
+// (ZeRO stage 1), for layouts whose model axis is 1. Per device:
+//   (params..., master f32[shard], adam_m f32[shard], adam_v f32[shard],
+//    decay_mask f32[shard], tokens, targets, hyper)
+//   -> (params'..., master', adam_m', adam_v', loss f32[], grad_norm f32[])
+// The flat gradient is reduce-scattered instead of all-reduced; each device
+// updates only its shard of the parameters (`master`, the flat vector of
+// ShardedOptimizerLayout, split over `data` along dimension 0) and its
+// moments, and the updated shards are all-gathered into the parameters.
+// `decay_mask` is 1 on the elements of weight-decayed matrices, else 0.
+// The same update, element for element, as GptTrainStepFunction's.
+absl::StatusOr<ir::Function> GptShardedTrainStepFunction(const GptConfig& config,
+                                                         const GptLayout& layout,
+                                                         int64_t local_batch,
+                                                         const AdamWConfig& adamw,
+                                                         GptKernels kernels = GptKernels::kFused);
+
 // Evaluation: (params..., tokens, targets) -> global mean loss f32[].
 absl::StatusOr<ir::Function> GptEvalFunction(const GptConfig& config, const GptLayout& layout,
                                              int64_t local_batch,

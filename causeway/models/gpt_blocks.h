@@ -5,6 +5,7 @@
 #define CAUSEWAY_MODELS_GPT_BLOCKS_H_
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "causeway/ir/builder.h"
@@ -52,9 +53,12 @@ ir::Value ClipFactor(ir::FunctionBuilder& b, const AdamWConfig& o, ir::Value nor
 struct AdamWValues {
   std::vector<ir::Value> p, m, v;
 };
+// With `decay_mask` (one parameter: a flat shard of several), weight decay
+// applies where the mask is 1 and not where it is 0, instead of by `decay`.
 AdamWValues AppendAdamW(ir::FunctionBuilder& b, const AdamWConfig& o, const AdamWValues& state,
                         const std::vector<ir::Value>& grads, const std::vector<bool>& decay,
-                        ir::Value hyper, ir::Value clip);
+                        ir::Value hyper, ir::Value clip,
+                        std::optional<ir::Value> decay_mask = std::nullopt);
 
 }  // namespace causeway::models::internal
 

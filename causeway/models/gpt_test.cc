@@ -163,5 +163,32 @@ TEST(GptTest, TrainStepReducesGradientsOncePerGroup) {
   EXPECT_EQ(both.num_outputs(), 3 * np + 2);
 }
 
+TEST(GptTest, AShardedOptimizerStepReduceScattersAndGathersOnce) {
+  const GptConfig c = Tiny();
+  auto count = [](const ir::Function& f, ir::OpKind op) {
+    int n = 0;
+    for (const ir::Instruction& i : f.instructions()) n += i.op == op;
+    return n;
+  };
+  const ShardedOptimizerLayout flat(c, 3);
+  const std::vector<ParamSpec> specs = GptParams(c);
+  EXPECT_EQ(flat.offsets.size(), specs.size());
+  EXPECT_EQ(flat.shard, (flat.total + 2) / 3);
+  EXPECT_EQ(flat.padded, 3 * flat.shard);
+  EXPECT_EQ(flat.offsets.back() + ir::Shape(ir::DType::kF32, specs.back().dims).num_elements(),
+            flat.total);
+  ASSERT_OK_AND_ASSIGN(ir::Function f, GptShardedTrainStepFunction(c, {3, 1}, 2, {}));
+  EXPECT_EQ(count(f, ir::OpKind::kReduceScatter), 1);
+  EXPECT_EQ(count(f, ir::OpKind::kAllGather), 1);
+  EXPECT_EQ(count(f, ir::OpKind::kAllReduce), 1);  // the loss and the squared norm
+  const int np = static_cast<int>(specs.size());
+  EXPECT_EQ(f.num_parameters(), np + 4 + 3);
+  EXPECT_EQ(f.num_outputs(), np + 3 + 2);
+  EXPECT_EQ(f.parameter_shape(np).dims, std::vector<int64_t>{flat.shard});
+  EXPECT_THAT(GptShardedTrainStepFunction(c, {2, 2}, 2, {}).status(),
+              ::causeway::testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                            ::testing::HasSubstr("model axis of 1")));
+}
+
 }  // namespace
 }  // namespace causeway::models

@@ -1,5 +1,6 @@
 #include "causeway/models/lm_trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <deque>
 #include <utility>
@@ -12,6 +13,38 @@ namespace causeway::models {
 namespace {
 
 constexpr double kPi = 3.14159265358979323846;
+
+}  // namespace
+
+namespace {
+
+// A sharded optimiser's flat vectors: split over `data`.
+Sharding FlatSharding() { return Sharding({{kDataAxis}}); }
+
+// The shardings of a training step's arguments and results, and of the
+// evaluation's: `groups` arrays per parameter (the parameters, then each
+// moment), `flat_in` / `flat_out` flat vectors split over `data`, the
+// batch's inputs and targets, (step, lr) in, the loss and gradient norm out.
+void StepShardings(const std::vector<ParamSpec>& specs, int groups, int flat_in, int flat_out,
+                   CompileOptions* step, CompileOptions* eval) {
+  for (int k = 0; k < groups; ++k) {
+    for (const ParamSpec& s : specs) {
+      step->in_shardings.push_back(ParamSharding(s));
+      step->out_shardings.push_back(ParamSharding(s));
+      if (k == 0) eval->in_shardings.push_back(ParamSharding(s));
+    }
+  }
+  for (int k = 0; k < flat_in; ++k) step->in_shardings.push_back(FlatSharding());
+  for (int k = 0; k < flat_out; ++k) step->out_shardings.push_back(FlatSharding());
+  for (CompileOptions* c : {step, eval}) {
+    c->in_shardings.push_back(BatchSharding());
+    c->in_shardings.push_back(BatchSharding());
+  }
+  step->in_shardings.push_back(Sharding::Replicated(1));   // hyper
+  step->out_shardings.push_back(Sharding::Replicated(0));  // loss
+  step->out_shardings.push_back(Sharding::Replicated(0));  // grad norm
+  eval->out_shardings.push_back(Sharding::Replicated(0));
+}
 
 }  // namespace
 
@@ -123,25 +156,13 @@ absl::Status LmTrainer::Init(const LmCheckpoint* resume) {
   }
   CW_ASSIGN_OR_RETURN(mesh_, client_->AllocateMesh({{kDataAxis, o.layout.data},
                                                     {kModelAxis, o.layout.model}}));
+  sharded_ = o.shard_optimizer && o.layout.data > 1 && o.layout.model == 1;
+  if (sharded_) return InitSharded(resume, local);
   CW_ASSIGN_OR_RETURN(ir::Function step,
                       GptTrainStepFunction(o.model, o.layout, local, o.adamw, o.kernels));
   CW_ASSIGN_OR_RETURN(ir::Function eval, GptEvalFunction(o.model, o.layout, local, o.kernels));
   CompileOptions step_options, eval_options;
-  for (int k = 0; k < 3; ++k) {
-    for (const ParamSpec& s : specs_) {
-      step_options.in_shardings.push_back(ParamSharding(s));
-      step_options.out_shardings.push_back(ParamSharding(s));
-      if (k == 0) eval_options.in_shardings.push_back(ParamSharding(s));
-    }
-  }
-  for (CompileOptions* c : {&step_options, &eval_options}) {
-    c->in_shardings.push_back(BatchSharding());
-    c->in_shardings.push_back(BatchSharding());
-  }
-  step_options.in_shardings.push_back(Sharding::Replicated(1));       // hyper
-  step_options.out_shardings.push_back(Sharding::Replicated(0));      // loss
-  step_options.out_shardings.push_back(Sharding::Replicated(0));      // grad norm
-  eval_options.out_shardings.push_back(Sharding::Replicated(0));
+  StepShardings(specs_, /*groups=*/3, /*flat_in=*/0, /*flat_out=*/0, &step_options, &eval_options);
   CW_ASSIGN_OR_RETURN(step_, client_->Compile(step, mesh_, step_options));
   CW_ASSIGN_OR_RETURN(eval_, client_->Compile(eval, mesh_, eval_options));
 
@@ -159,6 +180,47 @@ absl::Status LmTrainer::Init(const LmCheckpoint* resume) {
     adam_m_.push_back(std::move(m));
     adam_v_.push_back(std::move(v));
   }
+  return absl::OkStatus();
+}
+
+absl::Status LmTrainer::InitSharded(const LmCheckpoint* resume, int64_t local) {
+  const LmTrainOptions& o = options_;
+  CW_ASSIGN_OR_RETURN(ir::Function step, GptShardedTrainStepFunction(o.model, o.layout, local,
+                                                                     o.adamw, o.kernels));
+  CW_ASSIGN_OR_RETURN(ir::Function eval, GptEvalFunction(o.model, o.layout, local, o.kernels));
+  const Sharding flat_sharding = FlatSharding();
+  CompileOptions step_options, eval_options;
+  StepShardings(specs_, /*groups=*/1, /*flat_in=*/4, /*flat_out=*/3, &step_options, &eval_options);
+  CW_ASSIGN_OR_RETURN(step_, client_->Compile(step, mesh_, step_options));
+  CW_ASSIGN_OR_RETURN(eval_, client_->Compile(eval, mesh_, eval_options));
+
+  const std::vector<ir::Literal> params =
+      resume != nullptr ? resume->params : InitGptParams(o.model, o.seed);
+  const bool has_moments = resume != nullptr && !resume->adam_m.empty();
+  iteration_ = resume != nullptr ? resume->iteration : 0;
+  const ShardedOptimizerLayout layout(o.model, o.layout.data);
+  const ir::Shape flat_shape(ir::DType::kF32, {layout.padded});
+  ir::Literal master(flat_shape), m(flat_shape), v(flat_shape), mask(flat_shape);
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    CW_ASSIGN_OR_RETURN(Array p, client_->Put(params[i], mesh_, ParamSharding(specs_[i])));
+    params_.push_back(std::move(p));
+    const int64_t at = layout.offsets[i];
+    const auto copy = [&](const ir::Literal& from, ir::Literal& to) {
+      absl::Span<const float> src = from.values<float>();
+      std::copy(src.begin(), src.end(), to.mutable_values<float>().begin() + at);
+    };
+    copy(params[i], master);
+    if (has_moments) {
+      copy(resume->adam_m[i], m);
+      copy(resume->adam_v[i], v);
+    }
+    const int64_t n = params[i].shape().num_elements();
+    std::fill_n(mask.mutable_values<float>().begin() + at, n, specs_[i].decay ? 1.0f : 0.0f);
+  }
+  CW_ASSIGN_OR_RETURN(master_, client_->Put(master, mesh_, flat_sharding));
+  CW_ASSIGN_OR_RETURN(flat_m_, client_->Put(m, mesh_, flat_sharding));
+  CW_ASSIGN_OR_RETURN(flat_v_, client_->Put(v, mesh_, flat_sharding));
+  CW_ASSIGN_OR_RETURN(decay_mask_, client_->Put(mask, mesh_, flat_sharding));
   return absl::OkStatus();
 }
 
@@ -260,15 +322,24 @@ absl::Status LmTrainer::Train(const Hooks& hooks, int64_t stop_at) {
     for (const auto* group : {&params_, &adam_m_, &adam_v_}) {
       args.insert(args.end(), group->begin(), group->end());
     }
+    if (sharded_) args.insert(args.end(), {master_, flat_m_, flat_v_, decay_mask_});
     args.push_back(std::move(x));
     args.push_back(std::move(y));
     args.push_back(std::move(h));
     CW_ASSIGN_OR_RETURN(std::vector<Array> out, client_->Call(step_, args));
     const size_t np = specs_.size();
     params_.assign(out.begin(), out.begin() + np);
-    adam_m_.assign(out.begin() + np, out.begin() + 2 * np);
-    adam_v_.assign(out.begin() + 2 * np, out.begin() + 3 * np);
-    pending.push_back({it, lr, out[3 * np], out[3 * np + 1]});
+    size_t next = np;
+    if (sharded_) {
+      master_ = out[next++];
+      flat_m_ = out[next++];
+      flat_v_ = out[next++];
+    } else {
+      adam_m_.assign(out.begin() + np, out.begin() + 2 * np);
+      adam_v_.assign(out.begin() + 2 * np, out.begin() + 3 * np);
+      next = 3 * np;
+    }
+    pending.push_back({it, lr, out[next], out[next + 1]});
     iteration_ = it + 1;
     ++loop_times_.steps;
     loop_times_.dispatch += absl::Now() - dispatch_begin;
@@ -332,6 +403,25 @@ absl::StatusOr<std::string> LmTrainer::SaveCheckpoint(const std::string& dir) {
   c.config = options_.model;
   c.tokenizer = data_->tokenizer();
   c.iteration = iteration_;
+  if (sharded_) {
+    // The moments are fetched whole and cut into their parameters: the
+    // same file as an unsharded run's.
+    const ShardedOptimizerLayout layout(options_.model, options_.layout.data);
+    CW_ASSIGN_OR_RETURN(ir::Literal m, Get(flat_m_, "the first moments"));
+    CW_ASSIGN_OR_RETURN(ir::Literal v, Get(flat_v_, "the second moments"));
+    for (size_t i = 0; i < specs_.size(); ++i) {
+      CW_ASSIGN_OR_RETURN(ir::Literal p, Get(params_[i], specs_[i].name));
+      c.params.push_back(std::move(p));
+      for (const auto& [from, to] : {std::pair{&m, &c.adam_m}, std::pair{&v, &c.adam_v}}) {
+        ir::Literal part(ir::Shape(ir::DType::kF32, specs_[i].dims));
+        absl::Span<const float> src = from->values<float>().subspan(
+            static_cast<size_t>(layout.offsets[i]), static_cast<size_t>(part.shape().num_elements()));
+        std::copy(src.begin(), src.end(), part.mutable_values<float>().begin());
+        to->push_back(std::move(part));
+      }
+    }
+    return WriteLmCheckpoint(dir, c);
+  }
   for (size_t i = 0; i < specs_.size(); ++i) {
     CW_ASSIGN_OR_RETURN(ir::Literal p, Get(params_[i], specs_[i].name));
     CW_ASSIGN_OR_RETURN(ir::Literal m, Get(adam_m_[i], specs_[i].name));

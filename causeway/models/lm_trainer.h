@@ -45,6 +45,12 @@ struct LmTrainOptions {
   // (gpt_islands.h) instead of `layout`, which must then be 1 x 1.
   GptIslandsOptions islands;
   AdamWConfig adamw;
+  // With a data axis of more than one device and a model axis of one: the
+  // optimiser state is sharded over `data` (ZeRO stage 1,
+  // GptShardedTrainStepFunction): each device updates its share of the
+  // parameters, and the moments take 1/data of the memory. False: every
+  // device updates all of them (GptTrainStepFunction). The same updates.
+  bool shard_optimizer = true;
   GptKernels kernels = GptKernels::kFused;
   int64_t batch = 12;  // global: sequences per step
   int64_t iters = 2000;
@@ -155,6 +161,8 @@ class LmTrainer {
  private:
   LmTrainer(Client* client, const TextDataset* data, LmTrainOptions options);
   absl::Status Init(const LmCheckpoint* resume);
+  // Init of a sharded optimiser (`local`: sequences per device).
+  absl::Status InitSharded(const LmCheckpoint* resume, int64_t local);
   absl::StatusOr<ir::Literal> Get(const Array& array, const std::string& what);
 
   Client* const client_;
@@ -165,7 +173,12 @@ class LmTrainer {
   CompiledFunction step_;
   CompiledFunction eval_;
   std::vector<ParamSpec> specs_;
+  // Per parameter; adam_m_ and adam_v_ are empty with a sharded optimiser.
   std::vector<Array> params_, adam_m_, adam_v_;
+  // A sharded optimiser's state: flat vectors (ShardedOptimizerLayout) split
+  // over `data`. Invalid otherwise.
+  bool sharded_ = false;
+  Array master_, flat_m_, flat_v_, decay_mask_;
   // Set when the model spans several meshes (a pipeline, islands).
   std::unique_ptr<LmStepEngine> engine_;
   LoopTimes loop_times_;

@@ -129,10 +129,18 @@ TEST_F(LmTrainerTest, EveryParallelLayoutGivesTheOneDeviceLossCurve) {
   const LmTrainOptions base = SmallOptions();
   TrainRun one = Train(base);
   ASSERT_OK(one.status);
-  for (GptLayout layout : {GptLayout{2, 1}, GptLayout{1, 2}, GptLayout{2, 2}}) {
+  for (GptLayout layout : {GptLayout{2, 1}, GptLayout{4, 1}, GptLayout{1, 2}, GptLayout{2, 2}}) {
     LmTrainOptions o = base;
     o.layout = layout;
     ExpectSameCurve(one, Train(o), absl::StrCat("data ", layout.data, " model ", layout.model));
+  }
+  // Every data-parallel device updating every parameter, as before the
+  // optimiser was sharded (layouts with a model axis never shard it).
+  for (GptLayout layout : {GptLayout{2, 1}, GptLayout{4, 1}}) {
+    LmTrainOptions o = base;
+    o.layout = layout;
+    o.shard_optimizer = false;
+    ExpectSameCurve(one, Train(o), absl::StrCat("data ", layout.data, " replicated"));
   }
 }
 
@@ -250,6 +258,33 @@ TEST_F(LmTrainerTest, ResumeReproducesTheUninterruptedRun) {
   EXPECT_NE(f.Find("param/wte"), nullptr);
   EXPECT_NE(f.Find("adam_v/h.1.mlp.fc.w"), nullptr);
   EXPECT_EQ(f.metadata.at("iteration"), "20");
+}
+
+// A sharded optimiser's checkpoint holds every parameter's moments whole:
+// it resumes on one device, and one device's resumes sharded.
+TEST_F(LmTrainerTest, AShardedOptimizersCheckpointResumesOnOneDeviceAndBack) {
+  LmTrainOptions o = SmallOptions();
+  o.eval_every = 0;
+  TrainRun whole = Train(o);
+  ASSERT_OK(whole.status);
+  o.checkpoint_dir = dir_.string();
+  for (GptLayout first : {GptLayout{2, 1}, GptLayout{1, 1}}) {
+    SCOPED_TRACE(absl::StrCat("first part on ", first.data, " devices"));
+    std::filesystem::remove_all(dir_);
+    LmTrainOptions a = o;
+    a.layout = first;
+    ASSERT_OK(Train(a, /*stop_at=*/10).status);
+    ASSERT_OK_AND_ASSIGN(LmCheckpoint c, ReadLmCheckpoint(dir_.string()));
+    ASSERT_EQ(c.adam_m.size(), c.params.size());
+    LmTrainOptions b = o;
+    b.layout = first.data == 1 ? GptLayout{2, 1} : GptLayout{1, 1};
+    TrainRun rest = Train(b, -1, &c);
+    ASSERT_OK(rest.status);
+    ASSERT_EQ(rest.losses.size(), 10u);
+    for (size_t i = 0; i < 10; ++i) {
+      EXPECT_NEAR(rest.losses[i], whole.losses[10 + i], 1e-3f) << "iteration " << 10 + i;
+    }
+  }
 }
 
 TEST_F(LmTrainerTest, ACheckpointOfAnotherModelOrVocabularyIsRefused) {
