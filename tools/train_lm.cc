@@ -107,6 +107,9 @@ struct TrainLmFlags {
   int64_t stop_at = -1;
   bool json = false;
   bool op_by_op = false;
+  // --shard-optimizer / --replicate-optimizer; neither: sharded on the
+  // embedded cluster, replicated on a distributed one.
+  bool shard_optimizer = false;
   bool replicate_optimizer = false;
   std::string cluster = "local";
   double timeout_s = 30;
@@ -145,7 +148,11 @@ int RunTrainLm(TrainLmFlags f) {
   LmTrainOptions& o = f.train;
   o.model.bias = !f.no_bias;
   o.kernels = f.op_by_op ? models::GptKernels::kOpByOp : models::GptKernels::kFused;
-  o.shard_optimizer = !f.replicate_optimizer;
+  // Across worker processes each collective is a round of messages between
+  // them, and the sharded step has three (reduce-scatter, the loss and norm,
+  // all-gather) where the replicated one has one: on this kind of machine
+  // that costs more than half of AdamW saves (docs/LM.md).
+  o.shard_optimizer = f.shard_optimizer || (!f.replicate_optimizer && f.cluster == "local");
   o.decay_iters = f.decay_iters >= 0 ? f.decay_iters : o.iters;
   // The embedded cluster of a pipeline or of data parallelism across islands.
   std::unique_ptr<LocalClusterOptions> multi_mesh_cluster;
@@ -261,6 +268,9 @@ int RunTrainLm(TrainLmFlags f) {
                                                        : o.layout.data},
                         {"model_axis", o.layout.model}, {"devices", devices},
                         {"first_iteration", first}, {"iters", o.iters}};
+    if (!pipelined && !across_islands && o.layout.data > 1 && o.layout.model == 1) {
+      j["optimizer"] = o.shard_optimizer ? "sharded" : "replicated";
+    }
     if (pipelined) {
       j["stages"] = o.pipeline.stages;
       j["microbatches"] = o.pipeline.microbatches;
@@ -536,9 +546,14 @@ void AddTrainLmCommand(CLI::App* train, int* exit_code) {
   lm->add_flag("--op-by-op", f->op_by_op,
                "Build GELU, softmax and layer norm from elementwise ops instead of the fused "
                "kernels (same model; to measure what fusion buys)");
+  CLI::Option* shard = lm->add_flag(
+      "--shard-optimizer", f->shard_optimizer,
+      "Data parallelism (model axis 1): each device updates its share of the parameters "
+      "with its share of the AdamW moments (ZeRO stage 1; the default on the embedded cluster)");
   lm->add_flag("--replicate-optimizer", f->replicate_optimizer,
-               "Every data-parallel device updates every parameter, instead of its share of "
-               "them with its share of the AdamW moments (the default; the same updates)");
+               "Every data-parallel device updates every parameter (the default with --cluster "
+               "grpc://...; the same updates either way)")
+      ->excludes(shard);
   lm->add_option("--cluster", f->cluster,
                  "local (embedded) or grpc://HOST:PORT (token from $CAUSEWAY_TOKEN)");
   lm->add_option("--timeout", f->timeout_s, "Seconds to wait for a distributed cluster")

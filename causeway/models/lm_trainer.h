@@ -49,7 +49,9 @@ struct LmTrainOptions {
   // optimiser state is sharded over `data` (ZeRO stage 1,
   // GptShardedTrainStepFunction): each device updates its share of the
   // parameters, and the moments take 1/data of the memory. False: every
-  // device updates all of them (GptTrainStepFunction). The same updates.
+  // device updates all of them (GptTrainStepFunction). The same updates;
+  // sharding costs two more collectives a step, cheap within a process and
+  // not between worker processes (docs/LM.md).
   bool shard_optimizer = true;
   GptKernels kernels = GptKernels::kFused;
   int64_t batch = 12;  // global: sequences per step
