@@ -77,6 +77,9 @@ absl::Status IslandScheduler::RegisterProgram(std::shared_ptr<const ProgramPlan>
     MutexLock lock(&mu_);
     Program& p = programs_[plan->id];
     p.hosts = plan->hosts_by_island[i];
+    auto index = std::make_shared<HostIndex>();
+    for (HostId h : p.hosts) index->try_emplace(h, static_cast<int>(index->size()));
+    p.host_index = std::move(index);
     p.arguments = plan->parameters.size();
     p.outputs = plan->outputs.size();
     return absl::OkStatus();
@@ -308,7 +311,9 @@ void IslandScheduler::ForwardLocked(Pending p) {
     InFlight f;
     f.client = p.run.client;
     f.program = p.run.program;
-    for (HostService* h : out.hosts) f.hosts_left.push_back(h->id());
+    f.host_index = program.host_index;
+    f.hosts_left = static_cast<int>(f.host_index->size());
+    f.reported.assign(static_cast<size_t>((f.hosts_left + 63) / 64), 0);
     f.estimate_device_us = EstimateDeviceUs(program);
     f.estimate_wall_us = EstimateWallUs(program);
     f.forwarded_us = now_us;
@@ -358,12 +363,16 @@ bool IslandScheduler::FinishLocked(HostId host, RunId run, int64_t device_us, in
   auto it = in_flight_.find(run);
   if (it == in_flight_.end()) return false;
   InFlight& f = it->second;
-  auto h = std::find(f.hosts_left.begin(), f.hosts_left.end(), host);
-  if (h == f.hosts_left.end()) return false;
-  f.hosts_left.erase(h);
+  const auto h = f.host_index->find(host);
+  if (h == f.host_index->end()) return false;
+  uint64_t& word = f.reported[static_cast<size_t>(h->second / 64)];
+  const uint64_t bit = uint64_t{1} << (h->second % 64);
+  if ((word & bit) != 0) return false;
+  word |= bit;
+  --f.hosts_left;
   f.device_us += std::clamp<int64_t>(device_us, 0, int64_t{1} << 40);
   f.launches += std::clamp(launches, 0, 1 << 20);
-  if (!f.hosts_left.empty()) return false;
+  if (f.hosts_left > 0) return false;
   *client = f.client;
   *total_us = f.device_us;
   *total_launches = f.launches;
@@ -441,7 +450,9 @@ void IslandScheduler::HostLost(HostId host) {
     MutexLock lock(&mu_);
     std::vector<RunId> runs;
     for (const auto& [run, f] : in_flight_) {
-      if (std::find(f.hosts_left.begin(), f.hosts_left.end(), host) != f.hosts_left.end()) {
+      const auto h = f.host_index->find(host);
+      if (h != f.host_index->end() &&
+          (f.reported[static_cast<size_t>(h->second / 64)] & (uint64_t{1} << (h->second % 64))) == 0) {
         runs.push_back(run);
       }
     }

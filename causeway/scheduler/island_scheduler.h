@@ -149,8 +149,13 @@ class IslandScheduler final : public SchedulerService {
   DecisionStats decision_stats() const;
 
  private:
+  // Each host's position in a program's host list.
+  using HostIndex = absl::flat_hash_map<HostId, int>;
   struct Program {
     std::vector<HostId> hosts;  // of this island, that the program touches
+    // Of the distinct `hosts`; shared with the program's runs in flight,
+    // which may outlive its registration.
+    std::shared_ptr<const HostIndex> host_index;
     size_t arguments = 0;
     size_t outputs = 0;
     // Estimated device time of one run (all its devices) and wall time;
@@ -179,7 +184,12 @@ class IslandScheduler final : public SchedulerService {
   struct InFlight {
     ClientId client;
     ProgramId program;
-    absl::InlinedVector<HostId, 8> hosts_left;  // that have not reported
+    // Which of the program's hosts have reported (a bit per HostIndex
+    // position), and how many have not: a report costs the same whatever
+    // the number of hosts.
+    std::shared_ptr<const HostIndex> host_index;
+    absl::InlinedVector<uint64_t, 1> reported;
+    int hosts_left = 0;
     double estimate_device_us = 0;
     double estimate_wall_us = 0;
     int64_t device_us = 0;

@@ -442,5 +442,22 @@ TEST_F(IslandSchedulerTest, ABatchsCallbackIsNotCopiedPerRun) {
   EXPECT_EQ(told, 90);
 }
 
+TEST_F(IslandSchedulerTest, AHostsRepeatedReportOfARunInFlightCountsOnce) {
+  auto s = Make(SchedulingPolicy::kProportionalShare, absl::Microseconds(1));
+  ASSERT_OK(s->RegisterProgram(Plan(1)));
+  ASSERT_OK(s->SubmitRun(Run(0, 1)));
+  s->RunFinished(HostId(0), RunId(0), 1000, 1);
+  s->RunFinished(HostId(0), RunId(0), 1000, 1);  // again: ignored
+  s->RunFinished(HostId(7), RunId(0), 1000, 1);  // not one of its hosts: ignored
+  EXPECT_EQ(s->in_flight(), 1);
+  EXPECT_EQ(s->client_stats(ClientId(1)).finished, 0);
+  s->HostLost(HostId(0));  // reported already: changes nothing
+  EXPECT_EQ(s->in_flight(), 1);
+  s->RunFinished(HostId(1), RunId(0), 1000, 1);
+  EXPECT_EQ(s->in_flight(), 0);
+  EXPECT_EQ(s->client_stats(ClientId(1)).finished, 1);
+  EXPECT_EQ(s->client_stats(ClientId(1)).device_us, 2000);  // each host's report once
+}
+
 }  // namespace
 }  // namespace causeway
