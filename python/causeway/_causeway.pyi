@@ -199,5 +199,6 @@ class models:  # submodule: the GPT-style model (see causeway.models)
                  learning_rate: float = 1e-3, min_learning_rate: float = 1e-4,
                  warmup_iters: int = 100, decay_iters: int = 2000, eval_every: int = 250,
                  eval_batches: int = 20, seed: int = 1, adamw: Dict[str, float] = ...,
+                 shard_optimizer: bool = True,
                  on_step: Optional[Callable[[int, float, float, float], None]] = None,
                  on_eval: Optional[Callable[[int, float, float], None]] = None) -> None: ...

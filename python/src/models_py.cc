@@ -195,7 +195,8 @@ void RegisterModels(py::module_& m) {
       [](const ClientRef& client, const models::TextDataset& data, py::dict config,
          int64_t data_axis, int64_t model_axis, int64_t batch, int64_t iters, float lr,
          float min_lr, int64_t warmup, int64_t decay, int64_t eval_every, int64_t eval_batches,
-         uint64_t seed, py::dict adamw, py::object on_step, py::object on_eval) {
+         uint64_t seed, py::dict adamw, bool shard_optimizer, py::object on_step,
+         py::object on_eval) {
         models::LmTrainOptions o;
         py::dict c = config;
         c["vocab"] = data.tokenizer().vocab_size();
@@ -211,6 +212,7 @@ void RegisterModels(py::module_& m) {
         o.eval_every = eval_every;
         o.eval_batches = eval_batches;
         o.seed = seed;
+        o.shard_optimizer = shard_optimizer;
         ThrowIfError(o.Validate());
         // A hook that raises is not called again; its exception is raised
         // when training ends (the C++ loop cannot be unwound by it).
@@ -251,7 +253,8 @@ void RegisterModels(py::module_& m) {
       py::arg("learning_rate") = 1e-3f, py::arg("min_learning_rate") = 1e-4f,
       py::arg("warmup_iters") = 100, py::arg("decay_iters") = 2000, py::arg("eval_every") = 250,
       py::arg("eval_batches") = 20, py::arg("seed") = 1, py::arg("adamw") = py::dict(),
-      py::arg("on_step") = py::none(), py::arg("on_eval") = py::none(),
+      py::arg("shard_optimizer") = true, py::arg("on_step") = py::none(),
+      py::arg("on_eval") = py::none(),
       "Trains with the C++ trainer of `causeway train lm`; hooks get "
       "(iteration, loss, grad_norm, lr) and (iteration, train_loss, val_loss)");
 }

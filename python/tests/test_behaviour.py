@@ -162,6 +162,23 @@ def test_the_cpp_trainer_from_python_matches_the_python_loop():
     c.disconnect()
 
 
+def test_the_cpp_trainer_shards_the_optimiser_or_not_with_the_same_losses():
+    text = "to be or not to be, that is the question. " * 300
+    data = cw.models.TextDataset.from_text(text, "chars", 16)
+    config = {"context": 16, "layers": 1, "heads": 2, "embed": 32}
+    runs = []
+    for shard in (True, False):
+        c = cw.local_cluster(islands=1, hosts_per_island=1, devices_per_host=2)
+        losses = []
+        cw.models.train_lm(c, data, config, data_axis=2, batch=4, iters=5, warmup_iters=2,
+                           decay_iters=5, eval_every=0, shard_optimizer=shard,
+                           on_step=lambda it, loss, gn, lr: losses.append(loss))
+        c.disconnect()
+        runs.append(losses)
+    assert len(runs[0]) == 5
+    np.testing.assert_allclose(runs[0], runs[1], rtol=1e-5)
+
+
 def test_pip_installs_the_package_offline(tmp_path):
     build_dir = os.environ.get("CAUSEWAY_BUILD_DIR")
     if not build_dir:
