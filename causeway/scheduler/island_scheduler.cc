@@ -4,6 +4,7 @@
 #include <chrono>
 #include <thread>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "causeway/base/status_macros.h"
 
@@ -79,6 +80,24 @@ absl::Status IslandScheduler::RegisterProgram(std::shared_ptr<const ProgramPlan>
     p.hosts = plan->hosts_by_island[i];
     auto index = std::make_shared<HostIndex>();
     for (HostId h : p.hosts) index->try_emplace(h, static_cast<int>(index->size()));
+    // The devices of this island that run a call: every shard of a call's
+    // outputs lies on the device that computed it.
+    absl::flat_hash_set<std::pair<HostId, int>> devices;
+    for (const PlanNode& node : plan->nodes) {
+      if (node.kind != PlanNodeKind::kCall) continue;
+      for (int v : node.outputs) {
+        const PlanValue& value = plan->values[static_cast<size_t>(v)];
+        for (size_t s = 0; s < value.shard_hosts.size() && s < value.shard_local_device.size();
+             ++s) {
+          if (index->contains(value.shard_hosts[s])) {
+            devices.emplace(value.shard_hosts[s], value.shard_local_device[s]);
+          }
+        }
+      }
+    }
+    // No call here (only moves of data): a device per host.
+    p.devices = std::max<int>(
+        1, static_cast<int>(devices.empty() ? index->size() : devices.size()));
     p.host_index = std::move(index);
     p.arguments = plan->parameters.size();
     p.outputs = plan->outputs.size();
@@ -405,9 +424,13 @@ bool IslandScheduler::FinishLocked(HostId host, RunId run, int64_t device_us, in
     stats->second.charged_us += static_cast<int64_t>(measured);
   }
   if (program != programs_.end() && f.launches > 0) {
-    // Wall time of a gang: its device time over its devices.
+    // Wall time of a run: its device time over its devices (what each has
+    // queued, on average). Over its launches instead, a chain of L calls
+    // per device counted 1/L of its time, and the island ran L times
+    // further ahead than run_ahead (a chained benchmark's hosts held over a
+    // gigabyte of prepared launches).
     Program& p = program->second;
-    const double wall = measured / f.launches;
+    const double wall = measured / p.devices;
     constexpr double kWeight = 0.25;  // of a new measurement in the average
     p.device_us = p.samples == 0 ? measured : p.device_us + kWeight * (measured - p.device_us);
     p.wall_us = p.samples == 0 ? wall : p.wall_us + kWeight * (wall - p.wall_us);

@@ -158,6 +158,9 @@ class IslandScheduler final : public SchedulerService {
     std::shared_ptr<const HostIndex> host_index;
     size_t arguments = 0;
     size_t outputs = 0;
+    // Devices of this island its calls run on (with no call here, one per
+    // host): a run's wall time is taken as its device time over them.
+    int devices = 1;
     // Estimated device time of one run (all its devices) and wall time;
     // samples: how many measurements they average (0: the default).
     double device_us = 0;

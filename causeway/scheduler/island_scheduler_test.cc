@@ -459,5 +459,32 @@ TEST_F(IslandSchedulerTest, AHostsRepeatedReportOfARunInFlightCountsOnce) {
   EXPECT_EQ(s->client_stats(ClientId(1)).device_us, 2000);  // each host's report once
 }
 
+// A chain of 4 calls on 2 devices (one per host): a run's wall time is its
+// device time over its 2 devices, not over its 8 launches, so a measured
+// 4 ms run fills 2.5 ms of run-ahead on its own.
+TEST_F(IslandSchedulerTest, AChainedRunsWallTimeIsItsDeviceTimeOverItsDevices) {
+  auto s = Make(SchedulingPolicy::kProportionalShare, absl::Microseconds(2500));
+  std::shared_ptr<ProgramPlan> plan = Plan(1);
+  PlanValue value;
+  value.shard_hosts = {HostId(0), HostId(1)};
+  value.shard_local_device = {0, 0};
+  plan->values.assign(5, value);
+  for (int k = 1; k <= 4; ++k) {
+    PlanNode call;
+    call.inputs = {k - 1};
+    call.outputs = {k};
+    plan->nodes.push_back(call);
+  }
+  ASSERT_OK(s->RegisterProgram(plan));
+  for (int i = 0; i < 4; ++i) ASSERT_OK(s->SubmitRun(Run(i, 7)));
+  EXPECT_THAT(Forwarded(0), ElementsAre(0, 1));  // the default estimate: 1 ms a run
+  s->RunFinished(HostId(0), RunId(0), 4000, 4);
+  s->RunFinished(HostId(1), RunId(0), 4000, 4);
+  // Run 1 (1 ms, estimated before) is out; run 2 would add 4 ms.
+  EXPECT_THAT(Forwarded(0), ElementsAre(0, 1));
+  Finish(*s, 1);
+  EXPECT_THAT(Forwarded(0), ElementsAre(0, 1, 2));  // alone: at least one run is out
+}
+
 }  // namespace
 }  // namespace causeway
