@@ -96,30 +96,31 @@ int RunBenchLm(const BenchLmOptions& o) {
     }
     shard.push_back(s == "sharded");
   }
-  for (bool sharded : shard)
-  for (absl::string_view k : absl::StrSplit(o.kernels, ',')) {
-    if (k != "fused" && k != "op-by-op") {
-      return fail(absl::InvalidArgumentError(
-          absl::StrCat("--kernels: '", k, "' is neither fused nor op-by-op")));
-    }
-    for (absl::string_view l : absl::StrSplit(o.layouts, ',')) {
-      std::vector<std::string> dm = absl::StrSplit(l, 'x');
-      Config c;
-      if (dm.size() != 2 || !absl::SimpleAtoi(dm[0], &c.layout.data) ||
-          !absl::SimpleAtoi(dm[1], &c.layout.model) || c.layout.data < 1 ||
-          c.layout.model < 1 || c.layout.devices() > 64) {
+  for (bool sharded : shard) {
+    for (absl::string_view k : absl::StrSplit(o.kernels, ',')) {
+      if (k != "fused" && k != "op-by-op") {
         return fail(absl::InvalidArgumentError(
-            absl::StrCat("--layouts: '", l, "' is not DATAxMODEL (e.g. 2x1)")));
+            absl::StrCat("--kernels: '", k, "' is neither fused nor op-by-op")));
       }
-      c.kernels = k == "fused" ? models::GptKernels::kFused : models::GptKernels::kOpByOp;
-      // Only a data axis with a model axis of one shards the optimiser; a
-      // layout it does not apply to is measured once.
-      const bool applies = c.layout.data > 1 && c.layout.model == 1;
-      c.shard_optimizer = sharded && applies;
-      if (!applies && shard.size() > 1 && sharded != shard.front()) continue;
-      c.name = absl::StrCat("data=", c.layout.data, ",model=", c.layout.model, " ", k,
-                            applies ? (sharded ? " sharded" : " replicated") : "");
-      configs.push_back(std::move(c));
+      for (absl::string_view l : absl::StrSplit(o.layouts, ',')) {
+        std::vector<std::string> dm = absl::StrSplit(l, 'x');
+        Config c;
+        if (dm.size() != 2 || !absl::SimpleAtoi(dm[0], &c.layout.data) ||
+            !absl::SimpleAtoi(dm[1], &c.layout.model) || c.layout.data < 1 ||
+            c.layout.model < 1 || c.layout.devices() > 64) {
+          return fail(absl::InvalidArgumentError(
+              absl::StrCat("--layouts: '", l, "' is not DATAxMODEL (e.g. 2x1)")));
+        }
+        c.kernels = k == "fused" ? models::GptKernels::kFused : models::GptKernels::kOpByOp;
+        // Only a data axis with a model axis of one shards the optimiser; a
+        // layout it does not apply to is measured once.
+        const bool applies = c.layout.data > 1 && c.layout.model == 1;
+        c.shard_optimizer = sharded && applies;
+        if (!applies && shard.size() > 1 && sharded != shard.front()) continue;
+        c.name = absl::StrCat("data=", c.layout.data, ",model=", c.layout.model, " ", k,
+                              applies ? (sharded ? " sharded" : " replicated") : "");
+        configs.push_back(std::move(c));
+      }
     }
   }
   for (int round = 0; round < o.rounds; ++round) {

@@ -225,11 +225,13 @@ AdamWValues AppendAdamW(FunctionBuilder& b, const AdamWConfig& o, const AdamWVal
     Value vi = b.Add(b.Mul(v[i], b.Full(o.beta2, dims)),
                      b.Mul(b.Mul(g, g), ScalarTo(b, v_scale, dims)));
     Value denom = b.Add(b.Sqrt(vi), ScalarTo(b, epsilon, dims));
-    Value pi = decay_of[i] ? b.Mul(p[i], ScalarTo(b, decay, dims)) : p[i];
+    Value pi = p[i];
     if (decay_mask.has_value()) {
       // 1 - mask * lr wd: exactly `decay` where the mask is 1, and 1 where
       // it is 0, so each element is updated as its own parameter would be.
       pi = b.Mul(p[i], b.Sub(b.Full(1.0f, dims), b.Mul(*decay_mask, ScalarTo(b, lr_wd, dims))));
+    } else if (decay_of[i]) {
+      pi = b.Mul(p[i], ScalarTo(b, decay, dims));
     }
     pi = b.Sub(pi, b.Mul(b.Div(mi, denom), ScalarTo(b, step_size, dims)));
     next.p.push_back(pi);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -13,10 +14,6 @@ namespace causeway::models {
 namespace {
 
 constexpr double kPi = 3.14159265358979323846;
-
-}  // namespace
-
-namespace {
 
 // A sharded optimiser's flat vectors: split over `data`.
 Sharding FlatSharding() { return Sharding({{kDataAxis}}); }
@@ -157,18 +154,23 @@ absl::Status LmTrainer::Init(const LmCheckpoint* resume) {
   CW_ASSIGN_OR_RETURN(mesh_, client_->AllocateMesh({{kDataAxis, o.layout.data},
                                                     {kModelAxis, o.layout.model}}));
   sharded_ = o.shard_optimizer && o.layout.data > 1 && o.layout.model == 1;
-  if (sharded_) return InitSharded(resume, local);
-  CW_ASSIGN_OR_RETURN(ir::Function step,
-                      GptTrainStepFunction(o.model, o.layout, local, o.adamw, o.kernels));
+  CW_ASSIGN_OR_RETURN(
+      ir::Function step,
+      sharded_ ? GptShardedTrainStepFunction(o.model, o.layout, local, o.adamw, o.kernels)
+               : GptTrainStepFunction(o.model, o.layout, local, o.adamw, o.kernels));
   CW_ASSIGN_OR_RETURN(ir::Function eval, GptEvalFunction(o.model, o.layout, local, o.kernels));
   CompileOptions step_options, eval_options;
-  StepShardings(specs_, /*groups=*/3, /*flat_in=*/0, /*flat_out=*/0, &step_options, &eval_options);
+  // Sharded: the parameters, then (master, m, v, mask) in and (master, m, v)
+  // out; else the parameters and both moments per parameter.
+  StepShardings(specs_, /*groups=*/sharded_ ? 1 : 3, /*flat_in=*/sharded_ ? 4 : 0,
+                /*flat_out=*/sharded_ ? 3 : 0, &step_options, &eval_options);
   CW_ASSIGN_OR_RETURN(step_, client_->Compile(step, mesh_, step_options));
   CW_ASSIGN_OR_RETURN(eval_, client_->Compile(eval, mesh_, eval_options));
 
   std::vector<ir::Literal> params =
       resume != nullptr ? resume->params : InitGptParams(o.model, o.seed);
   iteration_ = resume != nullptr ? resume->iteration : 0;
+  if (sharded_) return PutShardedState(params, resume);
   for (size_t i = 0; i < specs_.size(); ++i) {
     const Sharding sharding = ParamSharding(specs_[i]);
     const ir::Literal zeros(ir::Shape(ir::DType::kF32, specs_[i].dims));
@@ -183,21 +185,11 @@ absl::Status LmTrainer::Init(const LmCheckpoint* resume) {
   return absl::OkStatus();
 }
 
-absl::Status LmTrainer::InitSharded(const LmCheckpoint* resume, int64_t local) {
+absl::Status LmTrainer::PutShardedState(const std::vector<ir::Literal>& params,
+                                        const LmCheckpoint* resume) {
   const LmTrainOptions& o = options_;
-  CW_ASSIGN_OR_RETURN(ir::Function step, GptShardedTrainStepFunction(o.model, o.layout, local,
-                                                                     o.adamw, o.kernels));
-  CW_ASSIGN_OR_RETURN(ir::Function eval, GptEvalFunction(o.model, o.layout, local, o.kernels));
-  const Sharding flat_sharding = FlatSharding();
-  CompileOptions step_options, eval_options;
-  StepShardings(specs_, /*groups=*/1, /*flat_in=*/4, /*flat_out=*/3, &step_options, &eval_options);
-  CW_ASSIGN_OR_RETURN(step_, client_->Compile(step, mesh_, step_options));
-  CW_ASSIGN_OR_RETURN(eval_, client_->Compile(eval, mesh_, eval_options));
-
-  const std::vector<ir::Literal> params =
-      resume != nullptr ? resume->params : InitGptParams(o.model, o.seed);
   const bool has_moments = resume != nullptr && !resume->adam_m.empty();
-  iteration_ = resume != nullptr ? resume->iteration : 0;
+  const Sharding flat_sharding = FlatSharding();
   const ShardedOptimizerLayout layout(o.model, o.layout.data);
   const ir::Shape flat_shape(ir::DType::kF32, {layout.padded});
   ir::Literal master(flat_shape), m(flat_shape), v(flat_shape), mask(flat_shape);
@@ -403,30 +395,32 @@ absl::StatusOr<std::string> LmTrainer::SaveCheckpoint(const std::string& dir) {
   c.config = options_.model;
   c.tokenizer = data_->tokenizer();
   c.iteration = iteration_;
+  // A sharded optimiser's moments are fetched whole and cut into their
+  // parameters: the same file as an unsharded run's.
+  ir::Literal flat_m, flat_v;
+  std::optional<ShardedOptimizerLayout> layout;
   if (sharded_) {
-    // The moments are fetched whole and cut into their parameters: the
-    // same file as an unsharded run's.
-    const ShardedOptimizerLayout layout(options_.model, options_.layout.data);
-    CW_ASSIGN_OR_RETURN(ir::Literal m, Get(flat_m_, "the first moments"));
-    CW_ASSIGN_OR_RETURN(ir::Literal v, Get(flat_v_, "the second moments"));
-    for (size_t i = 0; i < specs_.size(); ++i) {
-      CW_ASSIGN_OR_RETURN(ir::Literal p, Get(params_[i], specs_[i].name));
-      c.params.push_back(std::move(p));
-      for (const auto& [from, to] : {std::pair{&m, &c.adam_m}, std::pair{&v, &c.adam_v}}) {
-        ir::Literal part(ir::Shape(ir::DType::kF32, specs_[i].dims));
-        absl::Span<const float> src = from->values<float>().subspan(
-            static_cast<size_t>(layout.offsets[i]), static_cast<size_t>(part.shape().num_elements()));
-        std::copy(src.begin(), src.end(), part.mutable_values<float>().begin());
-        to->push_back(std::move(part));
-      }
-    }
-    return WriteLmCheckpoint(dir, c);
+    layout.emplace(options_.model, options_.layout.data);
+    CW_ASSIGN_OR_RETURN(flat_m, Get(flat_m_, "the first moments"));
+    CW_ASSIGN_OR_RETURN(flat_v, Get(flat_v_, "the second moments"));
   }
+  auto cut = [&](const ir::Literal& flat, size_t i) {
+    ir::Literal part(ir::Shape(ir::DType::kF32, specs_[i].dims));
+    absl::Span<const float> src = flat.values<float>().subspan(
+        static_cast<size_t>(layout->offsets[i]), static_cast<size_t>(part.shape().num_elements()));
+    std::copy(src.begin(), src.end(), part.mutable_values<float>().begin());
+    return part;
+  };
   for (size_t i = 0; i < specs_.size(); ++i) {
     CW_ASSIGN_OR_RETURN(ir::Literal p, Get(params_[i], specs_[i].name));
+    c.params.push_back(std::move(p));
+    if (sharded_) {
+      c.adam_m.push_back(cut(flat_m, i));
+      c.adam_v.push_back(cut(flat_v, i));
+      continue;
+    }
     CW_ASSIGN_OR_RETURN(ir::Literal m, Get(adam_m_[i], specs_[i].name));
     CW_ASSIGN_OR_RETURN(ir::Literal v, Get(adam_v_[i], specs_[i].name));
-    c.params.push_back(std::move(p));
     c.adam_m.push_back(std::move(m));
     c.adam_v.push_back(std::move(v));
   }

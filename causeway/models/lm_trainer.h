@@ -163,8 +163,10 @@ class LmTrainer {
  private:
   LmTrainer(Client* client, const TextDataset* data, LmTrainOptions options);
   absl::Status Init(const LmCheckpoint* resume);
-  // Init of a sharded optimiser (`local`: sequences per device).
-  absl::Status InitSharded(const LmCheckpoint* resume, int64_t local);
+  // Puts the parameters and a sharded optimiser's flat state (moments from
+  // `resume` if it has them, else zeros).
+  absl::Status PutShardedState(const std::vector<ir::Literal>& params,
+                               const LmCheckpoint* resume);
   absl::StatusOr<ir::Literal> Get(const Array& array, const std::string& what);
 
   Client* const client_;

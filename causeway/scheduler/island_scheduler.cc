@@ -75,17 +75,18 @@ absl::Status IslandScheduler::RegisterProgram(std::shared_ptr<const ProgramPlan>
             options_.island.ToString()));
       }
     }
-    MutexLock lock(&mu_);
-    Program& p = programs_[plan->id];
-    p.hosts = plan->hosts_by_island[i];
+    // Worked out before taking the lock: a plan may span thousands of devices.
     auto index = std::make_shared<HostIndex>();
-    for (HostId h : p.hosts) index->try_emplace(h, static_cast<int>(index->size()));
+    for (HostId h : plan->hosts_by_island[i]) {
+      index->try_emplace(h, static_cast<int>(index->size()));
+    }
     // The devices of this island that run a call: every shard of a call's
     // outputs lies on the device that computed it.
     absl::flat_hash_set<std::pair<HostId, int>> devices;
     for (const PlanNode& node : plan->nodes) {
       if (node.kind != PlanNodeKind::kCall) continue;
       for (int v : node.outputs) {
+        if (v < 0 || static_cast<size_t>(v) >= plan->values.size()) continue;
         const PlanValue& value = plan->values[static_cast<size_t>(v)];
         for (size_t s = 0; s < value.shard_hosts.size() && s < value.shard_local_device.size();
              ++s) {
@@ -95,6 +96,9 @@ absl::Status IslandScheduler::RegisterProgram(std::shared_ptr<const ProgramPlan>
         }
       }
     }
+    MutexLock lock(&mu_);
+    Program& p = programs_[plan->id];
+    p.hosts = plan->hosts_by_island[i];
     // No call here (only moves of data): a device per host.
     p.devices = std::max<int>(
         1, static_cast<int>(devices.empty() ? index->size() : devices.size()));
@@ -382,12 +386,9 @@ bool IslandScheduler::FinishLocked(HostId host, RunId run, int64_t device_us, in
   auto it = in_flight_.find(run);
   if (it == in_flight_.end()) return false;
   InFlight& f = it->second;
-  const auto h = f.host_index->find(host);
-  if (h == f.host_index->end()) return false;
-  uint64_t& word = f.reported[static_cast<size_t>(h->second / 64)];
-  const uint64_t bit = uint64_t{1} << (h->second % 64);
-  if ((word & bit) != 0) return false;
-  word |= bit;
+  if (!f.Owes(host)) return false;
+  const int position = f.host_index->find(host)->second;
+  f.reported[static_cast<size_t>(position / 64)] |= uint64_t{1} << (position % 64);
   --f.hosts_left;
   f.device_us += std::clamp<int64_t>(device_us, 0, int64_t{1} << 40);
   f.launches += std::clamp(launches, 0, 1 << 20);
@@ -473,11 +474,7 @@ void IslandScheduler::HostLost(HostId host) {
     MutexLock lock(&mu_);
     std::vector<RunId> runs;
     for (const auto& [run, f] : in_flight_) {
-      const auto h = f.host_index->find(host);
-      if (h != f.host_index->end() &&
-          (f.reported[static_cast<size_t>(h->second / 64)] & (uint64_t{1} << (h->second % 64))) == 0) {
-        runs.push_back(run);
-      }
+      if (f.Owes(host)) runs.push_back(run);
     }
     ClientId client;
     int64_t us = 0;

@@ -193,6 +193,13 @@ class IslandScheduler final : public SchedulerService {
     std::shared_ptr<const HostIndex> host_index;
     absl::InlinedVector<uint64_t, 1> reported;
     int hosts_left = 0;
+    // True if `host` is one of the run's and has not reported it.
+    bool Owes(HostId host) const {
+      const auto h = host_index->find(host);
+      return h != host_index->end() &&
+             (reported[static_cast<size_t>(h->second / 64)] & (uint64_t{1} << (h->second % 64))) ==
+                 0;
+    }
     double estimate_device_us = 0;
     double estimate_wall_us = 0;
     int64_t device_us = 0;
