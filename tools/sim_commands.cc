@@ -31,6 +31,7 @@
 #include "causeway/sim/pipeline.h"
 #include "causeway/sim/tenancy.h"
 #include "causeway/worker/collective_hub.h"
+#include "causeway/worker/host_executor.h"
 #include "nlohmann/json.hpp"
 #include "tools/bench_harness.h"
 #include "tools/commands.h"
@@ -166,6 +167,7 @@ struct SimDispatchFlags {
   double ici_latency_us = -1;
   bool profile_cpu = false;
   std::string cpu = "calibrated";
+  std::string report_fanout = "0";
   bool json = false;
 };
 
@@ -185,6 +187,9 @@ int RunSimDispatch(const SimDispatchFlags& f) {
     }
     modes.emplace_back(m);
   }
+  absl::StatusOr<std::vector<int64_t>> fanouts =
+      ParseList(f.report_fanout, "--report-fanout", 0, HostExecutor::kMaxReportFanout);
+  if (!fanouts.ok()) return fail(fanouts.status(), kExitUsage);
   std::vector<Controller> controllers;
   if (f.controller != "multi") controllers.push_back(Controller::kSingle);
   if (f.controller != "single") controllers.push_back(Controller::kMulti);
@@ -196,91 +201,101 @@ int RunSimDispatch(const SimDispatchFlags& f) {
   // Fig. 6: per hosts and mode, the smallest computation at which the
   // single controller reaches `target` of the multi-controller's throughput.
   std::map<std::pair<int64_t, std::string>, std::map<int64_t, std::pair<double, double>>> pairs;
-  for (int64_t h : *hosts) {
-    for (const std::string& mode : modes) {
-      for (int64_t us : *lengths) {
-        for (Controller controller : controllers) {
-          sim::SimDispatchOptions o;
-          o.program.mode = kModes.at(mode);
-          o.program.devices = static_cast<int>(h) * f.devices_per_host;
-          o.program.chain = f.chain;
-          o.program.compute_us = us;
-          o.controller = controller;
-          o.cluster.hosts_per_island = static_cast<int>(h);
-          o.cluster.devices_per_host = f.devices_per_host;
-          o.cluster.one_machine = f.one_machine;
-          o.cluster.cores = f.cores;
-          o.cluster.coordinator_cores = f.coordinator_cores;
-          o.cluster.costs = costs;
-          o.cluster.profile_cpu = f.profile_cpu;
-          o.cluster.cpu =
-              f.cpu == "measured" ? sim::CpuCosts::kMeasured : sim::CpuCosts::kCalibrated;
-          o.units = f.units;
-          o.warmup = f.warmup;
-          absl::StatusOr<sim::SimDispatchResult> r = sim::SimulateDispatch(o);
-          if (!r.ok()) return fail(r.status(), kExitRuntime);
-          auto busy = [&r](int64_t ns) {
-            return r->counters_seconds > 0 ? ns / (1e9 * r->counters_seconds) : 0.0;
-          };
-          auto& pair = pairs[{h, mode}][us];
-          (controller == Controller::kSingle ? pair.first : pair.second) =
-              r->computations_per_second;
-          json row = {{"sim", "dispatch"},
-                            {"mode", mode},
-                            {"controller", Name(controller)},
-                            {"cpu", f.cpu},
-                            {"coordinator_cores", f.coordinator_cores},
-                            {"hosts", h},
-                            {"devices", r->devices},
-                            {"compute_us", us},
-                            {"chain", o.program.mode == DispatchGranularity::kOpByOp ? 1 : f.chain},
-                            {"computations", r->computations},
-                            {"virtual_seconds", r->seconds},
-                            {"computations_per_second", r->computations_per_second},
-                            {"compute_fraction", r->compute_fraction},
-                            {"messages", r->counters.messages},
-                            // CPU charged over the measured window (from the first
-                            // dispatch to the final read of its output), per second.
-                            {"busy_fraction",
-                             {{"client", busy(r->counters.client_busy_ns)},
-                              {"scheduler", busy(r->counters.scheduler_busy_ns)},
-                              {"busiest_host", busy(r->counters.host_busy_ns)},
-                              {"coordinator_connections_cores",
-                               busy(r->counters.coordinator_connections_busy_ns)},
-                              {"busiest_coordinator_connection",
-                               busy(r->counters.coordinator_connection_max_busy_ns)}}},
-                            {"events", r->counters.events},
-                            {"wall_seconds", r->wall_seconds}};
-          if (f.profile_cpu) {
-            // The real code's CPU per call, warm-up included.
-            const sim::CpuProfile& p = r->profile;
-            int64_t host_ns = 0, host_runs = 0, host_launches = 0;
-            for (const auto& b : p.host_batches) {
-              host_ns += b.ns;
-              host_runs += b.runs;
-              host_launches += b.launches;
+  for (int64_t fanout : *fanouts) {
+    for (int64_t h : *hosts) {
+      for (const std::string& mode : modes) {
+        for (int64_t us : *lengths) {
+          for (Controller controller : controllers) {
+            sim::SimDispatchOptions o;
+            o.cluster.report_fanout = static_cast<int>(fanout);
+            o.program.mode = kModes.at(mode);
+            o.program.devices = static_cast<int>(h) * f.devices_per_host;
+            o.program.chain = f.chain;
+            o.program.compute_us = us;
+            o.controller = controller;
+            o.cluster.hosts_per_island = static_cast<int>(h);
+            o.cluster.devices_per_host = f.devices_per_host;
+            o.cluster.one_machine = f.one_machine;
+            o.cluster.cores = f.cores;
+            o.cluster.coordinator_cores = f.coordinator_cores;
+            o.cluster.costs = costs;
+            o.cluster.profile_cpu = f.profile_cpu;
+            o.cluster.cpu =
+                f.cpu == "measured" ? sim::CpuCosts::kMeasured : sim::CpuCosts::kCalibrated;
+            o.units = f.units;
+            o.warmup = f.warmup;
+            absl::StatusOr<sim::SimDispatchResult> r = sim::SimulateDispatch(o);
+            if (!r.ok()) return fail(r.status(), kExitRuntime);
+            auto busy = [&r](int64_t ns) {
+              return r->counters_seconds > 0 ? ns / (1e9 * r->counters_seconds) : 0.0;
+            };
+            auto& pair = pairs[{h, mode}][us];
+            (controller == Controller::kSingle ? pair.first : pair.second) =
+                r->computations_per_second;
+            json row = {{"sim", "dispatch"},
+                              {"mode", mode},
+                              {"controller", Name(controller)},
+                              {"cpu", f.cpu},
+                              {"coordinator_cores", f.coordinator_cores},
+                              {"hosts", h},
+                              {"report_fanout", fanout},
+                              {"devices", r->devices},
+                              {"compute_us", us},
+                              {"chain",
+                               o.program.mode == DispatchGranularity::kOpByOp ? 1 : f.chain},
+                              {"computations", r->computations},
+                              {"virtual_seconds", r->seconds},
+                              {"computations_per_second", r->computations_per_second},
+                              {"compute_fraction", r->compute_fraction},
+                              {"messages", r->counters.messages},
+                              // CPU charged over the measured window (from the first
+                              // dispatch to the final read of its output), per second.
+                              {"busy_fraction",
+                               {{"client", busy(r->counters.client_busy_ns)},
+                                {"scheduler", busy(r->counters.scheduler_busy_ns)},
+                                {"busiest_host", busy(r->counters.host_busy_ns)},
+                                {"coordinator_connections_cores",
+                                 busy(r->counters.coordinator_connections_busy_ns)},
+                                {"busiest_coordinator_connection",
+                                 busy(r->counters.coordinator_connection_max_busy_ns)}}},
+                              {"events", r->counters.events},
+                              {"wall_seconds", r->wall_seconds}};
+            if (f.profile_cpu) {
+              // The real code's CPU per call, warm-up included.
+              const sim::CpuProfile& p = r->profile;
+              int64_t host_ns = 0, host_runs = 0, host_launches = 0;
+              for (const auto& b : p.host_batches) {
+                host_ns += b.ns;
+                host_runs += b.runs;
+                host_launches += b.launches;
+              }
+              row["real_cpu_us"] = {
+                  {"client_call", p.client_call.us_each()},
+                  {"client_send_batch", p.client_send.us_each()},
+                  {"scheduler_submit_batch", p.scheduler.us_each()},
+                  {"scheduler_report", p.scheduler_report.us_each()},
+                  {"host_child_report", p.host_report.us_each()},
+                  {"device_launch", p.device.us_each()},
+                  {"host_per_run", host_runs > 0 ? host_ns / 1000.0 / host_runs : 0.0},
+                  {"host_per_launch", host_launches > 0 ? host_ns / 1000.0 / host_launches : 0.0},
+                  {"scheduler_reports_per_run",
+                   static_cast<double>(p.scheduler_report.count) / (f.units + f.warmup)},
+                  {"child_reports_per_run",
+                   static_cast<double>(p.host_report.count) / (f.units + f.warmup)}};
             }
-            row["real_cpu_us"] = {
-                {"client_call", p.client_call.us_each()},
-                {"client_send_batch", p.client_send.us_each()},
-                {"scheduler_submit_batch", p.scheduler.us_each()},
-                {"scheduler_report", p.scheduler_report.us_each()},
-                {"device_launch", p.device.us_each()},
-                {"host_per_run", host_runs > 0 ? host_ns / 1000.0 / host_runs : 0.0},
-                {"host_per_launch", host_launches > 0 ? host_ns / 1000.0 / host_launches : 0.0},
-                {"scheduler_reports_per_run",
-                 static_cast<double>(p.scheduler_report.count) / (f.units + f.warmup)}};
+            if (f.json) {
+              std::printf("%s\n", row.dump().c_str());
+            } else {
+              std::printf("%-8s %-6s %5lld hosts %6d devices %7lld us%s: %12.0f computations/s"
+                          "  compute fraction %.3f  (%.2f s to simulate)\n",
+                          mode.c_str(), Name(controller), static_cast<long long>(h), r->devices,
+                          static_cast<long long>(us),
+                          fanout > 0 ? absl::StrCat(", report tree of ", fanout).c_str() : "",
+                          r->computations_per_second,
+                          r->compute_fraction, r->wall_seconds);
+            }
+            std::fflush(stdout);
           }
-          if (f.json) {
-            std::printf("%s\n", row.dump().c_str());
-          } else {
-            std::printf("%-8s %-6s %5lld hosts %6d devices %7lld us: %12.0f computations/s"
-                        "  compute fraction %.3f  (%.2f s to simulate)\n",
-                        mode.c_str(), Name(controller), static_cast<long long>(h), r->devices,
-                        static_cast<long long>(us), r->computations_per_second,
-                        r->compute_fraction, r->wall_seconds);
-          }
-          std::fflush(stdout);
         }
       }
     }
@@ -1070,6 +1085,10 @@ void AddSimCommands(CLI::App& app, int* exit_code) {
                   "constants; deterministic) | measured (the CPU the real client, scheduler and "
                   "executor code takes for each piece of work as the simulation runs it)")
       ->check(CLI::IsMember({"calibrated", "measured"}))->capture_default_str();
+  cmd->add_option("--report-fanout", d->report_fanout,
+                  "Comma-separated: hosts report runs up a tree of this fanout, its root to "
+                  "the scheduler (0: every host to the scheduler)")
+      ->capture_default_str();
   cmd->add_flag("--profile-cpu", d->profile_cpu,
                 "Also time the real control-plane code's CPU per call, batch, report and launch "
                 "(real_cpu_us in --json)");

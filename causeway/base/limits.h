@@ -20,6 +20,9 @@ inline constexpr int64_t kMaxDeviceMemoryBytes = int64_t{1} << 50;
 // Steps of one DriveSpmd loop, and loops running at once on one host.
 inline constexpr int64_t kMaxSpmdLoopSteps = int64_t{1} << 24;
 inline constexpr int kMaxSpmdLoopsPerHost = 64;
+// How far (in the devices' time) one DriveSpmd loop prepares steps ahead of
+// its host's devices: the island scheduler's default run-ahead.
+inline constexpr double kSpmdLoopRunAheadUs = 10'000;
 // One payload (reshard piece or collective contribution) on the data plane.
 inline constexpr int64_t kMaxPayloadBytes = int64_t{1} << 32;
 // Streams (client connections and worker joins) open at once from one

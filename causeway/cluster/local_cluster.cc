@@ -38,6 +38,11 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("a local cluster of ", devices, " devices is too large (at most 4096)"));
   }
+  if (options.report_fanout < 0 || options.report_fanout > HostExecutor::kMaxReportFanout) {
+    return absl::InvalidArgumentError(absl::StrCat("the report tree's fanout must be 0 to ",
+                                                   HostExecutor::kMaxReportFanout, "; given ",
+                                                   options.report_fanout));
+  }
   backend::cpu::Kind();  // the built-in kind, registered
   CW_RETURN_IF_ERROR(CheckDeviceKindName(options.device_kind));
   CW_RETURN_IF_ERROR(backend::FindDeviceKind(options.device_kind).status());
@@ -109,6 +114,10 @@ LocalCluster::LocalCluster(const LocalClusterOptions& options)
           s->RunFinished(h, run, device_us, launches);
         }
       };
+      ho.report_fanout = options.report_fanout;
+      ho.report_to_parent = [this](HostId parent, const SubtreeReport& report) {
+        if (HostExecutor* p = executor(parent)) p->ChildReported(report);
+      };
       s_->host_island.push_back(island);
       s_->hosts.push_back(std::make_unique<HostExecutor>(std::move(ho)));
       s_->transport.RegisterHost(s_->hosts.back().get(), island);
@@ -119,6 +128,7 @@ LocalCluster::LocalCluster(const LocalClusterOptions& options)
     so.policy = options.scheduling;
     so.run_ahead = options.run_ahead;
     so.on_run_accounted = options.on_run_accounted;
+    so.report_fanout = options.report_fanout;
     so.trace = &s_->trace;
     so.clock = options.clock;
     s_->schedulers.push_back(std::make_unique<IslandScheduler>(std::move(so)));

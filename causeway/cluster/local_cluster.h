@@ -51,6 +51,9 @@ struct LocalClusterOptions {
   // How each island scheduler orders runs (see IslandSchedulerOptions).
   SchedulingPolicy scheduling = SchedulingPolicy::kProportionalShare;
   absl::Duration run_ahead = absl::Milliseconds(10);
+  // Hosts report runs up a tree of this fanout, its root to the island's
+  // scheduler; 0: each host to the scheduler (HostExecutorOptions).
+  int report_fanout = 0;
   // See IslandSchedulerOptions::on_run_accounted (every island's).
   std::function<void(ClientId client, int64_t device_us, int launches)> on_run_accounted;
   // 0: every device runs on a thread of its own. N > 0: every device of

@@ -96,12 +96,18 @@ absl::Status IslandScheduler::RegisterProgram(std::shared_ptr<const ProgramPlan>
         }
       }
     }
+    const int hosts = static_cast<int>(index->size());
+    if (options_.report_fanout > 0 && hosts > 1) {
+      // The root of the report tree reports for every host.
+      auto root = std::make_shared<HostIndex>();
+      root->try_emplace(plan->hosts_by_island[i].front(), 0);
+      index = std::move(root);
+    }
     MutexLock lock(&mu_);
     Program& p = programs_[plan->id];
     p.hosts = plan->hosts_by_island[i];
     // No call here (only moves of data): a device per host.
-    p.devices = std::max<int>(
-        1, static_cast<int>(devices.empty() ? index->size() : devices.size()));
+    p.devices = std::max<int>(1, devices.empty() ? hosts : static_cast<int>(devices.size()));
     p.host_index = std::move(index);
     p.arguments = plan->parameters.size();
     p.outputs = plan->outputs.size();
@@ -284,6 +290,17 @@ void IslandScheduler::DropClient(ClientId client) {
       if (p.spanning >= 0) SpanningDoneLocked(p.spanning);
     }
     stats_.erase(client);
+    // Its runs in flight no longer hold the island's window: their reports
+    // may never come (a report tree stops gathering them once the client's
+    // programs are unregistered), and nobody waits for them.
+    for (auto it = in_flight_.begin(); it != in_flight_.end();) {
+      auto next = std::next(it);
+      if (it->second.client == client) {
+        in_flight_wall_us_ = std::max(0.0, in_flight_wall_us_ - it->second.estimate_wall_us);
+        in_flight_.erase(it);
+      }
+      it = next;
+    }
     // Runs of the client already taken for delivery reach their hosts
     // before this returns, so that the caller's release of everything the
     // client owns comes after them.
@@ -291,7 +308,10 @@ void IslandScheduler::DropClient(ClientId client) {
     mu_.Await([this, target]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return batches_delivered_ >= target;
     });
+    // Room its runs held goes to the others.
+    PickLocked();
   }
+  Pump();
   for (Pending& p : dropped) {
     if (p.forwarded) {
       p.forwarded(absl::CancelledError(absl::StrCat(client.ToString(), " left before ",

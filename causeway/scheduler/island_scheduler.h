@@ -65,6 +65,12 @@ struct IslandSchedulerOptions {
   // device threads); false: by the thread reporting, before it returns
   // (deterministic, for tests).
   bool deliver_on_own_thread = true;
+  // 0: every host of a run reports its own part (RunFinished). k >= 1: the
+  // hosts of a program report its runs up a k-ary tree of them
+  // (ReportTreeOf; HostExecutorOptions::report_fanout, which must be the
+  // same), and only its root reports to the scheduler, for the whole
+  // island: a run costs the scheduler one report instead of one per host.
+  int report_fanout = 0;
   // Where to record the island's track (runs forwarded, runs in flight);
   // nullptr: nowhere. Must outlive the scheduler.
   TraceRecorder* trace = nullptr;
@@ -153,7 +159,8 @@ class IslandScheduler final : public SchedulerService {
   using HostIndex = absl::flat_hash_map<HostId, int>;
   struct Program {
     std::vector<HostId> hosts;  // of this island, that the program touches
-    // Of the distinct `hosts`; shared with the program's runs in flight,
+    // The hosts that report its runs (the distinct `hosts`, or with a
+    // report tree its root); shared with the program's runs in flight,
     // which may outlive its registration.
     std::shared_ptr<const HostIndex> host_index;
     size_t arguments = 0;

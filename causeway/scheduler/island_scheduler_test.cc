@@ -76,8 +76,10 @@ constexpr IslandId kIsland(0);
 class IslandSchedulerTest : public ::testing::Test {
  protected:
   std::unique_ptr<IslandScheduler> Make(SchedulingPolicy policy, absl::Duration run_ahead,
-                                        int min_in_flight = 1, IslandId island = kIsland) {
+                                        int min_in_flight = 1, IslandId island = kIsland,
+                                        int report_fanout = 0) {
     IslandSchedulerOptions o;
+    o.report_fanout = report_fanout;
     o.island = island;
     o.policy = policy;
     o.run_ahead = run_ahead;
@@ -484,6 +486,72 @@ TEST_F(IslandSchedulerTest, AChainedRunsWallTimeIsItsDeviceTimeOverItsDevices) {
   EXPECT_THAT(Forwarded(0), ElementsAre(0, 1));
   Finish(*s, 1);
   EXPECT_THAT(Forwarded(0), ElementsAre(0, 1, 2));  // alone: at least one run is out
+}
+
+TEST(ReportTreeTest, TheDistinctHostsInOrderFormACompleteTree) {
+  const std::vector<HostId> hosts = {HostId(5), HostId(3), HostId(5), HostId(9), HostId(1),
+                                     HostId(7), HostId(2)};
+  // Distinct, in order: 5 3 9 1 7 2; fanout 2: 5 -> {3, 9}, 3 -> {1, 7}, 9 -> {2}.
+  ReportTreeNode root = ReportTreeOf(hosts, HostId(5), 2);
+  EXPECT_TRUE(root.member);
+  EXPECT_FALSE(root.parent.valid());
+  EXPECT_THAT(root.children, ElementsAre(HostId(3), HostId(9)));
+  ReportTreeNode three = ReportTreeOf(hosts, HostId(3), 2);
+  EXPECT_EQ(three.parent, HostId(5));
+  EXPECT_THAT(three.children, ElementsAre(HostId(1), HostId(7)));
+  ReportTreeNode nine = ReportTreeOf(hosts, HostId(9), 2);
+  EXPECT_EQ(nine.parent, HostId(5));
+  EXPECT_THAT(nine.children, ElementsAre(HostId(2)));
+  ReportTreeNode two = ReportTreeOf(hosts, HostId(2), 2);
+  EXPECT_EQ(two.parent, HostId(9));
+  EXPECT_TRUE(two.children.empty());
+  EXPECT_FALSE(ReportTreeOf(hosts, HostId(4), 2).member);
+  EXPECT_FALSE(ReportTreeOf(hosts, HostId(5), 0).member);  // no tree
+  // Fanout 8 over 6 hosts: one level under the root.
+  EXPECT_EQ(ReportTreeOf(hosts, HostId(2), 8).parent, HostId(5));
+}
+
+// With a report tree, only the program's first host (the root) reports a
+// run, for every host: the others' reports never reach the scheduler, and
+// would be ignored if they did.
+TEST_F(IslandSchedulerTest, WithAReportTreeTheRootsReportAccountsTheRun) {
+  auto s = Make(SchedulingPolicy::kProportionalShare, absl::Microseconds(1), 1, kIsland,
+                /*report_fanout=*/2);
+  ASSERT_OK(s->RegisterProgram(Plan(1)));
+  ASSERT_OK(s->SubmitRun(Run(0, 1)));
+  ASSERT_OK(s->SubmitRun(Run(1, 1)));
+  EXPECT_THAT(Forwarded(0), ElementsAre(0));
+  EXPECT_THAT(Forwarded(1), ElementsAre(0));  // every host still gets the run
+  s->RunFinished(HostId(1), RunId(0), 1000, 1);
+  EXPECT_EQ(s->in_flight(), 1);
+  s->RunFinished(HostId(0), RunId(0), 3000, 2);  // the root, for both hosts
+  EXPECT_EQ(s->in_flight(), 1);                  // run 1 went out
+  EXPECT_THAT(Forwarded(1), ElementsAre(0, 1));
+  EXPECT_EQ(s->client_stats(ClientId(1)).finished, 1);
+  EXPECT_EQ(s->client_stats(ClientId(1)).device_us, 3000);
+  // Losing a host below the root is its parent's to count; losing the root
+  // finishes what the root owed.
+  s->HostLost(HostId(1));
+  EXPECT_EQ(s->in_flight(), 1);
+  s->HostLost(HostId(0));
+  EXPECT_EQ(s->in_flight(), 0);
+}
+
+// A client that leaves frees the room its runs in flight held: their
+// reports may never come (a report tree stops gathering them once the
+// client's programs are unregistered), and another client's run goes.
+TEST_F(IslandSchedulerTest, ALeavingClientsRunsInFlightFreeTheIsland) {
+  auto s = Make(SchedulingPolicy::kProportionalShare, absl::Microseconds(1));
+  ASSERT_OK(s->RegisterProgram(Plan(1)));
+  ASSERT_OK(s->SubmitRun(Run(0, 1)));
+  ASSERT_OK(s->SubmitRun(Run(1, 2)));
+  EXPECT_THAT(Forwarded(0), ElementsAre(0));
+  s->DropClient(ClientId(1));
+  EXPECT_THAT(Forwarded(0), ElementsAre(0, 1));
+  Finish(*s, 0);  // late: ignored
+  Finish(*s, 1);
+  EXPECT_EQ(s->in_flight(), 0);
+  EXPECT_EQ(s->client_stats(ClientId(2)).finished, 1);
 }
 
 }  // namespace

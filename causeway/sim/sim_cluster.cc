@@ -618,6 +618,11 @@ absl::StatusOr<std::unique_ptr<SimCluster>> SimCluster::Create(const SimClusterO
   if (o.cores < 0 || o.client_cores < 0 || o.coordinator_cores < 0) {
     return absl::InvalidArgumentError("core counts must be >= 0");
   }
+  if (o.report_fanout < 0 || o.report_fanout > HostExecutor::kMaxReportFanout) {
+    return absl::InvalidArgumentError(absl::StrCat("the report tree's fanout must be 0 to ",
+                                                   HostExecutor::kMaxReportFanout, "; given ",
+                                                   o.report_fanout));
+  }
   backend::cpu::Kind();  // plans are compiled for the CPU kind
   auto c = std::unique_ptr<SimCluster>(new SimCluster(o));
   c->Build();
@@ -687,8 +692,18 @@ void SimCluster::Build() {
                     schedulers_[island.value()]->RunFinished(host, run, device_us, launches);
                   });
                 });
-        auto it = run_program_.find(run);
-        if (it != run_program_.end() && --it->second.hosts_left <= 0) run_program_.erase(it);
+        NoteReported(run);
+      };
+      ho.report_fanout = o.report_fanout;
+      ho.report_to_parent = [this, host](HostId parent, const SubtreeReport& report) {
+        // A report to the parent host, which gathers it with its own
+        // (the same work for it as a report is for the scheduler).
+        Message(host_threads_[host.value()], host_threads_[parent.value()],
+                Ns(costs().host.scheduler_report_us), [this, parent, report] {
+                  Profiled(&profile_.host_report,
+                           [&] { hosts_[parent.value()]->ChildReported(report); });
+                });
+        NoteReported(report.run);
       };
       ho.make_queue = [this, m, thread](const DeviceInfo& d) -> std::unique_ptr<LaunchQueue> {
         m->AddDeviceThread();
@@ -706,6 +721,7 @@ void SimCluster::Build() {
     so.run_ahead = o.run_ahead;
     so.deliver_on_own_thread = false;
     so.on_run_accounted = o.on_run_accounted;
+    so.report_fanout = o.report_fanout;
     so.clock = loop_.clock();
     so.host_lookup = [this](HostId h) -> HostService* {
       if (h.value() < 0 || h.value() >= static_cast<int64_t>(scheduler_host_proxies_.size())) {
@@ -970,6 +986,11 @@ void SimCluster::NoteRuns(const std::vector<RunRequest>& runs) {
       run_program_.emplace(r.run, RunEntry{r.program, 1});
     }
   }
+}
+
+void SimCluster::NoteReported(RunId run) {
+  auto it = run_program_.find(run);
+  if (it != run_program_.end() && --it->second.hosts_left <= 0) run_program_.erase(it);
 }
 
 int SimCluster::LaunchesOn(const RunRequest& run, HostId host) const {

@@ -134,6 +134,9 @@ struct SimClusterOptions {
   // work, for `causeway sim calibrate`. Does not change the simulation.
   bool profile_cpu = false;
   CpuCosts cpu = CpuCosts::kCalibrated;
+  // Hosts report runs up a tree of this fanout (0: each to the scheduler;
+  // HostExecutorOptions::report_fanout).
+  int report_fanout = 0;
   // Told when every host reported a run finished (IslandSchedulerOptions).
   std::function<void(ClientId client, int64_t device_us, int launches)> on_run_accounted;
 };
@@ -152,6 +155,7 @@ struct CpuProfile {
   Kind client_send;  // a batch sent (the client's SendBatch)
   Kind scheduler;    // a batch of runs submitted to the real scheduler
   Kind scheduler_report;  // a host's report of a finished run
+  Kind host_report;       // a child's report of its subtree, to its parent host
   Kind device;       // a launch taken and finished (the simulated device's part included)
   // Each batch of runs a host's executor prepared: its runs, launches and
   // CPU (to separate the cost per run from the cost per launch).
@@ -298,6 +302,8 @@ class SimCluster final : public ClusterConnection {
   void Build();
   void NotePlan(const ProgramPlan& plan);
   void NoteRuns(const std::vector<RunRequest>& runs);
+  // A host reported its part of `run` (to the scheduler or up the tree).
+  void NoteReported(RunId run);
   int LaunchesOn(const RunRequest& run, HostId host) const;
   IslandScheduler* island_scheduler(IslandId island);
   // Runs `work` on `thread` once it is free, charging `cost_ns` (or, with

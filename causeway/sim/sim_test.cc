@@ -133,6 +133,35 @@ TEST(SimulateDispatchTest, IsDeterministic) {
   }
 }
 
+// A report tree: a run costs the scheduler one report (the root's, for
+// every host) instead of one per host, the hosts pass the rest up to their
+// parents, and every run is still accounted with all its launches.
+TEST(SimulateDispatchTest, AReportTreeCostsTheSchedulerOneReportPerRun) {
+  for (int fanout : {0, 2}) {
+    SimDispatchOptions o = Small(DispatchGranularity::kChained, Controller::kSingle, 7, 2, 100);
+    o.cluster.report_fanout = fanout;
+    o.cluster.profile_cpu = true;
+    int64_t accounted = 0, launches = 0;
+    o.cluster.on_run_accounted = [&](ClientId, int64_t device_us, int n) {
+      ++accounted;
+      launches += n;
+      EXPECT_GT(device_us, 8 * 14 * 100) << "every host's device time, 100 us a launch";
+    };
+    ASSERT_OK_AND_ASSIGN(SimDispatchResult r, SimulateDispatch(o));
+    // The simulation stops once the last run's output is read, which may
+    // be before that run's reports are in.
+    const int64_t runs = o.units + o.warmup;
+    EXPECT_GE(accounted, runs - 1) << "fanout " << fanout;
+    EXPECT_EQ(launches, accounted * 8 * 14);
+    EXPECT_EQ(r.profile.scheduler_report.count, fanout == 0 ? 7 * accounted : accounted);
+    EXPECT_EQ(r.profile.host_report.count, fanout == 0 ? 0 : 6 * accounted);
+    o.cluster.on_run_accounted = nullptr;
+    ASSERT_OK_AND_ASSIGN(SimDispatchResult again, SimulateDispatch(o));
+    EXPECT_EQ(r.seconds, again.seconds);
+    EXPECT_EQ(r.counters.events, again.counters.events);
+  }
+}
+
 TEST(SimulateDispatchTest, LongComputationsKeepDevicesBusy) {
   // 2 ms computations dwarf a few microseconds of control plane: nearly
   // every device-second is work, with either controller.

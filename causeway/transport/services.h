@@ -127,6 +127,30 @@ struct SpmdLoop {
 // by whoever receives a loop from a peer.
 absl::Status CheckSpmdLoopRange(int64_t id_base, int64_t first, int64_t count);
 
+// Where `host` sits in the tree a program's hosts of one island report its
+// runs up (HostExecutorOptions::report_fanout): the distinct `hosts`, in
+// order, laid out as a complete `fanout`-ary tree (position p's children are
+// p·fanout + 1 .. p·fanout + fanout). The first host is the root, the one
+// that reports to the island's scheduler. Each host and the scheduler work
+// the tree out from the plan alone, so nothing about it is sent.
+struct ReportTreeNode {
+  bool member = false;  // `host` is one of `hosts`
+  HostId parent;        // invalid: the root
+  std::vector<HostId> children;
+};
+ReportTreeNode ReportTreeOf(absl::Span<const HostId> hosts, HostId host, int fanout);
+
+// A host's report of its subtree's part of a run, to its parent in the
+// report tree: the device time and launches of the run on the reporting
+// host and every host below it.
+struct SubtreeReport {
+  HostId child;
+  ProgramId program;
+  RunId run;
+  int64_t device_us = 0;
+  int launches = 0;
+};
+
 // One device's counters, as its host reports them.
 // One client's part of a device.
 struct ClientUsage {

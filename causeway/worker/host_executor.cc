@@ -1,7 +1,9 @@
 #include "causeway/worker/host_executor.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
+#include <deque>
 #include <tuple>
 #include <utility>
 
@@ -37,6 +39,8 @@ HostExecutor::HostExecutor(HostExecutorOptions options)
       store_(options_.host.id, options_.host.devices, options_.device_memory_bytes) {
   CW_CHECK(options_.trace != nullptr && options_.collectives != nullptr &&
            options_.transport != nullptr);
+  CW_CHECK(options_.report_fanout >= 0 && options_.report_fanout <= kMaxReportFanout);
+  CW_CHECK(options_.report_fanout == 0 || options_.report_to_parent);
   for (const DeviceInfo& d : options_.devices) {
     if (options_.make_queue) {
       streams_.push_back(options_.make_queue(d));
@@ -223,6 +227,15 @@ absl::Status HostExecutor::RegisterProgram(std::shared_ptr<const ProgramPlan> pl
     }
     if (here) reg->nodes.push_back(static_cast<int>(n));
   }
+  if (options_.report_fanout > 0) {
+    for (const std::vector<HostId>& island : plan->hosts_by_island) {
+      ReportTreeNode node = ReportTreeOf(island, id(), options_.report_fanout);
+      if (!node.member) continue;
+      reg->in_tree = node.parent.valid() || !node.children.empty();
+      reg->tree = std::move(node);
+      break;
+    }
+  }
   reg->plan = std::move(plan);
   MutexLock lock(&mu_);
   programs_[reg->plan->id] = std::move(reg);
@@ -236,8 +249,14 @@ int HostExecutor::LocalIndex(const Registered& r, int v, int shard) {
 }
 
 void HostExecutor::UnregisterProgram(ProgramId program) {
-  MutexLock lock(&mu_);
-  programs_.erase(program);
+  {
+    MutexLock lock(&mu_);
+    programs_.erase(program);
+  }
+  MutexLock lock(&report_mu_);
+  absl::erase_if(gathering_, [program](const auto& entry) {
+    return entry.second.program->plan->id == program;
+  });
 }
 
 int HostExecutor::ReapLoops() {
@@ -297,13 +316,53 @@ Future<Unit> HostExecutor::DriveSpmd(const SpmdLoop& loop) {
     auto finished = std::make_shared<std::atomic<bool>>(false);
     std::thread thread([this, loop, shard, done, stop, finished]() mutable {
       ArrayId prev = loop.first == 0 ? loop.input : ArrayId(loop.id_base + loop.first - 1);
+      auto stopped = [&](int64_t k) {
+        if (!stop_loops_.load(std::memory_order_relaxed) &&
+            !stop->load(std::memory_order_relaxed)) {
+          return false;
+        }
+        done.Set(absl::AbortedError(absl::StrCat(
+            id().ToString(), ": SPMD loop stopped at step ", k,
+            stop_loops_.load() ? " (shut down)" : " (its client's arrays were released)")));
+        finished->store(true);
+        return true;
+      };
+      // This host's shard of each step's output not yet known ready. Steps
+      // are prepared at most kSpmdLoopRunAheadUs ahead of the devices, as
+      // the island scheduler bounds a single controller's (each prepared
+      // step holds its launches and buffers until it runs): the window in
+      // steps is that over a step's time, measured between the loop's
+      // wake-ups (at least 2 steps, at most 1024). Once the window is full
+      // the loop waits for half of it to drain and refills it: one wake-up
+      // per half a window, not per step. Steps finish in order (each reads
+      // the one before), so waiting for the last of the half waits for all.
+      std::deque<Future<Unit>> ahead;
+      size_t window = 16;
+      double step_us = 0;
+      int64_t last_us = -1;
       for (int64_t k = loop.first; k < loop.first + loop.count; ++k) {
-        if (stop_loops_.load(std::memory_order_relaxed) || stop->load(std::memory_order_relaxed)) {
-          done.Set(absl::AbortedError(absl::StrCat(
-              id().ToString(), ": SPMD loop stopped at step ", k,
-              stop_loops_.load() ? " (shut down)" : " (its client's arrays were released)")));
-          finished->store(true);
-          return;
+        if (stopped(k)) return;
+        if (ahead.size() >= window) {
+          const size_t drain = ahead.size() - window / 2;
+          const absl::StatusOr<Unit>* r = nullptr;
+          while ((r = ahead[drain - 1].AwaitWithTimeout(absl::Milliseconds(50))) == nullptr) {
+            if (stopped(k)) return;
+          }
+          if (!r->ok()) {
+            // A failed step poisons every later one: stop here.
+            done.Set(r->status());
+            finished->store(true);
+            return;
+          }
+          ahead.erase(ahead.begin(), ahead.begin() + static_cast<std::ptrdiff_t>(drain));
+          const int64_t now_us = options_.clock->NowMicros();
+          if (last_us >= 0) {
+            const double d = static_cast<double>(now_us - last_us) / static_cast<double>(drain);
+            step_us = step_us == 0 ? d : step_us + 0.25 * (d - step_us);
+            window = static_cast<size_t>(std::clamp(
+                limits::kSpmdLoopRunAheadUs / std::max(step_us, 1.0), 2.0, 1024.0));
+          }
+          last_us = now_us;
         }
         RunRequest run;
         run.program = loop.program;
@@ -312,6 +371,7 @@ Future<Unit> HostExecutor::DriveSpmd(const SpmdLoop& loop) {
         run.arguments = {prev};
         run.outputs = {ArrayId(loop.id_base + k)};
         EnqueueRun(run);
+        ahead.push_back(AwaitShard(run.outputs[0], shard));
         if (k > loop.first) ReleaseArrays({prev});
         prev = run.outputs[0];
       }
@@ -389,15 +449,31 @@ void HostExecutor::PrepareAndTrack(const RunRequest& run,
   int added = 0;
   for (size_t d = 0; d < launches.size(); ++d) added += static_cast<int>(launches[d].size() - before[d]);
   const HostId self = options_.host.id;
+  // In a report tree, this host's part is gathered with its children's.
+  std::shared_ptr<const Registered> tree;
+  if (options_.report_fanout > 0) {
+    MutexLock lock(&mu_);
+    auto it = programs_.find(run.program);
+    if (it != programs_.end() && it->second->in_tree) tree = it->second;
+  }
+  const RunId id = run.run;
+  const ClientId client = run.client;
   if (added == 0) {
-    options_.on_run_done(self, run.run, 0, 0);
+    if (tree != nullptr) {
+      Gather(tree, client, id, 0, 0, 0);
+    } else {
+      options_.on_run_done(self, id, 0, 0);
+    }
     return;
   }
   // The last launch to finish reports the run's total.
-  const RunId id = run.run;
   auto tally = std::make_shared<RunTally>(
-      added, [this, self, id](int64_t busy_us, int launches) {
-        options_.on_run_done(self, id, busy_us, launches);
+      added, [this, self, id, client, tree = std::move(tree)](int64_t busy_us, int launches) {
+        if (tree != nullptr) {
+          Gather(tree, client, id, 0, busy_us, launches);
+        } else {
+          options_.on_run_done(self, id, busy_us, launches);
+        }
       });
   for (size_t d = 0; d < launches.size(); ++d) {
     for (size_t i = before[d]; i < launches[d].size(); ++i) {
@@ -753,11 +829,121 @@ void HostExecutor::FillSlot(const SlotKey& key, int piece_index, const BufferRef
   });
 }
 
+void HostExecutor::Gather(const std::shared_ptr<const Registered>& program, ClientId client,
+                          RunId run, int part, int64_t device_us, int launches) {
+  const uint64_t bit = uint64_t{1} << part;
+  SubtreeReport up;
+  {
+    MutexLock lock(&report_mu_);
+    // Children lost before the run: their subtrees count as in from the
+    // start. (Read under report_mu_, which PeerLost holds while it marks a
+    // peer lost and counts it in every run gathering here.)
+    uint64_t lost = 0;
+    {
+      // A program's reports are gathered while it is registered: once it
+      // is not, nobody waits for them (its client left, and the island
+      // schedulers dropped its runs in flight).
+      MutexLock programs_lock(&mu_);
+      auto it = programs_.find(program->plan->id);
+      if (it == programs_.end() || it->second != program) return;
+      const std::vector<HostId>& children = program->tree.children;
+      for (size_t i = 0; i < children.size() && !lost_peers_.empty(); ++i) {
+        if (lost_peers_.contains(children[i])) lost |= uint64_t{1} << (i + 1);
+      }
+    }
+    if ((lost & bit) != 0) return;  // a lost child's late report
+    auto it = gathering_.find(run);
+    if (it == gathering_.end()) {
+      // Only this host's own part may open a run beyond the bound: a
+      // child's report past it is dropped, and its run is accounted without
+      // it when the child is lost or the client leaves.
+      if (part != 0 && gathering_.size() >= kMaxPendingReports) return;
+      Gathering g;
+      g.program = program;
+      g.client = client;
+      g.in = lost;
+      g.left = 1 + static_cast<int>(program->tree.children.size()) - std::popcount(lost);
+      it = gathering_.emplace(run, std::move(g)).first;
+    }
+    Gathering& g = it->second;
+    if (g.program->plan->id != program->plan->id || (g.in & bit) != 0) return;
+    g.in |= bit;
+    --g.left;
+    g.device_us += std::clamp<int64_t>(device_us, 0, int64_t{1} << 40);
+    g.launches += std::clamp(launches, 0, 1 << 20);
+    if (g.left > 0) return;
+    up = SubtreeReport{id(), g.program->plan->id, run, g.device_us, g.launches};
+    gathering_.erase(it);
+  }
+  ReportUp(*program, up);
+}
+
+void HostExecutor::ReportUp(const Registered& program, const SubtreeReport& report) {
+  if (!program.tree.parent.valid()) {
+    options_.on_run_done(id(), report.run, report.device_us, report.launches);
+  } else {
+    options_.report_to_parent(program.tree.parent, report);
+  }
+}
+
+void HostExecutor::ChildReported(const SubtreeReport& report) {
+  if (options_.report_fanout == 0) return;
+  std::shared_ptr<const Registered> program;
+  {
+    MutexLock lock(&report_mu_);
+    auto it = gathering_.find(report.run);
+    if (it != gathering_.end()) program = it->second.program;
+  }
+  if (program == nullptr) {
+    MutexLock lock(&mu_);
+    auto it = programs_.find(report.program);
+    if (it == programs_.end() || !it->second->in_tree) return;
+    program = it->second;
+  }
+  const std::vector<HostId>& children = program->tree.children;
+  const auto child = std::find(children.begin(), children.end(), report.child);
+  if (child == children.end() || program->plan->id != report.program) return;
+  Gather(program, program->plan->client, report.run, 1 + static_cast<int>(child - children.begin()),
+         report.device_us, report.launches);
+}
+
+size_t HostExecutor::pending_reports() const {
+  MutexLock lock(&report_mu_);
+  return gathering_.size();
+}
+
 void HostExecutor::PeerLost(HostId host, const absl::Status& status) {
+  // Runs waiting for the lost host's subtree count it as in (later runs do
+  // from the start, Gather).
+  std::vector<std::pair<std::shared_ptr<const Registered>, SubtreeReport>> complete;
+  {
+    MutexLock lock(&report_mu_);
+    {
+      MutexLock programs_lock(&mu_);
+      lost_peers_[host] = status;
+    }
+    for (auto it = gathering_.begin(); it != gathering_.end();) {
+      auto next = std::next(it);
+      Gathering& g = it->second;
+      const std::vector<HostId>& children = g.program->tree.children;
+      const auto child = std::find(children.begin(), children.end(), host);
+      const uint64_t bit = uint64_t{1} << (1 + (child - children.begin()));
+      if (child != children.end() && (g.in & bit) == 0) {
+        g.in |= bit;
+        if (--g.left == 0) {
+          complete.emplace_back(
+              g.program, SubtreeReport{id(), g.program->plan->id, it->first, g.device_us,
+                                       g.launches});
+          gathering_.erase(it);
+        }
+      }
+      it = next;
+    }
+  }
+  for (const auto& [program, report] : complete) ReportUp(*program, report);
   std::vector<std::pair<SlotKey, int>> failed;
   {
     MutexLock lock(&mu_);
-    lost_peers_[host] = status;
     for (const auto& [key, slot] : slots_) {
       const PlanNode& node = slot.plan->nodes[key.node];
       const PlanValue& src = slot.plan->values[node.inputs[0]];

@@ -58,6 +58,17 @@ struct HostExecutorOptions {
   // device thread or inside EnqueueRun(s), under no lock of the executor;
   // must not block. May be empty.
   std::function<void(HostId host, RunId run, int64_t device_us, int launches)> on_run_done;
+  // 0: every host of a run tells on_run_done of its own part. k >= 1
+  // (at most kMaxReportFanout): a program's hosts of an island report its
+  // runs up a k-ary tree of them (ReportTreeOf): each host waits for its own
+  // part and for each child's report of its subtree, then sends its
+  // subtree's report to its parent (report_to_parent); only the root tells
+  // on_run_done, with the whole island's device time and launches. The
+  // island's scheduler must be told the same fanout
+  // (IslandSchedulerOptions::report_fanout). The cluster delivers each
+  // report to the parent's ChildReported.
+  int report_fanout = 0;
+  std::function<void(HostId parent, const SubtreeReport& report)> report_to_parent;
   // Makes each device's launch queue; empty: a DeviceStream (a thread per
   // device, running kernels). A simulator passes queues on its virtual clock.
   std::function<std::unique_ptr<LaunchQueue>(const DeviceInfo& device)> make_queue;
@@ -69,6 +80,9 @@ struct HostExecutorOptions {
 // Thread-safe.
 class HostExecutor final : public HostService {
  public:
+  static constexpr int kMaxReportFanout = 62;
+  // Subtree reports waiting here for the rest of their run, at most.
+  static constexpr size_t kMaxPendingReports = size_t{1} << 16;
   explicit HostExecutor(HostExecutorOptions options);
   ~HostExecutor() override;
 
@@ -95,9 +109,19 @@ class HostExecutor final : public HostService {
   // coordinator's metrics, DeviceCounters::clients).
   std::vector<std::vector<ClientUsage>> ClientUsageByDevice();
 
+  // A child's report of its subtree's part of a run (report_fanout > 0).
+  // Ignored unless `report.child` is a child of this host in the run's
+  // program's tree (the program registered here) and has not reported the
+  // run yet, and unless kMaxPendingReports runs already wait here for the
+  // rest of their reports. A program's unregistration drops its runs'.
+  void ChildReported(const SubtreeReport& report);
+  // Runs whose report waits here for the rest of its subtree.
+  size_t pending_reports() const;
+
   // Host `host` (another process) is gone: every posted receive still
   // waiting for a piece from it fails with `status`, and so does every
-  // later one (distributed cluster).
+  // later one (distributed cluster). A run waiting here for the report of
+  // `host`'s subtree counts it as in.
   void PeerLost(HostId host, const absl::Status& status);
 
   ObjectStore& store() { return store_; }
@@ -182,7 +206,31 @@ class HostExecutor final : public HostService {
     // only these, so a host of a pipeline's stage does not walk every
     // other stage's nodes at every step.
     std::vector<int> nodes;
+    // This host's place in the program's report tree (report_fanout > 0
+    // and the program has other hosts on this island).
+    bool in_tree = false;
+    ReportTreeNode tree;
   };
+  // A run's report being gathered here: which of this host's own part
+  // (bit 0) and its children (bit 1 + i) are in, and their sums.
+  struct Gathering {
+    std::shared_ptr<const Registered> program;
+    ClientId client;
+    uint64_t in = 0;
+    int left = 0;
+    int64_t device_us = 0;
+    int launches = 0;
+  };
+  // Counts `part` (0: this host's own, 1 + i: child i) of `run` in; once
+  // every part is, reports the subtree up, outside the lock.
+  void Gather(const std::shared_ptr<const Registered>& program, ClientId client, RunId run,
+              int part, int64_t device_us, int launches);
+  // Sends a finished subtree's report to the parent, or from the root to
+  // on_run_done. Outside every lock.
+  void ReportUp(const Registered& program, const SubtreeReport& report);
+  // Taken before mu_ where both are held.
+  mutable Mutex report_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  absl::flat_hash_map<RunId, Gathering> gathering_ ABSL_GUARDED_BY(report_mu_);
   // Where shard `shard` of value v is in local[v]; -1 if not on this host.
   static int LocalIndex(const Registered& r, int v, int shard);
   absl::flat_hash_map<ProgramId, std::shared_ptr<const Registered>> programs_

@@ -2,11 +2,14 @@
 // a program before any predecessor has run, so a chain of computations on
 // different hosts costs about the sum of the computations alone.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <map>
 
 #include "absl/strings/match.h"
+#include "causeway/base/mutex.h"
 #include "causeway/models/gpt_pipeline.h"
+#include "causeway/worker/host_executor.h"
 #include "gmock/gmock.h"
 #include "tests/integration/test_util.h"
 
@@ -222,6 +225,136 @@ TEST(DispatchTest, ParallelDispatchBeatsSequentialForShortComputations) {
   RecordProperty("parallel_best_us", static_cast<int>(best_p));
   RecordProperty("sequential_best_us", static_cast<int>(best_s));
   EXPECT_LT(best_p, best_s) << "parallel " << best_p << " us vs sequential " << best_s << " us";
+}
+
+// A multi-controller loop (HostService::DriveSpmd) prepares its steps a
+// bounded way ahead of its devices, as the island scheduler bounds a single
+// controller's: when an early step fails, the loop stops within its window
+// of it, and the loop's last step is never prepared. (Unbounded, the loop
+// prepared all 5000 steps at once, and the last one's output existed,
+// poisoned.)
+TEST(DispatchTest, AnSpmdLoopStopsWithinItsRunAheadOfAFailedStep) {
+  constexpr int64_t kSteps = 5000;
+  auto failing = std::make_shared<std::atomic<int64_t>>(-1);
+  LocalClusterOptions o;
+  o.islands = 1;
+  o.hosts_per_island = 1;
+  o.devices_per_host = 1;
+  o.fault_injector = [failing](const LaunchInfo& l) {
+    return l.run.value() == failing->load() ? absl::InternalError("step 5 fails")
+                                            : absl::OkStatus();
+  };
+  auto cluster = MakeCluster(o);
+  auto client = Connect(cluster.get());
+  MeshRequest request;
+  request.axes = {{"x", 1}};
+  request.devices = {DeviceId(0)};
+  const Mesh mesh = *client->AllocateMesh(request);
+  ProgramBuilder pb = client->NewProgram("loop");
+  TracedArray x = *pb.Parameter(ir::Shape(ir::DType::kF32, {1}), mesh, Sharding::Replicated(1));
+  const CompiledFunction f = *client->Compile(DelayAddOne(1, 0, "step"), mesh, {});
+  const Program program = *pb.Build({(*pb.Call(f, {x}))[0]});
+  const Array input = *client->Put(ir::Literal::F32({1}, {0.0f}), mesh, Sharding::Replicated(1));
+
+  SpmdLoop loop;
+  loop.program = program.plan()->id;
+  loop.client = client->id();
+  loop.id_base = ClientIdBase(client->id()) | (int64_t{1} << 38);
+  loop.input = input.id();
+  loop.first = 0;
+  loop.count = kSteps;
+  failing->store(loop.id_base + 5);
+  HostService* host = cluster->host(program.plan()->hosts[0]);
+  ASSERT_NE(host, nullptr);
+  const absl::StatusOr<Unit> done = AwaitOrHang(host->DriveSpmd(loop));
+  EXPECT_THAT(done.status().message(), ::testing::HasSubstr("step 5 fails"));
+  const absl::StatusOr<Unit> last =
+      AwaitOrHang(host->AwaitShard(ArrayId(loop.id_base + kSteps - 1), 0));
+  EXPECT_EQ(last.status().code(), absl::StatusCode::kNotFound) << last.status();
+}
+
+// Hosts reporting up a binary tree on real threads: every run is accounted
+// once, by the root, with every host's launches, and nothing is left
+// gathering on any host.
+TEST(DispatchTest, AReportTreeAccountsEveryRunWithAllItsHostsLaunches) {
+  constexpr int kRuns = 12;
+  Notification all;
+  Mutex mu;
+  int runs = 0, launches = 0;  // guarded by mu
+  LocalClusterOptions o = SixteenHosts();
+  o.report_fanout = 2;
+  o.on_run_accounted = [&](ClientId, int64_t, int n) {
+    MutexLock lock(&mu);
+    launches += n;
+    if (++runs == kRuns) all.Notify();
+  };
+  auto cluster = MakeCluster(o);
+  Chain chain = MakeChain(cluster.get(), DispatchMode::kParallel, 0);
+  for (int i = 0; i < kRuns; ++i) RunOnce(chain);
+  ASSERT_TRUE(all.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  {
+    MutexLock lock(&mu);
+    EXPECT_EQ(runs, kRuns);
+    EXPECT_EQ(launches, kRuns * kStages);
+  }
+  for (int h = 0; h < kStages; ++h) {
+    EXPECT_EQ(cluster->executor(HostId(h))->pending_reports(), 0u) << "host " << h;
+  }
+}
+
+// A report tree with a lost host: its parent counts the lost host's subtree
+// as in, so the island still accounts the run (with the other hosts'
+// launches) while the lost host's part never finishes.
+TEST(DispatchTest, AReportTreeCountsALostHostsSubtreeAsIn) {
+  auto gate = std::make_shared<Notification>();
+  Notification accounted;
+  Mutex mu;
+  int launches = 0;  // guarded by mu
+  LocalClusterOptions o;
+  o.islands = 1;
+  o.hosts_per_island = 3;
+  o.devices_per_host = 1;
+  o.report_fanout = 2;  // host 0 -> {1, 2}
+  o.fault_injector = [gate](const LaunchInfo& l) {
+    // Host 2's launch waits until the end of the test.
+    if (l.host == HostId(2)) gate->WaitForNotificationWithTimeout(absl::Seconds(60));
+    return absl::OkStatus();
+  };
+  o.on_run_accounted = [&](ClientId, int64_t, int n) {
+    MutexLock lock(&mu);
+    launches = n;
+    accounted.Notify();
+  };
+  auto cluster = MakeCluster(o);
+  cluster->executor(HostId(0))->PeerLost(HostId(2), absl::UnavailableError("host 2 is gone"));
+  auto client = Connect(cluster.get());
+  std::vector<Mesh> meshes;
+  for (int k = 0; k < 3; ++k) {
+    MeshRequest request;
+    request.axes = {{"x", 1}};
+    request.devices = {DeviceId(k)};
+    meshes.push_back(*client->AllocateMesh(request));
+  }
+  ProgramBuilder pb = client->NewProgram("three");
+  TracedArray v =
+      *pb.Parameter(ir::Shape(ir::DType::kF32, {1}), meshes[0], Sharding::Replicated(1));
+  for (int k = 0; k < 3; ++k) {
+    v = (*pb.Call(*client->Compile(DelayAddOne(1, 0, absl::StrCat("s", k)), meshes[k], {}),
+                  {v}))[0];
+  }
+  const Program program = *pb.Build({v});
+  const Array input =
+      *client->Put(ir::Literal::F32({1}, {0.0f}), meshes[0], Sharding::Replicated(1));
+  absl::StatusOr<std::vector<Array>> out = program.Run({input});
+  ASSERT_OK(out.status());
+  ASSERT_TRUE(accounted.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  {
+    MutexLock lock(&mu);
+    EXPECT_EQ(launches, 2) << "hosts 0 and 1; host 2's part counted in, with none";
+  }
+  EXPECT_EQ(cluster->executor(HostId(0))->pending_reports(), 0u);
+  gate->Notify();
+  EXPECT_OK(AwaitOrHang((*out)[0].Ready()).status());
 }
 
 }  // namespace
