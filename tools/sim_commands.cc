@@ -16,6 +16,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -200,7 +201,9 @@ int RunSimDispatch(const SimDispatchFlags& f) {
 
   // Fig. 6: per hosts and mode, the smallest computation at which the
   // single controller reaches `target` of the multi-controller's throughput.
-  std::map<std::pair<int64_t, std::string>, std::map<int64_t, std::pair<double, double>>> pairs;
+  // Keyed by (report fanout, hosts, mode).
+  std::map<std::tuple<int64_t, int64_t, std::string>, std::map<int64_t, std::pair<double, double>>>
+      pairs;
   for (int64_t fanout : *fanouts) {
     for (int64_t h : *hosts) {
       for (const std::string& mode : modes) {
@@ -229,7 +232,7 @@ int RunSimDispatch(const SimDispatchFlags& f) {
             auto busy = [&r](int64_t ns) {
               return r->counters_seconds > 0 ? ns / (1e9 * r->counters_seconds) : 0.0;
             };
-            auto& pair = pairs[{h, mode}][us];
+            auto& pair = pairs[{fanout, h, mode}][us];
             (controller == Controller::kSingle ? pair.first : pair.second) =
                 r->computations_per_second;
             json row = {{"sim", "dispatch"},
@@ -302,6 +305,7 @@ int RunSimDispatch(const SimDispatchFlags& f) {
   }
   if (controllers.size() == 2) {
     for (const auto& [key, by_length] : pairs) {
+      const auto& [fanout, hosts_here, mode] = key;
       json smallest = nullptr;
       json ratios = json::array();
       for (const auto& [us, p] : by_length) {
@@ -310,17 +314,20 @@ int RunSimDispatch(const SimDispatchFlags& f) {
         if (smallest.is_null() && ratio >= f.target) smallest = us;
       }
       const json row = {{"sim", "dispatch_parity"},
-                        {"hosts", key.first},
-                        {"devices", key.first * f.devices_per_host},
-                        {"mode", key.second},
+                        {"hosts", hosts_here},
+                        {"devices", hosts_here * f.devices_per_host},
+                        {"mode", mode},
+                        {"report_fanout", fanout},
                         {"target", f.target},
                         {"smallest_compute_us_at_target", smallest},
                         {"ratios", ratios}};
       if (f.json) {
         std::printf("%s\n", row.dump().c_str());
       } else {
-        std::printf("%-8s %5lld hosts: single reaches %.0f%% of multi at %s\n",
-                    key.second.c_str(), static_cast<long long>(key.first), 100 * f.target,
+        std::printf("%-8s %5lld hosts%s: single reaches %.0f%% of multi at %s\n",
+                    mode.c_str(), static_cast<long long>(hosts_here),
+                    fanout > 0 ? absl::StrCat(", report tree of ", fanout).c_str() : "",
+                    100 * f.target,
                     smallest.is_null() ? "none of the sizes tried"
                                        : absl::StrCat(smallest.get<int64_t>(), " us").c_str());
       }
