@@ -123,6 +123,11 @@ void AddCoordinatorCommand(CLI::App& app, int* exit_code) {
                   "TCP connections open at once in all (plaintext only)")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
+  cmd->add_option("--report-fanout", o->report_fanout,
+                  "Workers report finished runs up a tree of this fanout, its root to the "
+                  "coordinator (0: every worker to the coordinator)")
+      ->check(CLI::Range(0, limits::kMaxReportFanout))
+      ->capture_default_str();
   cmd->add_option("--ready-fd", *ready_fd,
                   "Write the bound address (then the metrics address, if any) to this "
                   "descriptor once serving");

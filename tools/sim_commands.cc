@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "causeway/backend/cpu/executable.h"
+#include "causeway/base/limits.h"
 #include "causeway/base/status_macros.h"
 #include "causeway/ir/builder.h"
 #include "causeway/cluster/local_cluster.h"
@@ -32,7 +33,6 @@
 #include "causeway/sim/pipeline.h"
 #include "causeway/sim/tenancy.h"
 #include "causeway/worker/collective_hub.h"
-#include "causeway/worker/host_executor.h"
 #include "nlohmann/json.hpp"
 #include "tools/bench_harness.h"
 #include "tools/commands.h"
@@ -189,7 +189,7 @@ int RunSimDispatch(const SimDispatchFlags& f) {
     modes.emplace_back(m);
   }
   absl::StatusOr<std::vector<int64_t>> fanouts =
-      ParseList(f.report_fanout, "--report-fanout", 0, HostExecutor::kMaxReportFanout);
+      ParseList(f.report_fanout, "--report-fanout", 0, limits::kMaxReportFanout);
   if (!fanouts.ok()) return fail(fanouts.status(), kExitUsage);
   std::vector<Controller> controllers;
   if (f.controller != "multi") controllers.push_back(Controller::kSingle);

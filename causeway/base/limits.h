@@ -5,6 +5,7 @@
 #ifndef CAUSEWAY_BASE_LIMITS_H_
 #define CAUSEWAY_BASE_LIMITS_H_
 
+#include <cstddef>
 #include <cstdint>
 
 namespace causeway::limits {
@@ -20,6 +21,10 @@ inline constexpr int64_t kMaxDeviceMemoryBytes = int64_t{1} << 50;
 // Steps of one DriveSpmd loop, and loops running at once on one host.
 inline constexpr int64_t kMaxSpmdLoopSteps = int64_t{1} << 24;
 inline constexpr int kMaxSpmdLoopsPerHost = 64;
+// A report tree's fanout (HostExecutorOptions::report_fanout), and the runs
+// one host gathers reports of at once.
+inline constexpr int kMaxReportFanout = 62;
+inline constexpr size_t kMaxPendingReports = size_t{1} << 16;
 // How far (in the devices' time) one DriveSpmd loop prepares steps ahead of
 // its host's devices: the island scheduler's default run-ahead.
 inline constexpr double kSpmdLoopRunAheadUs = 10'000;

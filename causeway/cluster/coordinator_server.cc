@@ -228,6 +228,11 @@ absl::Status CoordinatorServer::Impl::Start() {
     return absl::InvalidArgumentError(
         "the coordinator needs a cluster token (--token or CAUSEWAY_TOKEN)");
   }
+  if (options_.report_fanout < 0 || options_.report_fanout > limits::kMaxReportFanout) {
+    return absl::InvalidArgumentError(absl::StrCat("the report tree's fanout must be 0 to ",
+                                                   limits::kMaxReportFanout, "; given ",
+                                                   options_.report_fanout));
+  }
   worker_token_ = options_.worker_token;
   if (const char* env = std::getenv("CAUSEWAY_WORKER_TOKEN"); worker_token_.empty() && env) {
     worker_token_ = env;
@@ -662,6 +667,7 @@ grpc::Status CoordinatorServer::Impl::Join(
     host = std::make_shared<RemoteHost>(id, island, address, devices, context, stream);
     cluster::ToWorker welcome;
     welcome.mutable_welcome()->set_host(id.value());
+    welcome.mutable_welcome()->set_report_fanout(options_.report_fanout);
     for (DeviceId d : devices) welcome.mutable_welcome()->add_devices(d.value());
     host->Send(std::move(welcome));
     hosts_[id] = host;
@@ -671,6 +677,7 @@ grpc::Status CoordinatorServer::Impl::Join(
       IslandSchedulerOptions so;
       so.island = island;
       so.policy = SchedulingPolicy::kProportionalShare;
+      so.report_fanout = options_.report_fanout;
       so.trace = &trace_;
       so.on_run_accounted = [this](ClientId client, int64_t device_us, int launches) {
         timespec now;

@@ -49,6 +49,10 @@ struct CoordinatorOptions {
   // Programs one client connection may have registered at once, with
   // schedulers and with hosts (each); they are reclaimed when it ends.
   size_t max_programs_per_connection = 65536;
+  // Workers report runs up a tree of this fanout, its root to the
+  // coordinator (docs/SCHEDULING.md, "A tree of reporting hosts"); 0: every
+  // worker to the coordinator.
+  int report_fanout = 0;
 };
 
 // Thread-safe.

@@ -154,6 +154,14 @@ class DataPlane::Service final : public cluster::Data::Service {
                                     std::move(*e.mutable_value()));
             }
             break;
+          case cluster::DataMessage::kReport: {
+            // Checked by the host: a child of it in the program's tree,
+            // once per run; device time and launches clamped.
+            const cluster::SubtreeReport& r = m.report();
+            host->ChildReported(SubtreeReport{HostId(r.child()), ProgramId(r.program()),
+                                              RunId(r.run()), r.device_us(), r.launches()});
+            break;
+          }
           case cluster::DataMessage::BODY_NOT_SET:
             break;
         }
@@ -252,6 +260,17 @@ void DataPlane::SendReady(HostId to, const CollectiveKey& key, int64_t generatio
   SetCollectiveKey(key, r);
   r.set_host(self().value());
   r.set_generation(generation);
+  Post(to, std::move(m));
+}
+
+void DataPlane::SendReport(HostId to, const SubtreeReport& report) {
+  cluster::DataMessage m;
+  cluster::SubtreeReport& r = *m.mutable_report();
+  r.set_child(report.child.value());
+  r.set_program(report.program.value());
+  r.set_run(report.run.value());
+  r.set_device_us(report.device_us);
+  r.set_launches(report.launches);
   Post(to, std::move(m));
 }
 

@@ -54,6 +54,9 @@ class DataPlane final : public DataTransport, public CollectivePeers {
   ProcessCollectives* process_collectives() override;
   void SendReady(HostId to, const CollectiveKey& key, int64_t generation) override;
 
+  // This host's report of its subtree's part of a run, to its parent `to`
+  // (HostExecutorOptions::report_to_parent).
+  void SendReport(HostId to, const SubtreeReport& report);
   // A rendezvous entry of the collective library, to host `to`.
   void SendRendezvous(HostId to, const std::string& key, const std::string& value);
   // The host part of `host`'s data address ("" if unknown).

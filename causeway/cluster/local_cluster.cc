@@ -6,6 +6,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "causeway/backend/cpu/executable.h"
+#include "causeway/base/limits.h"
 #include "causeway/base/mutex.h"
 #include "causeway/base/status_macros.h"
 #include "causeway/resource/resource_manager.h"
@@ -38,9 +39,9 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("a local cluster of ", devices, " devices is too large (at most 4096)"));
   }
-  if (options.report_fanout < 0 || options.report_fanout > HostExecutor::kMaxReportFanout) {
+  if (options.report_fanout < 0 || options.report_fanout > limits::kMaxReportFanout) {
     return absl::InvalidArgumentError(absl::StrCat("the report tree's fanout must be 0 to ",
-                                                   HostExecutor::kMaxReportFanout, "; given ",
+                                                   limits::kMaxReportFanout, "; given ",
                                                    options.report_fanout));
   }
   backend::cpu::Kind();  // the built-in kind, registered

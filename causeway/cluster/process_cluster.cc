@@ -87,6 +87,9 @@ absl::StatusOr<std::unique_ptr<ProcessCluster>> ProcessCluster::Start(
   if (options.metrics_port >= 0) {
     c.argv.insert(c.argv.end(), {"--metrics", absl::StrCat("127.0.0.1:", options.metrics_port)});
   }
+  if (options.report_fanout > 0) {
+    c.argv.insert(c.argv.end(), {"--report-fanout", absl::StrCat(options.report_fanout)});
+  }
   c.log_path = cluster->log_dir_ + "/coordinator.log";
   absl::Status spawned = cluster->Spawn(c, ready[1]);
   close(ready[1]);

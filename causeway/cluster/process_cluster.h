@@ -45,6 +45,8 @@ struct ProcessClusterOptions {
   std::string collectives;
   // Workers' --gloo-from-bytes; -1: their default.
   int64_t gloo_from_bytes = -1;
+  // The coordinator's --report-fanout.
+  int report_fanout = 0;
 };
 
 // Thread-compatible (one owner).

@@ -258,6 +258,14 @@ absl::Status WorkerServer::Impl::Start() {
     done.add_launches(launches);
     writer_->Post(std::move(m));
   };
+  if (welcome.report_fanout() < 0 || welcome.report_fanout() > limits::kMaxReportFanout) {
+    return absl::InvalidArgumentError(absl::StrCat("the coordinator's welcome names a report "
+                                                   "fanout of ", welcome.report_fanout()));
+  }
+  ho.report_fanout = welcome.report_fanout();
+  ho.report_to_parent = [this](HostId parent, const SubtreeReport& report) {
+    data_->SendReport(parent, report);
+  };
   executor_ = std::make_unique<HostExecutor>(std::move(ho));
   data_->Attach(host_, executor_.get(), hub_.get(), gloo_.get());
 

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "causeway/backend/cpu/executable.h"
 #include "causeway/base/check.h"
+#include "causeway/base/limits.h"
 #include "causeway/base/status_macros.h"
 #include "causeway/base/trace.h"
 #include "causeway/ir/function.h"
@@ -618,9 +619,9 @@ absl::StatusOr<std::unique_ptr<SimCluster>> SimCluster::Create(const SimClusterO
   if (o.cores < 0 || o.client_cores < 0 || o.coordinator_cores < 0) {
     return absl::InvalidArgumentError("core counts must be >= 0");
   }
-  if (o.report_fanout < 0 || o.report_fanout > HostExecutor::kMaxReportFanout) {
+  if (o.report_fanout < 0 || o.report_fanout > limits::kMaxReportFanout) {
     return absl::InvalidArgumentError(absl::StrCat("the report tree's fanout must be 0 to ",
-                                                   HostExecutor::kMaxReportFanout, "; given ",
+                                                   limits::kMaxReportFanout, "; given ",
                                                    o.report_fanout));
   }
   backend::cpu::Kind();  // plans are compiled for the CPU kind

@@ -39,7 +39,7 @@ HostExecutor::HostExecutor(HostExecutorOptions options)
       store_(options_.host.id, options_.host.devices, options_.device_memory_bytes) {
   CW_CHECK(options_.trace != nullptr && options_.collectives != nullptr &&
            options_.transport != nullptr);
-  CW_CHECK(options_.report_fanout >= 0 && options_.report_fanout <= kMaxReportFanout);
+  CW_CHECK(options_.report_fanout >= 0 && options_.report_fanout <= limits::kMaxReportFanout);
   CW_CHECK(options_.report_fanout == 0 || options_.report_to_parent);
   for (const DeviceInfo& d : options_.devices) {
     if (options_.make_queue) {
@@ -857,7 +857,7 @@ void HostExecutor::Gather(const std::shared_ptr<const Registered>& program, Clie
       // Only this host's own part may open a run beyond the bound: a
       // child's report past it is dropped, and its run is accounted without
       // it when the child is lost or the client leaves.
-      if (part != 0 && gathering_.size() >= kMaxPendingReports) return;
+      if (part != 0 && gathering_.size() >= limits::kMaxPendingReports) return;
       Gathering g;
       g.program = program;
       g.client = client;

@@ -59,7 +59,7 @@ struct HostExecutorOptions {
   // must not block. May be empty.
   std::function<void(HostId host, RunId run, int64_t device_us, int launches)> on_run_done;
   // 0: every host of a run tells on_run_done of its own part. k >= 1
-  // (at most kMaxReportFanout): a program's hosts of an island report its
+  // (at most limits::kMaxReportFanout): a program's hosts of an island report its
   // runs up a k-ary tree of them (ReportTreeOf): each host waits for its own
   // part and for each child's report of its subtree, then sends its
   // subtree's report to its parent (report_to_parent); only the root tells
@@ -80,9 +80,6 @@ struct HostExecutorOptions {
 // Thread-safe.
 class HostExecutor final : public HostService {
  public:
-  static constexpr int kMaxReportFanout = 62;
-  // Subtree reports waiting here for the rest of their run, at most.
-  static constexpr size_t kMaxPendingReports = size_t{1} << 16;
   explicit HostExecutor(HostExecutorOptions options);
   ~HostExecutor() override;
 
@@ -112,7 +109,7 @@ class HostExecutor final : public HostService {
   // A child's report of its subtree's part of a run (report_fanout > 0).
   // Ignored unless `report.child` is a child of this host in the run's
   // program's tree (the program registered here) and has not reported the
-  // run yet, and unless kMaxPendingReports runs already wait here for the
+  // run yet, and unless limits::kMaxPendingReports runs already wait here for the
   // rest of their reports. A program's unregistration drops its runs'.
   void ChildReported(const SubtreeReport& report);
   // Runs whose report waits here for the rest of its subtree.

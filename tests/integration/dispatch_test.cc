@@ -7,6 +7,7 @@
 #include <map>
 
 #include "absl/strings/match.h"
+#include "causeway/base/limits.h"
 #include "causeway/base/mutex.h"
 #include "causeway/models/gpt_pipeline.h"
 #include "causeway/worker/host_executor.h"
@@ -355,6 +356,45 @@ TEST(DispatchTest, AReportTreeCountsALostHostsSubtreeAsIn) {
   EXPECT_EQ(cluster->executor(HostId(0))->pending_reports(), 0u);
   gate->Notify();
   EXPECT_OK(AwaitOrHang((*out)[0].Ready()).status());
+}
+
+// A child's report is a peer's message: one from a host that is not a child
+// of this one in the program's tree, or of a program not registered here,
+// is ignored; reports of runs this host has not seen wait here, at most
+// limits::kMaxPendingReports of them.
+TEST(DispatchTest, AHostTakesReportsOnlyFromItsChildrenAndBoundsThoseWaiting) {
+  LocalClusterOptions o;
+  o.islands = 1;
+  o.hosts_per_island = 4;
+  o.devices_per_host = 1;
+  o.report_fanout = 2;  // 0 -> {1, 2}, 1 -> {3}
+  auto cluster = MakeCluster(o);
+  auto client = Connect(cluster.get());
+  ASSERT_OK_AND_ASSIGN(Mesh mesh, client->AllocateMesh({{"x", 4}}));
+  ASSERT_OK_AND_ASSIGN(CompiledFunction f, client->Compile(DelayAddOne(1, 0), mesh, {}));
+  ProgramBuilder pb = client->NewProgram("wide");
+  TracedArray v = *pb.Parameter(ir::Shape(ir::DType::kF32, {1}), mesh, Sharding::Replicated(1));
+  const Program program = *pb.Build({(*pb.Call(f, {v}))[0]});
+  const ProgramId id = program.plan()->id;
+  HostExecutor* root = cluster->executor(program.plan()->hosts_by_island[0][0]);
+  const HostId child = program.plan()->hosts_by_island[0][1];
+  const HostId grandchild = program.plan()->hosts_by_island[0][3];
+  const RunId run(ClientIdBase(client->id()) + 123456);
+  root->ChildReported(SubtreeReport{grandchild, id, run, 10, 1});  // not its child
+  root->ChildReported(SubtreeReport{child, ProgramId(id.value() + 99), run, 10, 1});
+  root->ChildReported(SubtreeReport{HostId(-5), id, run, 10, 1});
+  EXPECT_EQ(root->pending_reports(), 0u);
+  root->ChildReported(SubtreeReport{child, id, run, 10, 1});
+  root->ChildReported(SubtreeReport{child, id, run, 10, 1});  // again: counted once
+  EXPECT_EQ(root->pending_reports(), 1u);
+  for (size_t i = 0; i < limits::kMaxPendingReports + 100; ++i) {
+    root->ChildReported(SubtreeReport{child, id, RunId(run.value() + 1 + static_cast<int64_t>(i)),
+                                      int64_t{1} << 50, 1 << 30});
+  }
+  EXPECT_EQ(root->pending_reports(), limits::kMaxPendingReports);
+  // The program's runs stop being gathered once it is unregistered.
+  root->UnregisterProgram(id);
+  EXPECT_EQ(root->pending_reports(), 0u);
 }
 
 }  // namespace

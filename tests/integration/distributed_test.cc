@@ -362,6 +362,55 @@ bool PortIsFree(int port) {
   return ok;
 }
 
+// Workers reporting runs up a tree (the coordinator's --report-fanout 2):
+// the first host of the mesh reports each run to the coordinator for all
+// three, after the others' reports reach it over the data plane. Every run
+// is accounted once, with all three hosts' launches (the root's own part
+// alone would be 1; a coordinator waiting for every host would account
+// none).
+TEST(DistributedTest, WorkersReportRunsUpATreeAndEachRunIsAccountedOnceForAll) {
+  ProcessClusterOptions o = ProcessShape(1, 3, 1);
+  o.report_fanout = 2;
+  auto cluster = StartProcesses(o);
+  auto conn = ConnectRemote(*cluster);
+  auto client = Connect(conn.get());
+  const Topology t = conn->resources()->GetTopology();
+  ASSERT_OK_AND_ASSIGN(Mesh mesh, MeshOn(*client, t,
+                                         {cluster->worker_host(0), cluster->worker_host(1),
+                                          cluster->worker_host(2)}));
+  FunctionBuilder b("all_reduce");
+  Value x = b.Parameter(Shape(DType::kF32, {2}));
+  ASSERT_OK_AND_ASSIGN(ir::Function fn, b.Build({b.AllReduce(x, {"x", "y"})}));
+  ASSERT_OK_AND_ASSIGN(CompiledFunction f, client->Compile(fn, mesh, {{kSplit}, {kSplit}}));
+  ASSERT_OK_AND_ASSIGN(Array v, client->Put(Literal::F32({6}, std::vector<float>(6, 1.0f)),
+                                            mesh, kSplit));
+  constexpr int kRuns = 6;
+  for (int i = 0; i < kRuns; ++i) {
+    ASSERT_OK_AND_ASSIGN(std::vector<Array> out, client->Call(f, {v}));
+    v = out[0];
+  }
+  ASSERT_OK_AND_ASSIGN(Literal result, AwaitOrHang(v.Fetch()));
+  EXPECT_EQ(result.values<float>(), std::vector<float>(6, 729.0f));  // 3^6
+
+  RemoteClusterOptions ro;
+  ro.address = cluster->url();
+  ro.token = cluster->worker_token();
+  ASSERT_OK_AND_ASSIGN(auto op, RemoteCluster::Connect(ro));
+  // The last reports may trail the result: read the log until they are in.
+  std::vector<RemoteCluster::AccountedRun> mine;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (static_cast<int>(mine.size()) < kRuns && std::chrono::steady_clock::now() < deadline) {
+    bool more = false;
+    ASSERT_OK_AND_ASSIGN(std::vector<RemoteCluster::AccountedRun> log, op->AdminShareLog(0, &more));
+    mine.clear();
+    for (const RemoteCluster::AccountedRun& a : log) {
+      if (a.client == client->id()) mine.push_back(a);
+    }
+  }
+  ASSERT_EQ(static_cast<int>(mine.size()), kRuns);
+  for (const RemoteCluster::AccountedRun& a : mine) EXPECT_EQ(a.launches, 3);
+}
+
 TEST(DistributedTest, StoppingTheClusterLeavesNoProcessOrPortBehind) {
   ProcessClusterOptions o = ProcessShape(2, 1, 1);
   auto cluster = StartProcesses(o);
