@@ -197,6 +197,19 @@ void Seeds() {
   entry.set_value(std::string(64, '\4'));
   Write("fuzz_data_plane", "ready_rendezvous", g.SerializeAsString());
 
+  // Reports of a subtree's part of a run (report trees): one, its repeat,
+  // and one with counts past every bound.
+  cluster::DataBatch r;
+  for (int i = 0; i < 3; ++i) {
+    cluster::SubtreeReport& report = *r.add_messages()->mutable_report();
+    report.set_child(1);
+    report.set_program(base + 1);
+    report.set_run(base + 103);
+    report.set_device_us(i < 2 ? 100 : int64_t{1} << 62);
+    report.set_launches(i < 2 ? 1 : 1 << 30);
+  }
+  Write("fuzz_data_plane", "subtree_reports", r.SerializeAsString());
+
   // The coordinator: what a client says first, in one connection.
   cluster::ClientBatch b;
   uint64_t cid = 1;

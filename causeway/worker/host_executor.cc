@@ -650,6 +650,9 @@ void HostExecutor::EnqueueReshard(const RunRequest& run, const Registered& reg, 
   // Post a receive slot for every destination shard here.
   std::vector<ShardPieceMessage> early_pieces;
   std::vector<std::tuple<SlotKey, int, absl::Status>> lost_pieces;
+  // Destinations of a run whose slot is posted already (a peer repeating
+  // a run id): they fail at once; the first copy's transfer goes on.
+  std::vector<BufferRef> refused;
   for (int d = 0; d < dst.mesh.size(); ++d) {
     if (dst.shard_hosts[d] != self) continue;
     BufferRef buffer = store_.Allocate(dst.shard_local_device[d], dst.shard_shape, run.client);
@@ -662,7 +665,12 @@ void HostExecutor::EnqueueReshard(const RunRequest& run, const Registered& reg, 
       continue;
     }
     const int n = static_cast<int>(node.pieces[d].size());
-    slots_[key] = Slot{buffer, plan, n, absl::OkStatus(), std::vector<bool>(n, false)};
+    auto [slot, inserted] = slots_.try_emplace(key);
+    if (!inserted) {
+      refused.push_back(buffer);
+      continue;
+    }
+    slot->second = Slot{buffer, plan, n, absl::OkStatus(), std::vector<bool>(n, false)};
     for (int i = 0; i < n && !lost_peers_.empty(); ++i) {
       auto lost = lost_peers_.find(src.shard_hosts[node.pieces[d][i].src_shard]);
       if (lost != lost_peers_.end()) lost_pieces.emplace_back(key, i, lost->second);
@@ -679,6 +687,12 @@ void HostExecutor::EnqueueReshard(const RunRequest& run, const Registered& reg, 
       for (int i = 0; i < n; ++i) lost_pieces.emplace_back(key, i, it->second);
       dropped_.erase(it);
     }
+  }
+  for (const BufferRef& b : refused) {
+    b->SetReady(absl::InvalidArgumentError(absl::StrCat(
+        run.run.ToString(), " was enqueued on ", self.ToString(),
+        " again while its first copy's transfer into this shard was waiting (a repeated "
+        "run id)")));
   }
   for (ShardPieceMessage& p : early_pieces) DeliverPiece(std::move(p));
   for (auto& [key, i, status] : lost_pieces) PieceDone(key, i, status);
@@ -806,13 +820,13 @@ void HostExecutor::DeliverPiece(ShardPieceMessage message) {
 void HostExecutor::FillSlot(const SlotKey& key, int piece_index, const BufferRef& dst,
                             const ReshardPiece& piece, PieceSource source, absl::Status status) {
   if (!status.ok()) {
-    PieceDone(key, piece_index, status);
+    PieceDone(key, piece_index, status, dst.get());
     return;
   }
   dst->allocated().OnReady([this, key, piece_index, dst, &piece, source = std::move(source)](
                                const absl::StatusOr<Unit>& alloc) {
     if (!alloc.ok()) {
-      PieceDone(key, piece_index, alloc.status());
+      PieceDone(key, piece_index, alloc.status(), dst.get());
       return;
     }
     const int64_t start = options_.clock->NowMicros();
@@ -825,7 +839,7 @@ void HostExecutor::FillSlot(const SlotKey& key, int piece_index, const BufferRef
                                         options_.clock->NowMicros() - start,
                                         TraceFlowId(key.run, key.node, key.shard, piece_index)});
     }
-    PieceDone(key, piece_index, absl::OkStatus());
+    PieceDone(key, piece_index, absl::OkStatus(), dst.get());
   });
 }
 
@@ -958,7 +972,8 @@ void HostExecutor::PeerLost(HostId host, const absl::Status& status) {
   for (const auto& [key, i] : failed) PieceDone(key, i, status);
 }
 
-void HostExecutor::PieceDone(const SlotKey& key, int piece_index, const absl::Status& status) {
+void HostExecutor::PieceDone(const SlotKey& key, int piece_index, const absl::Status& status,
+                             const DeviceBuffer* buffer) {
   Promise<Unit> ready;
   absl::Status final_status;
   {
@@ -966,6 +981,10 @@ void HostExecutor::PieceDone(const SlotKey& key, int piece_index, const absl::St
     auto it = slots_.find(key);
     if (it == slots_.end()) return;  // failed by shutdown
     Slot& slot = it->second;
+    // A copy into another buffer than the slot's (a repeated run's,
+    // refused) is not this slot's piece.
+    if (buffer != nullptr && slot.buffer.get() != buffer) return;
+    if (piece_index < 0 || static_cast<size_t>(piece_index) >= slot.done.size()) return;
     if (slot.done[piece_index]) return;
     slot.done[piece_index] = true;
     if (!status.ok() && slot.status.ok()) slot.status = status;

@@ -168,8 +168,9 @@ class HostExecutor final : public HostService {
                 const ReshardPiece& piece,
                 PieceSource source, absl::Status status);
   // Counts piece `piece_index` of the slot once (later reports of the same
-  // piece are ignored).
-  void PieceDone(const SlotKey& key, int piece_index, const absl::Status& status);
+  // piece are ignored). With `buffer`, only if the slot's buffer is it.
+  void PieceDone(const SlotKey& key, int piece_index, const absl::Status& status,
+                 const DeviceBuffer* buffer = nullptr);
   // Prepares `run`, appending its launches to launches[local device].
   void PrepareRun(const RunRequest& run, std::vector<std::vector<Launch>>& launches);
   // Prepares `run` and arranges for on_run_done to hear when its launches

@@ -397,5 +397,58 @@ TEST(DispatchTest, AHostTakesReportsOnlyFromItsChildrenAndBoundsThoseWaiting) {
   EXPECT_EQ(root->pending_reports(), 0u);
 }
 
+// A run enqueued on a host a second time while its first copy's transfer
+// into the host waits (a peer repeating a run id): the second copy's
+// destination fails at once, naming why, and the first copy's transfer is
+// left alone. (Found by fuzz_worker: the second copy replaced the first's
+// receive slot, whose buffer then never finished, and the first copy's
+// late local pieces landed in the second's slot, past its pieces.)
+TEST(DispatchTest, ARunEnqueuedAgainWhileItsTransferWaitsFailsTheSecondCopy) {
+  LocalClusterOptions o;
+  o.islands = 1;
+  o.hosts_per_island = 2;
+  o.devices_per_host = 1;
+  // The first copy's launch waits at the head of the device's queue for a
+  // piece that never comes, until this; the second copy's runs after it.
+  o.input_timeout = absl::Seconds(1);
+  auto cluster = MakeCluster(o);
+  auto client = Connect(cluster.get());
+  std::vector<Mesh> meshes;
+  for (int k = 0; k < 2; ++k) {
+    MeshRequest request;
+    request.axes = {{"x", 1}};
+    request.devices = {DeviceId(k)};
+    meshes.push_back(*client->AllocateMesh(request));
+  }
+  // x on host 1, moved to host 0 and computed there.
+  ProgramBuilder pb = client->NewProgram("moved");
+  TracedArray x =
+      *pb.Parameter(ir::Shape(ir::DType::kF32, {1}), meshes[1], Sharding::Replicated(1));
+  const CompiledFunction f = *client->Compile(DelayAddOne(1, 0), meshes[0], {});
+  const Program program = *pb.Build({(*pb.Call(f, {x}))[0]});
+  RunRequest run;
+  run.program = program.plan()->id;
+  run.client = client->id();
+  run.run = RunId(ClientIdBase(client->id()) + 777);
+  run.arguments = {ArrayId(ClientIdBase(client->id()) + 776)};
+  run.outputs = {ArrayId(ClientIdBase(client->id()) + 778)};
+  const ProgramPlan& plan = *program.plan();
+  HostService* host = cluster->host(plan.values[plan.outputs[0]].shard_hosts[0]);
+  ASSERT_NE(host, nullptr);
+  // Only host 0 gets the run: host 1 never sends the piece.
+  host->EnqueueRun(run);
+  const Future<Unit> first = host->AwaitShard(run.outputs[0], 0);
+  RunRequest again = run;
+  again.outputs = {ArrayId(ClientIdBase(client->id()) + 779)};
+  host->EnqueueRun(again);
+  const absl::StatusOr<Unit> got = AwaitOrHang(host->AwaitShard(again.outputs[0], 0));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << got.status();
+  EXPECT_THAT(got.status().message(), ::testing::HasSubstr("repeated run id"));
+  const absl::StatusOr<Unit> first_got = AwaitOrHang(first);
+  EXPECT_FALSE(first_got.ok());
+  EXPECT_THAT(first_got.status().message(), ::testing::Not(::testing::HasSubstr("repeated")))
+      << "the first copy failed only for its own missing piece";
+}
+
 }  // namespace
 }  // namespace causeway::testing
