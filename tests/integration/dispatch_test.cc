@@ -34,19 +34,25 @@ struct Chain {
   Array input;
 };
 
+// A mesh of one device for each of devices 0 .. n - 1.
+std::vector<Mesh> MeshPerDevice(Client& client, int n) {
+  std::vector<Mesh> meshes;
+  for (int k = 0; k < n; ++k) {
+    MeshRequest request;
+    request.axes = {{"x", 1}};
+    request.devices = {DeviceId(k)};
+    meshes.push_back(*client.AllocateMesh(request));
+  }
+  return meshes;
+}
+
 // A chain of kStages functions, stage k on host k, each a delay of `micros`.
 Chain MakeChain(LocalCluster* cluster, DispatchMode mode, int64_t micros) {
   ClientOptions options;
   options.dispatch = mode;
   Chain chain;
   chain.client = Connect(cluster, options);
-  std::vector<Mesh> meshes;
-  for (int k = 0; k < kStages; ++k) {
-    MeshRequest request;
-    request.axes = {{"x", 1}};
-    request.devices = {DeviceId(k)};
-    meshes.push_back(*chain.client->AllocateMesh(request));
-  }
+  const std::vector<Mesh> meshes = MeshPerDevice(*chain.client, kStages);
   ProgramBuilder pb = chain.client->NewProgram("chain");
   TracedArray v = *pb.Parameter(ir::Shape(ir::DType::kF32, {1}), meshes[0], Sharding::Replicated(1));
   for (int k = 0; k < kStages; ++k) {
@@ -329,13 +335,7 @@ TEST(DispatchTest, AReportTreeCountsALostHostsSubtreeAsIn) {
   auto cluster = MakeCluster(o);
   cluster->executor(HostId(0))->PeerLost(HostId(2), absl::UnavailableError("host 2 is gone"));
   auto client = Connect(cluster.get());
-  std::vector<Mesh> meshes;
-  for (int k = 0; k < 3; ++k) {
-    MeshRequest request;
-    request.axes = {{"x", 1}};
-    request.devices = {DeviceId(k)};
-    meshes.push_back(*client->AllocateMesh(request));
-  }
+  const std::vector<Mesh> meshes = MeshPerDevice(*client, 3);
   ProgramBuilder pb = client->NewProgram("three");
   TracedArray v =
       *pb.Parameter(ir::Shape(ir::DType::kF32, {1}), meshes[0], Sharding::Replicated(1));
@@ -413,13 +413,7 @@ TEST(DispatchTest, ARunEnqueuedAgainWhileItsTransferWaitsFailsTheSecondCopy) {
   o.input_timeout = absl::Seconds(1);
   auto cluster = MakeCluster(o);
   auto client = Connect(cluster.get());
-  std::vector<Mesh> meshes;
-  for (int k = 0; k < 2; ++k) {
-    MeshRequest request;
-    request.axes = {{"x", 1}};
-    request.devices = {DeviceId(k)};
-    meshes.push_back(*client->AllocateMesh(request));
-  }
+  const std::vector<Mesh> meshes = MeshPerDevice(*client, 2);
   // x on host 1, moved to host 0 and computed there.
   ProgramBuilder pb = client->NewProgram("moved");
   TracedArray x =
