@@ -1,7 +1,6 @@
 #include "causeway/worker/host_executor.h"
 
 #include <algorithm>
-#include <bit>
 #include <cstring>
 #include <deque>
 #include <tuple>
@@ -231,7 +230,6 @@ absl::Status HostExecutor::RegisterProgram(std::shared_ptr<const ProgramPlan> pl
     for (const std::vector<HostId>& island : plan->hosts_by_island) {
       ReportTreeNode node = ReportTreeOf(island, id(), options_.report_fanout);
       if (!node.member) continue;
-      reg->in_tree = node.parent.valid() || !node.children.empty();
       reg->tree = std::move(node);
       break;
     }
@@ -316,15 +314,18 @@ Future<Unit> HostExecutor::DriveSpmd(const SpmdLoop& loop) {
     auto finished = std::make_shared<std::atomic<bool>>(false);
     std::thread thread([this, loop, shard, done, stop, finished]() mutable {
       ArrayId prev = loop.first == 0 ? loop.input : ArrayId(loop.id_base + loop.first - 1);
+      auto end = [&](const absl::Status& status) {
+        done.Set(status);
+        finished->store(true);
+      };
       auto stopped = [&](int64_t k) {
         if (!stop_loops_.load(std::memory_order_relaxed) &&
             !stop->load(std::memory_order_relaxed)) {
           return false;
         }
-        done.Set(absl::AbortedError(absl::StrCat(
+        end(absl::AbortedError(absl::StrCat(
             id().ToString(), ": SPMD loop stopped at step ", k,
             stop_loops_.load() ? " (shut down)" : " (its client's arrays were released)")));
-        finished->store(true);
         return true;
       };
       // This host's shard of each step's output not yet known ready. Steps
@@ -349,9 +350,7 @@ Future<Unit> HostExecutor::DriveSpmd(const SpmdLoop& loop) {
             if (stopped(k)) return;
           }
           if (!r->ok()) {
-            // A failed step poisons every later one: stop here.
-            done.Set(r->status());
-            finished->store(true);
+            end(r->status());  // a failed step poisons every later one: stop here
             return;
           }
           ahead.erase(ahead.begin(), ahead.begin() + static_cast<std::ptrdiff_t>(drain));
@@ -445,22 +444,17 @@ void HostExecutor::PrepareAndTrack(const RunRequest& run,
   }
   std::vector<size_t> before(launches.size());
   for (size_t d = 0; d < launches.size(); ++d) before[d] = launches[d].size();
-  PrepareRun(run, launches);
+  std::shared_ptr<const Registered> program = PrepareRun(run, launches);
   int added = 0;
   for (size_t d = 0; d < launches.size(); ++d) added += static_cast<int>(launches[d].size() - before[d]);
   const HostId self = options_.host.id;
   // In a report tree, this host's part is gathered with its children's.
-  std::shared_ptr<const Registered> tree;
-  if (options_.report_fanout > 0) {
-    MutexLock lock(&mu_);
-    auto it = programs_.find(run.program);
-    if (it != programs_.end() && it->second->in_tree) tree = it->second;
-  }
+  std::shared_ptr<const Registered> tree =
+      program != nullptr && program->in_tree() ? std::move(program) : nullptr;
   const RunId id = run.run;
-  const ClientId client = run.client;
   if (added == 0) {
     if (tree != nullptr) {
-      Gather(tree, client, id, 0, 0, 0);
+      Gather(tree, id, 0, 0, 0);
     } else {
       options_.on_run_done(self, id, 0, 0);
     }
@@ -468,9 +462,9 @@ void HostExecutor::PrepareAndTrack(const RunRequest& run,
   }
   // The last launch to finish reports the run's total.
   auto tally = std::make_shared<RunTally>(
-      added, [this, self, id, client, tree = std::move(tree)](int64_t busy_us, int launches) {
+      added, [this, self, id, tree = std::move(tree)](int64_t busy_us, int launches) {
         if (tree != nullptr) {
-          Gather(tree, client, id, 0, busy_us, launches);
+          Gather(tree, id, 0, busy_us, launches);
         } else {
           options_.on_run_done(self, id, busy_us, launches);
         }
@@ -496,7 +490,8 @@ void HostExecutor::Dispatch(std::vector<std::vector<Launch>>& launches) {
   }
 }
 
-void HostExecutor::PrepareRun(const RunRequest& run, std::vector<std::vector<Launch>>& launches) {
+std::shared_ptr<const HostExecutor::Registered> HostExecutor::PrepareRun(
+    const RunRequest& run, std::vector<std::vector<Launch>>& launches) {
   std::shared_ptr<const Registered> reg;
   std::shared_ptr<const ProgramPlan> plan;
   {
@@ -511,7 +506,7 @@ void HostExecutor::PrepareRun(const RunRequest& run, std::vector<std::vector<Lau
   if (plan == nullptr) {
     CW_LOG(kError) << options_.host.id << ": run " << run.run << " of unregistered "
                    << run.program << " or after shutdown; dropped";
-    return;
+    return nullptr;
   }
   const HostId self = options_.host.id;
   if (run.arguments.size() != plan->parameters.size() ||
@@ -550,7 +545,7 @@ void HostExecutor::PrepareRun(const RunRequest& run, std::vector<std::vector<Lau
         }
       }
     }
-    return;
+    return reg;
   }
   // values[v][i]: this host's shard reg->local[v][i] of value v.
   RunValues values(plan->values.size());
@@ -591,6 +586,7 @@ void HostExecutor::PrepareRun(const RunRequest& run, std::vector<std::vector<Lau
       if (!put.ok()) CW_LOG(kError) << put;
     }
   }
+  return reg;
 }
 
 void HostExecutor::EnqueueCall(const RunRequest& run, const Registered& reg, int node_index,
@@ -843,29 +839,12 @@ void HostExecutor::FillSlot(const SlotKey& key, int piece_index, const BufferRef
   });
 }
 
-void HostExecutor::Gather(const std::shared_ptr<const Registered>& program, ClientId client,
-                          RunId run, int part, int64_t device_us, int launches) {
+void HostExecutor::Gather(const std::shared_ptr<const Registered>& program, RunId run, int part,
+                          int64_t device_us, int launches) {
   const uint64_t bit = uint64_t{1} << part;
   SubtreeReport up;
   {
     MutexLock lock(&report_mu_);
-    // Children lost before the run: their subtrees count as in from the
-    // start. (Read under report_mu_, which PeerLost holds while it marks a
-    // peer lost and counts it in every run gathering here.)
-    uint64_t lost = 0;
-    {
-      // A program's reports are gathered while it is registered: once it
-      // is not, nobody waits for them (its client left, and the island
-      // schedulers dropped its runs in flight).
-      MutexLock programs_lock(&mu_);
-      auto it = programs_.find(program->plan->id);
-      if (it == programs_.end() || it->second != program) return;
-      const std::vector<HostId>& children = program->tree.children;
-      for (size_t i = 0; i < children.size() && !lost_peers_.empty(); ++i) {
-        if (lost_peers_.contains(children[i])) lost |= uint64_t{1} << (i + 1);
-      }
-    }
-    if ((lost & bit) != 0) return;  // a lost child's late report
     auto it = gathering_.find(run);
     if (it == gathering_.end()) {
       // Only this host's own part may open a run beyond the bound: a
@@ -874,19 +853,32 @@ void HostExecutor::Gather(const std::shared_ptr<const Registered>& program, Clie
       if (part != 0 && gathering_.size() >= limits::kMaxPendingReports) return;
       Gathering g;
       g.program = program;
-      g.client = client;
-      g.in = lost;
-      g.left = 1 + static_cast<int>(program->tree.children.size()) - std::popcount(lost);
+      {
+        // A program's runs are gathered while it is registered: once it is
+        // not, nobody waits for them (its client left, and the island
+        // schedulers dropped its runs in flight). Children lost before the
+        // run count as in from the start (read under report_mu_, which
+        // PeerLost holds while it marks a peer lost and counts it in every
+        // run gathering here).
+        MutexLock programs_lock(&mu_);
+        auto p = programs_.find(program->plan->id);
+        if (p == programs_.end() || p->second != program) return;
+        const std::vector<HostId>& children = program->tree.children;
+        for (size_t i = 0; i < children.size() && !lost_peers_.empty(); ++i) {
+          if (lost_peers_.contains(children[i])) g.in |= uint64_t{1} << (i + 1);
+        }
+      }
       it = gathering_.emplace(run, std::move(g)).first;
     }
     Gathering& g = it->second;
-    if (g.program->plan->id != program->plan->id || (g.in & bit) != 0) return;
+    // Another program's run of the same id, a part already in, or a lost
+    // child's late report.
+    if (g.program != program || (g.in & bit) != 0) return;
     g.in |= bit;
-    --g.left;
     g.device_us += std::clamp<int64_t>(device_us, 0, int64_t{1} << 40);
     g.launches += std::clamp(launches, 0, 1 << 20);
-    if (g.left > 0) return;
-    up = SubtreeReport{id(), g.program->plan->id, run, g.device_us, g.launches};
+    if (!g.complete()) return;
+    up = SubtreeReport{id(), program->plan->id, run, g.device_us, g.launches};
     gathering_.erase(it);
   }
   ReportUp(*program, up);
@@ -901,24 +893,18 @@ void HostExecutor::ReportUp(const Registered& program, const SubtreeReport& repo
 }
 
 void HostExecutor::ChildReported(const SubtreeReport& report) {
-  if (options_.report_fanout == 0) return;
   std::shared_ptr<const Registered> program;
   {
-    MutexLock lock(&report_mu_);
-    auto it = gathering_.find(report.run);
-    if (it != gathering_.end()) program = it->second.program;
-  }
-  if (program == nullptr) {
     MutexLock lock(&mu_);
     auto it = programs_.find(report.program);
-    if (it == programs_.end() || !it->second->in_tree) return;
+    if (it == programs_.end()) return;
     program = it->second;
   }
   const std::vector<HostId>& children = program->tree.children;
   const auto child = std::find(children.begin(), children.end(), report.child);
-  if (child == children.end() || program->plan->id != report.program) return;
-  Gather(program, program->plan->client, report.run, 1 + static_cast<int>(child - children.begin()),
-         report.device_us, report.launches);
+  if (child == children.end()) return;
+  Gather(program, report.run, 1 + static_cast<int>(child - children.begin()), report.device_us,
+         report.launches);
 }
 
 size_t HostExecutor::pending_reports() const {
@@ -941,13 +927,11 @@ void HostExecutor::PeerLost(HostId host, const absl::Status& status) {
       Gathering& g = it->second;
       const std::vector<HostId>& children = g.program->tree.children;
       const auto child = std::find(children.begin(), children.end(), host);
-      const uint64_t bit = uint64_t{1} << (1 + (child - children.begin()));
-      if (child != children.end() && (g.in & bit) == 0) {
-        g.in |= bit;
-        if (--g.left == 0) {
-          complete.emplace_back(
-              g.program, SubtreeReport{id(), g.program->plan->id, it->first, g.device_us,
-                                       g.launches});
+      if (child != children.end()) {
+        g.in |= uint64_t{1} << (1 + (child - children.begin()));
+        if (g.complete()) {
+          complete.emplace_back(g.program, SubtreeReport{id(), g.program->plan->id, it->first,
+                                                         g.device_us, g.launches});
           gathering_.erase(it);
         }
       }

@@ -171,13 +171,16 @@ class HostExecutor final : public HostService {
   // piece are ignored). With `buffer`, only if the slot's buffer is it.
   void PieceDone(const SlotKey& key, int piece_index, const absl::Status& status,
                  const DeviceBuffer* buffer = nullptr);
+  struct Registered;
   // Prepares `run`, appending its launches to launches[local device].
-  void PrepareRun(const RunRequest& run, std::vector<std::vector<Launch>>& launches);
+  // Returns its program, or null if the run was dropped (unregistered, or
+  // after shutdown).
+  std::shared_ptr<const Registered> PrepareRun(const RunRequest& run,
+                                               std::vector<std::vector<Launch>>& launches);
   // Prepares `run` and arranges for on_run_done to hear when its launches
   // (those PrepareRun appended) are done.
   void PrepareAndTrack(const RunRequest& run, std::vector<std::vector<Launch>>& launches);
   void Dispatch(std::vector<std::vector<Launch>>& launches);
-  struct Registered;
   using RunValues = std::vector<std::vector<BufferRef>>;
   void EnqueueReshard(const RunRequest& run, const Registered& reg, int node_index,
                       RunValues& values);
@@ -204,25 +207,27 @@ class HostExecutor final : public HostService {
     // only these, so a host of a pipeline's stage does not walk every
     // other stage's nodes at every step.
     std::vector<int> nodes;
-    // This host's place in the program's report tree (report_fanout > 0
-    // and the program has other hosts on this island).
-    bool in_tree = false;
+    // This host's place in the program's report tree (report_fanout > 0).
     ReportTreeNode tree;
+    // It has a parent or children to gather with (the program has other
+    // hosts on this island).
+    bool in_tree() const { return tree.parent.valid() || !tree.children.empty(); }
   };
   // A run's report being gathered here: which of this host's own part
   // (bit 0) and its children (bit 1 + i) are in, and their sums.
   struct Gathering {
     std::shared_ptr<const Registered> program;
-    ClientId client;
     uint64_t in = 0;
-    int left = 0;
     int64_t device_us = 0;
     int launches = 0;
+    bool complete() const {
+      return in == (uint64_t{1} << (1 + program->tree.children.size())) - 1;
+    }
   };
   // Counts `part` (0: this host's own, 1 + i: child i) of `run` in; once
   // every part is, reports the subtree up, outside the lock.
-  void Gather(const std::shared_ptr<const Registered>& program, ClientId client, RunId run,
-              int part, int64_t device_us, int launches);
+  void Gather(const std::shared_ptr<const Registered>& program, RunId run, int part,
+              int64_t device_us, int launches);
   // Sends a finished subtree's report to the parent, or from the root to
   // on_run_done. Outside every lock.
   void ReportUp(const Registered& program, const SubtreeReport& report);
