@@ -430,10 +430,14 @@ bool IslandScheduler::FinishLocked(HostId host, RunId run, int64_t device_us, in
   // varies: a measurement far above its settled average is interference (an
   // emulated device's thread preempted on a loaded host), and charging it
   // whole would hold its client off the island for as long. It counts as at
-  // most kOutlierFactor times the average, in the charge and the average.
+  // most kOutlierFactor times the average, in the charge and the average,
+  // from the program's second measurement on: a preemption in a program's
+  // first few runs, charged whole, would hold its client off the island for
+  // tens of its runs. The average still grows by up to 1.75x a run, so a
+  // program slower than its first run suggested is charged its full cost
+  // within a few runs.
   constexpr double kOutlierFactor = 4.0;
-  constexpr int64_t kSettledSamples = 4;
-  if (program != programs_.end() && program->second.samples >= kSettledSamples) {
+  if (program != programs_.end() && program->second.samples >= 1) {
     measured = std::min(measured, kOutlierFactor * program->second.device_us);
   }
   // The charge becomes the measured time.

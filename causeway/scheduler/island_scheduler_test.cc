@@ -121,6 +121,23 @@ class IslandSchedulerTest : public ::testing::Test {
     s.RunFinished(HostId(0), RunId(run), device_us, 1);
     s.RunFinished(HostId(1), RunId(run), device_us, 1);
   }
+  // Clients 1 and 2 each submit `n` runs, alternating: client 1's have even
+  // ids, client 2's odd.
+  static void SubmitAlternating(IslandScheduler& s, int n) {
+    for (int i = 0; i < n; ++i) {
+      ASSERT_OK(s.SubmitRun(Run(2 * i, 1)));
+      ASSERT_OK(s.SubmitRun(Run(2 * i + 1, 2)));
+    }
+  }
+  // Finishes the latest forwarded run `n` times; how many of the runs
+  // forwarded meanwhile were client 1's.
+  int64_t ClientOneRunsInNext(IslandScheduler& s, int n) {
+    const size_t before = Forwarded(0).size();
+    for (int k = 0; k < n; ++k) Finish(s, Forwarded(0).back());
+    const std::vector<int64_t> all = Forwarded(0);
+    return std::count_if(all.begin() + static_cast<int64_t>(before), all.end(),
+                         [](int64_t r) { return r % 2 == 0; });
+  }
   std::vector<int64_t> Forwarded(int host = 0) const {
     std::vector<int64_t> out;
     for (const RunRequest& r : hosts_[host]->runs()) out.push_back(r.run.value());
@@ -205,10 +222,7 @@ TEST_F(IslandSchedulerTest, DeviceTimeFollowsTheWeights) {
 TEST_F(IslandSchedulerTest, AnOutlierMeasurementDoesNotHoldItsClientOffTheIsland) {
   auto s = Make(SchedulingPolicy::kProportionalShare, absl::Microseconds(1));
   ASSERT_OK(s->RegisterProgram(Plan(1)));
-  for (int i = 0; i < 40; ++i) {
-    ASSERT_OK(s->SubmitRun(Run(2 * i, 1)));
-    ASSERT_OK(s->SubmitRun(Run(2 * i + 1, 2)));
-  }
+  ASSERT_NO_FATAL_FAILURE(SubmitAlternating(*s, 40));
   // The program settles at 2 ms of device time per run.
   for (int k = 0; k < 10; ++k) Finish(*s, Forwarded(0).back());
   int64_t last = Forwarded(0).back();
@@ -220,15 +234,25 @@ TEST_F(IslandSchedulerTest, AnOutlierMeasurementDoesNotHoldItsClientOffTheIsland
   // A run of client 1 measured at a thousand times that (its device thread
   // preempted): charged whole, client 2 would have the next thousand runs.
   Finish(*s, last, 1'000'000);
-  const size_t before = Forwarded(0).size();
-  for (int k = 0; k < 12; ++k) Finish(*s, Forwarded(0).back());
-  const std::vector<int64_t> all = Forwarded(0);
-  const std::vector<int64_t> after(all.begin() + static_cast<int64_t>(before), all.end());
-  const int64_t ones = std::count_if(after.begin(), after.end(),
-                                     [](int64_t r) { return r % 2 == 0; });
+  const int64_t ones = ClientOneRunsInNext(*s, 12);
   EXPECT_GE(ones, 3) << "client 1 was held off after one outlier";
   // What it measured is still reported.
   EXPECT_GE(s->client_stats(ClientId(1)).device_us, 2'000'000);
+}
+
+TEST_F(IslandSchedulerTest, AnOutlierInAProgramsFirstRunsIsClippedToo) {
+  auto s = Make(SchedulingPolicy::kProportionalShare, absl::Microseconds(1));
+  ASSERT_OK(s->RegisterProgram(Plan(1)));
+  ASSERT_NO_FATAL_FAILURE(SubmitAlternating(*s, 40));
+  // One measurement, 2 ms; then client 1's next run is preempted.
+  ASSERT_THAT(Forwarded(0), ElementsAre(0));
+  Finish(*s, 0);
+  ASSERT_THAT(Forwarded(0), ElementsAre(0, 1));
+  Finish(*s, 1);
+  ASSERT_THAT(Forwarded(0), ElementsAre(0, 1, 2));
+  Finish(*s, 2, 1'000'000);
+  const int64_t ones = ClientOneRunsInNext(*s, 12);
+  EXPECT_GE(ones, 3) << "client 1 was held off after an outlier in the program's third run";
 }
 
 TEST_F(IslandSchedulerTest, AGreedyClientDoesNotHoldOthersBehindItsQueue) {
