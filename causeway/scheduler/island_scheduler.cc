@@ -4,6 +4,7 @@
 #include <chrono>
 #include <thread>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "causeway/base/status_macros.h"
@@ -549,15 +550,28 @@ void IslandScheduler::Pump() {
 
 void IslandScheduler::SendToHosts(std::vector<Outgoing>& batch) {
   // Consecutive runs go to each host as one message; a release first sends
-  // what came before it, which keeps each host's order.
-  absl::flat_hash_map<HostService*, std::vector<RunRequest>> by_host;
+  // what came before it, which keeps each host's order. Hosts sent the same
+  // runs share one list: an SPMD program's batch goes to every host of the
+  // island, and copying each run once per host was most of the scheduler's
+  // work per batch at hundreds of hosts.
+  absl::flat_hash_map<HostService*, std::vector<uint32_t>> by_host;  // runs, as indices
   std::vector<HostService*> order;
   auto flush = [&] {
-    for (HostService* h : order) h->EnqueueRuns(by_host[h]);
+    absl::flat_hash_map<std::vector<uint32_t>, std::vector<RunRequest>> lists;
+    for (HostService* h : order) {
+      const std::vector<uint32_t>& indices = by_host[h];
+      auto [list, inserted] = lists.try_emplace(indices);
+      if (inserted) {
+        list->second.reserve(indices.size());
+        for (uint32_t i : indices) list->second.push_back(batch[i].run);
+      }
+      h->EnqueueRuns(list->second);
+    }
     by_host.clear();
     order.clear();
   };
-  for (Outgoing& out : batch) {
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Outgoing& out = batch[i];
     if (!out.release.empty()) {
       flush();
       for (HostService* h : out.hosts) h->ReleaseArrays(out.release);
@@ -567,7 +581,7 @@ void IslandScheduler::SendToHosts(std::vector<Outgoing>& batch) {
     for (HostService* h : out.hosts) {
       auto [entry, inserted] = by_host.try_emplace(h);
       if (inserted) order.push_back(h);
-      entry->second.push_back(out.run);
+      entry->second.push_back(static_cast<uint32_t>(i));
     }
   }
   flush();

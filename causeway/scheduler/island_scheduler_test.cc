@@ -36,6 +36,15 @@ class FakeHost final : public HostService {
     events_.push_back(absl::StrCat("run ", run.run.value()));
     runs_.push_back(run);
   }
+  void EnqueueRuns(const std::vector<RunRequest>& runs) override {
+    std::vector<int64_t> ids;
+    for (const RunRequest& r : runs) {
+      ids.push_back(r.run.value());
+      EnqueueRun(r);
+    }
+    MutexLock lock(&mu_);
+    messages_.push_back(std::move(ids));
+  }
   absl::Status PutShard(ArrayId, int, int, ClientId, ir::Literal) override {
     return absl::OkStatus();
   }
@@ -63,12 +72,18 @@ class FakeHost final : public HostService {
     MutexLock lock(&mu_);
     return runs_;
   }
+  // The runs of each message, by id.
+  std::vector<std::vector<int64_t>> messages() const {
+    MutexLock lock(&mu_);
+    return messages_;
+  }
 
  private:
   const HostId id_;
   mutable Mutex mu_;
   std::vector<std::string> events_ ABSL_GUARDED_BY(mu_);
   std::vector<RunRequest> runs_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::vector<int64_t>> messages_ ABSL_GUARDED_BY(mu_);
 };
 
 constexpr IslandId kIsland(0);
@@ -155,6 +170,29 @@ TEST_F(IslandSchedulerTest, FifoForwardsEveryRunAtOnceInOrder) {
   EXPECT_THAT(Forwarded(0), ElementsAre(0, 1, 2, 3, 4));
   EXPECT_EQ(Forwarded(0), Forwarded(1));
   EXPECT_EQ(hosts_[0]->runs()[3].sequence, 3);
+}
+
+TEST_F(IslandSchedulerTest, EachHostGetsItsOwnRunsOfABatchInOneMessage) {
+  auto s = Make(SchedulingPolicy::kProportionalShare, absl::Seconds(1));
+  ASSERT_OK(s->RegisterProgram(Plan(1)));
+  auto second_only = Plan(2);
+  second_only->hosts_by_island = {{HostId(1)}};
+  ASSERT_OK(s->RegisterProgram(second_only));
+  // Hosts sent the same runs share one list; a host with fewer gets only
+  // its own, in the island's order, with their own arguments.
+  for (const absl::Status& st :
+       s->SubmitRuns({Run(0, 7), Run(1, 7, 2), Run(2, 7), Run(3, 7, 2), Run(4, 7)})) {
+    ASSERT_OK(st);
+  }
+  EXPECT_THAT(hosts_[0]->messages(), ElementsAre(ElementsAre(0, 2, 4)));
+  EXPECT_THAT(hosts_[1]->messages(), ElementsAre(ElementsAre(0, 1, 2, 3, 4)));
+  for (int h = 0; h < 2; ++h) {
+    for (const RunRequest& r : hosts_[h]->runs()) {
+      EXPECT_THAT(r.arguments, ElementsAre(ArrayId(1000 + r.run.value())));
+      EXPECT_EQ(r.program, ProgramId(r.run.value() % 2 == 0 ? 1 : 2));
+    }
+  }
+  EXPECT_EQ(hosts_[0]->runs()[1].sequence, 2);
 }
 
 TEST_F(IslandSchedulerTest, RunsWaitUntilTheIslandHasRoom) {
