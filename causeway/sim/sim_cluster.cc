@@ -31,6 +31,29 @@ int64_t ThreadCpuNanos() {
 }
 }  // namespace
 
+class SimCluster::Bookkeeping {
+ public:
+  explicit Bookkeeping(SimCluster* c) : c_(c) {
+    if (c_->bookkeeping_depth_++ == 0 && c_->measuring()) {
+      c_->bookkeeping_start_ns_ = ThreadCpuNanos();
+    }
+  }
+  ~Bookkeeping() {
+    if (--c_->bookkeeping_depth_ == 0 && c_->measuring()) {
+      c_->bookkeeping_ns_ += ThreadCpuNanos() - c_->bookkeeping_start_ns_;
+    }
+  }
+  Bookkeeping(const Bookkeeping&) = delete;
+  Bookkeeping& operator=(const Bookkeeping&) = delete;
+
+ private:
+  SimCluster* const c_;
+};
+
+bool SimCluster::measuring() const {
+  return options_.cpu == CpuCosts::kMeasured || options_.profile_cpu;
+}
+
 // A machine's cores. Work ready at some time runs in the first gap of that
 // length on any core from then on, so work booked ahead (a gang's members
 // after the last arrival, say) does not hold back work that is ready
@@ -434,6 +457,7 @@ class SimCluster::HostProxy final : public HostService {
   void UnregisterProgram(ProgramId program) override { exec()->UnregisterProgram(program); }
   void EnqueueRun(const RunRequest& run) override { EnqueueRuns({run}); }
   void EnqueueRuns(const std::vector<RunRequest>& runs) override {
+    Bookkeeping bookkeeping(c_);
     c_->NoteRuns(runs);
     const HostCosts& h = c_->costs().host;
     int launches = 0;
@@ -496,6 +520,7 @@ class SimCluster::HostProxy final : public HostService {
   // distributed cluster reaches a worker only through the coordinator; so
   // it arrives after every run the scheduler forwarded to the host before.
   void FromClient(std::function<void()> then) {
+    Bookkeeping bookkeeping(c_);
     SimThread* host = c_->host_threads_[id_.value()];
     if (from_scheduler_) {
       c_->Message(sender(), host, 0, std::move(then));
@@ -508,6 +533,7 @@ class SimCluster::HostProxy final : public HostService {
   }
   template <typename T>
   Future<T> Later(std::function<Future<T>()> call) {
+    Bookkeeping bookkeeping(c_);
     Promise<T> result;
     FromClient([result, call = std::move(call)] {
       call().OnReady([result](const absl::StatusOr<T>& v) mutable { result.Set(v); });
@@ -548,6 +574,7 @@ class SimCluster::SchedulerProxy final : public SchedulerService {
       }
     }
     if (accepted.empty()) return statuses;
+    Bookkeeping bookkeeping(c_);
     const double us = c_->costs().host.scheduler_run_us * static_cast<double>(accepted.size());
     SimThread* sender = c_->SenderOf(accepted.front().client);
     c_->Message(sender, c_->scheduler_threads_[island_.value()], Ns(us),
@@ -582,6 +609,7 @@ class SimCluster::Transport final : public DataTransport {
  public:
   explicit Transport(SimCluster* c) : c_(c) {}
   void SendPiece(HostId from, HostId to, ShardPieceMessage piece) override {
+    Bookkeeping bookkeeping(c_);
     const SimCosts& costs = c_->costs();
     const bool same_island = c_->host_island_[from.value()] == c_->host_island_[to.value()];
     const LinkCosts& link = same_island ? costs.ici : costs.dcn;
@@ -686,6 +714,7 @@ void SimCluster::Build() {
       ho.housekeeping_period = absl::ZeroDuration();
       ho.on_run_done = [this, host, island](HostId, RunId run, int64_t device_us, int launches) {
         // A report to the island's scheduler.
+        Bookkeeping bookkeeping(this);
         Message(host_threads_[host.value()], scheduler_threads_[island.value()],
                 Ns(costs().host.scheduler_report_us),
                 [this, host, island, run, device_us, launches] {
@@ -699,6 +728,7 @@ void SimCluster::Build() {
       ho.report_to_parent = [this, host](HostId parent, const SubtreeReport& report) {
         // A report to the parent host, which gathers it with its own
         // (the same work for it as a report is for the scheduler).
+        Bookkeeping bookkeeping(this);
         Message(host_threads_[host.value()], host_threads_[parent.value()],
                 Ns(costs().host.scheduler_report_us), [this, parent, report] {
                   Profiled(&profile_.host_report,
@@ -896,8 +926,10 @@ void SimCluster::OnThread(SimThread* thread, int64_t cost_ns, std::function<void
       return;
     }
     const int64_t cpu0 = ThreadCpuNanos();
+    const int64_t bookkeeping0 = bookkeeping_ns_;
     work();
-    thread->Run(loop_.now(), std::max<int64_t>(1, ThreadCpuNanos() - cpu0));
+    const int64_t cpu = ThreadCpuNanos() - cpu0 - (bookkeeping_ns_ - bookkeeping0);
+    thread->Run(loop_.now(), std::max<int64_t>(1, cpu));
   });
 }
 
@@ -909,13 +941,16 @@ void SimCluster::Profiled(CpuProfile::Kind* kind, const std::function<void()>& w
     return;
   }
   const int64_t start = ThreadCpuNanos();
+  const int64_t bookkeeping0 = bookkeeping_ns_;
   work();
-  kind->ns += ThreadCpuNanos() - start;
+  kind->ns += ThreadCpuNanos() - start - (bookkeeping_ns_ - bookkeeping0);
+  kind->bookkeeping_ns += bookkeeping_ns_ - bookkeeping0;
   if (counts) ++kind->count;
 }
 
 void SimCluster::HostEnqueue(HostId host, RunRequest run, std::vector<ArrayId> release,
                              std::function<void()> then) {
+  Bookkeeping bookkeeping(this);
   NoteRuns({run});
   const HostCosts& h = costs().host;
   const int64_t cost = Ns(h.host_run_us + LaunchesOn(run, host) * h.host_launch_us);
@@ -1018,6 +1053,7 @@ void SimCluster::Count(int64_t busy_ns, int64_t compute_ns) {
 
 void SimCluster::Message(SimThread* from, SimThread* to, int64_t cost_ns,
                          std::function<void()> then) {
+  Bookkeeping bookkeeping(this);
   const HostCosts& h = costs().host;
   const int64_t handoff = Ns(h.handoff_us);
   ++counters_.requests;

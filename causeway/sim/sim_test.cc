@@ -162,6 +162,21 @@ TEST(SimulateDispatchTest, AReportTreeCostsTheSchedulerOneReportPerRun) {
   }
 }
 
+// The real code's CPU, as a profile and --cpu measured count it, leaves out
+// the simulator's own bookkeeping of the messages that code sends: a batch
+// submitted to the scheduler sends its runs on to the hosts; a client's call
+// sends nothing.
+TEST(SimulateDispatchTest, MeasuredCpuLeavesOutTheSimulatorsBookkeeping) {
+  SimDispatchOptions o = Small(DispatchGranularity::kChained, Controller::kSingle, 8, 2, 0);
+  o.cluster.profile_cpu = true;
+  o.cluster.cpu = CpuCosts::kMeasured;
+  ASSERT_OK_AND_ASSIGN(SimDispatchResult r, SimulateDispatch(o));
+  EXPECT_GT(r.profile.scheduler.bookkeeping_ns, 0);
+  EXPECT_GT(r.profile.scheduler.ns, 0);
+  EXPECT_EQ(r.profile.client_call.bookkeeping_ns, 0);
+  EXPECT_GT(r.profile.client_call.ns, 0);
+}
+
 TEST(SimulateDispatchTest, LongComputationsKeepDevicesBusy) {
   // 2 ms computations dwarf a few microseconds of control plane: nearly
   // every device-second is work, with either controller.
