@@ -552,8 +552,7 @@ void IslandScheduler::SendToHosts(std::vector<Outgoing>& batch) {
   // Consecutive runs go to each host as one message; a release first sends
   // what came before it, which keeps each host's order. Hosts sent the same
   // runs share one list: an SPMD program's batch goes to every host of the
-  // island, and copying each run once per host was most of the scheduler's
-  // work per batch at hundreds of hosts.
+  // island, and a list per host copied each run as many times.
   absl::flat_hash_map<HostService*, std::vector<uint32_t>> by_host;  // runs, as indices
   std::vector<HostService*> order;
   auto flush = [&] {
