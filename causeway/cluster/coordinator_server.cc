@@ -228,11 +228,7 @@ absl::Status CoordinatorServer::Impl::Start() {
     return absl::InvalidArgumentError(
         "the coordinator needs a cluster token (--token or CAUSEWAY_TOKEN)");
   }
-  if (options_.report_fanout < 0 || options_.report_fanout > limits::kMaxReportFanout) {
-    return absl::InvalidArgumentError(absl::StrCat("the report tree's fanout must be 0 to ",
-                                                   limits::kMaxReportFanout, "; given ",
-                                                   options_.report_fanout));
-  }
+  CW_RETURN_IF_ERROR(CheckReportFanout(options_.report_fanout));
   worker_token_ = options_.worker_token;
   if (const char* env = std::getenv("CAUSEWAY_WORKER_TOKEN"); worker_token_.empty() && env) {
     worker_token_ = env;

@@ -6,7 +6,6 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "causeway/backend/cpu/executable.h"
-#include "causeway/base/limits.h"
 #include "causeway/base/mutex.h"
 #include "causeway/base/status_macros.h"
 #include "causeway/resource/resource_manager.h"
@@ -39,11 +38,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("a local cluster of ", devices, " devices is too large (at most 4096)"));
   }
-  if (options.report_fanout < 0 || options.report_fanout > limits::kMaxReportFanout) {
-    return absl::InvalidArgumentError(absl::StrCat("the report tree's fanout must be 0 to ",
-                                                   limits::kMaxReportFanout, "; given ",
-                                                   options.report_fanout));
-  }
+  CW_RETURN_IF_ERROR(CheckReportFanout(options.report_fanout));
   backend::cpu::Kind();  // the built-in kind, registered
   CW_RETURN_IF_ERROR(CheckDeviceKindName(options.device_kind));
   CW_RETURN_IF_ERROR(backend::FindDeviceKind(options.device_kind).status());

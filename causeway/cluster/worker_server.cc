@@ -258,9 +258,9 @@ absl::Status WorkerServer::Impl::Start() {
     done.add_launches(launches);
     writer_->Post(std::move(m));
   };
-  if (welcome.report_fanout() < 0 || welcome.report_fanout() > limits::kMaxReportFanout) {
-    return absl::InvalidArgumentError(absl::StrCat("the coordinator's welcome names a report "
-                                                   "fanout of ", welcome.report_fanout()));
+  if (absl::Status fanout = CheckReportFanout(welcome.report_fanout()); !fanout.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the coordinator's welcome: ", fanout.message()));
   }
   ho.report_fanout = welcome.report_fanout();
   ho.report_to_parent = [this](HostId parent, const SubtreeReport& report) {

@@ -550,21 +550,23 @@ void IslandScheduler::Pump() {
 
 void IslandScheduler::SendToHosts(std::vector<Outgoing>& batch) {
   // Consecutive runs go to each host as one message; a release first sends
-  // what came before it, which keeps each host's order. Hosts sent the same
-  // runs share one list: an SPMD program's batch goes to every host of the
-  // island, and a list per host copied each run as many times.
+  // what came before it, which keeps each host's order. A host sent the
+  // same runs as the host before it gets the same list: an SPMD program's
+  // batch goes to every host of the island, and a list per host copied each
+  // run as many times.
   absl::flat_hash_map<HostService*, std::vector<uint32_t>> by_host;  // runs, as indices
   std::vector<HostService*> order;
   auto flush = [&] {
-    absl::flat_hash_map<std::vector<uint32_t>, std::vector<RunRequest>> lists;
+    const std::vector<uint32_t>* built_from = nullptr;
+    std::vector<RunRequest> list;
     for (HostService* h : order) {
       const std::vector<uint32_t>& indices = by_host[h];
-      auto [list, inserted] = lists.try_emplace(indices);
-      if (inserted) {
-        list->second.reserve(indices.size());
-        for (uint32_t i : indices) list->second.push_back(batch[i].run);
+      if (built_from == nullptr || *built_from != indices) {
+        list.clear();
+        for (uint32_t i : indices) list.push_back(batch[i].run);
+        built_from = &indices;
       }
-      h->EnqueueRuns(list->second);
+      h->EnqueueRuns(list);
     }
     by_host.clear();
     order.clear();

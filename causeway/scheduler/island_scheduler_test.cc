@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "causeway/base/limits.h"
 #include "causeway/base/mutex.h"
 #include "causeway/testing/status_matchers.h"
 #include "gmock/gmock.h"
@@ -571,6 +572,18 @@ TEST(ReportTreeTest, TheDistinctHostsInOrderFormACompleteTree) {
   EXPECT_FALSE(ReportTreeOf(hosts, HostId(5), 0).member);  // no tree
   // Fanout 8 over 6 hosts: one level under the root.
   EXPECT_EQ(ReportTreeOf(hosts, HostId(2), 8).parent, HostId(5));
+}
+
+// The one check of a configured or received fanout (local, simulated and
+// distributed clusters, and a worker's welcome).
+TEST(ReportTreeTest, AFanoutOutsideZeroToTheBoundIsRefused) {
+  EXPECT_OK(CheckReportFanout(0));
+  EXPECT_OK(CheckReportFanout(limits::kMaxReportFanout));
+  for (int64_t bad : {int64_t{-1}, int64_t{limits::kMaxReportFanout} + 1, int64_t{1} << 40}) {
+    const absl::Status status = CheckReportFanout(bad);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(status.message(), ::testing::HasSubstr(absl::StrCat("given ", bad)));
+  }
 }
 
 // With a report tree, only the program's first host (the root) reports a

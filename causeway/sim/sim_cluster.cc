@@ -12,7 +12,6 @@
 #include "absl/strings/str_cat.h"
 #include "causeway/backend/cpu/executable.h"
 #include "causeway/base/check.h"
-#include "causeway/base/limits.h"
 #include "causeway/base/status_macros.h"
 #include "causeway/base/trace.h"
 #include "causeway/ir/function.h"
@@ -35,12 +34,12 @@ class SimCluster::Bookkeeping {
  public:
   explicit Bookkeeping(SimCluster* c) : c_(c) {
     if (c_->bookkeeping_depth_++ == 0 && c_->measuring()) {
-      c_->bookkeeping_start_ns_ = ThreadCpuNanos();
+      c_->bookkeeping_start_ns_ = c_->CpuNow();
     }
   }
   ~Bookkeeping() {
     if (--c_->bookkeeping_depth_ == 0 && c_->measuring()) {
-      c_->bookkeeping_ns_ += ThreadCpuNanos() - c_->bookkeeping_start_ns_;
+      c_->bookkeeping_ns_ += c_->CpuNow() - c_->bookkeeping_start_ns_;
     }
   }
   Bookkeeping(const Bookkeeping&) = delete;
@@ -52,6 +51,10 @@ class SimCluster::Bookkeeping {
 
 bool SimCluster::measuring() const {
   return options_.cpu == CpuCosts::kMeasured || options_.profile_cpu;
+}
+
+int64_t SimCluster::CpuNow() const {
+  return options_.cpu_clock ? options_.cpu_clock() : ThreadCpuNanos();
 }
 
 // A machine's cores. Work ready at some time runs in the first gap of that
@@ -647,11 +650,7 @@ absl::StatusOr<std::unique_ptr<SimCluster>> SimCluster::Create(const SimClusterO
   if (o.cores < 0 || o.client_cores < 0 || o.coordinator_cores < 0) {
     return absl::InvalidArgumentError("core counts must be >= 0");
   }
-  if (o.report_fanout < 0 || o.report_fanout > limits::kMaxReportFanout) {
-    return absl::InvalidArgumentError(absl::StrCat("the report tree's fanout must be 0 to ",
-                                                   limits::kMaxReportFanout, "; given ",
-                                                   o.report_fanout));
-  }
+  CW_RETURN_IF_ERROR(CheckReportFanout(o.report_fanout));
   backend::cpu::Kind();  // plans are compiled for the CPU kind
   auto c = std::unique_ptr<SimCluster>(new SimCluster(o));
   c->Build();
@@ -925,10 +924,10 @@ void SimCluster::OnThread(SimThread* thread, int64_t cost_ns, std::function<void
       OnThread(thread, 0, std::move(work));
       return;
     }
-    const int64_t cpu0 = ThreadCpuNanos();
+    const int64_t cpu0 = CpuNow();
     const int64_t bookkeeping0 = bookkeeping_ns_;
     work();
-    const int64_t cpu = ThreadCpuNanos() - cpu0 - (bookkeeping_ns_ - bookkeeping0);
+    const int64_t cpu = CpuNow() - cpu0 - (bookkeeping_ns_ - bookkeeping0);
     thread->Run(loop_.now(), std::max<int64_t>(1, cpu));
   });
 }
@@ -940,10 +939,10 @@ void SimCluster::Profiled(CpuProfile::Kind* kind, const std::function<void()>& w
     work();
     return;
   }
-  const int64_t start = ThreadCpuNanos();
+  const int64_t start = CpuNow();
   const int64_t bookkeeping0 = bookkeeping_ns_;
   work();
-  kind->ns += ThreadCpuNanos() - start - (bookkeeping_ns_ - bookkeeping0);
+  kind->ns += CpuNow() - start - (bookkeeping_ns_ - bookkeeping0);
   kind->bookkeeping_ns += bookkeeping_ns_ - bookkeeping0;
   if (counts) ++kind->count;
 }

@@ -134,6 +134,9 @@ struct SimClusterOptions {
   // work, for `causeway sim calibrate`. Does not change the simulation.
   bool profile_cpu = false;
   CpuCosts cpu = CpuCosts::kCalibrated;
+  // The CPU clock (ns) that measured costs and profiles read; empty: the
+  // calling thread's (CLOCK_THREAD_CPUTIME_ID). Tests give one they drive.
+  std::function<int64_t()> cpu_clock;
   // Hosts report runs up a tree of this fanout (0: each to the scheduler;
   // HostExecutorOptions::report_fanout).
   int report_fanout = 0;
@@ -321,6 +324,7 @@ class SimCluster final : public ClusterConnection {
   // is a send, calibrated separately. Nested scopes count once.
   class Bookkeeping;
   bool measuring() const;
+  int64_t CpuNow() const;
   int bookkeeping_depth_ = 0;
   int64_t bookkeeping_start_ns_ = 0;
   int64_t bookkeeping_ns_ = 0;  // thread CPU, all scopes so far

@@ -165,16 +165,26 @@ TEST(SimulateDispatchTest, AReportTreeCostsTheSchedulerOneReportPerRun) {
 // The real code's CPU, as a profile and --cpu measured count it, leaves out
 // the simulator's own bookkeeping of the messages that code sends: a batch
 // submitted to the scheduler sends its runs on to the hosts; a client's call
-// sends nothing.
+// sends nothing. On a clock that ticks once per reading, a piece of work is
+// one tick, each bookkeeping scope inside it one more (entry to exit), and
+// the scope's own tick is what is left out: ns = count + scopes ticks, where
+// counting the bookkeeping in would give count + 2 * scopes.
 TEST(SimulateDispatchTest, MeasuredCpuLeavesOutTheSimulatorsBookkeeping) {
+  constexpr int64_t kTick = 1000;
   SimDispatchOptions o = Small(DispatchGranularity::kChained, Controller::kSingle, 8, 2, 0);
   o.cluster.profile_cpu = true;
   o.cluster.cpu = CpuCosts::kMeasured;
+  auto now = std::make_shared<int64_t>(0);
+  o.cluster.cpu_clock = [now] { return *now += kTick; };
   ASSERT_OK_AND_ASSIGN(SimDispatchResult r, SimulateDispatch(o));
-  EXPECT_GT(r.profile.scheduler.bookkeeping_ns, 0);
-  EXPECT_GT(r.profile.scheduler.ns, 0);
-  EXPECT_EQ(r.profile.client_call.bookkeeping_ns, 0);
-  EXPECT_GT(r.profile.client_call.ns, 0);
+  const CpuProfile::Kind& scheduler = r.profile.scheduler;
+  ASSERT_GT(scheduler.count, 0);
+  EXPECT_GT(scheduler.bookkeeping_ns, 0);
+  EXPECT_EQ(scheduler.ns, scheduler.count * kTick + scheduler.bookkeeping_ns);
+  const CpuProfile::Kind& call = r.profile.client_call;
+  ASSERT_GT(call.count, 0);
+  EXPECT_EQ(call.bookkeeping_ns, 0);
+  EXPECT_EQ(call.ns, call.count * kTick);
 }
 
 TEST(SimulateDispatchTest, LongComputationsKeepDevicesBusy) {

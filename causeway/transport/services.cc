@@ -19,6 +19,12 @@ absl::Status CheckSpmdLoopRange(int64_t id_base, int64_t first, int64_t count) {
                    limits::kMaxSpmdLoopSteps, " steps, from 0 or later, ids not overflowing)"));
 }
 
+absl::Status CheckReportFanout(int64_t fanout) {
+  if (fanout >= 0 && fanout <= limits::kMaxReportFanout) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("the report tree's fanout must be 0 to ",
+                                                 limits::kMaxReportFanout, "; given ", fanout));
+}
+
 ReportTreeNode ReportTreeOf(absl::Span<const HostId> hosts, HostId host, int fanout) {
   ReportTreeNode node;
   if (fanout < 1) return node;

@@ -139,6 +139,9 @@ struct ReportTreeNode {
   std::vector<HostId> children;
 };
 ReportTreeNode ReportTreeOf(absl::Span<const HostId> hosts, HostId host, int fanout);
+// OK if `fanout` is a report tree's fanout: 0 (no tree) to
+// limits::kMaxReportFanout. Checked wherever one is configured or received.
+absl::Status CheckReportFanout(int64_t fanout);
 
 // A host's report of its subtree's part of a run, to its parent in the
 // report tree: the device time and launches of the run on the reporting
