@@ -269,6 +269,32 @@ TEST(MutexTest, MutexLockExcludesOtherThreads) {
   EXPECT_EQ(counter, int64_t{kThreads} * kIncrements);
 }
 
+// Threads that try a held mutex before sleeping on it, beside threads that
+// sleep at once: the lock still excludes all of them.
+TEST(MutexTest, ThreadsThatSpinOnContentionStillExcludeEachOther) {
+  EXPECT_FALSE(Mutex::SpinsOnContention());
+  Mutex mu;
+  int64_t counter = 0;  // guarded by mu
+  constexpr int kThreads = 6;
+  constexpr int kIncrements = 20000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, spin = t % 2 == 0] {
+      Mutex::SpinOnContention(spin);
+      EXPECT_EQ(Mutex::SpinsOnContention(), spin);
+      for (int i = 0; i < kIncrements; ++i) {
+        MutexLock lock(&mu);
+        const int64_t read = counter;
+        counter = read + 1;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  MutexLock lock(&mu);
+  EXPECT_EQ(counter, int64_t{kThreads} * kIncrements);
+  EXPECT_FALSE(Mutex::SpinsOnContention());  // the setting is per thread
+}
+
 TEST(MutexTest, AwaitReturnsAtOnceWhenConditionHolds) {
   Mutex mu;
   MutexLock lock(&mu);

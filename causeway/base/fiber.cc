@@ -486,6 +486,9 @@ struct FiberPool::Impl {
     // A fiber's `delay` ends when this thread's timed wait does: ask for the
     // tightest timer slack (Linux's default lets it overshoot by 50 us).
     prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+    // A fiber that blocks on a held Mutex blocks this thread and every
+    // fiber it would run: try for a while first.
+    Mutex::SpinOnContention(true);
     Worker w;
 #ifdef CW_TSAN_FIBERS
     w.tsan_fiber = __tsan_get_current_fiber();

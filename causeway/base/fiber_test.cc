@@ -45,6 +45,23 @@ TEST(FiberTest, FibersWaitingOnEachOtherShareOneThread) {
   EXPECT_FALSE(fiber::InFiber());
 }
 
+// A pool's threads try a held Mutex before sleeping on it (sleeping would
+// stall every fiber behind the one that blocked); other threads do not.
+TEST(FiberTest, PoolThreadsSpinOnAHeldMutexOtherThreadsDoNot) {
+  EXPECT_FALSE(Mutex::SpinsOnContention());
+  FiberPool pool(2);
+  std::atomic<int> spinning{0};
+  std::vector<std::shared_ptr<FiberPool::Task>> tasks;
+  for (int i = 0; i < 4; ++i) {
+    tasks.push_back(pool.Spawn([&] {
+      if (Mutex::SpinsOnContention()) spinning.fetch_add(1);
+    }));
+  }
+  for (auto& t : tasks) t->Join();
+  EXPECT_EQ(spinning.load(), 4);
+  EXPECT_FALSE(Mutex::SpinsOnContention());
+}
+
 // Rounds of a barrier across two threads' fibers: exercises parking,
 // waking and migration between the pool's threads.
 TEST(FiberTest, BarrierRoundsAcrossThreads) {
