@@ -110,13 +110,13 @@ class ABSL_LOCKABLE Mutex {
 
  private:
   // Tries to take a held mutex for a while before sleeping on it, if this
-  // thread spins on contention. The
-  // critical sections here are short (a holder lets go within a microsecond
-  // or two), while sleeping costs a futex wait and a wake-up: tens of
-  // microseconds on a virtual machine, an inter-processor interrupt for the
-  // holder that wakes it, and, on a FiberPool thread, every device fiber
-  // that thread would have run meanwhile. The same bounded spin as glibc's
-  // adaptive mutexes (up to 100 tries), then the plain blocking lock.
+  // thread spins on contention. The critical sections here are short (a
+  // holder lets go within a microsecond or two), while sleeping costs a
+  // futex wait and a wake-up: tens of microseconds on a virtual machine, an
+  // inter-processor interrupt for the holder that wakes it, and, on a
+  // FiberPool thread, every device fiber that thread would have run
+  // meanwhile. The same bounded spin as glibc's adaptive mutexes (up to 100
+  // tries), then the plain blocking lock.
   void LockContended() {
     for (int i = 0; spin_on_contention_ && i < kSpinTries; ++i) {
 #if defined(__x86_64__) || defined(__i386__)
