@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -250,48 +251,43 @@ TEST(ClockTest, MicrosAndNanosShareAnEpoch) {
 // ---------------------------------------------------------------------------
 // Mutex / MutexLock / Notification
 
-TEST(MutexTest, MutexLockExcludesOtherThreads) {
+// `threads` threads each add 1 to a counter `increments` times, reading and
+// writing it under one Mutex; thread t first calls `start(t)`. Returns the
+// count, which is exact only if the Mutex excluded them.
+int64_t CountUnderOneMutex(int threads, int increments,
+                           const std::function<void(int)>& start = nullptr) {
   Mutex mu;
   int64_t counter = 0;  // guarded by mu
-  constexpr int kThreads = 8;
-  constexpr int kIncrements = 20000;
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&] {
-      for (int i = 0; i < kIncrements; ++i) {
-        MutexLock lock(&mu);
-        ++counter;
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  MutexLock lock(&mu);
-  EXPECT_EQ(counter, int64_t{kThreads} * kIncrements);
-}
-
-// Threads that try a held mutex before sleeping on it, beside threads that
-// sleep at once: the lock still excludes all of them.
-TEST(MutexTest, ThreadsThatSpinOnContentionStillExcludeEachOther) {
-  EXPECT_FALSE(Mutex::SpinsOnContention());
-  Mutex mu;
-  int64_t counter = 0;  // guarded by mu
-  constexpr int kThreads = 6;
-  constexpr int kIncrements = 20000;
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, spin = t % 2 == 0] {
-      Mutex::SpinOnContention(spin);
-      EXPECT_EQ(Mutex::SpinsOnContention(), spin);
-      for (int i = 0; i < kIncrements; ++i) {
+  std::vector<std::thread> running;
+  for (int t = 0; t < threads; ++t) {
+    running.emplace_back([&, t] {
+      if (start) start(t);
+      for (int i = 0; i < increments; ++i) {
         MutexLock lock(&mu);
         const int64_t read = counter;
         counter = read + 1;
       }
     });
   }
-  for (auto& t : threads) t.join();
+  for (auto& t : running) t.join();
   MutexLock lock(&mu);
-  EXPECT_EQ(counter, int64_t{kThreads} * kIncrements);
+  return counter;
+}
+
+TEST(MutexTest, MutexLockExcludesOtherThreads) {
+  EXPECT_EQ(CountUnderOneMutex(8, 20000), int64_t{8} * 20000);
+}
+
+// Threads that try a held mutex before sleeping on it, beside threads that
+// sleep at once: the lock still excludes all of them.
+TEST(MutexTest, ThreadsThatSpinOnContentionStillExcludeEachOther) {
+  EXPECT_FALSE(Mutex::SpinsOnContention());
+  const int64_t count = CountUnderOneMutex(6, 20000, [](int t) {
+    const bool spin = t % 2 == 0;
+    Mutex::SpinOnContention(spin);
+    EXPECT_EQ(Mutex::SpinsOnContention(), spin);
+  });
+  EXPECT_EQ(count, int64_t{6} * 20000);
   EXPECT_FALSE(Mutex::SpinsOnContention());  // the setting is per thread
 }
 

@@ -258,10 +258,8 @@ absl::Status WorkerServer::Impl::Start() {
     done.add_launches(launches);
     writer_->Post(std::move(m));
   };
-  if (absl::Status fanout = CheckReportFanout(welcome.report_fanout()); !fanout.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the coordinator's welcome: ", fanout.message()));
-  }
+  CW_RETURN_IF_ERROR(
+      Annotate(CheckReportFanout(welcome.report_fanout()), "the coordinator's welcome"));
   ho.report_fanout = welcome.report_fanout();
   ho.report_to_parent = [this](HostId parent, const SubtreeReport& report) {
     data_->SendReport(parent, report);
