@@ -30,6 +30,26 @@ int64_t ThreadCpuNanos() {
 }
 }  // namespace
 
+double CollectiveMemberUs(const HostCosts& h, double threads_per_core, bool after_delay) {
+  const std::vector<std::pair<double, double>>& points =
+      after_delay && !h.collective_member_after_delay_points.empty()
+          ? h.collective_member_after_delay_points
+          : h.collective_member_points;
+  if (points.empty()) {
+    return h.collective_member_us +
+           std::max(0.0, threads_per_core - 1) * h.collective_member_slope_us;
+  }
+  if (threads_per_core <= points.front().first) return points.front().second;
+  if (threads_per_core >= points.back().first) return points.back().second;
+  // The first point beyond; the one before it is at or below.
+  const auto above = std::upper_bound(
+      points.begin(), points.end(), threads_per_core,
+      [](double x, const std::pair<double, double>& p) { return x < p.first; });
+  const auto below = above - 1;
+  const double t = (threads_per_core - below->first) / (above->first - below->first);
+  return below->second + t * (above->second - below->second);
+}
+
 class SimCluster::Bookkeeping {
  public:
   explicit Bookkeeping(SimCluster* c) : c_(c) {
@@ -313,8 +333,8 @@ void SimDevice::Segment(int64_t start, int64_t from, const SimCluster::NodeCost*
   // computing. A member that parked first resumes a hand-off after the last
   // arrival.
   const HostCosts& h = cluster_->costs().host;
-  const double oversubscribed = std::max(0.0, thread_->machine()->threads_per_core() - 1);
-  const double member_us = h.collective_member_us + oversubscribed * h.collective_member_slope_us;
+  const double member_us = CollectiveMemberUs(h, thread_->machine()->threads_per_core(),
+                                              segment.after_delay);
   const double after_us =
       h.collective_after_us > 0 ? std::min(member_us, h.collective_after_us) : member_us;
   const int64_t arrive_ns = SimCluster::Ns(member_us - after_us);
@@ -392,6 +412,7 @@ SimCluster::NodeCost FunctionCost(const ir::Function& f, int gang, const SimCost
   double compute_us = 0;
   double network_us = 0;
   double since_collective_us = 0;  // compute since the last collective
+  bool delay_since_collective = false;  // ... and whether it slept in a `delay`
   const double ici_bytes_per_us = c.ici.gbytes_per_s * 1e3;
   const double steps = gang > 1 ? std::ceil(std::log2(static_cast<double>(gang))) : 0;
   for (const ir::Instruction& in : f.instructions()) {
@@ -402,6 +423,7 @@ SimCluster::NodeCost FunctionCost(const ir::Function& f, int gang, const SimCost
         break;
       case ir::OpKind::kDelay:
         since_collective_us += static_cast<double>(in.delay_us) + c.device.delay_overshoot_us;
+        delay_since_collective = true;
         break;
       case ir::OpKind::kMatmul:
       case ir::OpKind::kDotGeneral: {
@@ -428,9 +450,11 @@ SimCluster::NodeCost FunctionCost(const ir::Function& f, int gang, const SimCost
                                                 2.0 * (gang - 1) / gang * bytes / ici_bytes_per_us
                                           : 0;
           network_us += link_us;
-          cost.segments.push_back({SimCluster::Ns(since_collective_us), SimCluster::Ns(link_us)});
+          cost.segments.push_back({SimCluster::Ns(since_collective_us), SimCluster::Ns(link_us),
+                                   delay_since_collective});
           compute_us += since_collective_us;
           since_collective_us = 0;
+          delay_since_collective = false;
         } else {
           since_collective_us +=
               static_cast<double>(BytesOf(f, in)) / (c.device.gbytes_per_s * 1e3);

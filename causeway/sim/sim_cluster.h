@@ -65,6 +65,16 @@ struct HostCosts {
   // ... and this much more for each device thread per core of its machine
   // beyond one (context switches grow dearer on oversubscribed cores).
   double collective_member_slope_us = 0;
+  // Where the line does not fit a machine: a member's CPU measured at
+  // several sizes, (device threads per core, us) in ascending order,
+  // interpolated linearly between them and flat beyond the ends; empty: the
+  // line. The first for a member whose launch did not sleep in a `delay`
+  // before the collective (with no compute, every device thread stays
+  // runnable and contends for the cores); the second for one that did (an
+  // emulated device's thread sleeps in its `delay` and wakes to a quieter
+  // machine), empty: the first. See CollectiveMemberUs().
+  std::vector<std::pair<double, double>> collective_member_points;
+  std::vector<std::pair<double, double>> collective_member_after_delay_points;
   // At most this much of a member's CPU in a collective is spent once the
   // gang has met (its wake-up and return: serial on the machine's cores
   // after the last arrival); the rest when it arrives (the hub's bookkeeping
@@ -99,6 +109,12 @@ struct SimCosts {
 // This machine's costs, measured by `causeway sim calibrate` (the figures
 // and the command are in sim/calibration.cc and docs/SIM.md).
 SimCosts CalibratedCosts();
+
+// One gang member's CPU in one collective on a machine of
+// `threads_per_core` device threads per core (0 with a core per thread),
+// `after_delay` if its launch slept in a `delay` since the collective before
+// (or its start): from `h`'s points where it has them, else its line.
+double CollectiveMemberUs(const HostCosts& h, double threads_per_core, bool after_delay);
 
 // What the control plane's threads are charged for their work.
 enum class CpuCosts {
@@ -272,6 +288,7 @@ class SimCluster final : public ClusterConnection {
     struct Segment {
       int64_t compute_ns = 0;
       int64_t network_ns = 0;
+      bool after_delay = false;  // the compute before it includes a `delay`
     };
     std::vector<Segment> segments;
     int64_t tail_compute_ns = 0;

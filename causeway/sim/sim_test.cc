@@ -86,6 +86,45 @@ TEST(FunctionCostTest, EachCollectiveIsAMeetingAfterTheComputeBeforeIt) {
   EXPECT_EQ(c.network_ns, 2 * (4000 + 1536));
 }
 
+TEST(FunctionCostTest, ASegmentSaysWhetherItsComputeSleptInADelay) {
+  ir::FunctionBuilder b("f");
+  ir::Value x = b.Parameter(ir::Shape(ir::DType::kF32, {256}));
+  x = b.Delay(x, 300);
+  x = b.AllReduce(x, {"x"});
+  x = b.Add(x, x);
+  x = b.AllReduce(x, {"x"});
+  x = b.Delay(x, 10);
+  x = b.AllReduce(x, {"x"});
+  ir::Function f = *b.Build({x});
+  const SimCluster::NodeCost c = FunctionCost(f, 4, SimCosts{});
+  ASSERT_EQ(c.segments.size(), 3u);
+  EXPECT_TRUE(c.segments[0].after_delay);
+  EXPECT_FALSE(c.segments[1].after_delay);  // an add since the last collective
+  EXPECT_TRUE(c.segments[2].after_delay);
+}
+
+TEST(CollectiveMemberCostTest, PointsAreInterpolatedAndFlatBeyondTheirEnds) {
+  HostCosts h;
+  h.collective_member_us = 8;
+  h.collective_member_slope_us = 2;
+  // No points: the line, flat up to one device thread per core.
+  EXPECT_DOUBLE_EQ(CollectiveMemberUs(h, 0, false), 8);
+  EXPECT_DOUBLE_EQ(CollectiveMemberUs(h, 4, false), 14);
+  EXPECT_DOUBLE_EQ(CollectiveMemberUs(h, 4, true), 14);
+  h.collective_member_points = {{4, 14}, {8, 24}, {16, 28}};
+  EXPECT_DOUBLE_EQ(CollectiveMemberUs(h, 1, false), 14);
+  EXPECT_DOUBLE_EQ(CollectiveMemberUs(h, 4, false), 14);
+  EXPECT_DOUBLE_EQ(CollectiveMemberUs(h, 6, false), 19);
+  EXPECT_DOUBLE_EQ(CollectiveMemberUs(h, 8, false), 24);
+  EXPECT_DOUBLE_EQ(CollectiveMemberUs(h, 12, false), 26);
+  EXPECT_DOUBLE_EQ(CollectiveMemberUs(h, 64, false), 28);
+  // After a delay: the same points until it has its own.
+  EXPECT_DOUBLE_EQ(CollectiveMemberUs(h, 6, true), 19);
+  h.collective_member_after_delay_points = {{4, 13}, {16, 9}};
+  EXPECT_DOUBLE_EQ(CollectiveMemberUs(h, 10, true), 11);
+  EXPECT_DOUBLE_EQ(CollectiveMemberUs(h, 10, false), 25);
+}
+
 SimCosts TestCosts() {
   SimCosts c;
   c.host.client_run_us = 3;
@@ -241,6 +280,33 @@ TEST(SimulateDispatchTest, ArrivalCostsOverlapComputeButNotEachOther) {
     } else {
       EXPECT_GT(ratio, 0.95) << compute_us;
       EXPECT_LT(ratio, 1.05) << compute_us;
+    }
+  }
+}
+
+// A member's cost from points: points that give the line's value at the
+// machine's device threads per core simulate exactly what the line does, and
+// points for members after a delay change only runs that compute in one.
+TEST(SimulateDispatchTest, AMembersCostComesFromItsPointsWhereItHasThem) {
+  for (int64_t compute_us : {int64_t{0}, int64_t{300}}) {
+    // 16 devices on 2 cores: 8 device threads per core.
+    SimDispatchOptions line = Small(DispatchGranularity::kChained, Controller::kSingle, 2, 8,
+                                    compute_us);
+    line.cluster.one_machine = true;
+    line.cluster.cores = 2;
+    SimDispatchOptions points = line;
+    points.cluster.costs.host.collective_member_points = {{4, 1}, {8, 8 + 7 * 2}, {16, 500}};
+    SimDispatchOptions after_delay = points;
+    after_delay.cluster.costs.host.collective_member_after_delay_points = {{8, 60}};
+    ASSERT_OK_AND_ASSIGN(SimDispatchResult a, SimulateDispatch(line));
+    ASSERT_OK_AND_ASSIGN(SimDispatchResult b, SimulateDispatch(points));
+    ASSERT_OK_AND_ASSIGN(SimDispatchResult c, SimulateDispatch(after_delay));
+    EXPECT_EQ(a.seconds, b.seconds) << compute_us;
+    if (compute_us == 0) {
+      EXPECT_EQ(c.seconds, b.seconds);
+    } else {
+      // 8 members a core at 60 us instead of 22 after each 300 us delay.
+      EXPECT_GT(c.seconds, 1.3 * b.seconds) << compute_us;
     }
   }
 }
