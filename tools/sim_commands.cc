@@ -1061,6 +1061,10 @@ int RunValidate(const ValidateFlags& f) {
     b.seconds = f.seconds;
     benches.push_back(b);
   }
+  // The rows come once every real run is in: say how long that takes.
+  std::fprintf(stderr, "causeway sim validate: %d real runs of %.2g s (%zu configurations, %d "
+               "rounds), then their simulations\n",
+               static_cast<int>(benches.size()) * f.repeat, f.seconds, benches.size(), f.repeat);
   absl::StatusOr<std::vector<std::vector<double>>> real_runs = RealDispatchRuns(benches, f.repeat);
   if (!real_runs.ok()) return fail(real_runs.status(), kExitRuntime);
   for (size_t i = 0; i < configurations.size(); ++i) configurations[i].runs = (*real_runs)[i];
