@@ -632,13 +632,16 @@ absl::StatusOr<json> Calibrate(const CalibrateFlags& f) {
   //   (chained - fused step) x cores / devices, the mean over the sizes.
   const double cores = std::max(1u, std::thread::hardware_concurrency());
   constexpr int kGangSizes[3][2] = {{8, 1}, {16, 2}, {32, 4}};  // devices, hosts
-  // The real runs of 1 s: fused and chained with no computation, and
-  // chained computing 500 us, at each size.
+  // The real runs of 1 s at each size: fused and chained with no
+  // computation, and chained computing 500 us (the three, in this order,
+  // per size); then the median time per all-reduce of each.
+  constexpr std::pair<DispatchGranularity, int64_t> kGangRuns[3] = {
+      {DispatchGranularity::kFused, 0},
+      {DispatchGranularity::kChained, 0},
+      {DispatchGranularity::kChained, 500}};
   std::vector<DispatchBenchOptions> gang_benches;
   for (const auto& size : kGangSizes) {
-    for (auto [mode, compute_us] : {std::pair{DispatchGranularity::kFused, int64_t{0}},
-                                    std::pair{DispatchGranularity::kChained, int64_t{0}},
-                                    std::pair{DispatchGranularity::kChained, int64_t{500}}}) {
+    for (const auto& [mode, compute_us] : kGangRuns) {
       DispatchBenchOptions b;
       b.mode = mode;
       b.chain = 16;
@@ -651,36 +654,29 @@ absl::StatusOr<json> Calibrate(const CalibrateFlags& f) {
   }
   CW_ASSIGN_OR_RETURN(const std::vector<std::vector<double>> gang_runs,
                       RealDispatchRuns(gang_benches, f.gang_runs));
-  // The median time per all-reduce of those runs over `devices` devices on
-  // `hosts` hosts, each also computing `compute_us`.
-  auto median_step_us = [&](DispatchGranularity mode, int devices, int hosts,
-                            int64_t compute_us) -> absl::StatusOr<double> {
-    for (size_t i = 0; i < gang_benches.size(); ++i) {
-      const DispatchBenchOptions& b = gang_benches[i];
-      if (b.mode == mode && b.devices == devices && b.hosts == hosts &&
-          b.compute_us == compute_us) {
-        return 1e6 / Median(gang_runs[i]);
-      }
-    }
-    return absl::InternalError("no real runs of that configuration");
+  struct GangSteps {
+    double fused_us;
+    double chained_us;
+    double chained_500_us;
   };
-  double fused_step_us[3] = {};
+  std::vector<GangSteps> steps;
+  for (size_t i = 0; i < std::size(kGangSizes); ++i) {
+    steps.push_back({1e6 / Median(gang_runs[3 * i]), 1e6 / Median(gang_runs[3 * i + 1]),
+                     1e6 / Median(gang_runs[3 * i + 2])});
+  }
   {
     std::vector<double> xs;
     std::vector<double> ys;
     double launch_sum = 0;
-    for (int i = 0; i < 3; ++i) {
+    for (size_t i = 0; i < std::size(kGangSizes); ++i) {
       const int devices = kGangSizes[i][0];
-      const int hosts = kGangSizes[i][1];
-      CW_ASSIGN_OR_RETURN(fused_step_us[i],
-                          median_step_us(DispatchGranularity::kFused, devices, hosts, 0));
-      CW_ASSIGN_OR_RETURN(const double chained_us,
-                          median_step_us(DispatchGranularity::kChained, devices, hosts, 0));
       xs.push_back(devices / cores);
-      ys.push_back(std::max(0.0, (fused_step_us[i] - c.host.handoff_us) * cores / devices));
-      launch_sum += (chained_us - fused_step_us[i]) * cores / devices;
-      measured[absl::StrCat("embedded_fused_step_us_", devices, "_devices")] = fused_step_us[i];
-      measured[absl::StrCat("embedded_chained_step_us_", devices, "_devices")] = chained_us;
+      ys.push_back(std::max(0.0, (steps[i].fused_us - c.host.handoff_us) * cores / devices));
+      launch_sum += (steps[i].chained_us - steps[i].fused_us) * cores / devices;
+      measured[absl::StrCat("embedded_fused_step_us_", devices, "_devices")] = steps[i].fused_us;
+      measured[absl::StrCat("embedded_chained_step_us_", devices, "_devices")] =
+          steps[i].chained_us;
+      measured[absl::StrCat("collective_member_us_line_point_", devices, "_devices")] = ys.back();
     }
     // The fitted line, made flat if it falls (the cost cannot drop with
     // more threads per core), through the points' mean; the base is its
@@ -733,7 +729,7 @@ absl::StatusOr<json> Calibrate(const CalibrateFlags& f) {
   for (size_t i = 0; i < std::size(kGangSizes); ++i) {
     CW_ASSIGN_OR_RETURN(const double member_us,
                         fit_member(DispatchGranularity::kFused, kGangSizes[i][0], kGangSizes[i][1],
-                                   0, fused_step_us[i], /*after_delay=*/false));
+                                   0, steps[i].fused_us, /*after_delay=*/false));
     c.host.collective_member_points.emplace_back(kGangSizes[i][0] / cores, member_us);
   }
   measured["handoff_us"] = c.host.handoff_us;
@@ -819,16 +815,12 @@ absl::StatusOr<json> Calibrate(const CalibrateFlags& f) {
   // threads that wake from a timer one after another find the cores
   // quieter than threads that are all runnable at once.
   for (size_t i = 0; i < std::size(kGangSizes); ++i) {
-    constexpr int64_t kComputeUs = 500;
     const int devices = kGangSizes[i][0];
-    const int hosts = kGangSizes[i][1];
-    CW_ASSIGN_OR_RETURN(
-        const double step_us,
-        median_step_us(DispatchGranularity::kChained, devices, hosts, kComputeUs));
+    const double step_us = steps[i].chained_500_us;
     measured[absl::StrCat("embedded_chained_500us_step_us_", devices, "_devices")] = step_us;
     CW_ASSIGN_OR_RETURN(const double member_us,
-                        fit_member(DispatchGranularity::kChained, devices, hosts, kComputeUs,
-                                   step_us, /*after_delay=*/true));
+                        fit_member(DispatchGranularity::kChained, devices, kGangSizes[i][1],
+                                   kGangRuns[2].second, step_us, /*after_delay=*/true));
     c.host.collective_member_after_delay_points.emplace_back(devices / cores, member_us);
   }
   // 5. Links on this machine: within an island, memcpy (the hub and the
@@ -1024,16 +1016,8 @@ int RunValidate(const ValidateFlags& f) {
   if (f.controller != "multi") controllers.push_back(Controller::kSingle);
   if (f.controller != "single") controllers.push_back(Controller::kMulti);
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  struct Configuration {
-    int devices = 0;
-    int hosts = 0;
-    std::string mode;
-    DispatchGranularity granularity = DispatchGranularity::kChained;
-    int64_t compute_us = 0;
-    Controller controller = Controller::kSingle;
-    std::vector<double> runs;  // real computations/s
-  };
-  std::vector<Configuration> configurations;
+  // Every configuration, in the order of its rows.
+  std::vector<DispatchBenchOptions> benches;
   for (auto [devices, hosts] : sizes) {
     for (absl::string_view mode : absl::StrSplit(f.modes, ',')) {
       auto m = kModes.find(std::string(mode));
@@ -1043,23 +1027,18 @@ int RunValidate(const ValidateFlags& f) {
       }
       for (int64_t us : *lengths) {
         for (Controller controller : controllers) {
-          configurations.push_back({devices, hosts, std::string(mode), m->second, us, controller,
-                                    {}});
+          DispatchBenchOptions b;
+          b.mode = m->second;
+          b.controller = controller;
+          b.devices = devices;
+          b.hosts = hosts;
+          b.chain = f.chain;
+          b.compute_us = us;
+          b.seconds = f.seconds;
+          benches.push_back(b);
         }
       }
     }
-  }
-  std::vector<DispatchBenchOptions> benches;
-  for (const Configuration& c : configurations) {
-    DispatchBenchOptions b;
-    b.mode = c.granularity;
-    b.controller = c.controller;
-    b.devices = c.devices;
-    b.hosts = c.hosts;
-    b.chain = f.chain;
-    b.compute_us = c.compute_us;
-    b.seconds = f.seconds;
-    benches.push_back(b);
   }
   // The rows come once every real run is in: say how long that takes.
   std::fprintf(stderr, "causeway sim validate: %d real runs of %.2g s (%zu configurations, %d "
@@ -1067,25 +1046,25 @@ int RunValidate(const ValidateFlags& f) {
                static_cast<int>(benches.size()) * f.repeat, f.seconds, benches.size(), f.repeat);
   absl::StatusOr<std::vector<std::vector<double>>> real_runs = RealDispatchRuns(benches, f.repeat);
   if (!real_runs.ok()) return fail(real_runs.status(), kExitRuntime);
-  for (size_t i = 0; i < configurations.size(); ++i) configurations[i].runs = (*real_runs)[i];
   int within = 0;  // of 10 %
-  for (const Configuration& c : configurations) {
-    const std::vector<double>& runs = c.runs;
+  for (size_t i = 0; i < benches.size(); ++i) {
+    const DispatchBenchOptions& b = benches[i];
+    const std::vector<double>& runs = (*real_runs)[i];
     const double real = Median(runs);
-    sim::SimDispatchOptions o = EmbeddedSimulation(c.granularity, c.devices, c.hosts, f.chain,
-                                                   c.compute_us, cores, costs);
-    o.controller = c.controller;
-    o.units = c.granularity == DispatchGranularity::kOpByOp ? 512 : 32;
+    sim::SimDispatchOptions o =
+        EmbeddedSimulation(b.mode, b.devices, b.hosts, f.chain, b.compute_us, cores, costs);
+    o.controller = b.controller;
+    o.units = b.mode == DispatchGranularity::kOpByOp ? 512 : 32;
     absl::StatusOr<sim::SimDispatchResult> simulated = sim::SimulateDispatch(o);
     if (!simulated.ok()) return fail(simulated.status(), kExitRuntime);
     const double ratio = simulated->computations_per_second / real;
     if (std::abs(ratio - 1.0) <= 0.10) ++within;
     const json row = {{"sim", "validate"},
-                      {"devices", c.devices},
-                      {"hosts", c.hosts},
-                      {"mode", c.mode},
-                      {"controller", Name(c.controller)},
-                      {"compute_us", c.compute_us},
+                      {"devices", b.devices},
+                      {"hosts", b.hosts},
+                      {"mode", Name(b.mode)},
+                      {"controller", Name(b.controller)},
+                      {"compute_us", b.compute_us},
                       {"real_computations_per_second", real},
                       {"real_runs", runs},
                       {"sim_computations_per_second", simulated->computations_per_second},
@@ -1095,13 +1074,13 @@ int RunValidate(const ValidateFlags& f) {
     } else {
       std::printf("%3d devices / %d hosts  %-7s %-6s %5lld us: real %9.0f (%.0f..%.0f) "
                   " sim %9.0f computations/s  sim/real %.3f\n",
-                  c.devices, c.hosts, c.mode.c_str(), Name(c.controller),
-                  static_cast<long long>(c.compute_us), real, runs.front(), runs.back(),
+                  b.devices, b.hosts, Name(b.mode), Name(b.controller),
+                  static_cast<long long>(b.compute_us), real, runs.front(), runs.back(),
                   simulated->computations_per_second, ratio);
     }
   }
   std::fflush(stdout);
-  const int count = static_cast<int>(configurations.size());
+  const int count = static_cast<int>(benches.size());
   if (f.json) {
     std::printf("%s\n", json{{"sim", "validate"},
                              {"configurations", count},

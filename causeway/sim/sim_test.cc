@@ -159,6 +159,14 @@ SimDispatchOptions Small(DispatchGranularity mode, Controller controller, int ho
   return o;
 }
 
+// `o` with every thread on one machine of 2 cores, as on this machine's
+// embedded cluster.
+SimDispatchOptions OnTwoCores(SimDispatchOptions o) {
+  o.cluster.one_machine = true;
+  o.cluster.cores = 2;
+  return o;
+}
+
 TEST(SimulateDispatchTest, IsDeterministic) {
   for (Controller controller : {Controller::kSingle, Controller::kMulti}) {
     const SimDispatchOptions o = Small(DispatchGranularity::kChained, controller, 4, 2, 100);
@@ -249,9 +257,7 @@ TEST(SimulateDispatchTest, OpByOpPaysTheControlPlaneOnEveryComputation) {
 
 TEST(SimulateDispatchTest, SharedCoresSlowManyDevicesDown) {
   SimDispatchOptions wide = Small(DispatchGranularity::kChained, Controller::kSingle, 4, 8, 0);
-  SimDispatchOptions two = wide;
-  two.cluster.one_machine = true;
-  two.cluster.cores = 2;
+  const SimDispatchOptions two = OnTwoCores(wide);
   ASSERT_OK_AND_ASSIGN(SimDispatchResult a, SimulateDispatch(wide));
   ASSERT_OK_AND_ASSIGN(SimDispatchResult b, SimulateDispatch(two));
   EXPECT_GT(a.computations_per_second, 2 * b.computations_per_second);
@@ -265,10 +271,8 @@ TEST(SimulateDispatchTest, ArrivalCostsOverlapComputeButNotEachOther) {
   // against 1100); with none the cores are busy throughout and the same CPU
   // gives the same rate.
   for (int64_t compute_us : {int64_t{500}, int64_t{0}}) {
-    SimDispatchOptions whole = Small(DispatchGranularity::kChained, Controller::kSingle, 4, 8,
-                                     compute_us);
-    whole.cluster.one_machine = true;
-    whole.cluster.cores = 2;
+    SimDispatchOptions whole = OnTwoCores(
+        Small(DispatchGranularity::kChained, Controller::kSingle, 4, 8, compute_us));
     whole.units = 24;
     SimDispatchOptions split = whole;
     split.cluster.costs.host.collective_after_us = 20;
@@ -290,10 +294,8 @@ TEST(SimulateDispatchTest, ArrivalCostsOverlapComputeButNotEachOther) {
 TEST(SimulateDispatchTest, AMembersCostComesFromItsPointsWhereItHasThem) {
   for (int64_t compute_us : {int64_t{0}, int64_t{300}}) {
     // 16 devices on 2 cores: 8 device threads per core.
-    SimDispatchOptions line = Small(DispatchGranularity::kChained, Controller::kSingle, 2, 8,
-                                    compute_us);
-    line.cluster.one_machine = true;
-    line.cluster.cores = 2;
+    const SimDispatchOptions line = OnTwoCores(
+        Small(DispatchGranularity::kChained, Controller::kSingle, 2, 8, compute_us));
     SimDispatchOptions points = line;
     points.cluster.costs.host.collective_member_points = {{4, 1}, {8, 8 + 7 * 2}, {16, 500}};
     SimDispatchOptions after_delay = points;
