@@ -27,6 +27,13 @@ CTEST_ARGS ?=
 CMAKE ?= cmake
 CTEST ?= ctest
 
+# ccache (CMakeLists.txt uses it when installed): paths relative to the tree
+# and no working directory in the hash, so a clone in another folder (CI's)
+# reuses the objects of this one instead of compiling everything again.
+export CCACHE_BASEDIR ?= $(CURDIR)
+export CCACHE_NOHASHDIR ?= true
+export CCACHE_MAXSIZE ?= 20G
+
 # Steps run in order; the parallelism lives inside ninja and ctest.
 .NOTPARALLEL:
 .DEFAULT_GOAL := build

@@ -107,11 +107,18 @@ class Array {
   std::shared_ptr<internal::ArrayState> state_;
 };
 
+// Whether Compile checks that every result declared replicated over a mesh
+// axis is the same on every device along it (causeway/ir/replication.h).
+// kOff is for a function whose results agree by construction in ways the
+// check cannot see; a result that does differ is then read from one device.
+enum class ReplicationCheck { kEnforce, kOff };
+
 struct CompileOptions {
   // One per parameter / result. Parameter and result shapes of the function
   // are per-shard; the global shape follows from the sharding.
   std::vector<Sharding> in_shardings;
   std::vector<Sharding> out_shardings;
+  ReplicationCheck replication_check = ReplicationCheck::kEnforce;
 };
 
 // A function compiled for a mesh. Copyable handle.
@@ -217,7 +224,9 @@ class Client {
   absl::StatusOr<Array> Put(const ir::Literal& value, const Mesh& mesh, const Sharding& sharding);
 
   // Verifies and compiles `function` for `mesh`; output shapes and shardings
-  // are fixed here. INVALID_ARGUMENT on a malformed function, a sharding
+  // are fixed here. INVALID_ARGUMENT on a malformed function, a result
+  // declared replicated over an axis along which its value differs (unless
+  // options.replication_check is kOff), a sharding
   // that does not fit, or a collective over an axis the mesh lacks.
   absl::StatusOr<CompiledFunction> Compile(const ir::Function& function, const Mesh& mesh,
                                            const CompileOptions& options);

@@ -9,9 +9,44 @@
 #include "causeway/base/clock.h"
 #include "causeway/base/trace.h"
 #include "causeway/base/status_macros.h"
+#include "causeway/ir/replication.h"
 #include "causeway/ir/verifier.h"
 
 namespace causeway::internal {
+namespace {
+
+// The replication check in mesh terms: a parameter varies along the axes of
+// size > 1 its sharding splits it over; a result must be replicated over the
+// mesh's other axes of size > 1.
+absl::Status CheckReplication(const ir::Function& function, const Mesh& mesh,
+                              const std::vector<Sharding>& in, const std::vector<Sharding>& out) {
+  auto split = [&](const Sharding& s) {
+    std::vector<std::string> axes;
+    for (const auto& dim : s.dims()) {
+      for (const std::string& a : dim) {
+        const int i = mesh.AxisIndex(a);
+        if (i >= 0 && mesh.axes()[i].size > 1) axes.push_back(a);
+      }
+    }
+    return axes;
+  };
+  std::vector<std::vector<std::string>> varying;
+  for (const Sharding& s : in) varying.push_back(split(s));
+  std::vector<std::vector<std::string>> replicated;
+  for (const Sharding& s : out) {
+    const std::vector<std::string> used = split(s);
+    std::vector<std::string> rest;
+    for (const MeshAxis& a : mesh.axes()) {
+      if (a.size > 1 && std::find(used.begin(), used.end(), a.name) == used.end()) {
+        rest.push_back(a.name);
+      }
+    }
+    replicated.push_back(std::move(rest));
+  }
+  return ir::CheckReplication(function, varying, replicated);
+}
+
+}  // namespace
 
 ShardHosts::ShardHosts(std::vector<HostId> shard_hosts) : by_shard(std::move(shard_hosts)) {
   // Shards lie on hosts in mesh order, so equal hosts mostly stand
@@ -202,6 +237,11 @@ absl::StatusOr<CompiledFunction> ClientCore::Compile(const ir::Function& functio
     CW_ASSIGN_OR_RETURN(ir::Shape g, global(function.output_shape(i), state->out_shardings[i],
                                             absl::StrCat("result ", i)));
     state->out_shapes.push_back(std::move(g));
+  }
+  if (options.replication_check == ReplicationCheck::kEnforce) {
+    CW_RETURN_IF_ERROR(
+        Annotate(CheckReplication(function, mesh, state->in_shardings, state->out_shardings),
+                 where));
   }
   // A shard larger than a device's whole memory could never be allocated.
   const Topology topology = cluster_->resources()->GetTopology();

@@ -222,9 +222,15 @@ absl::Status GptPipeline::CompileStages() {
     for (int id : stage_params_[s]) out.push_back(ParamSharding(specs[id]));
     return out;
   };
+  // The backward and evaluation steps add each device's own gradients and
+  // loss into accumulators declared replicated, which stay on their devices
+  // until the stage's reduce all-reduces them over data: partial sums by
+  // design, so those functions are compiled with the replication check off.
   auto compile = [&](const ir::Function& f, int64_t s, std::vector<Sharding> in,
-                     std::vector<Sharding> out) -> absl::StatusOr<CompiledFunction> {
-    return client_->Compile(f, meshes_[s], {std::move(in), std::move(out)});
+                     std::vector<Sharding> out,
+                     ReplicationCheck check = ReplicationCheck::kEnforce)
+      -> absl::StatusOr<CompiledFunction> {
+    return client_->Compile(f, meshes_[s], {std::move(in), std::move(out), check});
   };
   auto concat = [](std::vector<Sharding> a, const std::vector<Sharding>& b) {
     a.insert(a.end(), b.begin(), b.end());
@@ -267,7 +273,8 @@ absl::Status GptPipeline::CompileStages() {
       std::vector<Sharding> out_sh = ps;
       if (s > 0) out_sh.push_back(BatchSharding());
       CW_ASSIGN_OR_RETURN(CompiledFunction bf,
-                          compile(bwd, s, concat(concat(ps, ps), {in_sh, BatchSharding()}), out_sh));
+                          compile(bwd, s, concat(concat(ps, ps), {in_sh, BatchSharding()}), out_sh,
+                                  ReplicationCheck::kOff));
       backward_.push_back(bf);
     } else {
       // Loss and backward: (params..., acc..., loss_acc, x, targets) ->
@@ -295,7 +302,8 @@ absl::Status GptPipeline::CompileStages() {
       std::vector<Sharding> out_sh = ps;
       out_sh.push_back(Sharding::Replicated(0));
       out_sh.push_back(BatchSharding());
-      CW_ASSIGN_OR_RETURN(CompiledFunction bf, compile(bwd, s, in, out_sh));
+      CW_ASSIGN_OR_RETURN(CompiledFunction bf,
+                          compile(bwd, s, in, out_sh, ReplicationCheck::kOff));
       backward_.push_back(bf);
       // Evaluation: (params..., loss_acc, x, targets) -> loss_acc + share.
       FunctionBuilder eb("gpt_stage_last_eval");
@@ -308,7 +316,8 @@ absl::Status GptPipeline::CompileStages() {
       ein.push_back(Sharding::Replicated(0));
       ein.push_back(BatchSharding());
       ein.push_back(BatchSharding());
-      CW_ASSIGN_OR_RETURN(eval_last_, compile(e, s, ein, {Sharding::Replicated(0)}));
+      CW_ASSIGN_OR_RETURN(eval_last_,
+                          compile(e, s, ein, {Sharding::Replicated(0)}, ReplicationCheck::kOff));
       FunctionBuilder rb("gpt_eval_reduce");
       Value l = rb.Parameter(scalar);
       CW_ASSIGN_OR_RETURN(ir::Function r, rb.Build({D > 1 ? rb.AllReduce(l, {kDataAxis}) : rb.Add(l, rb.ConstantF32(0.0f))}));

@@ -402,11 +402,12 @@ class Compiled:
     function is traced (per shard) once per argument shapes and dtypes."""
 
     def __init__(self, fn: Union[Callable, Function], in_shardings: Any, out_shardings: Any = None,
-                 name: Optional[str] = None):
+                 name: Optional[str] = None, check_replication: bool = True):
         self._fn = fn
         self._in = in_shardings
         self._out = out_shardings
         self._name = name
+        self._check_replication = check_replication
         # (shapes and dtypes of the arguments) -> (compiled, returns a tuple, its call)
         self._cache: Dict[tuple, tuple] = {}
         self._fixed = None
@@ -428,7 +429,7 @@ class Compiled:
                 else [NamedSharding(mesh)] * f.num_outputs)
         in_specs = [s.dims(len(shape)) for s, (shape, _) in zip(ins, f.parameter_shapes)]
         out_specs = [s.dims(len(shape)) for s, (shape, _) in zip(outs, f.output_shapes)]
-        compiled = mesh.client.compile(f, mesh, in_specs, out_specs)
+        compiled = mesh.client.compile(f, mesh, in_specs, out_specs, self._check_replication)
         return compiled, multi, functools.partial(mesh.client.call, compiled)
 
     def specialize(self, shapes: Sequence[Tuple[Sequence[int], str]]) -> CompiledFunction:
@@ -462,14 +463,21 @@ class Compiled:
 
 
 def compile(fn: Optional[Union[Callable, Function]] = None, *, in_shardings: Any = None,
-            out_shardings: Any = None, name: Optional[str] = None):
+            out_shardings: Any = None, name: Optional[str] = None,
+            check_replication: bool = True):
     """Compiles ``fn`` (a Python function, traced per shard, or a
     :class:`Function`) for the mesh of its shardings. ``in_shardings`` and
     ``out_shardings`` are a NamedSharding for every value or a sequence of
-    them; outputs default to replicated. Usable as a decorator."""
+    them; outputs default to replicated. Usable as a decorator.
+
+    ``fn`` sees one shard of each argument. A result declared replicated over
+    a mesh axis must be the same on every device along it: a per-shard
+    reduction needs ``all_reduce`` (or ``all_gather``) over the axis, or the
+    result must be declared split over it. Compiling fails otherwise, naming
+    the result and the op, unless ``check_replication=False``."""
     if fn is None:
-        return lambda f: Compiled(f, in_shardings, out_shardings, name)
-    return Compiled(fn, in_shardings, out_shardings, name)
+        return lambda f: Compiled(f, in_shardings, out_shardings, name, check_replication)
+    return Compiled(fn, in_shardings, out_shardings, name, check_replication)
 
 
 jit = compile

@@ -142,17 +142,21 @@ void RegisterClient(py::module_& m) {
           "compile",
           [](const ClientRef& c, const ir::Function& f, const PyMesh& mesh,
              const std::vector<std::vector<std::vector<std::string>>>& in_specs,
-             const std::vector<std::vector<std::vector<std::string>>>& out_specs) {
+             const std::vector<std::vector<std::vector<std::string>>>& out_specs,
+             bool check_replication) {
             if (mesh.owner != c) {
               throw StatusError(absl::InvalidArgumentError("the mesh belongs to another client"));
             }
             CompileOptions o;
+            o.replication_check =
+                check_replication ? ReplicationCheck::kEnforce : ReplicationCheck::kOff;
             for (const auto& s : in_specs) o.in_shardings.push_back(ShardingFromSpec(s));
             for (const auto& s : out_specs) o.out_shardings.push_back(ShardingFromSpec(s));
             py::gil_scoped_release release;
             return PyCompiled{c, Unwrap(c->client->Compile(f, mesh.mesh, o))};
           },
-          py::arg("function"), py::arg("mesh"), py::arg("in_specs"), py::arg("out_specs"))
+          py::arg("function"), py::arg("mesh"), py::arg("in_specs"), py::arg("out_specs"),
+          py::arg("check_replication") = true)
       .def(
           "call",
           [](const ClientRef& c, const PyCompiled& f, const std::vector<PyArray*>& args) {

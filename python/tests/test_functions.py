@@ -20,6 +20,26 @@ def test_readme_sum(mesh):
     np.testing.assert_array_equal(np.asarray(y), np.full(16, 32.0, np.float32))
 
 
+def test_a_per_shard_sum_declared_replicated_is_refused_and_the_right_one_runs(mesh):
+    x = cw.device_put(np.arange(8, dtype=np.float32), shard(mesh, "data"))
+    wrong = cw.compile(lambda v: v.sum(), in_shardings=shard(mesh, "data"))
+    with pytest.raises(cw.InvalidArgumentError) as e:
+        wrong(x)
+    assert "result 0" in str(e.value) and "'data'" in str(e.value)
+    assert "reduce_sum" in str(e.value)
+
+    right = cw.compile(lambda v: cw.all_reduce(v.sum(), "data"), in_shardings=shard(mesh, "data"))
+    assert float(np.asarray(right(x))) == 28.0
+    # Declared split, each device's partial sum is its own shard of the result.
+    partial = cw.compile(lambda v: v.sum(keepdims=True), in_shardings=shard(mesh, "data"),
+                         out_shardings=shard(mesh, "data"))
+    np.testing.assert_array_equal(np.asarray(partial(x)), [1.0, 5.0, 9.0, 13.0])
+    # The opt-out compiles the per-shard function as written.
+    unchecked = cw.compile(lambda v: v.sum(), in_shardings=shard(mesh, "data"),
+                           check_replication=False)
+    assert np.asarray(unchecked(x)).shape == ()
+
+
 def test_operators_broadcasting_and_indexing_match_numpy(mesh, rng):
     a = rng.standard_normal((4, 6)).astype(np.float32)
     b = rng.standard_normal((6,)).astype(np.float32)

@@ -13,6 +13,7 @@
 namespace causeway::testing {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 
@@ -59,6 +60,38 @@ TEST(ClientTest, CallReturnsBeforeDataIsReadyAndComputesTheShardedResult) {
   ASSERT_OK_AND_ASSIGN(ir::Literal v, AwaitOrHang(out[0].Fetch()));
   // Column sums of 0..23 laid out 8x3.
   EXPECT_THAT(v.values<float>(), ElementsAreArray({84.0f, 92.0f, 100.0f}));
+}
+
+// A per-shard sum declared replicated would return one device's partial sum:
+// Compile refuses it, naming the result and the op; the all-reduced sum
+// compiles and is right; kOff lets the per-shard function through.
+TEST(ClientTest, CompileRefusesAReplicatedResultThatDiffersAcrossShards) {
+  auto cluster = MakeCluster(TwoByTwoByTwo());
+  auto client = Connect(cluster.get());
+  ASSERT_OK_AND_ASSIGN(Mesh mesh, client->AllocateMesh({{"data", 2}}));
+  const Sharding split({{"data"}});
+  auto sum = [](bool all_reduce) {
+    ir::FunctionBuilder b("sum");
+    ir::Value x = b.Parameter(ir::Shape(ir::DType::kF32, {2}));
+    ir::Value s = b.ReduceSum(x, {0});
+    return b.Build({all_reduce ? b.AllReduce(s, {"data"}) : s}).value();
+  };
+  const CompileOptions options{{split}, {Sharding::Replicated(0)}};
+  const auto refused = client->Compile(sum(false), mesh, options);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(),
+              AllOf(HasSubstr("compiling sum"), HasSubstr("result 0"), HasSubstr("'data'"),
+                    HasSubstr("reduce_sum")));
+
+  ASSERT_OK_AND_ASSIGN(CompiledFunction right, client->Compile(sum(true), mesh, options));
+  ASSERT_OK_AND_ASSIGN(Array in, client->Put(ir::Literal::F32({4}, {0, 1, 2, 3}), mesh, split));
+  ASSERT_OK_AND_ASSIGN(std::vector<Array> out, client->Call(right, {in}));
+  ASSERT_OK_AND_ASSIGN(ir::Literal v, AwaitOrHang(out[0].Fetch()));
+  EXPECT_THAT(v.values<float>(), ElementsAreArray({6.0f}));
+
+  CompileOptions off = options;
+  off.replication_check = ReplicationCheck::kOff;
+  EXPECT_OK(client->Compile(sum(false), mesh, off).status());
 }
 
 // Doubles an 8x4 iota on a mesh of island 0 (`axes0`, split by `s0`, each
