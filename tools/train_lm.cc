@@ -213,9 +213,6 @@ int RunTrainLm(TrainLmFlags f) {
   } else {
     o.layout = {1, f.devices};
   }
-  if (f.resume && o.checkpoint_dir.empty()) {
-    return Fail(cmd, absl::InvalidArgumentError("--resume needs --checkpoint DIR"));
-  }
   const auto kind = f.tokenizer == "bytes" ? models::TokenizerKind::kBytes
                                            : models::TokenizerKind::kChars;
   absl::StatusOr<models::TextDataset> data = models::TextDataset::Load(f.data, kind, o.model.context);
@@ -228,6 +225,11 @@ int RunTrainLm(TrainLmFlags f) {
     absl::StatusOr<models::LmCheckpoint> c = models::ReadLmCheckpoint(o.checkpoint_dir);
     if (!c.ok()) return Fail(cmd, c.status());
     resume = std::make_unique<models::LmCheckpoint>(*std::move(c));
+    if (resume->iteration >= o.iters) {
+      return Usage(cmd, absl::StrCat("the checkpoint in ", o.checkpoint_dir, " is at iteration ",
+                                     resume->iteration, ", and --iters ", o.iters,
+                                     " leaves nothing to train: give a larger --iters"));
+    }
   }
   absl::StatusOr<Connection> conn = Connect(f.cluster, o.layout.devices(), f.hosts, f.timeout_s,
                                             f.share, multi_mesh_cluster.get(),
@@ -535,11 +537,12 @@ void AddTrainLmCommand(CLI::App* train, int* exit_code) {
   lm->add_option("--max-in-flight", o.max_in_flight,
                  "Steps dispatched ahead of the oldest loss not yet read")
       ->check(CLI::Range(1, 1024));
-  lm->add_option("--checkpoint", o.checkpoint_dir, "Checkpoint directory");
+  CLI::Option* checkpoint = lm->add_option("--checkpoint", o.checkpoint_dir, "Checkpoint directory");
   lm->add_option("--checkpoint-every", o.checkpoint_every,
                  "Also checkpoint every N iterations (0: only at the end)")
       ->check(CLI::NonNegativeNumber)->check(Finite());
-  lm->add_flag("--resume", f->resume, "Continue from the checkpoint in --checkpoint");
+  lm->add_flag("--resume", f->resume, "Continue from the checkpoint in --checkpoint")
+      ->needs(checkpoint);
   lm->add_option("--stop-at", f->stop_at,
                  "Stop after this iteration as if interrupted (checkpoint written)");
   lm->add_flag("--json", f->json, "One JSON object per line");

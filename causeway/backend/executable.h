@@ -4,10 +4,12 @@
 // thread runs over its own shards; collectives are delegated to the runtime
 // through CollectiveOps, so a backend knows nothing of hosts or transports.
 //
-// Adding a device kind: implement DeviceKind and Executable in
+// Adding a device kind: implement DeviceKind, Executable and Device
+// (causeway/backend/device.h: memory, copies, launches) in
 // causeway/backend/<kind>/, register the kind (RegisterDeviceKind) before a
 // cluster of its devices is made, and give those devices its name
-// (DeviceInfo::kind). Transport, client and scheduler are untouched: the
+// (DeviceInfo::kind). docs/DEVICES.md says how far the runtime above has
+// moved onto Device. Transport, client and scheduler are untouched: the
 // client compiles with the kind of its mesh's devices, a plan carries its
 // kind's name, and a host compiles a plan it receives with that kind.
 //
@@ -103,7 +105,11 @@ class Executable {
   ir::Function function_;
 };
 
-// A kind of device: compiles functions into its executables. Thread-safe.
+class Device;        // causeway/backend/device.h
+struct DeviceSpec;
+
+// A kind of device: compiles functions into its executables and makes its
+// devices. Thread-safe.
 class DeviceKind {
  public:
   virtual ~DeviceKind() = default;
@@ -113,6 +119,10 @@ class DeviceKind {
   // verify or uses what this kind cannot run.
   virtual absl::StatusOr<std::shared_ptr<const Executable>> Compile(
       const ir::Function& function) const = 0;
+  // Makes the device `spec` describes. INVALID_ARGUMENT for a spec the kind
+  // cannot serve; UNAVAILABLE, naming what is missing, when the hardware or
+  // its driver is not there.
+  virtual absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceSpec& spec) const = 0;
 };
 
 // Makes `kind` findable by its name for the rest of the process. Registering

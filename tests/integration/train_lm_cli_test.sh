@@ -86,6 +86,21 @@ expect_error "another vocabulary" \
 expect_error "not a Causeway LM checkpoint\|cannot open" \
   "$bin" sample --checkpoint "$dir/none"
 
+# Flags that do not go together exit 2, and so does a resume that leaves
+# nothing to train (the checkpoint is at iteration 12).
+expect_usage() {
+  local want=$1; shift
+  local rc=0
+  "$@" >"$dir/out" 2>"$dir/err" || rc=$?
+  if [ "$rc" -ne 2 ] || ! grep -q -- "$want" "$dir/err"; then
+    echo "for: $*"; echo "expected exit 2 and '$want', got $rc:"; cat "$dir/err"; exit 1
+  fi
+  echo "refused as expected (exit 2): $(head -1 "$dir/err")"
+}
+expect_usage "--checkpoint" "$bin" train lm --data "$text" "${tiny[@]}" --resume
+expect_usage "at iteration 12, and --iters 12 leaves nothing to train" \
+  "$bin" train lm --data "$text" "${tiny[@]}" --iters 12 --checkpoint "$dir/ck" --resume
+
 # A pipeline over two islands, traced: tracks named by island, host and
 # device; every piece sent between the islands drawn from its send to its
 # arrival, at least the emulated network's latency long.

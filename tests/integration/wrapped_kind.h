@@ -9,6 +9,7 @@
 #include <memory>
 #include <utility>
 
+#include "causeway/backend/cpu/device.h"
 #include "causeway/backend/cpu/executable.h"
 #include "causeway/backend/executable.h"
 
@@ -44,6 +45,10 @@ class WrappedCpuKind final : public backend::DeviceKind {
     if (!inner.ok()) return inner.status();
     return std::shared_ptr<const backend::Executable>(
         std::make_shared<WrappedExecutable>(*std::move(inner)));
+  }
+  absl::StatusOr<std::unique_ptr<backend::Device>> CreateDevice(
+      const backend::DeviceSpec& spec) const override {
+    return backend::cpu::CreateDevice(spec);
   }
 };
 

@@ -1,5 +1,7 @@
 #include "causeway/backend/cpu/executable.h"
 
+#include "causeway/backend/cpu/device.h"
+
 #if defined(__SSE__)
 #include <xmmintrin.h>
 #endif
@@ -408,6 +410,9 @@ class CpuKind final : public DeviceKind {
   absl::StatusOr<std::shared_ptr<const Executable>> Compile(
       const ir::Function& function) const override {
     return cpu::Compile(function);
+  }
+  absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceSpec& spec) const override {
+    return cpu::CreateDevice(spec);
   }
 };
 }  // namespace
