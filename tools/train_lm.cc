@@ -574,7 +574,9 @@ void AddSampleCommand(CLI::App& app, int* exit_code) {
   auto f = std::make_shared<SampleFlags>();
   CLI::App* cmd = app.add_subcommand("sample", "Generate text from a `train lm` checkpoint");
   cmd->option_defaults()->always_capture_default();
-  cmd->add_option("--checkpoint", f->checkpoint, "Checkpoint directory")->required();
+  cmd->add_option("--checkpoint", f->checkpoint,
+                  "Checkpoint directory, or its model.safetensors file")
+      ->required();
   cmd->add_option("--tokens", f->sample.tokens, "Tokens to generate")
       ->check(CLI::Range(0, 1000000));
   cmd->add_option("--temperature", f->sample.temperature, "Softmax temperature")

@@ -118,7 +118,11 @@ absl::StatusOr<std::string> WriteLmCheckpoint(const std::string& dir, const LmCh
 }
 
 absl::StatusOr<LmCheckpoint> ReadLmCheckpoint(const std::string& dir) {
-  const std::string path = (std::filesystem::path(dir) / kCheckpointFile).string();
+  // The checkpoint's folder, or its file named directly.
+  std::error_code ec;
+  const std::string path = std::filesystem::is_regular_file(dir, ec)
+                               ? dir
+                               : (std::filesystem::path(dir) / kCheckpointFile).string();
   CW_ASSIGN_OR_RETURN(TensorFile f, ReadTensorFile(path));
   auto meta = [&](const char* key) -> const std::string* {
     auto it = f.metadata.find(key);

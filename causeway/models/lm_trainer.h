@@ -102,7 +102,8 @@ struct LmCheckpoint {
   std::vector<ir::Literal> adam_v;
 };
 
-// Reads `dir`/model.safetensors. NOT_FOUND if absent; DATA_LOSS or
+// Reads `dir`/model.safetensors, or `dir` itself when it is a file (the
+// checkpoint's file named directly). NOT_FOUND if absent; DATA_LOSS or
 // INVALID_ARGUMENT naming what is wrong if it is not a well-formed LM
 // checkpoint (missing tensors, shapes that do not fit its config).
 absl::StatusOr<LmCheckpoint> ReadLmCheckpoint(const std::string& dir);

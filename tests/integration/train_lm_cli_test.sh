@@ -58,6 +58,9 @@ a=$("$bin" sample --checkpoint "$dir/ck" --tokens 30 --seed 3)
 b=$("$bin" sample --checkpoint "$dir/ck" --tokens 30 --seed 3)
 [ "$a" = "$b" ] || { echo "samples differ: '$a' vs '$b'"; exit 1; }
 [ "${#a}" -ge 30 ] || { echo "sample too short: '$a'"; exit 1; }
+# The checkpoint's file names it as well as its folder.
+c=$("$bin" sample --checkpoint "$dir/ck/model.safetensors" --tokens 30 --seed 3)
+[ "$a" = "$c" ] || { echo "sample from the file differs: '$a' vs '$c'"; exit 1; }
 
 # Bad input: a non-zero exit and one line on stderr that names the problem.
 expect_error() {
