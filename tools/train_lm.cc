@@ -302,11 +302,14 @@ int RunTrainLm(TrainLmFlags f) {
   Clock::duration window_eval{};
   int64_t window_first = first;
   int64_t done = 0;
+  // When the first step ended: it includes compiling and the first run's
+  // set-up, so the time left is estimated from the steps after it.
+  Clock::time_point first_step_end;
   float last_loss = NAN;
   models::EvalReport last_eval{-1, NAN, NAN, 0};
   models::LmTrainer::Hooks hooks;
   hooks.on_step = [&](const models::StepReport& r) {
-    ++done;
+    if (++done == 1) first_step_end = Clock::now();
     last_loss = r.loss;
     const bool last = r.iteration + 1 == o.iters;
     if (f.log_every <= 0 || (r.iteration % f.log_every != 0 && !last)) return;
@@ -315,18 +318,21 @@ int RunTrainLm(TrainLmFlags f) {
     const double tok_s =
         static_cast<double>((r.iteration + 1 - window_first) * tokens_per_step) / window_s;
     const double elapsed = Seconds(now - start);
-    const double eta = elapsed / static_cast<double>(done) *
-                       static_cast<double>(o.iters - r.iteration - 1);
+    const bool has_eta = done > 1;
+    const double eta = has_eta ? Seconds(now - first_step_end) / static_cast<double>(done - 1) *
+                                     static_cast<double>(o.iters - r.iteration - 1)
+                               : 0.0;
     if (f.json) {
       nlohmann::json j = {{"event", "step"},       {"iteration", r.iteration},
                           {"loss", r.loss},         {"grad_norm", r.grad_norm},
                           {"lr", r.learning_rate},  {"tokens_per_s", tok_s},
-                          {"elapsed_s", elapsed},   {"eta_s", eta}};
+                          {"elapsed_s", elapsed},   {"eta_s", nullptr}};
+      if (has_eta) j["eta_s"] = eta;
       std::printf("%s\n", j.dump().c_str());
     } else {
       std::printf("iter %5lld  loss %.4f  lr %.2e  %7.0f tok/s  elapsed %s  eta %s\n",
                   static_cast<long long>(r.iteration), r.loss, r.learning_rate, tok_s,
-                  Hms(elapsed).c_str(), Hms(eta).c_str());
+                  Hms(elapsed).c_str(), has_eta ? Hms(eta).c_str() : "-");
     }
     std::fflush(stdout);
     window_start = now;

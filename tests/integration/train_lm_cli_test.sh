@@ -28,6 +28,8 @@ assert events[0] == "start" and events[-1] == "summary", events
 assert events.count("eval") == 3, events            # at 0, 5 and 10
 steps = [l for l in lines if l["event"] == "step"]
 assert [s["iteration"] for s in steps] == [0, 5, 9], steps
+# No estimate from the first step alone (it includes compiling), then one.
+assert steps[0]["eta_s"] is None and steps[1]["eta_s"] >= 0, steps
 s = lines[-1]
 assert s["iterations"] == 10 and s["tokens_per_s"] > 0 and s["val_loss"] < 5, s
 PY
