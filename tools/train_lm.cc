@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -212,6 +213,15 @@ int RunTrainLm(TrainLmFlags f) {
     o.layout = {f.devices, 1};
   } else {
     o.layout = {1, f.devices};
+  }
+  // Checkpoints go into a folder; a file here would fail only at the first
+  // save, after training.
+  std::error_code ec;
+  if (!o.checkpoint_dir.empty() && std::filesystem::exists(o.checkpoint_dir, ec) &&
+      !std::filesystem::is_directory(o.checkpoint_dir, ec)) {
+    return Usage(cmd, absl::StrCat("--checkpoint ", o.checkpoint_dir,
+                                   " is not a folder: train lm writes its checkpoints into one "
+                                   "(sample also takes the file)"));
   }
   const auto kind = f.tokenizer == "bytes" ? models::TokenizerKind::kBytes
                                            : models::TokenizerKind::kChars;
@@ -543,7 +553,8 @@ void AddTrainLmCommand(CLI::App* train, int* exit_code) {
   lm->add_option("--max-in-flight", o.max_in_flight,
                  "Steps dispatched ahead of the oldest loss not yet read")
       ->check(CLI::Range(1, 1024));
-  CLI::Option* checkpoint = lm->add_option("--checkpoint", o.checkpoint_dir, "Checkpoint directory");
+  CLI::Option* checkpoint =
+      lm->add_option("--checkpoint", o.checkpoint_dir, "Checkpoint directory");
   lm->add_option("--checkpoint-every", o.checkpoint_every,
                  "Also checkpoint every N iterations (0: only at the end)")
       ->check(CLI::NonNegativeNumber)->check(Finite());

@@ -28,7 +28,9 @@ int64_t ArrayBytes(absl::Span<const int64_t> dims, int64_t element_bytes) {
   return n * element_bytes;
 }
 
-std::string Dims(absl::Span<const int64_t> d) { return absl::StrCat("[", absl::StrJoin(d, ","), "]"); }
+std::string Dims(absl::Span<const int64_t> d) {
+  return absl::StrCat("[", absl::StrJoin(d, ","), "]");
+}
 
 absl::Status Inside(const char* side, absl::Span<const int64_t> dims,
                     absl::Span<const int64_t> offset, absl::Span<const int64_t> extent) {

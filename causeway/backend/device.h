@@ -107,9 +107,10 @@ class Device {
 
   virtual const DeviceDescription& description() const = 0;
 
-  // Memory: `bytes` (>= 0) of device memory; INVALID_ARGUMENT if negative. RESOURCE_EXHAUSTED, naming the
-  // device, when it has no room although the store's budget allowed it
-  // (memory taken outside the runtime, fragmentation).
+  // Memory: `bytes` (>= 0) of device memory; INVALID_ARGUMENT if negative,
+  // RESOURCE_EXHAUSTED, naming the device, when it has no room although the
+  // store's budget allowed it (memory taken outside the runtime,
+  // fragmentation).
   virtual absl::StatusOr<std::unique_ptr<DeviceAllocation>> Allocate(int64_t bytes) = 0;
 
   // For kinds whose memory is the host's (cpu): the host address of an

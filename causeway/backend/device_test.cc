@@ -183,7 +183,7 @@ TEST_P(DeviceTest, LaunchRunsTheExecutableOverDeviceMemory) {
   EXPECT_THAT(s.message(), HasSubstr("result 0 has 4 bytes, needs 32"));
 }
 
-TEST_P(DeviceTest, ConcurrentOperationsFromManyThreadsEachCompleteOnce) {
+TEST_P(DeviceTest, ConcurrentCopiesFromManyThreadsEachReadBackWhatTheyWrote) {
   auto d = Make();
   constexpr int kThreads = 4, kEach = 50;
   std::atomic<int> completed{0}, failed{0};

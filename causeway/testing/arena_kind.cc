@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "causeway/backend/cpu/device.h"
 #include "causeway/backend/cpu/executable.h"
 #include "causeway/base/mutex.h"
-#include "causeway/topology/mesh.h"
 
 namespace causeway::testing {
 namespace {
@@ -132,7 +132,7 @@ class ArenaDevice final : public backend::Device {
                                   : box.Validate(box.src_array_bytes(), dst.bytes());
     if (!s.ok()) return std::move(done)(s);
     Enqueue([this, src, d, box, done = std::move(done)]() mutable {
-      Copy(src, arena_->at(d->offset()), box);
+      backend::cpu::CopyHostBox(src, arena_->at(d->offset()), box);
       std::move(done)(absl::OkStatus());
     });
   }
@@ -144,7 +144,7 @@ class ArenaDevice final : public backend::Device {
                                         : box.Validate(src.bytes(), box.dst_array_bytes());
     if (!s.ok()) return std::move(done)(s);
     Enqueue([this, s_alloc, dst, box, done = std::move(done)]() mutable {
-      Copy(arena_->at(s_alloc->offset()), dst, box);
+      backend::cpu::CopyHostBox(arena_->at(s_alloc->offset()), dst, box);
       std::move(done)(absl::OkStatus());
     });
   }
@@ -158,7 +158,7 @@ class ArenaDevice final : public backend::Device {
                                     : box.Validate(src.bytes(), dst.bytes());
     if (!s.ok()) return std::move(done)(s);
     Enqueue([this, a, b, box, done = std::move(done)]() mutable {
-      Copy(arena_->at(a->offset()), arena_->at(b->offset()), box);
+      backend::cpu::CopyHostBox(arena_->at(a->offset()), arena_->at(b->offset()), box);
       std::move(done)(absl::OkStatus());
     });
   }
@@ -209,11 +209,6 @@ class ArenaDevice final : public backend::Device {
   }
 
  private:
-  static void Copy(const void* src, void* dst, const BoxCopy& box) {
-    CopyBox(src, box.src_dims, box.src_offset, dst, box.dst_dims, box.dst_offset, box.extent,
-            box.element_bytes);
-  }
-
   // The allocation as this device's, or null if another device made it.
   const ArenaAllocation* Mine(const DeviceAllocation& a) const {
     const auto* arena = dynamic_cast<const ArenaAllocation*>(&a);

@@ -103,6 +103,8 @@ expect_usage() {
   echo "refused as expected (exit 2): $(head -1 "$dir/err")"
 }
 expect_usage "--checkpoint" "$bin" train lm --data "$text" "${tiny[@]}" --resume
+expect_usage "is not a folder" "$bin" train lm --data "$text" "${tiny[@]}" \
+  --checkpoint "$dir/ck/model.safetensors" --resume
 expect_usage "at iteration 12, and --iters 12 leaves nothing to train" \
   "$bin" train lm --data "$text" "${tiny[@]}" --iters 12 --checkpoint "$dir/ck" --resume
 

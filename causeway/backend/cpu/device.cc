@@ -1,6 +1,5 @@
 #include "causeway/backend/cpu/device.h"
 
-#include <cstring>
 #include <new>
 #include <utility>
 
@@ -26,11 +25,6 @@ class CpuAllocation final : public DeviceAllocation {
 
 std::byte* Bytes(const DeviceAllocation& a) {
   return static_cast<const CpuAllocation&>(a).data();
-}
-
-void Copy(const void* src, void* dst, const BoxCopy& box) {
-  CopyBox(src, box.src_dims, box.src_offset, dst, box.dst_dims, box.dst_offset, box.extent,
-          box.element_bytes);
 }
 
 class CpuDevice final : public Device {
@@ -61,21 +55,21 @@ class CpuDevice final : public Device {
   void CopyIn(const void* src, DeviceAllocation& dst, const BoxCopy& box,
               Completion done) override {
     absl::Status s = box.Validate(box.src_array_bytes(), dst.bytes());
-    if (s.ok()) Copy(src, Bytes(dst), box);
+    if (s.ok()) CopyHostBox(src, Bytes(dst), box);
     std::move(done)(std::move(s));
   }
 
   void CopyOut(const DeviceAllocation& src, void* dst, const BoxCopy& box,
                Completion done) override {
     absl::Status s = box.Validate(src.bytes(), box.dst_array_bytes());
-    if (s.ok()) Copy(Bytes(src), dst, box);
+    if (s.ok()) CopyHostBox(Bytes(src), dst, box);
     std::move(done)(std::move(s));
   }
 
   void CopyWithin(const DeviceAllocation& src, DeviceAllocation& dst, const BoxCopy& box,
                   Completion done) override {
     absl::Status s = box.Validate(src.bytes(), dst.bytes());
-    if (s.ok()) Copy(Bytes(src), Bytes(dst), box);
+    if (s.ok()) CopyHostBox(Bytes(src), Bytes(dst), box);
     std::move(done)(std::move(s));
   }
 
@@ -84,7 +78,7 @@ class CpuDevice final : public Device {
     // Another device's memory is the host's too when it is of this kind.
     if (std::byte* to = peer.HostAddress(dst); to != nullptr) {
       absl::Status s = box.Validate(src.bytes(), dst.bytes());
-      if (s.ok()) Copy(Bytes(src), to, box);
+      if (s.ok()) CopyHostBox(Bytes(src), to, box);
       std::move(done)(std::move(s));
       return;
     }
@@ -111,6 +105,11 @@ class CpuDevice final : public Device {
 };
 
 }  // namespace
+
+void CopyHostBox(const void* src, void* dst, const BoxCopy& box) {
+  CopyBox(src, box.src_dims, box.src_offset, dst, box.dst_dims, box.dst_offset, box.extent,
+          box.element_bytes);
+}
 
 absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceSpec& spec) {
   return std::unique_ptr<Device>(std::make_unique<CpuDevice>(spec));
