@@ -664,6 +664,8 @@ grpc::Status CoordinatorServer::Impl::Join(
     cluster::ToWorker welcome;
     welcome.mutable_welcome()->set_host(id.value());
     welcome.mutable_welcome()->set_report_fanout(options_.report_fanout);
+    welcome.mutable_welcome()->set_heartbeat_interval_ms(
+        std::max<int64_t>(1, absl::ToInt64Milliseconds(options_.heartbeat_timeout / 5)));
     for (DeviceId d : devices) welcome.mutable_welcome()->add_devices(d.value());
     host->Send(std::move(welcome));
     hosts_[id] = host;

@@ -56,7 +56,8 @@ using grpc_transport::BatchWriter;
 
 class WorkerServer::Impl {
  public:
-  explicit Impl(const WorkerServerOptions& options) : options_(options) {}
+  explicit Impl(const WorkerServerOptions& options)
+      : options_(options), heartbeat_interval_(options.heartbeat_interval) {}
   ~Impl() { Shutdown(); }
 
   absl::Status Start();
@@ -125,6 +126,8 @@ class WorkerServer::Impl {
   std::unique_ptr<BatchWriter<cluster::WorkerBatch, cluster::FromWorker>> writer_;
   std::thread reader_;
   std::thread heartbeat_;
+  // Set before the heartbeat thread starts; read only by it after.
+  absl::Duration heartbeat_interval_;
   Notification stop_heartbeat_;
   Notification stopped_;
 
@@ -261,6 +264,12 @@ absl::Status WorkerServer::Impl::Start() {
   CW_RETURN_IF_ERROR(
       Annotate(CheckReportFanout(welcome.report_fanout()), "the coordinator's welcome"));
   ho.report_fanout = welcome.report_fanout();
+  // The coordinator's beat, where it asks for a faster one than ours (a
+  // peer's number: only within [1 ms, our own interval]).
+  if (welcome.heartbeat_interval_ms() > 0) {
+    heartbeat_interval_ = std::min(options_.heartbeat_interval,
+                                   absl::Milliseconds(welcome.heartbeat_interval_ms()));
+  }
   ho.report_to_parent = [this](HostId parent, const SubtreeReport& report) {
     data_->SendReport(parent, report);
   };
@@ -277,7 +286,7 @@ absl::Status WorkerServer::Impl::Start() {
   for (int i = 1; i < first.messages_size(); ++i) Handle(*first.mutable_messages(i));
   reader_ = std::thread([this] { ReadLoop(); });
   heartbeat_ = std::thread([this] {
-    while (!stop_heartbeat_.WaitForNotificationWithTimeout(options_.heartbeat_interval)) {
+    while (!stop_heartbeat_.WaitForNotificationWithTimeout(heartbeat_interval_)) {
       if (writer_->overflowed()) {
         Stop(absl::UnavailableError(absl::StrCat(
             "the coordinator at ", options_.coordinator,
