@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "benchmark/benchmark.h"
+#include "causeway/backend/cpu/device.h"
 #include "causeway/backend/cpu/executable.h"
 #include "causeway/base/check.h"
 #include "causeway/base/clock.h"
@@ -30,9 +31,12 @@ void BM_EnqueueToCompletion(benchmark::State& state) {
   CW_CHECK_OK(exe.status());
 
   const DeviceInfo device{DeviceId(0), HostId(0), IslandId(0), 0, 1 << 20};
-  DeviceMemory memory(device.id, device.memory_bytes);
+  absl::StatusOr<std::unique_ptr<backend::Device>> cpu =
+      backend::cpu::CreateDevice({device.id, 0, 0});
+  CW_CHECK_OK(cpu.status());
+  DeviceMemory memory(device.id, device.memory_bytes, cpu->get());
   TraceRecorder trace(/*enabled=*/false);
-  DeviceStream stream(device, Clock::Real(), &trace, nullptr);
+  DeviceStream stream(device, cpu->get(), Clock::Real(), &trace, nullptr);
   const ClientId owner(0);
   BufferRef input = DeviceBuffer::Allocate(&memory, scalar, owner);
   CW_CHECK_OK(input->allocated().Await().status());

@@ -16,6 +16,34 @@
 
 namespace causeway {
 
+struct LocalCluster::State {
+  explicit State(const LocalClusterOptions& options)
+      : trace(options.trace),
+        hub(options.collective_timeout),
+        transport(options.dcn, options.clock) {
+    if (options.device_threads > 0) pool = std::make_unique<FiberPool>(options.device_threads);
+  }
+
+  // The devices' pool, if any: destroyed after the hosts.
+  std::unique_ptr<FiberPool> pool;
+  TraceRecorder trace;
+  CollectiveHub hub;
+  InProcessDataTransport transport;
+  std::unique_ptr<ResourceManager> resources;
+  std::vector<std::unique_ptr<IslandScheduler>> schedulers;
+  std::vector<std::unique_ptr<HostExecutor>> hosts;
+  std::vector<IslandId> host_island;  // by host id
+  // Serialises submissions of runs that span islands (see
+  // ClusterConnection::SubmitRun).
+  Mutex multi_island_mu;
+  // One housekeeping thread for every host (HostExecutor::Housekeep).
+  std::thread housekeeper;
+  // Whether every host and its devices were made (the first error if not:
+  // the cluster then has only the hosts made before it, and Create fails).
+  absl::Status made;
+  Notification stop_housekeeping;
+};
+
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Create(
     const LocalClusterOptions& options) {
   if (options.islands < 1 || options.hosts_per_island < 1 || options.devices_per_host < 1) {
@@ -42,33 +70,11 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Create(
   backend::cpu::Kind();  // the built-in kind, registered
   CW_RETURN_IF_ERROR(CheckDeviceKindName(options.device_kind));
   CW_RETURN_IF_ERROR(backend::FindDeviceKind(options.device_kind).status());
-  return std::unique_ptr<LocalCluster>(new LocalCluster(options));
+  auto cluster = std::unique_ptr<LocalCluster>(new LocalCluster(options));
+  CW_RETURN_IF_ERROR(cluster->s_->made);
+  return cluster;
 }
 
-struct LocalCluster::State {
-  explicit State(const LocalClusterOptions& options)
-      : trace(options.trace),
-        hub(options.collective_timeout),
-        transport(options.dcn, options.clock) {
-    if (options.device_threads > 0) pool = std::make_unique<FiberPool>(options.device_threads);
-  }
-
-  // The devices' pool, if any: destroyed after the hosts.
-  std::unique_ptr<FiberPool> pool;
-  TraceRecorder trace;
-  CollectiveHub hub;
-  InProcessDataTransport transport;
-  std::unique_ptr<ResourceManager> resources;
-  std::vector<std::unique_ptr<IslandScheduler>> schedulers;
-  std::vector<std::unique_ptr<HostExecutor>> hosts;
-  std::vector<IslandId> host_island;  // by host id
-  // Serialises submissions of runs that span islands (see
-  // ClusterConnection::SubmitRun).
-  Mutex multi_island_mu;
-  // One housekeeping thread for every host (HostExecutor::Housekeep).
-  std::thread housekeeper;
-  Notification stop_housekeeping;
-};
 
 LocalCluster::LocalCluster(const LocalClusterOptions& options)
     : options_(options), s_(std::make_unique<State>(options)) {
@@ -114,8 +120,14 @@ LocalCluster::LocalCluster(const LocalClusterOptions& options)
       ho.report_to_parent = [this](HostId parent, const SubtreeReport& report) {
         if (HostExecutor* p = executor(parent)) p->ChildReported(report);
       };
+      absl::StatusOr<std::unique_ptr<HostExecutor>> executor =
+          HostExecutor::Create(std::move(ho));
+      if (!executor.ok()) {
+        s_->made = executor.status();
+        return;
+      }
       s_->host_island.push_back(island);
-      s_->hosts.push_back(std::make_unique<HostExecutor>(std::move(ho)));
+      s_->hosts.push_back(*std::move(executor));
       s_->transport.RegisterHost(s_->hosts.back().get(), island);
     }
     IslandSchedulerOptions so;

@@ -273,7 +273,7 @@ absl::Status WorkerServer::Impl::Start() {
   ho.report_to_parent = [this](HostId parent, const SubtreeReport& report) {
     data_->SendReport(parent, report);
   };
-  executor_ = std::make_unique<HostExecutor>(std::move(ho));
+  CW_ASSIGN_OR_RETURN(executor_, HostExecutor::Create(std::move(ho)));
   data_->Attach(host_, executor_.get(), hub_.get(), gloo_.get());
 
   // Replies to fetches are the large messages: a whole shard at once, so

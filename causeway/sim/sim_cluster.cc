@@ -765,7 +765,10 @@ void SimCluster::Build() {
         devices_.push_back(device.get());
         return device;
       };
-      hosts_.push_back(std::make_unique<HostExecutor>(std::move(ho)));
+      absl::StatusOr<std::unique_ptr<HostExecutor>> executor =
+          HostExecutor::Create(std::move(ho));
+      CW_CHECK_OK(executor.status());  // the cpu kind, registered above, makes every device
+      hosts_.push_back(*std::move(executor));
       host_proxies_.push_back(std::make_unique<HostProxy>(this, host, false));
       scheduler_host_proxies_.push_back(std::make_unique<HostProxy>(this, host, true));
     }

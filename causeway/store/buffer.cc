@@ -1,5 +1,11 @@
 #include "causeway/store/buffer.h"
 
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "causeway/backend/device.h"
+#include "causeway/base/status_macros.h"
+
 namespace causeway {
 
 DeviceBuffer::DeviceBuffer(Token, DeviceMemory* memory, ir::Shape shape, ClientId owner)
@@ -56,7 +62,6 @@ std::shared_ptr<DeviceBuffer> DeviceBuffer::Failed(ir::Shape shape, ClientId own
 
 void DeviceBuffer::OnGranted(absl::Status status) {
   if (status.ok()) {
-    if (backed_ && bytes_ <= kInlineBytes) data_.store(inline_, std::memory_order_relaxed);
     granted_.store(true, std::memory_order_release);
     allocated_.Set(Unit{});
   } else {
@@ -64,22 +69,46 @@ void DeviceBuffer::OnGranted(absl::Status status) {
   }
 }
 
-std::byte* DeviceBuffer::Back() const {
-  if (!backed_ || !granted_.load(std::memory_order_acquire)) return nullptr;
-  auto* fresh = new std::byte[static_cast<size_t>(bytes_)];
-  std::byte* expected = nullptr;
-  if (data_.compare_exchange_strong(expected, fresh, std::memory_order_acq_rel,
-                                    std::memory_order_acquire)) {
-    return fresh;
+absl::StatusOr<backend::DeviceAllocation*> DeviceBuffer::storage() const {
+  if (backend::DeviceAllocation* a = allocation_.load(std::memory_order_acquire)) return a;
+  if (memory_ == nullptr || !backed_) {
+    return absl::FailedPreconditionError("a reservation or failed buffer has no storage");
   }
-  delete[] fresh;
+  if (!granted_.load(std::memory_order_acquire)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the memory of a buffer on ", device().ToString(), " is not granted yet"));
+  }
+  backend::Device* backend = memory_->backend();
+  if (backend == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        device().ToString(), " keeps a budget only: no device gives its buffers storage"));
+  }
+  absl::StatusOr<std::unique_ptr<backend::DeviceAllocation>> fresh = backend->Allocate(bytes_);
+  if (!fresh.ok()) {
+    return Annotate(fresh.status(), absl::StrCat("a buffer of ", bytes_, " bytes on ",
+                                                 device().ToString()));
+  }
+  // The pieces of a transfer may land at once: the first allocation made
+  // is the buffer's, the others go back.
+  backend::DeviceAllocation* expected = nullptr;
+  if (allocation_.compare_exchange_strong(expected, fresh->get(), std::memory_order_acq_rel,
+                                          std::memory_order_acquire)) {
+    return fresh->release();
+  }
   return expected;
 }
 
+std::byte* DeviceBuffer::HostData() const {
+  absl::StatusOr<backend::DeviceAllocation*> a = storage();
+  if (!a.ok()) return nullptr;
+  std::byte* p = memory_->backend()->HostAddress(**a);
+  data_.store(p, std::memory_order_release);
+  return p;
+}
+
 DeviceBuffer::~DeviceBuffer() {
-  if (std::byte* p = data_.load(std::memory_order_relaxed); p != nullptr && p != inline_) {
-    delete[] p;
-  }
+  // The allocation goes back to the device before its budget does.
+  delete allocation_.load(std::memory_order_relaxed);
   // granted_ is written before allocated_ is fulfilled and this destructor
   // runs after the last reference is gone, so no lock is needed.
   if (granted_.load(std::memory_order_relaxed)) {

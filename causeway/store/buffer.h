@@ -9,6 +9,11 @@
 // Buffers are shared (std::shared_ptr): the object store, pending launches
 // and in-flight transfers each hold a reference; the memory returns to the
 // device when the last reference goes.
+//
+// The bytes are the device's (backend::Device::Allocate, on the device of
+// the buffer's DeviceMemory): the runtime reaches them through the device's
+// copies and launches with storage(); data() is their host address, which
+// only a kind whose memory is the host's (cpu) has.
 #ifndef CAUSEWAY_STORE_BUFFER_H_
 #define CAUSEWAY_STORE_BUFFER_H_
 
@@ -16,6 +21,7 @@
 #include <cstddef>
 #include <memory>
 
+#include "absl/status/statusor.h"
 #include "causeway/async/future.h"
 #include "causeway/base/ids.h"
 #include "causeway/ir/shape.h"
@@ -32,7 +38,7 @@ class DeviceBuffer : public std::enable_shared_from_this<DeviceBuffer> {
   static std::shared_ptr<DeviceBuffer> Allocate(DeviceMemory* memory, ir::Shape shape,
                                                 ClientId owner);
   // A reservation of `bytes` on `memory` with no storage behind it (shape
-  // pred[bytes], data() null): a launch's temporaries, which the backend
+  // pred[bytes], no storage()): a launch's temporaries, which the backend
   // keeps itself, counted against the device's budget while it runs.
   static std::shared_ptr<DeviceBuffer> Reservation(DeviceMemory* memory, int64_t bytes,
                                                    ClientId owner);
@@ -50,13 +56,23 @@ class DeviceBuffer : public std::enable_shared_from_this<DeviceBuffer> {
   int64_t byte_size() const { return bytes_; }
   // The device holding the buffer; invalid for a Failed() buffer.
   DeviceId device() const { return memory_ ? memory_->device() : DeviceId(); }
+  // Its device's copies and launches; null for a Failed() buffer and on a
+  // memory with no backend (budget only).
+  backend::Device* backend() const { return memory_ ? memory_->backend() : nullptr; }
 
-  // REQUIRES: allocated() is OK. A buffer larger than kInlineBytes gets its
-  // host memory on the first call (by its producer, usually on the device's
-  // own thread, just before it writes): the grant is only the device's
-  // budget, so a run that allocates every output up front holds no memory
-  // for values not yet produced, and a value takes memory the device freed a
-  // moment ago, still in its caches, instead of pages never touched.
+  // The buffer's device memory. It is allocated from the device on the
+  // first call (by its producer, usually on the device's own thread, just
+  // before it writes): the grant is only the device's budget, so a run that
+  // allocates every output up front holds no memory for values not yet
+  // produced, and a value takes memory the device freed a moment ago, still
+  // in its caches, instead of pages never touched. FAILED_PRECONDITION
+  // before allocated() is OK, for a reservation and on a memory with no
+  // backend; the device's error (RESOURCE_EXHAUSTED) if it has no room.
+  // Thread-safe: concurrent first calls share one allocation.
+  absl::StatusOr<backend::DeviceAllocation*> storage() const;
+
+  // The host address of storage(): non-null only where the device's memory
+  // is the host's (backend::Device::HostAddress) and storage() is OK.
   std::byte* data() { return Data(); }
   const std::byte* data() const { return Data(); }
 
@@ -90,16 +106,13 @@ class DeviceBuffer : public std::enable_shared_from_this<DeviceBuffer> {
   DeviceBuffer(Token, DeviceMemory* memory, ir::Shape shape, ClientId owner);
 
  private:
-  // Data of at most this many bytes lives inside the buffer object.
-  static constexpr int64_t kInlineBytes = 32;
   void OnGranted(absl::Status status);
   std::byte* Data() const {
     std::byte* p = data_.load(std::memory_order_acquire);
-    return p != nullptr ? p : Back();
+    return p != nullptr ? p : HostData();
   }
-  // data()'s first call: allocates the memory, or takes what a concurrent
-  // first call allocated (the pieces of a transfer may land at once).
-  std::byte* Back() const;
+  // data() before its host address is known.
+  std::byte* HostData() const;
   // Reserves the buffer's bytes on its memory, granting now or later.
   static void Reserve(const std::shared_ptr<DeviceBuffer>& buffer);
 
@@ -107,11 +120,11 @@ class DeviceBuffer : public std::enable_shared_from_this<DeviceBuffer> {
   const ir::Shape shape_;
   const ClientId owner_;
   const int64_t bytes_;
-  // inline_ (small buffers, set before allocated_ is fulfilled) or memory
-  // of this buffer's own, set once by Back(); null until then, and for a
-  // reservation or a failed buffer.
+  // The device's allocation, owned, set once by storage()'s first call;
+  // null until then, and for a reservation or a failed buffer.
+  mutable std::atomic<backend::DeviceAllocation*> allocation_{nullptr};
+  // Its host address once known (null: not yet, or the kind has none).
   mutable std::atomic<std::byte*> data_{nullptr};
-  alignas(16) mutable std::byte inline_[kInlineBytes];
   // Set (release) once the memory is granted and data_ set, before
   // allocated_ is fulfilled.
   std::atomic<bool> granted_{false};

@@ -26,6 +26,11 @@
 #include "causeway/base/ids.h"
 #include "causeway/base/mutex.h"
 
+namespace causeway::backend {
+class Device;
+class DeviceAllocation;
+}  // namespace causeway::backend
+
 namespace causeway {
 
 class DeviceMemory;
@@ -66,7 +71,11 @@ class DeviceMemory {
  public:
   using Callback = std::function<void(absl::Status)>;
 
-  DeviceMemory(DeviceId device, int64_t capacity) : device_(device), capacity_(capacity) {}
+  // `backend` (may be null: the budget alone, with no storage behind it,
+  // for tests of the accounting and for simulated devices) gives the bytes
+  // of the buffers granted here; it must outlive this memory.
+  DeviceMemory(DeviceId device, int64_t capacity, backend::Device* backend = nullptr)
+      : device_(device), capacity_(capacity), backend_(backend) {}
   ~DeviceMemory();
 
   // Reserves `bytes`. `done(OK)` runs once the memory is granted: inline if it
@@ -110,6 +119,7 @@ class DeviceMemory {
   void Shutdown();
 
   DeviceId device() const { return device_; }
+  backend::Device* backend() const { return backend_; }
   int64_t capacity() const { return capacity_; }
   int64_t in_use() const;
   int64_t peak() const;
@@ -149,6 +159,7 @@ class DeviceMemory {
 
   const DeviceId device_;
   const int64_t capacity_;
+  backend::Device* const backend_;
   mutable Mutex mu_;
   int64_t in_use_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t peak_ ABSL_GUARDED_BY(mu_) = 0;

@@ -3,14 +3,25 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "causeway/backend/device.h"
+#include "causeway/base/check.h"
 
 namespace causeway {
 
 ObjectStore::ObjectStore(HostId host, const std::vector<DeviceId>& devices,
-                         int64_t capacity_bytes)
-    : host_(host) {
-  for (DeviceId d : devices) memories_.push_back(std::make_unique<DeviceMemory>(d, capacity_bytes));
+                         int64_t capacity_bytes,
+                         std::vector<std::unique_ptr<backend::Device>> backends)
+    : host_(host), backends_(std::move(backends)) {
+  CW_CHECK(backends_.empty() || backends_.size() == devices.size());
+  for (size_t i = 0; i < devices.size(); ++i) {
+    memories_.push_back(
+        std::make_unique<DeviceMemory>(devices[i], capacity_bytes, backend(static_cast<int>(i))));
+  }
 }
+
+// Members go in reverse: the shards first, then the memories, then the
+// devices.
+ObjectStore::~ObjectStore() = default;
 
 BufferRef ObjectStore::Allocate(int local, const ir::Shape& shape, ClientId owner) {
   return DeviceBuffer::Allocate(memories_[local].get(), shape, owner);

@@ -36,13 +36,22 @@ struct ShardKey {
 // Thread-safe.
 class ObjectStore {
  public:
-  // One DeviceMemory per entry of `devices`, each with `capacity_bytes`.
-  ObjectStore(HostId host, const std::vector<DeviceId>& devices, int64_t capacity_bytes);
+  // One DeviceMemory per entry of `devices`, each with `capacity_bytes`,
+  // whose buffers take their bytes from the device of the same index in
+  // `backends` (owned here). With no backends, the store keeps budgets
+  // only: its buffers have no storage (a simulator's devices).
+  ObjectStore(HostId host, const std::vector<DeviceId>& devices, int64_t capacity_bytes,
+              std::vector<std::unique_ptr<backend::Device>> backends = {});
+  ~ObjectStore();
 
   HostId host() const { return host_; }
 
   // The memory of the device at local index `local`. REQUIRES: in range.
   DeviceMemory* memory(int local) { return memories_[local].get(); }
+  // Its device; null when the store keeps budgets only.
+  backend::Device* backend(int local) const {
+    return backends_.empty() ? nullptr : backends_[local].get();
+  }
   int num_devices() const { return static_cast<int>(memories_.size()); }
 
   // Allocates a buffer for `shape` on local device `local`; see
@@ -69,6 +78,9 @@ class ObjectStore {
 
  private:
   const HostId host_;
+  // Declared first, destroyed last: every buffer's allocation goes back to
+  // its device before the device goes.
+  std::vector<std::unique_ptr<backend::Device>> backends_;
   std::vector<std::unique_ptr<DeviceMemory>> memories_;
   mutable Mutex mu_;
   absl::flat_hash_map<ShardKey, BufferRef> shards_ ABSL_GUARDED_BY(mu_);

@@ -12,12 +12,16 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "causeway/async/future.h"
+#include "causeway/backend/cpu/device.h"
+#include "causeway/backend/device.h"
+#include "causeway/base/check.h"
 #include "causeway/base/ids.h"
 #include "causeway/base/mutex.h"
 #include "causeway/ir/shape.h"
 #include "causeway/store/buffer.h"
 #include "causeway/store/device_memory.h"
 #include "causeway/store/object_store.h"
+#include "causeway/testing/arena_kind.h"
 #include "causeway/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -396,8 +400,16 @@ TEST(DeviceMemoryTest, AwaitEmptyReturnsOnceAnotherThreadFreesEverything) {
 // ---------------------------------------------------------------------------
 // DeviceBuffer
 
+// A cpu device for `id`, whose memory is the host's.
+std::unique_ptr<backend::Device> Cpu(DeviceId id = DeviceId(0)) {
+  absl::StatusOr<std::unique_ptr<backend::Device>> d = backend::cpu::CreateDevice({id, 0, 0});
+  CW_CHECK_OK(d.status());
+  return *std::move(d);
+}
+
 TEST(DeviceBufferTest, AllocationThatFitsIsGrantedAtOnce) {
-  DeviceMemory memory(DeviceId(4), 1024);
+  const auto cpu = Cpu(DeviceId(4));
+  DeviceMemory memory(DeviceId(4), 1024, cpu.get());
   BufferRef b = DeviceBuffer::Allocate(&memory, F32({2, 8}), ClientId(7));
   ASSERT_TRUE(b->allocated().IsReady());
   EXPECT_OK(b->allocated().Await());
@@ -416,7 +428,8 @@ TEST(DeviceBufferTest, HostMemoryIsTakenOnFirstUseNotAtTheGrant) {
   // A granted buffer of the largest shape there is (64 GiB) on a device
   // that has room for it: taking that much host memory at the grant would
   // fail on most hosts.
-  DeviceMemory memory(DeviceId(0), int64_t{1} << 40);
+  const auto cpu = Cpu();
+  DeviceMemory memory(DeviceId(0), int64_t{1} << 40, cpu.get());
   BufferRef huge = DeviceBuffer::Allocate(&memory, F32({ir::kMaxElements}), ClientId(1));
   ASSERT_TRUE(huge->granted());
   EXPECT_EQ(memory.in_use(), int64_t{1} << 36);
@@ -425,10 +438,54 @@ TEST(DeviceBufferTest, HostMemoryIsTakenOnFirstUseNotAtTheGrant) {
   // A reservation has no storage at all.
   BufferRef reservation = DeviceBuffer::Reservation(&memory, 1 << 20, ClientId(1));
   EXPECT_EQ(reservation->data(), nullptr);
+  EXPECT_THAT(reservation->storage(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no storage")));
+}
+
+// The bytes are the device's: a kind whose memory the host cannot address
+// gives storage with no host address, a device with no room fails the
+// buffer's storage naming the device, and memory that keeps a budget only
+// gives none.
+TEST(DeviceBufferTest, StorageComesFromTheDeviceOfItsMemory) {
+  absl::StatusOr<std::unique_ptr<backend::Device>> arena =
+      testing::CreateArenaDevice({DeviceId(2), 0, 256});
+  ASSERT_OK(arena.status());
+  DeviceMemory memory(DeviceId(2), 1 << 20, arena->get());  // a budget larger than the arena
+  BufferRef b = DeviceBuffer::Allocate(&memory, F32({16}), ClientId(1));
+  ASSERT_TRUE(b->granted());
+  EXPECT_EQ(b->backend(), arena->get());
+  ASSERT_OK_AND_ASSIGN(backend::DeviceAllocation * a, b->storage());
+  EXPECT_EQ(a->bytes(), 64);
+  ASSERT_OK_AND_ASSIGN(backend::DeviceAllocation * again, b->storage());
+  EXPECT_EQ(again, a);
+  EXPECT_EQ(b->data(), nullptr);  // the arena's memory is not the host's
+  // Written and read back through the device.
+  std::vector<float> in(16, 2.5f), out(16, 0.f);
+  EXPECT_OK(backend::Await([&](backend::Completion done) {
+    b->backend()->CopyIn(in.data(), *a, backend::BoxCopy::Flat(0, 64, 0, 64, 64),
+                         std::move(done));
+  }));
+  EXPECT_OK(backend::Await([&](backend::Completion done) {
+    b->backend()->CopyOut(*a, out.data(), backend::BoxCopy::Flat(0, 64, 0, 64, 64),
+                          std::move(done));
+  }));
+  EXPECT_EQ(out, in);
+
+  BufferRef too_big = DeviceBuffer::Allocate(&memory, F32({1024}), ClientId(1));
+  ASSERT_TRUE(too_big->granted());  // the budget allowed it; the device has no room
+  EXPECT_THAT(too_big->storage(), StatusIs(absl::StatusCode::kResourceExhausted,
+                                           HasSubstr(DeviceId(2).ToString())));
+
+  DeviceMemory budget_only(DeviceId(3), 1024);
+  BufferRef none = DeviceBuffer::Allocate(&budget_only, F32({4}), ClientId(1));
+  EXPECT_THAT(none->storage(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("budget only")));
+  EXPECT_EQ(none->data(), nullptr);
 }
 
 TEST(DeviceBufferTest, ConcurrentFirstUsesShareOneAllocation) {
-  DeviceMemory memory(DeviceId(0), 1 << 20);
+  const auto cpu = Cpu();
+  DeviceMemory memory(DeviceId(0), 1 << 20, cpu.get());
   for (int round = 0; round < 20; ++round) {
     BufferRef b = DeviceBuffer::Allocate(&memory, F32({1024}), ClientId(1));
     std::vector<std::byte*> seen(4, nullptr);
@@ -472,7 +529,8 @@ TEST(DeviceBufferTest, MemoryReturnsWhenTheLastReferenceDrops) {
 }
 
 TEST(DeviceBufferTest, AllocationWaitsUnderBackPressureAndCompletesWhenAnotherBufferIsDestroyed) {
-  DeviceMemory memory(DeviceId(0), 64);
+  const auto cpu = Cpu();
+  DeviceMemory memory(DeviceId(0), 64, cpu.get());
   BufferRef a = DeviceBuffer::Allocate(&memory, F32({16}), ClientId(1));  // 64 bytes
   ASSERT_TRUE(a->allocated().IsReady());
   BufferRef b = DeviceBuffer::Allocate(&memory, F32({8}), ClientId(1));  // 32 bytes

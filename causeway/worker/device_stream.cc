@@ -7,14 +7,16 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "causeway/backend/device.h"
 #include "causeway/base/status_macros.h"
 
 namespace causeway {
 
-DeviceStream::DeviceStream(DeviceInfo device, Clock* clock, TraceRecorder* trace,
-                           FaultInjector fault_injector, absl::Duration input_timeout,
-                           FiberPool* pool)
+DeviceStream::DeviceStream(DeviceInfo device, backend::Device* backend, Clock* clock,
+                           TraceRecorder* trace, FaultInjector fault_injector,
+                           absl::Duration input_timeout, FiberPool* pool)
     : device_(device),
+      backend_(backend),
       clock_(clock),
       trace_(trace),
       fault_injector_(std::move(fault_injector)),
@@ -184,6 +186,34 @@ static absl::Status AwaitDependencies(const Launch& launch, absl::Duration input
   return absl::OkStatus();
 }
 
+absl::Status DeviceStream::Run(const Launch& launch) {
+  absl::InlinedVector<const backend::DeviceAllocation*, 8> in;
+  absl::InlinedVector<backend::DeviceAllocation*, 8> out;
+  for (const BufferRef& b : launch.inputs) {
+    CW_ASSIGN_OR_RETURN(backend::DeviceAllocation * a, b->storage());
+    in.push_back(a);
+  }
+  for (const BufferRef& b : launch.outputs) {
+    CW_ASSIGN_OR_RETURN(backend::DeviceAllocation * a, b->storage());
+    out.push_back(a);
+  }
+  backend::RunContext context;
+  context.collectives = launch.collectives.get();
+  // The cpu kind completes before Launch returns; another kind completes
+  // when its queue ran the work, and the stream (a thread, or a fiber that
+  // parks) waits for it: the launch's buffers and collectives stay alive
+  // meanwhile in `launch`.
+  Promise<Unit> done;
+  backend_->Launch(*launch.executable, in, out, context, [done](absl::Status status) {
+    if (status.ok()) {
+      done.Set(Unit{});
+    } else {
+      done.Set(status);
+    }
+  });
+  return done.future().Await().status();
+}
+
 void DeviceStream::Execute(Launch& launch) {
   // Only the trace needs to know how long the launch waited.
   const int64_t wait_start = trace_->enabled() ? clock_->NowMicros() : 0;
@@ -203,13 +233,7 @@ void DeviceStream::Execute(Launch& launch) {
     ran = true;
   }
   if (status.ok()) {
-    absl::InlinedVector<const void*, 8> in;
-    absl::InlinedVector<void*, 8> out;
-    for (const BufferRef& b : launch.inputs) in.push_back(b->data());
-    for (const BufferRef& b : launch.outputs) out.push_back(b->data());
-    backend::RunContext context;
-    context.collectives = launch.collectives.get();
-    status = launch.executable->Run(in, out, context);
+    status = Run(launch);
     if (launch.collectives != nullptr) {
       collective_us = launch.collectives->micros_in_collectives();
     }

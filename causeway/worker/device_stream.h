@@ -113,7 +113,11 @@ class DeviceStream final : public LaunchQueue {
   // its own: its waits (inputs, memory, a `delay`, a collective's peers)
   // park the fiber, and the pool's threads run other devices meanwhile. The
   // pool must outlive the stream.
-  DeviceStream(DeviceInfo device, Clock* clock, TraceRecorder* trace,
+  //
+  // Launches go to `backend` (which outlives the stream) in queue order,
+  // one at a time: the next starts once the device completed the last, and
+  // a launch's outputs are marked ready on its completion.
+  DeviceStream(DeviceInfo device, backend::Device* backend, Clock* clock, TraceRecorder* trace,
                FaultInjector fault_injector,
                absl::Duration input_timeout = absl::InfiniteDuration(),
                FiberPool* pool = nullptr);
@@ -139,6 +143,8 @@ class DeviceStream final : public LaunchQueue {
  private:
   void Loop();
   void Execute(Launch& launch);
+  // Launches on backend_ and waits for its completion: the kernel's error.
+  absl::Status Run(const Launch& launch);
   // Records the launch's trace event; no lock needed.
   void Prepared(const Launch& launch);
   // Fails a launch that arrived after Shutdown().
@@ -147,6 +153,7 @@ class DeviceStream final : public LaunchQueue {
   void Signal(bool waiting);
 
   const DeviceInfo device_;
+  backend::Device* const backend_;
   Clock* const clock_;
   TraceRecorder* const trace_;
   const FaultInjector fault_injector_;

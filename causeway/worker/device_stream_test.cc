@@ -1,3 +1,4 @@
+#include "causeway/backend/cpu/device.h"
 #include "causeway/backend/cpu/executable.h"
 #include "causeway/worker/device_stream.h"
 
@@ -47,7 +48,8 @@ class DeviceStreamTest : public ::testing::Test {
   const ir::Shape scalar_{ir::DType::kF32, {}};
   const DeviceInfo device_{DeviceId(0), HostId(0), IslandId(0), 0, 1 << 20};
   const ClientId owner_{0};
-  DeviceMemory memory_{device_.id, device_.memory_bytes};
+  std::unique_ptr<backend::Device> cpu_ = *backend::cpu::CreateDevice({device_.id, 0, 0});
+  DeviceMemory memory_{device_.id, device_.memory_bytes, cpu_.get()};
   TraceRecorder trace_{/*enabled=*/false};
   std::shared_ptr<const backend::cpu::Executable> negate_;
 };
@@ -56,7 +58,8 @@ class DeviceStreamTest : public ::testing::Test {
 // once it has waited its input timeout at the head of the queue, naming
 // why, and the device goes on with the launches behind it.
 TEST_F(DeviceStreamTest, AnInputThatNeverComesFailsItsLaunchAndFreesTheDevice) {
-  DeviceStream stream(device_, Clock::Real(), &trace_, nullptr, absl::Milliseconds(200));
+  DeviceStream stream(device_, cpu_.get(), Clock::Real(), &trace_, nullptr,
+                      absl::Milliseconds(200));
   BufferRef never = DeviceBuffer::Allocate(&memory_, scalar_, owner_);  // never set ready
   BufferRef stuck = DeviceBuffer::Allocate(&memory_, scalar_, owner_);
   BufferRef after = DeviceBuffer::Allocate(&memory_, scalar_, owner_);
@@ -77,7 +80,8 @@ TEST_F(DeviceStreamTest, TheInputTimeoutCountsFromTheHeadOfTheQueue) {
   ir::FunctionBuilder b("slow");
   ASSERT_OK_AND_ASSIGN(ir::Function f, b.Build({b.Delay(b.Parameter(scalar_), 400000)}));
   ASSERT_OK_AND_ASSIGN(auto slow, backend::cpu::Compile(f));
-  DeviceStream stream(device_, Clock::Real(), &trace_, nullptr, absl::Milliseconds(200));
+  DeviceStream stream(device_, cpu_.get(), Clock::Real(), &trace_, nullptr,
+                      absl::Milliseconds(200));
   BufferRef middle = DeviceBuffer::Allocate(&memory_, scalar_, owner_);
   BufferRef out = DeviceBuffer::Allocate(&memory_, scalar_, owner_);
   Launch first = Negate(1, Ready(5.f), middle);

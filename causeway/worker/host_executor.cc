@@ -8,46 +8,49 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "causeway/backend/device.h"
 #include "causeway/base/check.h"
 #include "causeway/base/limits.h"
 #include "causeway/base/status_macros.h"
 
 namespace causeway {
-namespace {
 
-// Whether a box of `extent` at `offset` in an array of `dims` (row-major) is
-// one run of elements, and if so the first one's index in `*first`: every
-// dimension inside the innermost partial one is whole, and every one outside
-// it has extent 1.
-bool ContiguousBox(const std::vector<int64_t>& dims, const std::vector<int64_t>& offset,
-                   const std::vector<int64_t>& extent, int64_t* first) {
-  size_t partial = dims.size();
-  while (partial > 0 && extent[partial - 1] == dims[partial - 1]) --partial;
-  for (size_t j = 0; j + 1 < partial; ++j) {
-    if (extent[j] != 1) return false;
+absl::StatusOr<std::unique_ptr<HostExecutor>> HostExecutor::Create(
+    HostExecutorOptions options) {
+  std::vector<std::unique_ptr<backend::Device>> devices;
+  for (const DeviceInfo& d : options.devices) {
+    const std::string where =
+        absl::StrCat(d.id.ToString(), " of ", options.host.id.ToString());
+    absl::StatusOr<const backend::DeviceKind*> kind = backend::FindDeviceKind(d.kind);
+    if (!kind.ok()) return Annotate(kind.status(), where);
+    backend::DeviceSpec spec;
+    spec.id = d.id;
+    spec.local_index = d.local_index;
+    spec.memory_bytes = options.device_memory_bytes;
+    absl::StatusOr<std::unique_ptr<backend::Device>> device = (*kind)->CreateDevice(spec);
+    if (!device.ok()) return Annotate(device.status(), absl::StrCat("making ", where));
+    devices.push_back(*std::move(device));
   }
-  int64_t at = 0;
-  for (size_t j = 0; j < dims.size(); ++j) at = at * dims[j] + offset[j];
-  *first = at;
-  return true;
+  return std::unique_ptr<HostExecutor>(new HostExecutor(std::move(options), std::move(devices)));
 }
 
-}  // namespace
-HostExecutor::HostExecutor(HostExecutorOptions options)
+HostExecutor::HostExecutor(HostExecutorOptions options,
+                           std::vector<std::unique_ptr<backend::Device>> devices)
     : options_(std::move(options)),
-      store_(options_.host.id, options_.host.devices, options_.device_memory_bytes) {
+      store_(options_.host.id, options_.host.devices, options_.device_memory_bytes,
+             std::move(devices)) {
   CW_CHECK(options_.trace != nullptr && options_.collectives != nullptr &&
            options_.transport != nullptr);
   CW_CHECK(options_.report_fanout >= 0 && options_.report_fanout <= limits::kMaxReportFanout);
   CW_CHECK(options_.report_fanout == 0 || options_.report_to_parent);
-  for (const DeviceInfo& d : options_.devices) {
+  for (size_t i = 0; i < options_.devices.size(); ++i) {
+    const DeviceInfo& d = options_.devices[i];
     if (options_.make_queue) {
       streams_.push_back(options_.make_queue(d));
     } else {
-      streams_.push_back(std::make_unique<DeviceStream>(d, options_.clock, options_.trace,
-                                                        options_.fault_injector,
-                                                        options_.input_timeout,
-                                                        options_.device_pool));
+      streams_.push_back(std::make_unique<DeviceStream>(
+          d, store_.backend(static_cast<int>(i)), options_.clock, options_.trace,
+          options_.fault_injector, options_.input_timeout, options_.device_pool));
     }
   }
   if (options_.housekeeping_period > absl::ZeroDuration()) {
@@ -706,8 +709,7 @@ void HostExecutor::EnqueueReshard(const RunRequest& run, const Registered& reg, 
         source->ready().OnReady([this, key, i, source, target, &piece, &src,
                                  plan](const absl::StatusOr<Unit>& ready) {
           FillSlot(key, static_cast<int>(i), target, piece,
-                   PieceSource{source, ready.ok() ? source->data() : nullptr,
-                               src.shard_shape.dims, piece.src_offset},
+                   PieceSource{source, nullptr, nullptr, src.shard_shape.dims, piece.src_offset},
                    ready.status());
         });
         continue;
@@ -724,30 +726,48 @@ void HostExecutor::EnqueueReshard(const RunRequest& run, const Registered& reg, 
                                    "reshard", clock->NowMicros(), 0,
                                    TraceFlowId(key.run, key.node, key.shard, piece_index)});
         }
-        if (ready.ok()) {
-          const int64_t elem = ir::ByteSize(src.shard_shape.dtype);
-          int64_t n = 1;
-          for (int64_t e : piece.extent) n *= e;
-          const std::byte* base = source->data();
-          int64_t first = 0;
-          if (transport->CarriesReferences()) {
-            // Within the process: the receiver copies straight from the
-            // source shard, which the reference keeps alive until then.
-            message.reference = std::make_shared<const PieceReference>(PieceReference{
-                source, base, src.shard_shape.dims, piece.src_offset, n * elem});
-          } else if (ContiguousBox(src.shard_shape.dims, piece.src_offset, piece.extent, &first)) {
-            // One copy, without first zero-filling the message's bytes.
-            message.bytes.assign(reinterpret_cast<const char*>(base + first * elem),
-                                 static_cast<size_t>(n * elem));
-          } else {
-            message.bytes.resize(static_cast<size_t>(n * elem));
-            const std::vector<int64_t> zero(piece.extent.size(), 0);
-            CopyBox(base, src.shard_shape.dims, piece.src_offset,
-                    reinterpret_cast<std::byte*>(message.bytes.data()), piece.extent, zero,
-                    piece.extent, elem);
-          }
+        if (!ready.ok()) {
+          transport->SendPiece(self, to, std::move(message));
+          return;
         }
-        transport->SendPiece(self, to, std::move(message));
+        const int64_t elem = ir::ByteSize(src.shard_shape.dtype);
+        int64_t n = 1;
+        for (int64_t e : piece.extent) n *= e;
+        if (const std::byte* base = source->data();
+            base != nullptr && transport->CarriesReferences()) {
+          // Within the process, from memory the host can read: the
+          // receiver copies straight from the source shard, which the
+          // reference keeps alive until then.
+          message.reference = std::make_shared<const PieceReference>(PieceReference{
+              source, base, src.shard_shape.dims, piece.src_offset, n * elem});
+          transport->SendPiece(self, to, std::move(message));
+          return;
+        }
+        absl::StatusOr<backend::DeviceAllocation*> storage = source->storage();
+        if (!storage.ok()) {
+          message.status = storage.status();
+          transport->SendPiece(self, to, std::move(message));
+          return;
+        }
+        // The device copies the box out into the message's bytes, compact.
+        auto out = std::make_shared<ShardPieceMessage>(std::move(message));
+        out->bytes.resize(static_cast<size_t>(n * elem));
+        backend::BoxCopy box;
+        box.src_dims = src.shard_shape.dims;
+        box.src_offset = piece.src_offset;
+        box.dst_dims = piece.extent;
+        box.dst_offset.assign(piece.extent.size(), 0);
+        box.extent = piece.extent;
+        box.element_bytes = elem;
+        source->backend()->CopyOut(
+            **storage, out->bytes.data(), box,
+            [transport, self, to, source, out](absl::Status status) {
+              if (!status.ok()) {
+                out->status = status;
+                out->bytes.clear();
+              }
+              transport->SendPiece(self, to, std::move(*out));
+            });
       });
     }
   }
@@ -802,13 +822,13 @@ void HostExecutor::DeliverPiece(ShardPieceMessage message) {
   }
   if (const std::shared_ptr<const PieceReference>& ref = message.reference; ref != nullptr) {
     FillSlot(key, message.piece, target, piece,
-             PieceSource{ref->keep_alive, ref->data, ref->dims, ref->offset}, status);
+             PieceSource{nullptr, ref->keep_alive, ref->data, ref->dims, ref->offset}, status);
     return;
   }
   auto bytes = std::make_shared<const std::string>(std::move(message.bytes));
   const auto* data = reinterpret_cast<const std::byte*>(bytes->data());
   FillSlot(key, message.piece, target, piece,
-           PieceSource{std::move(bytes), data, piece.extent,
+           PieceSource{nullptr, std::move(bytes), data, piece.extent,
                        std::vector<int64_t>(piece.extent.size(), 0)},
            status);
 }
@@ -825,17 +845,45 @@ void HostExecutor::FillSlot(const SlotKey& key, int piece_index, const BufferRef
       PieceDone(key, piece_index, alloc.status(), dst.get());
       return;
     }
-    const int64_t start = options_.clock->NowMicros();
-    const int64_t elem = ir::ByteSize(dst->shape().dtype);
-    CopyBox(source.data, source.dims, source.offset, dst->data(), dst->shape().dims,
-            piece.dst_offset, piece.extent, elem);
-    if (options_.trace->enabled()) {
-      options_.trace->Record(TraceEvent{TraceKind::kTransfer, options_.host.id,
-                                        dst->device(), key.run, key.node, "reshard", start,
-                                        options_.clock->NowMicros() - start,
-                                        TraceFlowId(key.run, key.node, key.shard, piece_index)});
+    absl::StatusOr<backend::DeviceAllocation*> to = dst->storage();
+    if (!to.ok()) {
+      PieceDone(key, piece_index, to.status(), dst.get());
+      return;
     }
-    PieceDone(key, piece_index, absl::OkStatus(), dst.get());
+    const int64_t start = options_.clock->NowMicros();
+    backend::BoxCopy box;
+    box.src_dims = source.dims;
+    box.src_offset = source.offset;
+    box.dst_dims = dst->shape().dims;
+    box.dst_offset = piece.dst_offset;
+    box.extent = piece.extent;
+    box.element_bytes = ir::ByteSize(dst->shape().dtype);
+    // Holds the source and the destination until the copy completed.
+    backend::Completion done = [this, key, piece_index, dst, start,
+                                keep = source.buffer != nullptr
+                                           ? std::shared_ptr<const void>(source.buffer)
+                                           : source.keep_alive](absl::Status status) {
+      if (status.ok() && options_.trace->enabled()) {
+        options_.trace->Record(TraceEvent{TraceKind::kTransfer, options_.host.id,
+                                          dst->device(), key.run, key.node, "reshard", start,
+                                          options_.clock->NowMicros() - start,
+                                          TraceFlowId(key.run, key.node, key.shard, piece_index)});
+      }
+      PieceDone(key, piece_index, status, dst.get());
+    };
+    backend::Device* device = dst->backend();
+    if (source.buffer == nullptr) {
+      device->CopyIn(source.data, **to, box, std::move(done));
+      return;
+    }
+    absl::StatusOr<backend::DeviceAllocation*> from = source.buffer->storage();
+    if (!from.ok()) {
+      std::move(done)(from.status());
+    } else if (source.buffer->backend() == device) {
+      device->CopyWithin(**from, **to, box, std::move(done));
+    } else {
+      source.buffer->backend()->CopyToPeer(**from, *device, **to, box, std::move(done));
+    }
   });
 }
 
@@ -999,10 +1047,19 @@ absl::Status HostExecutor::PutShard(ArrayId array, int shard, int local_device, 
   buffer->allocated().OnReady([weak, literal](const absl::StatusOr<Unit>& alloc) {
     BufferRef b = weak.lock();
     if (b == nullptr) return;
-    if (alloc.ok() && literal->byte_size() > 0) {
-      std::memcpy(b->data(), literal->data(), literal->byte_size());
+    if (!alloc.ok()) {
+      b->SetReady(alloc.status());
+      return;
     }
-    b->SetReady(alloc.status());
+    absl::StatusOr<backend::DeviceAllocation*> storage = b->storage();
+    if (!storage.ok()) {
+      b->SetReady(storage.status());
+      return;
+    }
+    const int64_t n = literal->byte_size();
+    // The copy holds the buffer and the value until it completed.
+    b->backend()->CopyIn(literal->data(), **storage, backend::BoxCopy::Flat(0, n, 0, n, n),
+                         [b, literal](absl::Status status) { b->SetReady(status); });
   });
   return absl::OkStatus();
 }
@@ -1011,12 +1068,29 @@ Future<ir::Literal> HostExecutor::FetchShard(ArrayId array, int shard) {
   absl::StatusOr<BufferRef> buffer = store_.Get(ShardKey{array, shard});
   if (!buffer.ok()) return Future<ir::Literal>::Ready(buffer.status());
   BufferRef b = *buffer;
-  return b->ready().Then([b](const absl::StatusOr<Unit>& ready) -> absl::StatusOr<ir::Literal> {
-    if (!ready.ok()) return ready.status();
-    ir::Literal out(b->shape());
-    if (out.byte_size() > 0) std::memcpy(out.data(), b->data(), out.byte_size());
-    return out;
+  Promise<ir::Literal> fetched;
+  b->ready().OnReady([b, fetched](const absl::StatusOr<Unit>& ready) {
+    if (!ready.ok()) {
+      fetched.Set(ready.status());
+      return;
+    }
+    absl::StatusOr<backend::DeviceAllocation*> storage = b->storage();
+    if (!storage.ok()) {
+      fetched.Set(storage.status());
+      return;
+    }
+    auto out = std::make_shared<ir::Literal>(b->shape());
+    const int64_t n = out->byte_size();
+    b->backend()->CopyOut(**storage, out->data(), backend::BoxCopy::Flat(0, n, 0, n, n),
+                          [b, out, fetched](absl::Status status) {
+                            if (status.ok()) {
+                              fetched.Set(std::move(*out));
+                            } else {
+                              fetched.Set(status);
+                            }
+                          });
   });
+  return fetched.future();
 }
 
 Future<Unit> HostExecutor::AwaitShard(ArrayId array, int shard) {

@@ -28,7 +28,9 @@ namespace causeway {
 
 struct HostExecutorOptions {
   HostInfo host;
-  std::vector<DeviceInfo> devices;  // in local order
+  // In local order. Each is made by the kind it names (DeviceInfo::kind,
+  // registered in this process: backend::FindDeviceKind).
+  std::vector<DeviceInfo> devices;
   int64_t device_memory_bytes = int64_t{1} << 30;
   Clock* clock = Clock::Real();
   TraceRecorder* trace = nullptr;      // required
@@ -80,7 +82,10 @@ struct HostExecutorOptions {
 // Thread-safe.
 class HostExecutor final : public HostService {
  public:
-  explicit HostExecutor(HostExecutorOptions options);
+  // Makes the host's devices (a kind not registered here, or one that
+  // cannot make a device, is an error naming the device) and starts their
+  // streams.
+  static absl::StatusOr<std::unique_ptr<HostExecutor>> Create(HostExecutorOptions options);
   ~HostExecutor() override;
 
   HostId id() const override { return options_.host.id; }
@@ -135,6 +140,9 @@ class HostExecutor final : public HostService {
   int64_t early_piece_bytes() const;
 
  private:
+  HostExecutor(HostExecutorOptions options,
+               std::vector<std::unique_ptr<backend::Device>> devices);
+
   struct SlotKey {
     RunId run;
     int node;
@@ -154,9 +162,12 @@ class HostExecutor final : public HostService {
     std::vector<bool> done;  // per piece: arrived or failed
   };
 
-  // Where a piece's bytes come from: a box of a local source shard, or the
-  // compact box carried by a message. `keep_alive` owns `data`.
+  // Where a piece's bytes come from: a box of a source shard on a device
+  // (`buffer`), or of host memory (`data`, owned by `keep_alive`: the
+  // compact box a message carried, or a shard of another host of this
+  // process whose memory is the host's).
   struct PieceSource {
+    BufferRef buffer;
     std::shared_ptr<const void> keep_alive;
     const std::byte* data = nullptr;
     std::vector<int64_t> dims;

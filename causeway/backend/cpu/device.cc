@@ -11,17 +11,36 @@
 namespace causeway::backend::cpu {
 namespace {
 
-// Host memory, aligned for the kernels' vector loads.
+// Host memory, aligned for the kernels' vector loads. The handle and its
+// bytes are one block of the host's heap (the bytes right after the
+// handle's first 64): a buffer's storage costs one allocation, as it did
+// when the buffer held its bytes itself.
 class CpuAllocation final : public DeviceAllocation {
  public:
-  static constexpr std::align_val_t kAlignment{64};
-  CpuAllocation(std::byte* data, int64_t bytes) : DeviceAllocation(bytes), data_(data) {}
-  ~CpuAllocation() override { ::operator delete[](data_, kAlignment); }
-  std::byte* data() const { return data_; }
+  static constexpr size_t kAlignment = 64;
+  static constexpr size_t kHeader = 64;
+
+  // Null if the host has no room.
+  static CpuAllocation* Make(int64_t bytes) {
+    void* block = ::operator new(kHeader + static_cast<size_t>(bytes),
+                                 std::align_val_t{kAlignment}, std::nothrow);
+    return block == nullptr ? nullptr : new (block) CpuAllocation(bytes);
+  }
+  // What `delete` on the handle calls once its destructor ran: the block
+  // goes back whole.
+  static void operator delete(void* block) {
+    ::operator delete(block, std::align_val_t{kAlignment});
+  }
+  static void operator delete(void*, void*) noexcept {}
+
+  std::byte* data() const {
+    return reinterpret_cast<std::byte*>(const_cast<CpuAllocation*>(this)) + kHeader;
+  }
 
  private:
-  std::byte* const data_;
+  explicit CpuAllocation(int64_t bytes) : DeviceAllocation(bytes) {}
 };
+static_assert(sizeof(CpuAllocation) <= CpuAllocation::kHeader);
 
 std::byte* Bytes(const DeviceAllocation& a) {
   return static_cast<const CpuAllocation&>(a).data();
@@ -39,13 +58,12 @@ class CpuDevice final : public Device {
       return absl::InvalidArgumentError(
           absl::StrCat("allocation of ", bytes, " bytes on ", id_.ToString()));
     }
-    auto* data = static_cast<std::byte*>(
-        ::operator new[](static_cast<size_t>(bytes), CpuAllocation::kAlignment, std::nothrow));
-    if (data == nullptr) {
+    CpuAllocation* a = CpuAllocation::Make(bytes);
+    if (a == nullptr) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "the host could not give ", bytes, " bytes to ", id_.ToString()));
     }
-    return std::unique_ptr<DeviceAllocation>(std::make_unique<CpuAllocation>(data, bytes));
+    return std::unique_ptr<DeviceAllocation>(a);
   }
 
   std::byte* HostAddress(const DeviceAllocation& allocation) const override {
