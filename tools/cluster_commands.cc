@@ -175,6 +175,9 @@ void AddWorkerCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--island", o->island, "Island this host belongs to")
       ->check(CLI::Range(int64_t{0}, limits::kMaxIsland));
   cmd->add_option("--devices", o->devices, "Devices on this host")->check(CLI::Range(1, 4096));
+  cmd->add_option("--device-kind", o->device_kind,
+                  "The kind of this host's devices (this build has: cpu)")
+      ->default_val("cpu");
   cmd->add_option("--memory", o->memory_bytes, "Memory per device, bytes")
       ->check(CLI::Range(int64_t{1}, limits::kMaxDeviceMemoryBytes));
   cmd->add_option("--listen", o->listen, "Data-plane address HOST:PORT (port 0: any free one)");

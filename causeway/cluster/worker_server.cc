@@ -159,6 +159,9 @@ absl::Status WorkerServer::Impl::Start() {
     return absl::InvalidArgumentError(
         "no coordinator address (--coordinator or CAUSEWAY_COORDINATOR)");
   }
+  backend::cpu::Kind();  // the built-in kind, registered
+  CW_RETURN_IF_ERROR(CheckDeviceKindName(options_.device_kind));
+  CW_RETURN_IF_ERROR(backend::FindDeviceKind(options_.device_kind).status());
   token_ = grpc_transport::WorkerTokenFromEnvironment(options_.token);
   const grpc_transport::TlsFiles tls = grpc_transport::TlsFromEnvironment(options_.tls);
   CW_ASSIGN_OR_RETURN(channel_creds_, grpc_transport::MakeChannelCredentials(tls));
@@ -194,7 +197,7 @@ absl::Status WorkerServer::Impl::Start() {
   cluster::WorkerHello& h = *hello.add_messages()->mutable_hello();
   h.set_island(options_.island);
   h.set_devices(options_.devices);
-  h.set_device_kind(std::string(backend::cpu::Kind().name()));
+  h.set_device_kind(options_.device_kind);
   h.set_memory_bytes(options_.memory_bytes);
   h.set_data_address(absl::StrCat(options_.advertise, ":", data_port_));
   cluster::ToWorkerBatch first;
@@ -223,7 +226,7 @@ absl::Status WorkerServer::Impl::Start() {
     d.island = IslandId(options_.island);
     d.local_index = i;
     d.memory_bytes = options_.memory_bytes;
-    d.kind = std::string(backend::cpu::Kind().name());
+    d.kind = options_.device_kind;
     ho.host.devices.push_back(d.id);
     ho.devices.push_back(d);
   }
@@ -366,12 +369,13 @@ void WorkerServer::Impl::HandleCall(uint64_t id, cluster::HostCall& call) {
   switch (call.call_case()) {
     case cluster::HostCall::kRegisterProgram: {
       // Code for another kind of device is refused before it is compiled.
-      const std::string& kind = call.register_program().device_kind();
-      if (!kind.empty() && kind != backend::cpu::Kind().name()) {
+      const std::string& named = call.register_program().device_kind();
+      const std::string kind = named.empty() ? std::string(kDefaultDeviceKind) : named;
+      if (kind != options_.device_kind) {
         Reply(id, absl::InvalidArgumentError(absl::StrCat(
                       "plan '", call.register_program().name().substr(0, 256),
                       "' was compiled for device kind ", kind.substr(0, 64), ", but ",
-                      host_.ToString(), "'s devices are of kind ", backend::cpu::Kind().name())));
+                      host_.ToString(), "'s devices are of kind ", options_.device_kind)));
         break;
       }
       absl::StatusOr<std::shared_ptr<const ProgramPlan>> plan =

@@ -28,6 +28,9 @@ struct WorkerServerOptions {
   int64_t island = 0;
   int devices = 4;
   int64_t memory_bytes = int64_t{1} << 30;
+  // The kind of this worker's devices (backend::DeviceKind::name()), one
+  // this process has (the cpu kind always).
+  std::string device_kind = "cpu";
   // The data-plane server's address; port 0 picks a free one.
   std::string listen = "0.0.0.0:0";
   // The host name peers use to reach the data plane; empty: the address

@@ -202,16 +202,30 @@ absl::Status DeviceStream::Run(const Launch& launch) {
   // The cpu kind completes before Launch returns; another kind completes
   // when its queue ran the work, and the stream (a thread, or a fiber that
   // parks) waits for it: the launch's buffers and collectives stay alive
-  // meanwhile in `launch`.
-  Promise<Unit> done;
-  backend_->Launch(*launch.executable, in, out, context, [done](absl::Status status) {
-    if (status.ok()) {
-      done.Set(Unit{});
-    } else {
-      done.Set(status);
+  // meanwhile in `launch`. One launch is in flight at a time, so its
+  // outcome has one place for the stream's life, held by the completion
+  // too (it may still be waking the stream when the stream is gone): the
+  // common case (inline) costs no allocation.
+  // `done`: kPending, then kDone; kWaiting while the loop sleeps on it,
+  // so that a completion wakes (a system call) only a loop that sleeps.
+  LaunchOutcome& outcome = *outcome_;
+  outcome.done.store(LaunchOutcome::kPending, std::memory_order_relaxed);
+  backend_->Launch(*launch.executable, in, out, context,
+                   [outcome = outcome_](absl::Status status) {
+                     outcome->status = std::move(status);
+                     if (outcome->done.exchange(LaunchOutcome::kDone, std::memory_order_acq_rel) ==
+                         LaunchOutcome::kWaiting) {
+                       fiber::WakeAll(outcome->done);
+                     }
+                   });
+  uint32_t seen = LaunchOutcome::kPending;
+  if (outcome.done.compare_exchange_strong(seen, LaunchOutcome::kWaiting,
+                                           std::memory_order_acq_rel)) {
+    while (outcome.done.load(std::memory_order_acquire) != LaunchOutcome::kDone) {
+      fiber::WaitWhileEqual(outcome.done, LaunchOutcome::kWaiting, fiber::kNever);
     }
-  });
-  return done.future().Await().status();
+  }
+  return std::exchange(outcome.status, absl::OkStatus());
 }
 
 void DeviceStream::Execute(Launch& launch) {

@@ -166,6 +166,16 @@ class DeviceStream final : public LaunchQueue {
   // saying so in `waiting_`.
   bool waiting_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<uint32_t> signal_{0};
+  // The outcome of the launch in flight (Run). `status` is written by the
+  // launch's completion before it sets `done` (release) and read by the
+  // loop after it saw `done` set (acquire); the loop is the only launcher,
+  // one launch at a time.
+  struct LaunchOutcome {
+    static constexpr uint32_t kPending = 0, kDone = 1, kWaiting = 2;
+    std::atomic<uint32_t> done{kPending};
+    absl::Status status;
+  };
+  const std::shared_ptr<LaunchOutcome> outcome_ = std::make_shared<LaunchOutcome>();
   // One of them runs the loop.
   std::thread thread_;
   std::shared_ptr<FiberPool::Task> task_;

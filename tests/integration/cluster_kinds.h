@@ -19,7 +19,9 @@
 namespace causeway::testing {
 
 // kEmbeddedOtherDevice: the embedded cluster with devices of a second kind
-// (tests/integration/wrapped_kind.h), reached only through the device seam.
+// (tests/integration/wrapped_kind.h), reached only through the device seam:
+// its memory is not the host's and its operations complete on threads of
+// its own.
 // kProcesses: worker processes whose collectives travel on the data plane
 // (--collectives grpc); kProcessesGloo: every collective between processes
 // on Gloo (--collectives gloo --gloo-from-bytes 0). kEmbeddedFibers: the

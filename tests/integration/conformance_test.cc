@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "absl/strings/str_join.h"
+#include "causeway/backend/device.h"
 #include "causeway/worker/host_executor.h"
 #include "gmock/gmock.h"
 #include "causeway/cluster/counters.h"
@@ -38,7 +39,7 @@ class ConformanceTest : public ::testing::TestWithParam<ClusterKind> {
     lo.device_threads = 1;
     fibers_ = MakeCluster(lo).release();
     lo.device_threads = 0;
-    lo.device_kind = std::string(RegisterWrappedCpuKind());
+    lo.device_kind = std::string(RegisterWrappedArenaKind());
     other_kind_ = MakeCluster(lo).release();
     ProcessClusterOptions po = ProcessShape(2, 2, 2);
     po.memory_bytes = kDeviceMemory;
@@ -464,7 +465,7 @@ TEST_P(ConformanceTest, DeviceCountersCountLaunchesAndMemoryOnEveryHost) {
 TEST_P(ConformanceTest, EachDeviceRunsCodeOfItsOwnKind) {
   const Topology t = connection_->resources()->GetTopology();
   const std::string kind = t.device(t.island(t.islands()[0])->devices[0])->kind;
-  EXPECT_EQ(kind, GetParam() == ClusterKind::kEmbeddedOtherDevice ? "wrapped-cpu" : "cpu");
+  EXPECT_EQ(kind, GetParam() == ClusterKind::kEmbeddedOtherDevice ? "wrapped-arena" : "cpu");
   const int64_t before = WrappedKindRuns().load();
   Mesh mesh = TwoByTwo();
   const Sharding split(std::vector<std::vector<std::string>>{{"x", "y"}});
@@ -479,6 +480,22 @@ TEST_P(ConformanceTest, EachDeviceRunsCodeOfItsOwnKind) {
     EXPECT_EQ(ran, 4);  // one launch per device of the mesh
   } else {
     EXPECT_EQ(ran, 0);
+  }
+  // The hosts' devices are the kind's: for the second kind, memory the host
+  // cannot address, which every put, reshard, launch and fetch above
+  // reached only through the device.
+  if (LocalCluster* local = embedded()) {
+    const bool other = GetParam() == ClusterKind::kEmbeddedOtherDevice;
+    for (const auto& host : local->executors()) {
+      for (int d = 0; d < host->num_devices(); ++d) {
+        const backend::Device* device = host->store().backend(d);
+        ASSERT_NE(device, nullptr);
+        EXPECT_EQ(device->description().kind, other ? "arena" : "cpu");
+      }
+    }
+    const auto& host = local->executors()[0];
+    ASSERT_OK_AND_ASSIGN(auto allocation, host->store().backend(0)->Allocate(16));
+    EXPECT_EQ(host->store().backend(0)->HostAddress(*allocation) == nullptr, other);
   }
 }
 

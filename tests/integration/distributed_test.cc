@@ -274,6 +274,22 @@ TEST(DistributedTest, AWorkerRefusesACollectivePathItCannotServeBeforeConnecting
   EXPECT_THAT(bad.status().message(), HasSubstr(HaveGloo() ? "TLS" : "no Gloo"));
 }
 
+// A worker's devices are of a kind this process has; any other is refused
+// before it connects, naming the kinds there are.
+TEST(DistributedTest, AWorkerRefusesADeviceKindItDoesNotHave) {
+  WorkerServerOptions wo;
+  wo.coordinator = "127.0.0.1:1";  // never reached
+  wo.devices = 1;
+  wo.device_kind = "abacus";
+  auto bad = WorkerServer::Start(wo);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kNotFound) << bad.status();
+  EXPECT_THAT(bad.status().message(), HasSubstr("\"abacus\""));
+  EXPECT_THAT(bad.status().message(), HasSubstr("cpu"));
+  wo.device_kind = "";
+  bad = WorkerServer::Start(wo);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+}
+
 // Collectives between the processes on Gloo: a worker killed while its
 // peers run a chain of large all-reduces with it (most of the chain's time
 // inside Gloo's ring) fails the gang on the others with the lost worker as

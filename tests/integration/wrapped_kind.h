@@ -1,7 +1,10 @@
-// A second kind of device for tests: the CPU backend's code behind a
-// DeviceKind and Executable of its own ("wrapped-cpu"), which the runtime
-// reaches only through the device seam (causeway/backend/executable.h). It
-// counts the launches it ran, so a test can tell its code was used.
+// A second kind of device for tests ("wrapped-arena"): the CPU backend's
+// code behind a DeviceKind and Executable of its own, counting the launches
+// it ran (so a test can tell its code was used), on devices of the arena
+// test kind (causeway/testing/arena_kind.h): memory the host cannot
+// address, reached only through the device's copies and launches, which
+// complete on the device's own thread. The runtime reaches it only through
+// the device seam (causeway/backend/executable.h, device.h).
 #ifndef CAUSEWAY_TESTS_INTEGRATION_WRAPPED_KIND_H_
 #define CAUSEWAY_TESTS_INTEGRATION_WRAPPED_KIND_H_
 
@@ -9,9 +12,9 @@
 #include <memory>
 #include <utility>
 
-#include "causeway/backend/cpu/device.h"
 #include "causeway/backend/cpu/executable.h"
 #include "causeway/backend/executable.h"
+#include "causeway/testing/arena_kind.h"
 
 namespace causeway::testing {
 
@@ -35,9 +38,9 @@ class WrappedExecutable final : public backend::Executable {
   const std::shared_ptr<const backend::Executable> inner_;
 };
 
-class WrappedCpuKind final : public backend::DeviceKind {
+class WrappedArenaKind final : public backend::DeviceKind {
  public:
-  absl::string_view name() const override { return "wrapped-cpu"; }
+  absl::string_view name() const override { return "wrapped-arena"; }
   absl::StatusOr<std::shared_ptr<const backend::Executable>> Compile(
       const ir::Function& function) const override {
     absl::StatusOr<std::shared_ptr<const backend::Executable>> inner =
@@ -48,14 +51,14 @@ class WrappedCpuKind final : public backend::DeviceKind {
   }
   absl::StatusOr<std::unique_ptr<backend::Device>> CreateDevice(
       const backend::DeviceSpec& spec) const override {
-    return backend::cpu::CreateDevice(spec);
+    return CreateArenaDevice(spec);
   }
 };
 
 // Registers the kind (once) and returns its name.
-inline absl::string_view RegisterWrappedCpuKind() {
+inline absl::string_view RegisterWrappedArenaKind() {
   static const backend::DeviceKind& kind =
-      backend::RegisterDeviceKind(std::make_unique<WrappedCpuKind>());
+      backend::RegisterDeviceKind(std::make_unique<WrappedArenaKind>());
   return kind.name();
 }
 
