@@ -27,6 +27,7 @@ struct DispatchFlags {
   int repeat = 1;
   std::string scheduling = "share";
   int device_threads = 0;
+  std::string device_kind = "cpu";
   double timeout_s = 30;
   bool json = false;
 };
@@ -52,6 +53,7 @@ int RunDispatch(const DispatchFlags& f) {
   o.seconds = f.seconds;
   o.fifo = f.scheduling == "fifo";
   o.device_threads = f.device_threads;
+  o.device_kind = f.device_kind;
   o.timeout_s = f.timeout_s;
   const double handoff = MeasureHandoffMicros();
   // Repeats on fresh clusters; the median run is reported (machines here are
@@ -78,6 +80,7 @@ int RunDispatch(const DispatchFlags& f) {
                       {"cluster", f.cluster},
                       {"scheduling", f.scheduling},
                       {"device_threads", f.device_threads},
+                      {"device_kind", f.device_kind},
                       {"devices", f.devices},
                       {"hosts", r->hosts},
                       {"chain", o.mode == DispatchGranularity::kOpByOp ? 1 : f.chain},
@@ -112,6 +115,7 @@ struct UtilizationFlags {
   double target = 0.90;
   std::string cluster = "local";
   int device_threads = 0;
+  std::string device_kind = "cpu";
   double timeout_s = 30;
   bool json = false;
 };
@@ -146,6 +150,8 @@ int RunUtilization(const UtilizationFlags& f) {
       o.compute_us = us;
       o.seconds = f.seconds;
       o.device_threads = f.device_threads;
+      o.device_kind = f.device_kind;
+  o.device_kind = f.device_kind;
       o.timeout_s = f.timeout_s;
       absl::StatusOr<DispatchBenchResult> r = RunDispatchBench(o);
       if (!r.ok()) {
@@ -172,6 +178,7 @@ int RunUtilization(const UtilizationFlags& f) {
                         {"controller", controller}, {"devices", f.devices},
                         {"hosts", hosts},          {"target", f.target},
                         {"device_threads", f.device_threads},
+                      {"device_kind", f.device_kind},
                         {"cluster", f.cluster},
                         {"rows", rows},
                         {"smallest_compute_us_reaching_target",
@@ -226,6 +233,9 @@ void AddBenchDispatchCommands(CLI::App* bench, int* exit_code) {
                   "default) | fifo (forward every run at once)")
       ->check(CLI::IsMember({"share", "fifo"}))
       ->capture_default_str();
+  cmd->add_option("--device-kind", d->device_kind,
+                  "Embedded cluster: the kind of its devices (this build has: cpu)")
+      ->capture_default_str();
   cmd->add_option("--device-threads", d->device_threads,
                   "Embedded cluster: 0 (default) runs each device on a thread of its own; N runs every device as a fiber of one pool of N threads, so a device that waits (a delay, a collective) parks a fiber instead of switching threads")
       ->check(CLI::Range(0, 1024));
@@ -234,7 +244,7 @@ void AddBenchDispatchCommands(CLI::App* bench, int* exit_code) {
       ->check(CLI::PositiveNumber)->check(Finite());
   cmd->callback([d, cmd, exit_code] {
     if (d->cluster != "local") {
-      for (const char* flag : {"--hosts", "--scheduling", "--device-threads"}) {
+      for (const char* flag : {"--hosts", "--scheduling", "--device-threads", "--device-kind"}) {
         if (cmd->count(flag) > 0) {
           std::fprintf(stderr, "causeway bench dispatch: %s applies to the embedded cluster only\n",
                        flag);
@@ -268,6 +278,9 @@ void AddBenchDispatchCommands(CLI::App* bench, int* exit_code) {
       ->check(CLI::Range(0.05, 600.0))->check(Finite());
   ucmd->add_option("--target", u->target,
                    "Compute fraction to reach (the smallest computation reaching it is reported)")->check(CLI::Range(0.0, 1.0))->check(Finite());
+  ucmd->add_option("--device-kind", u->device_kind,
+                   "Embedded cluster: the kind of its devices (this build has: cpu)")
+      ->capture_default_str();
   ucmd->add_option("--device-threads", u->device_threads,
                    "Embedded cluster: 0 (default) runs each device on a thread of its own; N runs every device as a fiber of one pool of N threads, so a device that waits (a delay, a collective) parks a fiber instead of switching threads")
       ->check(CLI::Range(0, 1024));
@@ -275,7 +288,7 @@ void AddBenchDispatchCommands(CLI::App* bench, int* exit_code) {
   ucmd->add_option("--timeout", u->timeout_s, "Seconds to wait for a distributed cluster")
       ->check(CLI::PositiveNumber)->check(Finite());
   ucmd->callback([u, ucmd, exit_code] {
-    for (const char* flag : {"--hosts", "--device-threads"}) {
+    for (const char* flag : {"--hosts", "--device-threads", "--device-kind"}) {
       if (u->cluster != "local" && ucmd->count(flag) > 0) {
         std::fprintf(stderr,
                      "causeway bench utilization: %s applies to the embedded cluster only\n",

@@ -48,6 +48,7 @@ absl::StatusOr<Bench> Setup(const DispatchBenchOptions& o) {
     co.devices_per_host = o.devices / o.hosts;
     co.scheduling = o.fifo ? SchedulingPolicy::kFifo : SchedulingPolicy::kProportionalShare;
     co.device_threads = o.device_threads;
+    co.device_kind = o.device_kind;
     CW_ASSIGN_OR_RETURN(bench.cluster, LocalCluster::Create(co));
     bench.connection = bench.cluster.get();
   } else {

@@ -35,6 +35,8 @@ struct DispatchBenchOptions {
   // LocalClusterOptions::device_threads).
   bool fifo = false;
   int device_threads = 0;
+  // Embedded cluster: the kind of its devices (backend::DeviceKind::name()).
+  std::string device_kind = "cpu";
   // Distributed cluster: seconds to wait for the coordinator, and its
   // token (empty: $CAUSEWAY_TOKEN).
   double timeout_s = 30;

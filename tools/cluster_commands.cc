@@ -268,6 +268,9 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(1, 64));
   up->add_option("--devices-per-host", o->devices_per_host, "Devices per worker")
       ->check(CLI::Range(1, 4096));
+  up->add_option("--device-kind", o->device_kind,
+                 "The kind of every worker's devices (this build has: cpu)")
+      ->capture_default_str();
   up->add_option("--memory", o->memory_bytes, "Memory per device, bytes")
       ->check(CLI::PositiveNumber)->check(Finite());
   up->add_option("--port", o->port, "Coordinator port (0: any free one)")

@@ -125,6 +125,7 @@ int RunDemo(const DemoOptions& options) {
   co.hosts_per_island = options.hosts_per_island;
   co.devices_per_host = options.devices_per_host;
   co.device_memory_bytes = options.memory_bytes;
+  co.device_kind = options.device_kind;
   co.dcn.latency = absl::Microseconds(options.dcn_latency_us);
   co.dcn.bytes_per_second = options.dcn_gbps * 1e9 / 8;
   co.trace = !options.trace_path.empty();
@@ -395,6 +396,9 @@ void AddDemoCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(1, 64));
   cmd->add_option("--devices-per-host", demo.devices_per_host, "Devices per host")
       ->check(CLI::Range(1, 64));
+  cmd->add_option("--device-kind", demo.device_kind,
+                  "Embedded cluster: the kind of its devices (this build has: cpu)")
+      ->capture_default_str();
   cmd->add_option("--memory", demo.memory_bytes, "Memory per device, bytes")
       ->check(CLI::PositiveNumber)->check(Finite());
   cmd->add_option("--rows-per-device", demo.rows_per_device, "Batch rows per device")

@@ -13,6 +13,7 @@ struct DemoOptions {
   int hosts_per_island = 2;
   int devices_per_host = 4;
   int64_t memory_bytes = int64_t{1} << 30;
+  std::string device_kind = "cpu";  // embedded cluster's devices
   int rows_per_device = 64;
   int features = 128;
   int hidden = 256;

@@ -109,7 +109,8 @@ absl::StatusOr<std::unique_ptr<ProcessCluster>> ProcessCluster::Start(
       Child w;
       w.argv = {options.binary, "worker", "--coordinator", address, "--island",
                 absl::StrCat(i), "--devices", absl::StrCat(options.devices_per_host),
-                "--memory", absl::StrCat(options.memory_bytes), "--listen", "127.0.0.1:0",
+                "--memory", absl::StrCat(options.memory_bytes), "--device-kind",
+                options.device_kind, "--listen", "127.0.0.1:0",
                 "--memory-stall-timeout-ms",
                 absl::StrCat(absl::ToInt64Milliseconds(options.memory_stall_timeout)),
                 "--input-timeout-ms",

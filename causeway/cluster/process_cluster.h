@@ -25,6 +25,7 @@ struct ProcessClusterOptions {
   int hosts_per_island = 2;
   int devices_per_host = 4;
   int64_t memory_bytes = int64_t{1} << 30;
+  std::string device_kind = "cpu";  // every worker's --device-kind
   int port = 0;         // the coordinator's; 0 picks a free one
   int metrics_port = -1;  // the coordinator's metrics endpoint; 0: any free; -1: none
   std::string token;    // clients'; empty: a random one

@@ -71,16 +71,18 @@ def default_client() -> Client:
 def local_cluster(islands: int = 1, hosts_per_island: int = 2, devices_per_host: int = 4, *,
                   device_memory_bytes: int = 1 << 30, dcn_latency_us: float = 0.0,
                   dcn_gbps: float = 0.0, weight: float = 1.0, priority: int = 0,
-                  fail_launches_of: str = "") -> Client:
+                  fail_launches_of: str = "", device_kind: str = "cpu") -> Client:
     """An embedded cluster in this process (emulated hosts and CPU devices) and
     a client of it, which becomes the default client.
 
+    ``device_kind`` names the kind of its devices (``Device.kind``); a kind
+    this build lacks raises ``NotFoundError`` naming the kinds it has.
     ``dcn_latency_us`` / ``dcn_gbps`` emulate the network between islands.
     ``fail_launches_of`` makes every launch of the function of that name fail
     (a fault drill: the error reaches the reads of everything downstream)."""
     return _set_default(_C.local_cluster(islands, hosts_per_island, devices_per_host,
                                          device_memory_bytes, dcn_latency_us, dcn_gbps,
-                                         fail_launches_of, weight, priority))
+                                         fail_launches_of, weight, priority, device_kind))
 
 
 def connect(address: str, token: Optional[str] = None, *, timeout: float = 30.0,

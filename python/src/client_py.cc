@@ -91,10 +91,13 @@ void RegisterClient(py::module_& m) {
       .def_property_readonly("island", [](const DeviceInfo& d) { return d.island.value(); })
       .def_property_readonly("local_index", [](const DeviceInfo& d) { return d.local_index; })
       .def_property_readonly("memory_bytes", [](const DeviceInfo& d) { return d.memory_bytes; })
-      .def_property_readonly("platform", [](const DeviceInfo&) { return "cpu"; })
+      // The kind of the device (backend::DeviceKind::name()); `platform`
+      // is its name as JAX users know it.
+      .def_property_readonly("kind", [](const DeviceInfo& d) { return d.kind; })
+      .def_property_readonly("platform", [](const DeviceInfo& d) { return d.kind; })
       .def("__repr__", [](const DeviceInfo& d) {
         return absl::StrCat("Device(id=", d.id.value(), ", island=", d.island.value(),
-                            ", host=", d.host.value(), ")");
+                            ", host=", d.host.value(), ", kind=", d.kind, ")");
       });
 
   py::class_<ClientOwner, ClientRef>(m, "Client", "A client of a cluster")
@@ -220,8 +223,9 @@ void RegisterClient(py::module_& m) {
       "local_cluster",
       [](int islands, int hosts_per_island, int devices_per_host, int64_t device_memory_bytes,
          double dcn_latency_us, double dcn_gbps, const std::string& fail_launches_of,
-         double weight, int priority) {
+         double weight, int priority, const std::string& device_kind) {
         LocalClusterOptions o;
+        o.device_kind = device_kind;
         o.islands = islands;
         o.hosts_per_island = hosts_per_island;
         o.devices_per_host = devices_per_host;
@@ -245,7 +249,7 @@ void RegisterClient(py::module_& m) {
       py::arg("islands") = 1, py::arg("hosts_per_island") = 2, py::arg("devices_per_host") = 4,
       py::arg("device_memory_bytes") = int64_t{1} << 30, py::arg("dcn_latency_us") = 0.0,
       py::arg("dcn_gbps") = 0.0, py::arg("fail_launches_of") = "", py::arg("weight") = 1.0,
-      py::arg("priority") = 0);
+      py::arg("priority") = 0, py::arg("device_kind") = "cpu");
   m.def(
       "connect",
       [](const std::string& address, const std::string& token, double timeout_s,

@@ -108,6 +108,13 @@ def test_a_distributed_cluster_from_python(tmp_path):
         up.wait(timeout=60)
 
 
+def test_a_device_kind_this_build_lacks_is_named():
+    with pytest.raises(cw.NotFoundError, match=r'"abacus".*cpu'):
+        cw.local_cluster(1, 1, 1, device_kind="abacus")
+    c = cw.local_cluster(1, 1, 2, device_kind="cpu")
+    assert [d.kind for d in cw.devices(c)] == ["cpu", "cpu"]
+
+
 def test_connecting_nowhere_fails_within_the_timeout():
     t = time.monotonic()
     with pytest.raises(cw.CausewayError):
