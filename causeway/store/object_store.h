@@ -16,6 +16,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "causeway/backend/device.h"
 #include "causeway/base/ids.h"
 #include "causeway/base/mutex.h"
 #include "causeway/store/buffer.h"
