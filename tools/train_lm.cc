@@ -5,13 +5,19 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <vector>
 #include <filesystem>
 #include <memory>
 #include <string>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "causeway/cluster/counters.h"
 #include "causeway/cluster/local_cluster.h"
@@ -23,6 +29,34 @@
 
 namespace causeway::tools {
 namespace {
+
+// The signal that interrupted `train lm` (0: none). Set by the handler,
+// read by the training loop before each step.
+volatile std::sig_atomic_t g_interrupted = 0;
+
+void OnInterrupt(int sig) {
+  g_interrupted = sig;
+  // A second Ctrl-C ends the process at once, checkpoint or not.
+  std::signal(sig, SIG_DFL);
+}
+
+// This process's command line, each argument quoted for a POSIX shell
+// where it needs to be, with --resume added if it is not there.
+std::string ResumeCommand() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> args = absl::StrSplit(all, '\0', absl::SkipEmpty());
+  if (std::find(args.begin(), args.end(), "--resume") == args.end()) args.push_back("--resume");
+  std::string out;
+  for (const std::string& a : args) {
+    const bool plain = !a.empty() && std::all_of(a.begin(), a.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("-_./=,:@%+", c);
+    });
+    if (!out.empty()) out += ' ';
+    out += plain ? a : "'" + absl::StrReplaceAll(a, {{"'", "'\\''"}}) + "'";
+  }
+  return out;
+}
 
 using Clock = std::chrono::steady_clock;
 using models::LmTrainOptions;
@@ -367,7 +401,9 @@ int RunTrainLm(TrainLmFlags f) {
     }
     std::fflush(stdout);
   };
+  std::string last_checkpoint;
   hooks.on_checkpoint = [&](int64_t it, const std::string& path) {
+    last_checkpoint = path;
     if (f.json) {
       nlohmann::json j = {{"event", "checkpoint"}, {"iteration", it}, {"path", path}};
       std::printf("%s\n", j.dump().c_str());
@@ -376,8 +412,37 @@ int RunTrainLm(TrainLmFlags f) {
     }
     std::fflush(stdout);
   };
+  // Ctrl-C or SIGTERM: the steps queued finish, a checkpoint is written
+  // (with --checkpoint), and the command that resumes it is printed.
+  g_interrupted = 0;
+  std::signal(SIGINT, OnInterrupt);
+  std::signal(SIGTERM, OnInterrupt);
+  hooks.should_stop = [] { return g_interrupted != 0; };
   absl::Status st = (*trainer)->Train(hooks, f.stop_at);
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
   if (!st.ok()) return Fail(cmd, st);
+  if (const int sig = g_interrupted; sig != 0) {
+    const int64_t at = (*trainer)->iteration();
+    const std::string name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+    const std::string resume = last_checkpoint.empty() ? "" : ResumeCommand();
+    if (f.json) {
+      nlohmann::json j = {{"event", "interrupted"}, {"signal", name}, {"iteration", at}};
+      j["checkpoint"] = last_checkpoint.empty() ? nlohmann::json() : nlohmann::json(last_checkpoint);
+      j["resume"] = resume.empty() ? nlohmann::json() : nlohmann::json(resume);
+      std::printf("%s\n", j.dump().c_str());
+    } else if (!last_checkpoint.empty()) {
+      std::printf("interrupted (%s) at iteration %lld; checkpoint %s\nresume with: %s\n",
+                  name.c_str(), static_cast<long long>(at), last_checkpoint.c_str(),
+                  resume.c_str());
+    } else {
+      std::printf("interrupted (%s) at iteration %lld; nothing saved (%s)\n", name.c_str(),
+                  static_cast<long long>(at),
+                  o.checkpoint_dir.empty() ? "no --checkpoint" : "no step ran");
+    }
+    std::fflush(stdout);
+    return 128 + sig;
+  }
   if (!f.trace_path.empty()) {
     // Every step's launches, waits and transfers (with each piece's time in
     // flight between hosts and islands), tracks named by island, host and

@@ -280,6 +280,7 @@ absl::Status LmTrainer::Train(const Hooks& hooks, int64_t stop_at) {
   };
 
   for (int64_t it = start; it < end; ++it) {
+    if (hooks.should_stop && hooks.should_stop()) break;
     const bool eval_due = o.eval_every > 0 && it % o.eval_every == 0;
     const bool checkpoint_due = o.checkpoint_every > 0 && it > start && it % o.checkpoint_every == 0;
     if (eval_due || checkpoint_due) {

@@ -115,6 +115,10 @@ class LmTrainer {
     std::function<void(const StepReport&)> on_step;  // every step, in order
     std::function<void(const EvalReport&)> on_eval;
     std::function<void(int64_t iteration, const std::string& path)> on_checkpoint;
+    // Asked before each step; true stops the run there as `stop_at` would
+    // (the steps queued finish, a checkpoint is written if a directory is
+    // set). What an interrupted command line answers.
+    std::function<bool()> should_stop;
   };
 
   // Allocates the mesh, compiles the step and evaluation functions and

@@ -41,6 +41,34 @@ test -s "$dir/ck/model.safetensors"
 grep -q '"first_iteration":10' "$dir/resume.json"
 grep -q '"iterations":2' "$dir/resume.json"
 
+# SIGTERM (as Ctrl-C's SIGINT) mid-run: the queued steps finish, a
+# checkpoint is written, the resuming command is printed, exit 128+15.
+# The signal goes once the first step's line is out (no sleeps).
+mkfifo "$dir/progress"
+"$bin" train lm --data "$text" "${tiny[@]}" --iters 100000 --eval-every 0 --log-every 1 \
+  --checkpoint "$dir/int" >"$dir/progress" &
+pid=$!
+rc=0
+{
+  while IFS= read -r line; do
+    echo "$line" >>"$dir/interrupted.txt"
+    if [[ "$line" == iter* ]] && [ ! -e "$dir/sent" ]; then
+      kill -TERM "$pid"
+      touch "$dir/sent"
+    fi
+  done
+} <"$dir/progress"
+wait "$pid" || rc=$?
+[ "$rc" -eq 143 ] || { cat "$dir/interrupted.txt"; echo "interrupted train lm exited $rc"; exit 1; }
+grep -q "^interrupted (SIGTERM) at iteration" "$dir/interrupted.txt"
+test -s "$dir/int/model.safetensors"
+resume=$(sed -n 's/^resume with: //p' "$dir/interrupted.txt")
+[[ "$resume" == *"--checkpoint $dir/int"*"--resume" ]] || { echo "resume command: $resume"; exit 1; }
+at=$(sed -n 's/^interrupted (SIGTERM) at iteration \([0-9]*\);.*/\1/p' "$dir/interrupted.txt")
+"$bin" train lm --data "$text" "${tiny[@]}" --iters $((at + 2)) --eval-every 0 \
+  --checkpoint "$dir/int" --resume --json >"$dir/int_resume.json"
+grep -q "\"first_iteration\":$at" "$dir/int_resume.json"
+
 # Data- and tensor-parallel at once: the same losses as one device.
 "$bin" train lm --data "$text" "${tiny[@]}" --iters 6 --eval-every 0 --log-every 1 --json \
   >"$dir/one.json"
