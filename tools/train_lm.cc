@@ -3,6 +3,7 @@
 // one. Flag parsing, progress output and wiring only; the model, the data
 // and the training loop live in causeway/models.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -30,12 +31,14 @@
 namespace causeway::tools {
 namespace {
 
-// The signal that interrupted `train lm` (0: none). Set by the handler,
-// read by the training loop before each step.
-volatile std::sig_atomic_t g_interrupted = 0;
+// The signal that interrupted `train lm` (0: none). Set by the handler, on
+// whichever thread the signal reached, and read by the training loop before
+// each step: a lock-free atomic, safe in a signal handler.
+std::atomic<int> g_interrupted{0};
+static_assert(std::atomic<int>::is_always_lock_free);
 
 void OnInterrupt(int sig) {
-  g_interrupted = sig;
+  g_interrupted.store(sig, std::memory_order_relaxed);
   // A second Ctrl-C ends the process at once, checkpoint or not.
   std::signal(sig, SIG_DFL);
 }
@@ -414,15 +417,15 @@ int RunTrainLm(TrainLmFlags f) {
   };
   // Ctrl-C or SIGTERM: the steps queued finish, a checkpoint is written
   // (with --checkpoint), and the command that resumes it is printed.
-  g_interrupted = 0;
+  g_interrupted.store(0, std::memory_order_relaxed);
   std::signal(SIGINT, OnInterrupt);
   std::signal(SIGTERM, OnInterrupt);
-  hooks.should_stop = [] { return g_interrupted != 0; };
+  hooks.should_stop = [] { return g_interrupted.load(std::memory_order_relaxed) != 0; };
   absl::Status st = (*trainer)->Train(hooks, f.stop_at);
   std::signal(SIGINT, SIG_DFL);
   std::signal(SIGTERM, SIG_DFL);
   if (!st.ok()) return Fail(cmd, st);
-  if (const int sig = g_interrupted; sig != 0) {
+  if (const int sig = g_interrupted.load(std::memory_order_relaxed); sig != 0) {
     const int64_t at = (*trainer)->iteration();
     const std::string name = sig == SIGINT ? "SIGINT" : "SIGTERM";
     const std::string resume = last_checkpoint.empty() ? "" : ResumeCommand();
