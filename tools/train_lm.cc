@@ -139,6 +139,11 @@ struct TrainLmFlags {
   std::string parallel = "data";
   std::string mesh;
   int64_t decay_iters = -1;  // -1: --iters
+  // Whether --lr, --min-lr and --warmup were given: on --resume, each not
+  // given continues as the checkpoint recorded it.
+  bool lr_given = false;
+  bool min_lr_given = false;
+  bool warmup_given = false;
   int64_t log_every = 10;
   bool no_bias = false;
   bool resume = false;
@@ -272,6 +277,15 @@ int RunTrainLm(TrainLmFlags f) {
     absl::StatusOr<models::LmCheckpoint> c = models::ReadLmCheckpoint(o.checkpoint_dir);
     if (!c.ok()) return Fail(cmd, c.status());
     resume = std::make_unique<models::LmCheckpoint>(*std::move(c));
+    // The learning-rate schedule goes on as the checkpoint recorded it, but
+    // for what this command line gives anew.
+    if (const std::optional<models::LrSchedule>& s = resume->schedule; s.has_value()) {
+      if (!f.lr_given) o.learning_rate = s->learning_rate;
+      if (!f.min_lr_given) o.min_learning_rate = s->min_learning_rate;
+      if (!f.warmup_given) o.warmup_iters = s->warmup_iters;
+      if (f.decay_iters < 0) o.decay_iters = s->decay_iters;
+      if (absl::Status st = o.Validate(); !st.ok()) return Fail(cmd, st);
+    }
     if (resume->iteration >= o.iters) {
       return Usage(cmd, absl::StrCat("the checkpoint in ", o.checkpoint_dir, " is at iteration ",
                                      resume->iteration, ", and --iters ", o.iters,
@@ -652,7 +666,12 @@ void AddTrainLmCommand(CLI::App* train, int* exit_code) {
       ->check(CLI::Range(0.0, 1e6))->check(Finite());
   lm->add_option("--priority", f->share.priority, "Priority class, 0 to 7 (higher goes first)")
       ->check(CLI::Range(0, 7));
-  lm->callback([f, exit_code] { *exit_code = RunTrainLm(*f); });
+  lm->callback([f, lm, exit_code] {
+    f->lr_given = lm->count("--lr") > 0;
+    f->min_lr_given = lm->count("--min-lr") > 0;
+    f->warmup_given = lm->count("--warmup") > 0;
+    *exit_code = RunTrainLm(*f);
+  });
 }
 
 void AddSampleCommand(CLI::App& app, int* exit_code) {

@@ -1,4 +1,5 @@
 // LM checkpoints as tensor files: see lm_trainer.h for the contents.
+#include <cmath>
 #include <filesystem>
 #include <system_error>
 
@@ -106,6 +107,13 @@ absl::StatusOr<std::string> WriteLmCheckpoint(const std::string& dir, const LmCh
                 {"config", ConfigJson(c.config)},
                 {"tokenizer", TokenizerJson(c.tokenizer)},
                 {"iteration", absl::StrCat(c.iteration)}};
+  if (c.schedule.has_value()) {
+    f.metadata["schedule"] = nlohmann::json{{"learning_rate", c.schedule->learning_rate},
+                                            {"min_learning_rate", c.schedule->min_learning_rate},
+                                            {"warmup_iters", c.schedule->warmup_iters},
+                                            {"decay_iters", c.schedule->decay_iters}}
+                                 .dump();
+  }
   for (const Group& g : kGroups) {
     const std::vector<ir::Literal>& group = c.*g.tensors;
     for (size_t i = 0; i < group.size() && i < specs.size(); ++i) {
@@ -140,6 +148,27 @@ absl::StatusOr<LmCheckpoint> ReadLmCheckpoint(const std::string& dir) {
   CW_ASSIGN_OR_RETURN(c.tokenizer, ParseTokenizer(*meta("tokenizer"), path));
   if (!absl::SimpleAtoi(*meta("iteration"), &c.iteration) || c.iteration < 0) {
     return Bad(path, "iteration is not a non-negative integer");
+  }
+  if (const std::string* s = meta("schedule"); s != nullptr) {
+    const nlohmann::json j = nlohmann::json::parse(*s, nullptr, /*allow_exceptions=*/false);
+    LrSchedule r;
+    const auto number = [&](const char* key) {
+      return j.is_object() && j.contains(key) && j[key].is_number();
+    };
+    if (!number("learning_rate") || !number("min_learning_rate") || !number("warmup_iters") ||
+        !number("decay_iters")) {
+      return Bad(path, "the schedule in its metadata is not well formed");
+    }
+    r.learning_rate = j["learning_rate"].get<float>();
+    r.min_learning_rate = j["min_learning_rate"].get<float>();
+    r.warmup_iters = j["warmup_iters"].get<int64_t>();
+    r.decay_iters = j["decay_iters"].get<int64_t>();
+    if (!std::isfinite(r.learning_rate) || !(r.learning_rate > 0) ||
+        !std::isfinite(r.min_learning_rate) || r.min_learning_rate < 0 || r.warmup_iters < 0 ||
+        r.decay_iters < 0) {
+      return Bad(path, "the schedule in its metadata is out of range");
+    }
+    c.schedule = r;
   }
   if (c.tokenizer.vocab_size() != c.config.vocab) {
     return Bad(path, absl::StrCat("vocabulary of ", c.tokenizer.vocab_size(),

@@ -396,6 +396,8 @@ absl::StatusOr<std::string> LmTrainer::SaveCheckpoint(const std::string& dir) {
   c.config = options_.model;
   c.tokenizer = data_->tokenizer();
   c.iteration = iteration_;
+  c.schedule = LrSchedule{options_.learning_rate, options_.min_learning_rate,
+                          options_.warmup_iters, options_.decay_iters};
   // A sharded optimiser's moments are fetched whole and cut into their
   // parameters: the same file as an unsharded run's.
   ir::Literal flat_m, flat_v;

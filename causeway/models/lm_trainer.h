@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -93,10 +94,20 @@ struct EvalReport {
   double seconds = 0;  // wall time of the evaluation
 };
 
+// The learning-rate schedule a run trained with (LmTrainOptions).
+struct LrSchedule {
+  float learning_rate = 0;
+  float min_learning_rate = 0;
+  int64_t warmup_iters = 0;
+  int64_t decay_iters = 0;
+};
+
 struct LmCheckpoint {
   GptConfig config;
   Tokenizer tokenizer;
   int64_t iteration = 0;
+  // Absent in checkpoints written before it was recorded.
+  std::optional<LrSchedule> schedule;
   std::vector<ir::Literal> params;  // GptParams order, global
   std::vector<ir::Literal> adam_m;  // empty if the file holds none
   std::vector<ir::Literal> adam_v;

@@ -41,6 +41,25 @@ test -s "$dir/ck/model.safetensors"
 grep -q '"first_iteration":10' "$dir/resume.json"
 grep -q '"iterations":2' "$dir/resume.json"
 
+# The learning-rate schedule goes on as recorded: the first run's cosine
+# decay (after --warmup 2) ended at its --iters (10), so a resume to 14
+# stays at --min-lr, unless it gives --lr-decay-iters anew.
+"$bin" train lm --data "$text" "${tiny[@]}" --iters 10 --eval-every 0 --log-every 0 \
+  --min-lr 0.0002 --warmup 2 --checkpoint "$dir/sched" >/dev/null
+cp -r "$dir/sched" "$dir/sched2"
+"$bin" train lm --data "$text" "${tiny[@]}" --iters 14 --eval-every 0 --log-every 1 \
+  --checkpoint "$dir/sched" --resume --json >"$dir/sched_resume.json"
+"$bin" train lm --data "$text" "${tiny[@]}" --iters 14 --eval-every 0 --log-every 1 \
+  --checkpoint "$dir/sched2" --resume --lr-decay-iters 20 --json >"$dir/sched_redecay.json"
+python3 - "$dir/sched_resume.json" "$dir/sched_redecay.json" <<'PY'
+import json, sys
+def lrs(path):
+    return [l["lr"] for l in map(json.loads, open(path)) if l["event"] == "step"]
+kept, redecayed = lrs(sys.argv[1]), lrs(sys.argv[2])
+assert len(kept) == 4 and all(abs(x - 2e-4) < 1e-9 for x in kept), kept
+assert len(redecayed) == 4 and all(x > 2.5e-4 for x in redecayed), redecayed
+PY
+
 # SIGTERM (as Ctrl-C's SIGINT) mid-run: the queued steps finish, a
 # checkpoint is written, the resuming command is printed, exit 128+15.
 # The signal goes once the first step's line is out (no sleeps).
