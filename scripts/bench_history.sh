@@ -9,9 +9,9 @@
 #                 interleaved, baseline and current in turn, and reported as
 #                 a ratio of medians from the same run.
 # --rounds N      rounds per figure (default 3); the median is kept.
-# --data FILE     the text `train lm` trains on (default: the tinyshakespeare
-#                 copy beside the repository, ../shared/data/tinyshakespeare.txt;
-#                 without one, that figure is skipped).
+# --data FILE     the text `train lm` trains on (default: $CAUSEWAY_BENCH_DATA;
+#                 BENCHMARKS.md uses tinyshakespeare). Without one, that figure
+#                 is skipped.
 # --no-append     print, do not record.
 #
 # Every figure is higher-is-better. The script prints each against the last
@@ -23,7 +23,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bin=build/release/bin/causeway
 baseline=""
 rounds=3
-data=../shared/data/tinyshakespeare.txt
+data=${CAUSEWAY_BENCH_DATA:-}
 append=1
 while (($#)); do
   case "$1" in
@@ -37,6 +37,7 @@ while (($#)); do
 done
 [[ -x "$bin" ]] || { echo "bench_history.sh: build first (make build): no $bin" >&2; exit 2; }
 [[ -z "$baseline" || -x "$baseline" ]] || { echo "bench_history.sh: no $baseline" >&2; exit 2; }
+[[ -z "$data" || -f "$data" ]] || { echo "bench_history.sh: no file $data (--data)" >&2; exit 2; }
 [[ "$rounds" =~ ^[1-9][0-9]?$ ]] || { echo "bench_history.sh: --rounds 1 to 99" >&2; exit 2; }
 
 # name | command (after the binary) | python expression over `d`, the last JSON line
@@ -49,10 +50,10 @@ figures=(
   "matmul_512_gflops|bench matmul --sizes 512 --json|d['gflops_function']"
   "all_reduce_1mib_busbw_gbps|bench collective --op all-reduce --bytes 1048576 --devices 8 --hosts 2 --json|d['busbw_gbps']"
 )
-if [[ -f "$data" ]]; then
+if [[ -n "$data" ]]; then
   figures+=("train_lm_200_tokens_per_s|train lm --data $data --iters 200 --eval-every 0 --log-every 0 --json|d['tokens_per_s']")
 else
-  echo "bench_history.sh: no $data; train lm is skipped" >&2
+  echo "bench_history.sh: no text to train on (--data FILE); train lm is skipped" >&2
 fi
 
 # Runs `$1 $2` and prints the figure `$3` of its last JSON line ("null" on failure).

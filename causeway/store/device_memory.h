@@ -72,8 +72,8 @@ class DeviceMemory {
   using Callback = std::function<void(absl::Status)>;
 
   // `backend` (may be null: the budget alone, with no storage behind it,
-  // for tests of the accounting and for simulated devices) gives the bytes
-  // of the buffers granted here; it must outlive this memory.
+  // for tests of the accounting) gives the bytes of the buffers granted
+  // here; it must outlive this memory.
   DeviceMemory(DeviceId device, int64_t capacity, backend::Device* backend = nullptr)
       : device_(device), capacity_(capacity), backend_(backend) {}
   ~DeviceMemory();

@@ -40,7 +40,7 @@ class ObjectStore {
   // One DeviceMemory per entry of `devices`, each with `capacity_bytes`,
   // whose buffers take their bytes from the device of the same index in
   // `backends` (owned here). With no backends, the store keeps budgets
-  // only: its buffers have no storage (a simulator's devices).
+  // only: its buffers have no storage (tests of the accounting).
   ObjectStore(HostId host, const std::vector<DeviceId>& devices, int64_t capacity_bytes,
               std::vector<std::unique_ptr<backend::Device>> backends = {});
   ~ObjectStore();
