@@ -30,6 +30,9 @@ PACKAGES=(
   protobuf-compiler-grpc
   libcpp-httplib-dev    # the coordinator's Prometheus metrics endpoint
   libgloo-dev           # collectives between worker processes (ring / halving-doubling)
+  libvulkan-dev         # the vulkan device kind: loader and headers
+  glslc                 # its compute shaders, GLSL -> SPIR-V at build time
+  mesa-vulkan-drivers   # lavapipe: a Vulkan 1.3 device on the CPU, so the kind is tested everywhere
   python3
   python3-dev           # the Python package's extension module (python/)
   pybind11-dev

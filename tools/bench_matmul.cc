@@ -30,6 +30,7 @@ struct MatmulOptions {
   std::string sizes = "512,1024";
   double min_seconds = 1.0;
   bool json = false;
+  std::string device_kind = "cpu";
 };
 
 using Clock = std::chrono::steady_clock;
@@ -88,8 +89,12 @@ int RunBenchMatmul(const MatmulOptions& o) {
   cluster_options.hosts_per_island = 1;
   cluster_options.devices_per_host = 1;
   cluster_options.device_memory_bytes = int64_t{4} << 30;
+  cluster_options.device_kind = o.device_kind;
   auto cluster = LocalCluster::Create(cluster_options);
-  if (!cluster.ok()) return 1;
+  if (!cluster.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(cluster.status().message()).c_str());
+    return 1;
+  }
   auto client = Client::Connect(cluster->get());
   if (!client.ok()) return 1;
   auto mesh = (*client)->AllocateMesh({{"d", 1}});
@@ -157,16 +162,17 @@ int RunBenchMatmul(const MatmulOptions& o) {
     ok = ok && call_ok;
     if (o.json) {
       nlohmann::json j = {{"benchmark", "matmul"},   {"m", m}, {"k", k}, {"n", n},
+                          {"device_kind", o.device_kind},
                           {"gflops_function", g_fn}, {"gflops_blas", g_blas},
                           {"gflops_eigen", g_eigen}, {"gflops_executable", g_exe},
                           {"ratio", ratio},
                           {"ok", call_ok}};
       std::printf("%s\n", j.dump().c_str());
     } else {
-      std::printf("matmul %lldx%lldx%lld: function %.1f GFLOP/s, OpenBLAS %.1f GFLOP/s, Eigen "
-                  "%.1f GFLOP/s, ratio %.3f%s\n",
+      std::printf("matmul %lldx%lldx%lld: function (%s) %.1f GFLOP/s, OpenBLAS %.1f GFLOP/s, "
+                  "Eigen %.1f GFLOP/s, ratio %.3f%s\n",
                   static_cast<long long>(m), static_cast<long long>(k),
-                  static_cast<long long>(n), g_fn, g_blas, g_eigen,
+                  static_cast<long long>(n), o.device_kind.c_str(), g_fn, g_blas, g_eigen,
                   ratio, call_ok ? "" : " (CALL FAILED)");
     }
     std::fflush(stdout);
@@ -186,6 +192,9 @@ void AddBenchMatmulCommand(CLI::App* bench, int* exit_code) {
   cmd->add_option("--min-seconds", options->min_seconds, "Time per measurement")
       ->check(CLI::PositiveNumber)->check(Finite());
   cmd->add_flag("--json", options->json, "One JSON object per size");
+  cmd->add_option("--device-kind", options->device_kind,
+                  "Kind of the device the function runs on (cpu, or vulkan where built); "
+                  "the baselines stay single-threaded OpenBLAS and Eigen on this host");
   cmd->callback([options, exit_code] { *exit_code = RunBenchMatmul(*options); });
 }
 

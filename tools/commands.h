@@ -65,6 +65,10 @@ void AddBenchLmCommand(CLI::App* bench, int* exit_code);
 // `causeway bench tenancy` (tools/bench_tenancy.cc).
 void AddBenchTenancyCommand(CLI::App* bench, int* exit_code);
 
+// `causeway gpus` and the root flag `--gpu N` (tools/gpus.cc).
+void AddGpusCommand(CLI::App& app, int* exit_code);
+void AddGpuFlag(CLI::App& app);
+
 }  // namespace causeway::tools
 
 #endif  // CAUSEWAY_TOOLS_COMMANDS_H_

@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
          "CAUSEWAY_LOG_LEVEL, else info)")
       ->check(CLI::IsMember({"info", "warning", "error"}))
       ->trigger_on_parse();
+  causeway::tools::AddGpuFlag(app);
   int exit_code = 0;
   causeway::tools::AddDemoCommand(app, &exit_code);
   causeway::tools::AddTrainCommand(app, &exit_code);
@@ -54,6 +55,7 @@ int main(int argc, char** argv) {
   causeway::tools::AddBenchTenancyCommand(bench, &exit_code);
   causeway::tools::AddBenchCollectiveCommand(bench, &exit_code);
   causeway::tools::AddSimCommands(app, &exit_code);
+  causeway::tools::AddGpusCommand(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --version

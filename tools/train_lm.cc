@@ -97,7 +97,7 @@ struct Connection {
 absl::StatusOr<Connection> Connect(const std::string& cluster, int64_t devices, int64_t hosts,
                                    double timeout_s, const ClientShare& share = {},
                                    const LocalClusterOptions* local_options = nullptr,
-                                   bool trace = false) {
+                                   bool trace = false, const std::string& device_kind = "cpu") {
   Connection c;
   ClusterConnection* connection = nullptr;
   if (cluster == "local") {
@@ -105,6 +105,7 @@ absl::StatusOr<Connection> Connect(const std::string& cluster, int64_t devices, 
         local_options != nullptr ? *local_options : LmLocalClusterOptions(devices, hosts);
     if (!lo.ok()) return lo.status();
     lo->trace = trace;
+    lo->device_kind = device_kind;
     absl::StatusOr<std::unique_ptr<LocalCluster>> l = LocalCluster::Create(*lo);
     if (!l.ok()) return l.status();
     c.local = *std::move(l);
@@ -136,6 +137,7 @@ struct TrainLmFlags {
   LmTrainOptions train;
   int64_t devices = 1;
   int64_t hosts = 1;
+  std::string device_kind = "cpu";
   std::string parallel = "data";
   std::string mesh;
   int64_t decay_iters = -1;  // -1: --iters
@@ -292,9 +294,13 @@ int RunTrainLm(TrainLmFlags f) {
                                      " leaves nothing to train: give a larger --iters"));
     }
   }
+  if (f.cluster != "local" && f.device_kind != "cpu") {
+    return Usage(cmd, "--device-kind goes with the embedded cluster (a remote cluster's workers "
+                      "choose theirs: causeway worker --device-kind)");
+  }
   absl::StatusOr<Connection> conn = Connect(f.cluster, o.layout.devices(), f.hosts, f.timeout_s,
                                             f.share, multi_mesh_cluster.get(),
-                                            !f.trace_path.empty());
+                                            !f.trace_path.empty(), f.device_kind);
   if (!conn.ok()) return Fail(cmd, conn.status());
   absl::StatusOr<std::unique_ptr<models::LmTrainer>> trainer =
       models::LmTrainer::Create(conn->client.get(), &*data, o, resume.get());
@@ -605,6 +611,8 @@ void AddTrainLmCommand(CLI::App* train, int* exit_code) {
                  "Embedded cluster: hosts the devices are split over (collectives then cross "
                  "hosts)")
       ->check(CLI::Range(1, 1024));
+  lm->add_option("--device-kind", f->device_kind,
+                 "Embedded cluster: kind of its devices (cpu, or vulkan where built)");
   lm->add_option("--parallel", f->parallel,
                  "data: batch split over the devices; tensor: heads and MLP split over them; "
                  "pipeline: layers split into --stages stages, each on a host of its own")

@@ -5,7 +5,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
-#include "causeway/backend/cpu/executable.h"
+#include "causeway/backend/builtin_kinds.h"
 #include "causeway/base/mutex.h"
 #include "causeway/base/status_macros.h"
 #include "causeway/resource/resource_manager.h"
@@ -67,7 +67,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Create(
         absl::StrCat("a local cluster of ", devices, " devices is too large (at most 4096)"));
   }
   CW_RETURN_IF_ERROR(CheckReportFanout(options.report_fanout));
-  backend::cpu::Kind();  // the built-in kind, registered
+  backend::RegisterBuiltinKinds();  // the built-in kinds, registered
   CW_RETURN_IF_ERROR(CheckDeviceKindName(options.device_kind));
   CW_RETURN_IF_ERROR(backend::FindDeviceKind(options.device_kind).status());
   auto cluster = std::unique_ptr<LocalCluster>(new LocalCluster(options));

@@ -8,7 +8,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "causeway/backend/cpu/executable.h"
+#include "causeway/backend/builtin_kinds.h"
 #include "causeway/base/check.h"
 #include "causeway/base/clock.h"
 #include "causeway/base/status_macros.h"
@@ -516,7 +516,7 @@ HostService* RemoteCluster::Impl::host(HostId host) {
 
 absl::StatusOr<std::unique_ptr<RemoteCluster>> RemoteCluster::Connect(
     const RemoteClusterOptions& options) {
-  backend::cpu::Kind();  // the built-in kind, registered for the client's compiler
+  backend::RegisterBuiltinKinds();  // the built-in kinds, registered for the client's compiler
   auto impl = std::make_unique<Impl>(options);
   CW_RETURN_IF_ERROR(impl->Connect());
   return std::unique_ptr<RemoteCluster>(new RemoteCluster(std::move(impl)));

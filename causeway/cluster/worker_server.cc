@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "causeway/backend/cpu/executable.h"
+#include "causeway/backend/builtin_kinds.h"
 #include "causeway/base/check.h"
 #include "causeway/base/clock.h"
 #include "causeway/base/limits.h"
@@ -159,7 +159,7 @@ absl::Status WorkerServer::Impl::Start() {
     return absl::InvalidArgumentError(
         "no coordinator address (--coordinator or CAUSEWAY_COORDINATOR)");
   }
-  backend::cpu::Kind();  // the built-in kind, registered
+  backend::RegisterBuiltinKinds();  // the built-in kinds, registered
   CW_RETURN_IF_ERROR(CheckDeviceKindName(options_.device_kind));
   CW_RETURN_IF_ERROR(backend::FindDeviceKind(options_.device_kind).status());
   token_ = grpc_transport::WorkerTokenFromEnvironment(options_.token);

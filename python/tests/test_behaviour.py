@@ -115,6 +115,23 @@ def test_a_device_kind_this_build_lacks_is_named():
     assert [d.kind for d in cw.devices(c)] == ["cpu", "cpu"]
 
 
+def test_a_function_runs_on_vulkan_devices():
+    # The vulkan kind where this build has it (lavapipe runs it on the CPU).
+    try:
+        c = cw.local_cluster(1, 1, 2, device_kind="vulkan")
+    except cw.NotFoundError:
+        pytest.skip("this build has no vulkan kind")
+    assert [d.kind for d in cw.devices(c)] == ["vulkan", "vulkan"]
+    mesh = cw.make_mesh({"data": 2}, client=c)
+    rows = cw.NamedSharding(mesh, cw.P("data"))
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    f = cw.compile(lambda a: (a * 2.0).sum(axis=1), in_shardings=rows, out_shardings=rows)
+    np.testing.assert_allclose(np.asarray(f(x)), (x * 2.0).sum(axis=1))
+    total = cw.compile(lambda a: cw.all_reduce(a.sum(), "data"), in_shardings=rows)
+    assert float(np.asarray(total(x))) == 66.0
+    c.disconnect()
+
+
 def test_connecting_nowhere_fails_within_the_timeout():
     t = time.monotonic()
     with pytest.raises(cw.CausewayError):

@@ -59,6 +59,21 @@ expect 2 "bad list" -- "$bin" bench tenancy --clients 2 --weights 1
 expect 2 "no operator token" -- env -u CAUSEWAY_WORKER_TOKEN \
   "$bin" cluster set-weight --cluster grpc://127.0.0.1:1 --client 0
 
+# GPUs: `causeway gpus` lists those of the vulkan kind (exit 0) or says why
+# there are none (exit 1); --gpu past them is a usage error naming them.
+"$bin" gpus >/tmp/cli_test_out.$$ 2>&1
+gpus_rc=$?
+if [ "$gpus_rc" -eq 0 ]; then
+  grep -q "^0: .*driver" /tmp/cli_test_out.$$ || { echo "FAIL: gpus printed no GPU 0"; fail=1; }
+elif [ "$gpus_rc" -eq 1 ]; then
+  grep -q "^error: " /tmp/cli_test_out.$$ || { echo "FAIL: gpus failed without a reason"; fail=1; }
+else
+  echo "FAIL: gpus exited $gpus_rc"; fail=1
+fi
+expect 2 "--gpu past this machine's GPUs" -- "$bin" --gpu 99 demo --steps 1
+"$bin" demo --gpu 99 --steps 1 >/tmp/cli_test_out.$$ 2>&1
+grep -q "GPU" /tmp/cli_test_out.$$ || { echo "FAIL: --gpu 99 did not say why"; fail=1; }
+
 # Runtime errors: 1 (nothing listens on port 1).
 expect 1 "unreachable cluster" -- env CAUSEWAY_TOKEN=t \
   "$bin" cluster status --cluster grpc://127.0.0.1:1 --timeout 2

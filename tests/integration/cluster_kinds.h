@@ -28,12 +28,15 @@ namespace causeway::testing {
 // embedded cluster with every device a fiber of one pool of a single thread
 // (LocalClusterOptions::device_threads = 1): any wait on a device path that
 // blocked the thread instead of parking the fiber would hang it.
+// kEmbeddedVulkan: the embedded cluster on devices of the vulkan kind, all
+// on the first Vulkan GPU (lavapipe where the machine has none).
 enum class ClusterKind {
   kEmbedded,
   kProcesses,
   kEmbeddedOtherDevice,
   kProcessesGloo,
-  kEmbeddedFibers
+  kEmbeddedFibers,
+  kEmbeddedVulkan
 };
 
 inline std::string KindName(const ::testing::TestParamInfo<ClusterKind>& info) {
@@ -43,6 +46,7 @@ inline std::string KindName(const ::testing::TestParamInfo<ClusterKind>& info) {
     case ClusterKind::kEmbeddedOtherDevice: return "EmbeddedOtherDevice";
     case ClusterKind::kProcessesGloo: return "ProcessesGloo";
     case ClusterKind::kEmbeddedFibers: return "EmbeddedFibers";
+    case ClusterKind::kEmbeddedVulkan: return "EmbeddedVulkan";
   }
   return "?";
 }

@@ -41,6 +41,10 @@ class ConformanceTest : public ::testing::TestWithParam<ClusterKind> {
     lo.device_threads = 0;
     lo.device_kind = std::string(RegisterWrappedArenaKind());
     other_kind_ = MakeCluster(lo).release();
+#if CAUSEWAY_HAVE_VULKAN
+    lo.device_kind = "vulkan";
+    vulkan_ = MakeCluster(lo).release();
+#endif
     ProcessClusterOptions po = ProcessShape(2, 2, 2);
     po.memory_bytes = kDeviceMemory;
     po.collectives = "grpc";
@@ -55,6 +59,8 @@ class ConformanceTest : public ::testing::TestWithParam<ClusterKind> {
     delete local_;
     delete fibers_;
     delete other_kind_;
+    delete vulkan_;
+    vulkan_ = nullptr;
     delete processes_;
     delete gloo_processes_;
     gloo_processes_ = nullptr;
@@ -71,6 +77,9 @@ class ConformanceTest : public ::testing::TestWithParam<ClusterKind> {
       connection_ = fibers_;
     } else if (GetParam() == ClusterKind::kEmbeddedOtherDevice) {
       connection_ = other_kind_;
+    } else if (GetParam() == ClusterKind::kEmbeddedVulkan) {
+      if (vulkan_ == nullptr) GTEST_SKIP() << "this build has no vulkan kind";
+      connection_ = vulkan_;
     } else {
       ProcessCluster* processes =
           GetParam() == ClusterKind::kProcessesGloo ? gloo_processes_ : processes_;
@@ -99,6 +108,7 @@ class ConformanceTest : public ::testing::TestWithParam<ClusterKind> {
       case ClusterKind::kEmbedded: return local_;
       case ClusterKind::kEmbeddedFibers: return fibers_;
       case ClusterKind::kEmbeddedOtherDevice: return other_kind_;
+      case ClusterKind::kEmbeddedVulkan: return vulkan_;
       case ClusterKind::kProcesses:
       case ClusterKind::kProcessesGloo: return nullptr;
     }
@@ -128,6 +138,7 @@ class ConformanceTest : public ::testing::TestWithParam<ClusterKind> {
   static LocalCluster* local_;
   static LocalCluster* fibers_;
   static LocalCluster* other_kind_;
+  static LocalCluster* vulkan_;  // null in a build without the vulkan kind
   static ProcessCluster* processes_;
   static ProcessCluster* gloo_processes_;  // null without Gloo
   std::unique_ptr<RemoteCluster> remote_;
@@ -138,6 +149,7 @@ ClusterConnection* ConformanceTest::connection_ = nullptr;
 LocalCluster* ConformanceTest::local_ = nullptr;
 LocalCluster* ConformanceTest::fibers_ = nullptr;
 LocalCluster* ConformanceTest::other_kind_ = nullptr;
+LocalCluster* ConformanceTest::vulkan_ = nullptr;
 ProcessCluster* ConformanceTest::processes_ = nullptr;
 ProcessCluster* ConformanceTest::gloo_processes_ = nullptr;
 
@@ -465,7 +477,10 @@ TEST_P(ConformanceTest, DeviceCountersCountLaunchesAndMemoryOnEveryHost) {
 TEST_P(ConformanceTest, EachDeviceRunsCodeOfItsOwnKind) {
   const Topology t = connection_->resources()->GetTopology();
   const std::string kind = t.device(t.island(t.islands()[0])->devices[0])->kind;
-  EXPECT_EQ(kind, GetParam() == ClusterKind::kEmbeddedOtherDevice ? "wrapped-arena" : "cpu");
+  const bool vulkan = GetParam() == ClusterKind::kEmbeddedVulkan;
+  EXPECT_EQ(kind, GetParam() == ClusterKind::kEmbeddedOtherDevice ? "wrapped-arena"
+                  : vulkan                                       ? "vulkan"
+                                                                 : "cpu");
   const int64_t before = WrappedKindRuns().load();
   Mesh mesh = TwoByTwo();
   const Sharding split(std::vector<std::vector<std::string>>{{"x", "y"}});
@@ -490,12 +505,12 @@ TEST_P(ConformanceTest, EachDeviceRunsCodeOfItsOwnKind) {
       for (int d = 0; d < host->num_devices(); ++d) {
         const backend::Device* device = host->store().backend(d);
         ASSERT_NE(device, nullptr);
-        EXPECT_EQ(device->description().kind, other ? "arena" : "cpu");
+        EXPECT_EQ(device->description().kind, other ? "arena" : vulkan ? "vulkan" : "cpu");
       }
     }
     const auto& host = local->executors()[0];
     ASSERT_OK_AND_ASSIGN(auto allocation, host->store().backend(0)->Allocate(16));
-    EXPECT_EQ(host->store().backend(0)->HostAddress(*allocation) == nullptr, other);
+    EXPECT_EQ(host->store().backend(0)->HostAddress(*allocation) == nullptr, other || vulkan);
   }
 }
 
@@ -503,7 +518,8 @@ INSTANTIATE_TEST_SUITE_P(Clusters, ConformanceTest,
                          ::testing::Values(ClusterKind::kEmbedded, ClusterKind::kProcesses,
                                            ClusterKind::kEmbeddedOtherDevice,
                                            ClusterKind::kProcessesGloo,
-                                           ClusterKind::kEmbeddedFibers),
+                                           ClusterKind::kEmbeddedFibers,
+                                           ClusterKind::kEmbeddedVulkan),
                          KindName);
 
 }  // namespace

@@ -1,0 +1,687 @@
+#include "causeway/backend/vulkan/device.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "causeway/backend/cpu/device.h"
+#include "causeway/backend/vulkan/executable.h"
+#include "causeway/backend/vulkan/gpu.h"
+#include "causeway/backend/vulkan/profile.h"
+#include "causeway/base/fiber.h"
+#include "causeway/base/mutex.h"
+#include "causeway/base/status_macros.h"
+
+namespace causeway::backend::vulkan {
+namespace {
+
+std::atomic<int> g_selected_gpu{-1};
+
+// Submissions a device keeps in flight before a new one waits.
+constexpr size_t kMaxPending = 256;
+
+// Calls `fn(src_byte, dst_byte, bytes)` for each contiguous run of `box`
+// (its innermost dimension), in row-major order.
+template <typename Fn>
+void ForEachRun(const BoxCopy& box, Fn fn) {
+  const size_t rank = box.extent.size();
+  const int64_t eb = box.element_bytes;
+  if (rank == 0) {
+    fn(0, 0, eb);
+    return;
+  }
+  for (int64_t e : box.extent) {
+    if (e == 0) return;
+  }
+  const std::vector<int64_t> ss = ir::RowMajorStrides(box.src_dims);
+  const std::vector<int64_t> ds = ir::RowMajorStrides(box.dst_dims);
+  std::vector<int64_t> c(rank, 0);
+  const int64_t run = box.extent[rank - 1] * eb;
+  while (true) {
+    int64_t s = 0, d = 0;
+    for (size_t k = 0; k < rank; ++k) {
+      const int64_t at = k + 1 == rank ? 0 : c[k];
+      s += (box.src_offset[k] + at) * ss[k];
+      d += (box.dst_offset[k] + at) * ds[k];
+    }
+    fn(s * eb, d * eb, run);
+    // Next coordinate over all but the innermost dimension.
+    int k = static_cast<int>(rank) - 2;
+    for (; k >= 0; --k) {
+      if (++c[static_cast<size_t>(k)] < box.extent[static_cast<size_t>(k)]) break;
+      c[static_cast<size_t>(k)] = 0;
+    }
+    if (k < 0) return;
+  }
+}
+
+const VulkanAllocation& V(const DeviceAllocation& a) {
+  return static_cast<const VulkanAllocation&>(a);
+}
+
+class VulkanDevice final : public Device {
+ public:
+  VulkanDevice(const DeviceSpec& spec, Gpu* gpu) : id_(spec.id), gpu_(gpu) {
+    description_ = gpu->description();
+    description_.kind = std::string(kKindName);
+  }
+
+  absl::Status Init() {
+    VkSemaphoreTypeCreateInfo type{};
+    type.sType = VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO;
+    type.semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE;
+    type.initialValue = 0;
+    VkSemaphoreCreateInfo sem{};
+    sem.sType = VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO;
+    sem.pNext = &type;
+    if (vkCreateSemaphore(gpu_->device(), &sem, nullptr, &timeline_) != VK_SUCCESS) {
+      return absl::InternalError(absl::StrCat(id_.ToString(), ": vkCreateSemaphore failed"));
+    }
+    VkCommandPoolCreateInfo pool{};
+    pool.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO;
+    pool.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
+    pool.queueFamilyIndex = gpu_->queue_family();
+    if (vkCreateCommandPool(gpu_->device(), &pool, nullptr, &pool_) != VK_SUCCESS) {
+      return absl::InternalError(absl::StrCat(id_.ToString(), ": vkCreateCommandPool failed"));
+    }
+    completer_ = std::thread([this] { CompletionLoop(); });
+    completer_id_ = completer_.get_id();
+    return absl::OkStatus();
+  }
+
+  ~VulkanDevice() override {
+    {
+      MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    if (completer_.joinable()) completer_.join();
+    if (pool_ != VK_NULL_HANDLE) vkDestroyCommandPool(gpu_->device(), pool_, nullptr);
+    if (timeline_ != VK_NULL_HANDLE) vkDestroySemaphore(gpu_->device(), timeline_, nullptr);
+  }
+
+  const DeviceDescription& description() const override { return description_; }
+
+  absl::StatusOr<std::unique_ptr<DeviceAllocation>> Allocate(int64_t bytes) override {
+    CW_ASSIGN_OR_RETURN(std::unique_ptr<VulkanAllocation> a,
+                        gpu_->Allocate(bytes, false, id_.ToString()));
+    return std::unique_ptr<DeviceAllocation>(std::move(a));
+  }
+
+  void CopyIn(const void* src, DeviceAllocation& dst, const BoxCopy& box,
+              Completion done) override {
+    absl::Status s = Mine(dst);
+    if (s.ok()) s = box.Validate(box.src_array_bytes(), dst.bytes());
+    if (!s.ok() || gpu_->memory_is_mapped()) {
+      if (s.ok()) cpu::CopyHostBox(src, V(dst).host(), box);
+      std::move(done)(std::move(s));
+      return;
+    }
+    // Staged: the box, dense, into host-visible memory, then one GPU copy
+    // per run.
+    absl::StatusOr<std::unique_ptr<VulkanAllocation>> staging =
+        gpu_->Allocate(box.bytes(), true, absl::StrCat("staging for ", id_.ToString()));
+    if (!staging.ok()) {
+      std::move(done)(staging.status());
+      return;
+    }
+    BoxCopy dense = box;
+    dense.dst_dims = box.extent;
+    dense.dst_offset.assign(box.extent.size(), 0);
+    cpu::CopyHostBox(src, (*staging)->host(), dense);
+    BoxCopy gpu_box = box;
+    gpu_box.src_dims = box.extent;
+    gpu_box.src_offset.assign(box.extent.size(), 0);
+    const VulkanAllocation& from = **staging;
+    const VulkanAllocation& to = V(dst);
+    std::vector<std::unique_ptr<VulkanAllocation>> keep;
+    keep.push_back(std::move(*staging));
+    Submit([&](VkCommandBuffer cb) { return RecordCopy(cb, from, to, gpu_box); },
+           std::move(keep), std::move(done));
+  }
+
+  void CopyOut(const DeviceAllocation& src, void* dst, const BoxCopy& box,
+               Completion done) override {
+    absl::Status s = Mine(src);
+    if (s.ok()) s = box.Validate(src.bytes(), box.dst_array_bytes());
+    if (!s.ok() || gpu_->memory_is_mapped()) {
+      if (s.ok()) cpu::CopyHostBox(V(src).host(), dst, box);
+      std::move(done)(std::move(s));
+      return;
+    }
+    absl::StatusOr<std::unique_ptr<VulkanAllocation>> staging =
+        gpu_->Allocate(box.bytes(), true, absl::StrCat("staging for ", id_.ToString()));
+    if (!staging.ok()) {
+      std::move(done)(staging.status());
+      return;
+    }
+    BoxCopy gpu_box = box;
+    gpu_box.dst_dims = box.extent;
+    gpu_box.dst_offset.assign(box.extent.size(), 0);
+    BoxCopy host_box = box;
+    host_box.src_dims = box.extent;
+    host_box.src_offset.assign(box.extent.size(), 0);
+    const std::byte* staged = (*staging)->host();
+    const VulkanAllocation& to = **staging;
+    std::vector<std::unique_ptr<VulkanAllocation>> keep;
+    keep.push_back(std::move(*staging));
+    Submit([&](VkCommandBuffer cb) { return RecordCopy(cb, V(src), to, gpu_box); },
+           std::move(keep),
+           [staged, dst, host_box = std::move(host_box), done = std::move(done)](
+               absl::Status status) mutable {
+             if (status.ok()) cpu::CopyHostBox(staged, dst, host_box);
+             std::move(done)(std::move(status));
+           });
+  }
+
+  void CopyWithin(const DeviceAllocation& src, DeviceAllocation& dst, const BoxCopy& box,
+                  Completion done) override {
+    absl::Status s = Mine(src);
+    if (s.ok()) s = Mine(dst);
+    if (s.ok()) s = box.Validate(src.bytes(), dst.bytes());
+    if (!s.ok() || gpu_->memory_is_mapped()) {
+      if (s.ok()) cpu::CopyHostBox(V(src).host(), V(dst).host(), box);
+      std::move(done)(std::move(s));
+      return;
+    }
+    Submit([&](VkCommandBuffer cb) { return RecordCopy(cb, V(src), V(dst), box); }, {},
+           std::move(done));
+  }
+
+  void CopyToPeer(const DeviceAllocation& src, Device& peer, DeviceAllocation& dst,
+                  const BoxCopy& box, Completion done) override {
+    auto* other = dynamic_cast<VulkanDevice*>(&peer);
+    if (other == nullptr || other->gpu_ != gpu_) {
+      Device::CopyToPeer(src, peer, dst, box, std::move(done));
+      return;
+    }
+    // Both on this GPU: one device memory, one copy.
+    absl::Status s = Mine(src);
+    if (s.ok()) s = other->Mine(dst);
+    if (s.ok()) s = box.Validate(src.bytes(), dst.bytes());
+    if (!s.ok() || gpu_->memory_is_mapped()) {
+      if (s.ok()) cpu::CopyHostBox(V(src).host(), V(dst).host(), box);
+      std::move(done)(std::move(s));
+      return;
+    }
+    Submit([&](VkCommandBuffer cb) { return RecordCopy(cb, V(src), V(dst), box); }, {},
+           std::move(done));
+  }
+
+  void Launch(const Executable& executable, absl::Span<const DeviceAllocation* const> inputs,
+              absl::Span<DeviceAllocation* const> outputs, const RunContext& context,
+              Completion done) override;
+
+ private:
+  struct Pending {
+    uint64_t value = 0;
+    VkCommandBuffer cb = VK_NULL_HANDLE;
+    std::vector<std::unique_ptr<VulkanAllocation>> keep;
+    Completion done;
+  };
+
+  // Operands of one launch, resolved.
+  struct Operands {
+    absl::Span<const DeviceAllocation* const> inputs;
+    absl::Span<DeviceAllocation* const> outputs;
+    const VulkanAllocation* temp = nullptr;
+    const VulkanAllocation* resident = nullptr;
+  };
+
+  absl::Status Mine(const DeviceAllocation& a) const {
+    const auto* v = dynamic_cast<const VulkanAllocation*>(&a);
+    if (v == nullptr || &v->gpu() != gpu_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("an allocation of another device was given to ", id_.ToString()));
+    }
+    return absl::OkStatus();
+  }
+
+  static void Barrier(VkCommandBuffer cb, VkPipelineStageFlags from, VkAccessFlags from_access,
+                      VkPipelineStageFlags to, VkAccessFlags to_access) {
+    VkMemoryBarrier b{};
+    b.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
+    b.srcAccessMask = from_access;
+    b.dstAccessMask = to_access;
+    vkCmdPipelineBarrier(cb, from, to, 0, 1, &b, 0, nullptr, 0, nullptr);
+  }
+  // Work submitted before (copies, launches) is visible to what follows.
+  static void Begin(VkCommandBuffer cb) {
+    Barrier(cb, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT,
+            VK_ACCESS_MEMORY_WRITE_BIT,
+            VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+            VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT);
+  }
+  // What the commands wrote is visible to the host once they completed.
+  static void End(VkCommandBuffer cb) {
+    Barrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+            VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+            VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
+  }
+
+  absl::Status RecordCopy(VkCommandBuffer cb, const VulkanAllocation& from,
+                          const VulkanAllocation& to, const BoxCopy& box) {
+    std::vector<VkBufferCopy> regions;
+    ForEachRun(box, [&](int64_t s, int64_t d, int64_t bytes) {
+      regions.push_back(VkBufferCopy{from.offset() + static_cast<uint64_t>(s),
+                                     to.offset() + static_cast<uint64_t>(d),
+                                     static_cast<uint64_t>(bytes)});
+    });
+    Begin(cb);
+    if (!regions.empty()) {
+      vkCmdCopyBuffer(cb, from.buffer(), to.buffer(), static_cast<uint32_t>(regions.size()),
+                      regions.data());
+    }
+    End(cb);
+    return absl::OkStatus();
+  }
+
+  uint64_t Address(const Ref& r, const Operands& ops) const {
+    switch (r.kind) {
+      case Ref::Kind::kNone: return 0;
+      case Ref::Kind::kInput: return V(*ops.inputs[r.index]).address() + r.offset;
+      case Ref::Kind::kOutput: return V(*ops.outputs[r.index]).address() + r.offset;
+      case Ref::Kind::kTemp: return ops.temp->address() + r.offset;
+      case Ref::Kind::kResident: return ops.resident->address() + r.offset;
+    }
+    return 0;
+  }
+  // The allocation and byte offset of a Ref (host steps).
+  std::pair<const VulkanAllocation*, uint64_t> Place(const Ref& r, const Operands& ops) const {
+    switch (r.kind) {
+      case Ref::Kind::kInput: return {&V(*ops.inputs[r.index]), r.offset};
+      case Ref::Kind::kOutput: return {&V(*ops.outputs[r.index]), r.offset};
+      case Ref::Kind::kTemp: return {ops.temp, r.offset};
+      case Ref::Kind::kResident: return {ops.resident, r.offset};
+      case Ref::Kind::kNone: break;
+    }
+    return {nullptr, 0};
+  }
+
+  absl::Status RecordSegment(VkCommandBuffer cb, const Segment& seg, const Operands& ops)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(pool_mu_) {
+    Begin(cb);
+    std::unique_ptr<DispatchTimer> timer(DispatchTimer::Create(*gpu_, seg.dispatches.size()));
+    if (timer != nullptr) timer->Reset(cb);
+    VkPipeline bound = VK_NULL_HANDLE;
+    for (size_t i = 0; i < seg.dispatches.size(); ++i) {
+      const Dispatch& d = seg.dispatches[i];
+      const Variant v = gpu_->cpu_kernels() ? CpuVariant(d.kernel, d.n, d.x, d.groups[0])
+                                            : Variant{d.kernel, d.groups[0]};
+      CW_ASSIGN_OR_RETURN(VkPipeline p, gpu_->Pipeline(v.kernel));
+      if (p != bound) {
+        vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p);
+        bound = p;
+      }
+      Push push;
+      push.a = Address(d.a, ops);
+      push.b = Address(d.b, ops);
+      push.c = Address(d.c, ops);
+      push.d = Address(d.d, ops);
+      push.out = Address(d.out, ops);
+      push.params = Address(d.params, ops);
+      push.n = d.n;
+      push.op = d.op;
+      push.x = d.x;
+      push.y = d.y;
+      vkCmdPushConstants(cb, gpu_->pipeline_layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0,
+                         sizeof(Push), &push);
+      if (timer != nullptr) timer->Before(cb, i);
+      vkCmdDispatch(cb, v.groups0, d.groups[1], d.groups[2]);
+      if (timer != nullptr) timer->After(cb, i, v.kernel, d.op);
+      Barrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT,
+              VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+              VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
+    }
+    End(cb);
+    if (timer != nullptr) timers_[cb] = std::move(timer);
+    return absl::OkStatus();
+  }
+
+  // Bytes between a Ref and host memory, waiting for them (host steps).
+  absl::Status ReadRef(const Ref& r, const Operands& ops, void* dst, int64_t bytes) {
+    const auto [a, off] = Place(r, ops);
+    if (a == nullptr || bytes == 0) return absl::OkStatus();
+    const BoxCopy box = BoxCopy::Flat(static_cast<int64_t>(off), a->bytes(), 0, bytes, bytes);
+    const VulkanAllocation& from = *a;  // a structured binding cannot be captured (C++17)
+    return Await([&](Completion c) { CopyOut(from, dst, box, std::move(c)); });
+  }
+  absl::Status WriteRef(const Ref& r, const Operands& ops, const void* src, int64_t bytes) {
+    const auto [a, off] = Place(r, ops);
+    if (a == nullptr || bytes == 0) return absl::OkStatus();
+    const BoxCopy box = BoxCopy::Flat(0, bytes, static_cast<int64_t>(off), a->bytes(), bytes);
+    auto& to = *const_cast<VulkanAllocation*>(a);  // see ReadRef
+    return Await([&](Completion c) { CopyIn(src, to, box, std::move(c)); });
+  }
+
+  absl::Status RunHostStep(const VulkanExecutable& exe, const HostStep& h, const Operands& ops,
+                           const RunContext& context);
+
+  // Records with `record` and submits one command buffer; `done` runs on the
+  // completion thread when the GPU finished it (or at once with the error
+  // if recording or submitting failed). `keep` lives until then.
+  void Submit(const std::function<absl::Status(VkCommandBuffer)>& record,
+              std::vector<std::unique_ptr<VulkanAllocation>> keep, Completion done) {
+    VkCommandBuffer cb = VK_NULL_HANDLE;
+    {
+      MutexLock lock(&pool_mu_);
+      if (!free_cbs_.empty()) {
+        cb = free_cbs_.back();
+        free_cbs_.pop_back();
+      } else {
+        VkCommandBufferAllocateInfo info{};
+        info.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO;
+        info.commandPool = pool_;
+        info.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+        info.commandBufferCount = 1;
+        if (vkAllocateCommandBuffers(gpu_->device(), &info, &cb) != VK_SUCCESS) {
+          std::move(done)(absl::ResourceExhaustedError(
+              absl::StrCat(id_.ToString(), ": no command buffer")));
+          return;
+        }
+      }
+      VkCommandBufferBeginInfo begin{};
+      begin.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
+      begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+      vkResetCommandBuffer(cb, 0);
+      vkBeginCommandBuffer(cb, &begin);
+      absl::Status s = record(cb);
+      vkEndCommandBuffer(cb);
+      if (!s.ok()) {
+        free_cbs_.push_back(cb);
+        std::move(done)(std::move(s));
+        return;
+      }
+    }
+    VkResult r;
+    {
+      MutexLock lock(&mu_);
+      // Bounded: wait for the GPU to finish older work, unless this is the
+      // completion thread (a completion starting more work), which is what
+      // would finish it.
+      if (std::this_thread::get_id() != completer_id_) {
+        mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return pending_.size() < kMaxPending;
+        });
+      }
+      const uint64_t value = submitted_ + 1;
+      VkTimelineSemaphoreSubmitInfo timeline{};
+      timeline.sType = VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO;
+      timeline.signalSemaphoreValueCount = 1;
+      timeline.pSignalSemaphoreValues = &value;
+      VkSubmitInfo submit{};
+      submit.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO;
+      submit.pNext = &timeline;
+      submit.commandBufferCount = 1;
+      submit.pCommandBuffers = &cb;
+      submit.signalSemaphoreCount = 1;
+      submit.pSignalSemaphores = &timeline_;
+      r = gpu_->Submit(submit);
+      if (r == VK_SUCCESS) {
+        submitted_ = value;
+        pending_.push_back(Pending{value, cb, std::move(keep), std::move(done)});
+        return;
+      }
+    }
+    {
+      MutexLock pool_lock(&pool_mu_);
+      free_cbs_.push_back(cb);
+    }
+    std::move(done)(absl::InternalError(absl::StrCat(
+        "the GPU refused work for ", id_.ToString(), " (VkResult ", static_cast<int>(r),
+        r == VK_ERROR_DEVICE_LOST ? ": device lost)" : ")")));
+  }
+
+  void CompletionLoop() {
+    while (true) {
+      uint64_t value;
+      {
+        MutexLock lock(&mu_);
+        mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return !pending_.empty() || stopping_;
+        });
+        if (pending_.empty()) return;  // stopping, nothing in flight
+        value = pending_.front().value;
+      }
+      VkSemaphoreWaitInfo wait{};
+      wait.sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO;
+      wait.semaphoreCount = 1;
+      wait.pSemaphores = &timeline_;
+      wait.pValues = &value;
+      absl::Status status;
+      while (true) {
+        const VkResult r = vkWaitSemaphores(gpu_->device(), &wait, 100'000'000);  // 100 ms
+        if (r == VK_SUCCESS) break;
+        if (r == VK_TIMEOUT) continue;
+        status = absl::InternalError(absl::StrCat(
+            "the GPU failed work of ", id_.ToString(), " (VkResult ", static_cast<int>(r),
+            r == VK_ERROR_DEVICE_LOST ? ": device lost)" : ")"));
+        break;
+      }
+      Pending done;
+      {
+        MutexLock lock(&mu_);
+        done = std::move(pending_.front());
+        pending_.pop_front();
+      }
+      std::unique_ptr<DispatchTimer> timer;
+      {
+        MutexLock lock(&pool_mu_);
+        free_cbs_.push_back(done.cb);
+        if (auto it = timers_.find(done.cb); it != timers_.end()) {
+          timer = std::move(it->second);
+          timers_.erase(it);
+        }
+      }
+      if (timer != nullptr && status.ok()) timer->Collect();
+      done.keep.clear();
+      std::move(done.done)(std::move(status));
+    }
+  }
+
+  const DeviceId id_;
+  Gpu* const gpu_;
+  DeviceDescription description_;
+  VkSemaphore timeline_ = VK_NULL_HANDLE;
+  VkCommandPool pool_ = VK_NULL_HANDLE;
+  std::thread completer_;
+  std::thread::id completer_id_;  // set before any operation starts
+
+  Mutex pool_mu_;  // the command pool is externally synchronised
+  std::vector<VkCommandBuffer> free_cbs_ ABSL_GUARDED_BY(pool_mu_);
+  // CAUSEWAY_VULKAN_PROFILE=1: the timers of command buffers in flight.
+  std::map<VkCommandBuffer, std::unique_ptr<DispatchTimer>> timers_ ABSL_GUARDED_BY(pool_mu_);
+
+  Mutex mu_;
+  uint64_t submitted_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<Pending> pending_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+absl::Status VulkanDevice::RunHostStep(const VulkanExecutable& exe, const HostStep& h,
+                                       const Operands& ops, const RunContext& context) {
+  const ir::Instruction& inst = exe.function().instructions()[static_cast<size_t>(h.instruction)];
+  std::vector<std::byte> in(static_cast<size_t>(h.in_bytes));
+  CW_RETURN_IF_ERROR(ReadRef(h.in, ops, in.data(), h.in_bytes));
+  if (inst.op == ir::OpKind::kDelay) {
+    const fiber::Deadline deadline =
+        std::chrono::steady_clock::now() + std::chrono::microseconds(inst.delay_us);
+    CW_RETURN_IF_ERROR(WriteRef(h.out, ops, in.data(), h.out_bytes));
+    fiber::SleepUntil(deadline);
+    return absl::OkStatus();
+  }
+  if (context.collectives == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        ir::OpName(inst.op), " needs RunContext::collectives, which is null"));
+  }
+  CollectiveOps& c = *context.collectives;
+  const ir::Shape& in_shape =
+      exe.function().instructions()[static_cast<size_t>(inst.operands[0])].shape;
+  if (inst.op == ir::OpKind::kAllReduce) {
+    CW_RETURN_IF_ERROR(c.AllReduce(h.collective_index, inst.axes, inst.reduce_kind, inst.shape,
+                                   in.data()));
+    return WriteRef(h.out, ops, in.data(), h.out_bytes);
+  }
+  std::vector<std::byte> out(static_cast<size_t>(h.out_bytes));
+  switch (inst.op) {
+    case ir::OpKind::kAllGather:
+      CW_RETURN_IF_ERROR(c.AllGather(h.collective_index, inst.axes, in_shape, inst.shape,
+                                     inst.dimension, in.data(), out.data()));
+      break;
+    case ir::OpKind::kReduceScatter:
+      CW_RETURN_IF_ERROR(c.ReduceScatter(h.collective_index, inst.axes, inst.reduce_kind,
+                                         in_shape, inst.shape, inst.dimension, in.data(),
+                                         out.data()));
+      break;
+    case ir::OpKind::kAllToAll:
+      CW_RETURN_IF_ERROR(c.AllToAll(h.collective_index, inst.axes, in_shape, inst.shape,
+                                    inst.dimension, inst.concat_dimension, in.data(),
+                                    out.data()));
+      break;
+    case ir::OpKind::kCollectivePermute:
+      CW_RETURN_IF_ERROR(c.CollectivePermute(h.collective_index, inst.axes, inst.shape,
+                                             inst.source_target_pairs, in.data(), out.data()));
+      break;
+    default:
+      return absl::InternalError(absl::StrCat("not a host step: ", ir::OpName(inst.op)));
+  }
+  return WriteRef(h.out, ops, out.data(), h.out_bytes);
+}
+
+void VulkanDevice::Launch(const Executable& executable,
+                          absl::Span<const DeviceAllocation* const> inputs,
+                          absl::Span<DeviceAllocation* const> outputs, const RunContext& context,
+                          Completion done) {
+  if (absl::Status s = CheckLaunchOperands(executable, inputs, outputs, id_); !s.ok()) {
+    std::move(done)(std::move(s));
+    return;
+  }
+  const auto* exe = dynamic_cast<const VulkanExecutable*>(&executable);
+  if (exe == nullptr) {
+    std::move(done)(absl::InvalidArgumentError(absl::StrCat(
+        "launch of ", executable.function().name(), " on ", id_.ToString(),
+        ": the executable was compiled for another kind of device")));
+    return;
+  }
+  for (const DeviceAllocation* a : inputs) {
+    if (absl::Status s = Mine(*a); !s.ok()) return std::move(done)(std::move(s));
+  }
+  for (const DeviceAllocation* a : outputs) {
+    if (absl::Status s = Mine(*a); !s.ok()) return std::move(done)(std::move(s));
+  }
+  absl::StatusOr<const VulkanAllocation*> resident =
+      exe->Resident(*gpu_, [this](const std::vector<std::byte>& image, VulkanAllocation& to) {
+        const int64_t n = static_cast<int64_t>(image.size());
+        const BoxCopy box = BoxCopy::Flat(0, n, 0, to.bytes(), n);
+        return Await([&](Completion c) { CopyIn(image.data(), to, box, std::move(c)); });
+      });
+  if (!resident.ok()) return std::move(done)(resident.status());
+  std::vector<std::unique_ptr<VulkanAllocation>> keep;
+  Operands ops{inputs, outputs, nullptr, *resident};
+  if (exe->temporary_bytes() > 0) {
+    absl::StatusOr<std::unique_ptr<VulkanAllocation>> temp = gpu_->Allocate(
+        exe->temporary_bytes(), false,
+        absl::StrCat("the temporaries of ", exe->function().name(), " on ", id_.ToString()));
+    if (!temp.ok()) return std::move(done)(temp.status());
+    ops.temp = temp->get();
+    keep.push_back(std::move(*temp));
+  }
+  const std::vector<Segment>& segments = exe->segments();
+  if (segments.size() == 1) {
+    // No host step: one submission, completed by the GPU.
+    Submit([&](VkCommandBuffer cb) { return RecordSegment(cb, segments[0], ops); },
+           std::move(keep), std::move(done));
+    return;
+  }
+  // Host steps between segments: run them here, in order.
+  for (const Segment& seg : segments) {
+    if (!seg.dispatches.empty()) {
+      absl::Status s = Await([&](Completion c) {
+        Submit([&](VkCommandBuffer cb) { return RecordSegment(cb, seg, ops); }, {},
+               std::move(c));
+      });
+      if (!s.ok()) return std::move(done)(std::move(s));
+    }
+    if (seg.has_host_step) {
+      if (absl::Status s = RunHostStep(*exe, seg.host, ops, context); !s.ok()) {
+        return std::move(done)(std::move(s));
+      }
+    }
+  }
+  keep.clear();
+  std::move(done)(absl::OkStatus());
+}
+
+int GpuCount() {
+  absl::StatusOr<std::vector<std::string>> gpus = Gpu::List();
+  return gpus.ok() ? static_cast<int>(gpus->size()) : 0;
+}
+
+class VulkanKind final : public DeviceKind {
+ public:
+  absl::string_view name() const override { return kKindName; }
+  absl::StatusOr<std::shared_ptr<const Executable>> Compile(
+      const ir::Function& function) const override {
+    CW_ASSIGN_OR_RETURN(std::shared_ptr<const VulkanExecutable> exe,
+                        VulkanExecutable::Compile(function));
+    return std::shared_ptr<const Executable>(std::move(exe));
+  }
+  absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceSpec& spec) const override {
+    int index = g_selected_gpu.load();
+    if (index < 0) {
+      // CAUSEWAY_VULKAN_GPU=N: the default of SelectGpu for processes
+      // without the flag (tests, Python).
+      if (const char* env = std::getenv("CAUSEWAY_VULKAN_GPU"); env != nullptr && *env != '\0') {
+        int chosen = -1;
+        if (!absl::SimpleAtoi(env, &chosen) || chosen < 0) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("CAUSEWAY_VULKAN_GPU=", env, " is not a GPU index (causeway gpus)"));
+        }
+        index = chosen;
+      }
+    }
+    if (index < 0) {
+      const int n = GpuCount();
+      index = n > 0 ? spec.local_index % n : 0;
+    }
+    CW_ASSIGN_OR_RETURN(Gpu * gpu, Gpu::Get(index));
+    auto device = std::make_unique<VulkanDevice>(spec, gpu);
+    CW_RETURN_IF_ERROR(device->Init());
+    return std::unique_ptr<Device>(std::move(device));
+  }
+};
+
+}  // namespace
+
+const DeviceKind& Kind() {
+  static const DeviceKind& kind = RegisterDeviceKind(std::make_unique<VulkanKind>());
+  return kind;
+}
+
+absl::Status SelectGpu(int gpu) {
+  if (gpu >= 0) {
+    CW_ASSIGN_OR_RETURN(std::vector<std::string> gpus, Gpu::List());
+    if (gpu >= static_cast<int>(gpus.size())) {
+      std::string known;
+      for (size_t i = 0; i < gpus.size(); ++i) {
+        absl::StrAppend(&known, i == 0 ? "" : "; ", i, ": ", gpus[i]);
+      }
+      return absl::InvalidArgumentError(
+          absl::StrCat("no GPU ", gpu, ": this machine has ", gpus.size(), " (", known, ")"));
+    }
+  }
+  g_selected_gpu.store(gpu);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> ListGpus() { return Gpu::List(); }
+
+}  // namespace causeway::backend::vulkan

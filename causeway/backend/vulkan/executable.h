@@ -1,0 +1,100 @@
+// Internal to the vulkan kind: a function compiled into a Program of
+// shader dispatches. Compilation follows the cpu kind's static plan
+// (causeway/backend/cpu/buffer_plan.h: which instructions run, in what
+// order, where each value lives) and lowers each step to one or more
+// dispatches of the embedded kernels (kernels.h). Parameter blocks and
+// constants are gathered into one `resident` image, uploaded once per GPU
+// and kept with the executable. Collectives and delays are host steps: the
+// dispatches before one are a segment submitted and waited for, then the
+// host step runs on staged host memory (the host-staged collective hub).
+#ifndef CAUSEWAY_BACKEND_VULKAN_EXECUTABLE_H_
+#define CAUSEWAY_BACKEND_VULKAN_EXECUTABLE_H_
+
+#include <array>
+#include <cstddef>
+#include <functional>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "causeway/backend/executable.h"
+#include "causeway/backend/vulkan/kernels.h"
+#include "causeway/base/mutex.h"
+#include "causeway/ir/function.h"
+
+namespace causeway::backend::vulkan {
+
+class Gpu;
+class VulkanAllocation;
+
+// Where a dispatch finds a buffer at run time.
+struct Ref {
+  enum class Kind : uint8_t { kNone, kInput, kOutput, kTemp, kResident };
+  Kind kind = Kind::kNone;
+  int index = 0;        // kInput / kOutput: the parameter or result
+  uint64_t offset = 0;  // bytes into it (kTemp, kResident: into the image)
+};
+
+struct Dispatch {
+  Kernel kernel = Kernel::kUnaryF32;
+  Ref a, b, c, d, out;
+  Ref params;  // kResident, or kNone
+  uint32_t n = 0, op = 0, x = 0, y = 0;
+  uint32_t groups[3] = {1, 1, 1};
+};
+
+// Runs on the host between segments.
+struct HostStep {
+  int instruction = 0;        // the collective or delay
+  int collective_index = -1;  // as the cpu plan's
+  Ref in, out;
+  int64_t in_bytes = 0, out_bytes = 0;
+};
+
+struct Segment {
+  std::vector<Dispatch> dispatches;
+  bool has_host_step = false;
+  HostStep host;  // after the dispatches
+};
+
+class VulkanExecutable final : public Executable {
+ public:
+  // Verifies and lowers `function`. INVALID_ARGUMENT naming the op for what
+  // this kind cannot run (a dtype without a kernel, an array of 2^31 or more
+  // elements).
+  static absl::StatusOr<std::shared_ptr<const VulkanExecutable>> Compile(
+      const ir::Function& function);
+  ~VulkanExecutable() override;
+
+  int64_t temporary_bytes() const override { return temp_bytes_; }
+  const std::vector<Segment>& segments() const { return segments_; }
+
+  // The executable's resident image on `gpu`, uploaded on first use by
+  // `upload` (which copies the image's bytes into the allocation and
+  // returns once they are there).
+  absl::StatusOr<const VulkanAllocation*> Resident(
+      Gpu& gpu, const std::function<absl::Status(const std::vector<std::byte>&,
+                                                 VulkanAllocation&)>& upload) const;
+
+  // Not supported: the vulkan kind runs through its Device (Launch).
+  absl::Status Run(absl::Span<const void* const> inputs, absl::Span<void* const> outputs,
+                   const RunContext& context) const override;
+
+ private:
+  explicit VulkanExecutable(ir::Function function) : Executable(std::move(function)) {}
+
+  std::vector<Segment> segments_;
+  std::vector<std::byte> resident_;
+  int64_t temp_bytes_ = 0;
+
+  mutable Mutex mu_;
+  mutable std::map<const Gpu*, std::unique_ptr<VulkanAllocation>> uploaded_ ABSL_GUARDED_BY(mu_);
+
+  friend class Lowering;
+};
+
+}  // namespace causeway::backend::vulkan
+
+#endif  // CAUSEWAY_BACKEND_VULKAN_EXECUTABLE_H_

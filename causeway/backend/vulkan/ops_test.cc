@@ -1,0 +1,401 @@
+// The vulkan kind against the cpu kind, op by op: every op of the IR, in
+// each dtype it takes, on random inputs, run on a vulkan device (lavapipe
+// on a machine without a GPU) through the Device interface, and compared
+// with the cpu kind's result: exactly for integers, predicates, data
+// movement and uniform random numbers, within a few ulps-worth relative
+// tolerance for f32 arithmetic (GPU transcendentals and summation orders
+// differ). Each case also runs with the staged copy path
+// (CAUSEWAY_VULKAN_STAGING) in vulkan_staging_ops_test.
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "causeway/backend/cpu/executable.h"
+#include "causeway/backend/device.h"
+#include "causeway/backend/vulkan/device.h"
+#include "causeway/ir/builder.h"
+#include "causeway/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace causeway::backend::vulkan {
+namespace {
+
+using namespace ir;  // NOLINT: test brevity
+using ::causeway::testing::StatusIs;
+
+using Body = std::function<Value(FunctionBuilder&, const std::vector<Value>&)>;
+
+struct Case {
+  std::string name;
+  std::vector<Literal> inputs;
+  Body body;
+  float tolerance = 1e-5f;  // relative, for f32
+};
+
+Literal RandomF32(std::vector<int64_t> dims, std::mt19937& rng, float lo = -3, float hi = 3) {
+  Shape s(DType::kF32, dims);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(static_cast<size_t>(s.num_elements()));
+  for (float& x : v) x = d(rng);
+  return Literal::F32(dims, v);
+}
+Literal RandomI32(std::vector<int64_t> dims, std::mt19937& rng, int lo = -50, int hi = 50) {
+  Shape s(DType::kI32, dims);
+  std::uniform_int_distribution<int> d(lo, hi);
+  std::vector<int32_t> v(static_cast<size_t>(s.num_elements()));
+  for (int32_t& x : v) x = d(rng);
+  return Literal::I32(dims, v);
+}
+Literal RandomPred(std::vector<int64_t> dims, std::mt19937& rng) {
+  Literal l{Shape(DType::kPred, std::move(dims))};
+  for (uint8_t& x : l.mutable_values<uint8_t>()) x = static_cast<uint8_t>(rng() & 1);
+  return l;
+}
+
+class VulkanOpsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    absl::StatusOr<std::unique_ptr<Device>> d = Kind().CreateDevice(DeviceSpec{DeviceId(0), 0, 0});
+    ASSERT_TRUE(d.ok()) << d.status()
+                        << " (scripts/install-deps.sh installs mesa-vulkan-drivers)";
+    device_ = d->release();
+  }
+  static void TearDownTestSuite() {
+    delete device_;
+    device_ = nullptr;
+  }
+
+  // Runs `c` on both kinds and compares every output.
+  void Check(const Case& c) {
+    SCOPED_TRACE(c.name);
+    FunctionBuilder b(c.name);
+    std::vector<Value> params;
+    for (const Literal& l : c.inputs) params.push_back(b.Parameter(l.shape()));
+    absl::StatusOr<Function> f = b.Build({c.body(b, params)});
+    ASSERT_OK(f.status());
+
+    // cpu
+    auto cpu_exe = cpu::Compile(*f);
+    ASSERT_OK(cpu_exe.status());
+    std::vector<const void*> in;
+    for (const Literal& l : c.inputs) in.push_back(l.data());
+    Literal want(f->output_shape(0));
+    void* outs[] = {want.data()};
+    ASSERT_OK((*cpu_exe)->Run(in, outs, {}));
+
+    // vulkan
+    auto exe = Kind().Compile(*f);
+    ASSERT_OK(exe.status());
+    std::vector<std::unique_ptr<DeviceAllocation>> args;
+    for (const Literal& l : c.inputs) {
+      auto a = device_->Allocate(l.shape().byte_size());
+      ASSERT_OK(a.status());
+      const int64_t n = l.shape().byte_size();
+      ASSERT_OK(Await([&](Completion done) {
+        device_->CopyIn(l.data(), **a, BoxCopy::Flat(0, n, 0, n, n), std::move(done));
+      }));
+      args.push_back(std::move(*a));
+    }
+    auto out = device_->Allocate(want.shape().byte_size());
+    ASSERT_OK(out.status());
+    std::vector<const DeviceAllocation*> ins;
+    for (auto& a : args) ins.push_back(a.get());
+    DeviceAllocation* outs_v[] = {out->get()};
+    ASSERT_OK(Await([&](Completion done) {
+      device_->Launch(**exe, ins, outs_v, RunContext{}, std::move(done));
+    }));
+    Literal got(f->output_shape(0));
+    const int64_t n = got.shape().byte_size();
+    ASSERT_OK(Await([&](Completion done) {
+      device_->CopyOut(**out, got.data(), BoxCopy::Flat(0, n, 0, n, n), std::move(done));
+    }));
+
+    switch (want.shape().dtype) {
+      case DType::kF32: {
+        auto w = want.values<float>();
+        auto g = got.values<float>();
+        for (size_t i = 0; i < w.size(); ++i) {
+          if (std::isnan(w[i])) {
+            EXPECT_TRUE(std::isnan(g[i])) << "element " << i;
+            continue;
+          }
+          if (std::isinf(w[i])) {
+            EXPECT_EQ(w[i], g[i]) << "element " << i;
+            continue;
+          }
+          const float tol = c.tolerance * std::max(1.0f, std::fabs(w[i]));
+          ASSERT_NEAR(g[i], w[i], tol) << "element " << i << " of " << w.size();
+        }
+        break;
+      }
+      case DType::kI32:
+        ASSERT_THAT(got.values<int32_t>(), ::testing::ElementsAreArray(want.values<int32_t>()));
+        break;
+      case DType::kPred:
+        ASSERT_THAT(got.values<uint8_t>(), ::testing::ElementsAreArray(want.values<uint8_t>()));
+        break;
+    }
+  }
+
+  static Device* device_;
+  std::mt19937 rng_{42};
+};
+
+Device* VulkanOpsTest::device_ = nullptr;
+
+TEST_F(VulkanOpsTest, ElementwiseBinaryF32) {
+  const Literal a = RandomF32({7, 45}, rng_), b = RandomF32({7, 45}, rng_, 0.5f, 3.0f);
+  for (OpKind op : {OpKind::kAdd, OpKind::kSub, OpKind::kMul, OpKind::kDiv, OpKind::kMax,
+                    OpKind::kMin, OpKind::kPow, OpKind::kGeluGrad}) {
+    const bool pow = op == OpKind::kPow;
+    const Literal x = pow ? RandomF32({7, 45}, rng_, 0.1f, 3.0f) : a;
+    Check({OpName(op), {x, b}, [op](FunctionBuilder& f, const std::vector<Value>& p) {
+             switch (op) {
+               case OpKind::kAdd: return f.Add(p[0], p[1]);
+               case OpKind::kSub: return f.Sub(p[0], p[1]);
+               case OpKind::kMul: return f.Mul(p[0], p[1]);
+               case OpKind::kDiv: return f.Div(p[0], p[1]);
+               case OpKind::kMax: return f.Max(p[0], p[1]);
+               case OpKind::kMin: return f.Min(p[0], p[1]);
+               case OpKind::kPow: return f.Pow(p[0], p[1]);
+               default: return f.GeluGrad(p[0], p[1]);
+             }
+           }, 1e-5f});
+  }
+}
+
+TEST_F(VulkanOpsTest, BroadcastOperandsFoldedIntoArithmetic) {
+  // The plan folds a broadcast row or scalar into the arithmetic that reads
+  // it; the kernel reads it repeated.
+  const Literal x = RandomF32({6, 10}, rng_), row = RandomF32({10}, rng_),
+                s = RandomF32({}, rng_);
+  Check({"row", {x, row}, [](FunctionBuilder& f, const std::vector<Value>& p) {
+           return f.Mul(p[0], f.Broadcast(p[1], {6, 10}, {1}));
+         }});
+  Check({"scalar", {x, s}, [](FunctionBuilder& f, const std::vector<Value>& p) {
+           return f.Sub(f.Broadcast(p[1], {6, 10}, {}), p[0]);
+         }});
+}
+
+TEST_F(VulkanOpsTest, ElementwiseBinaryI32WithXlaDivision) {
+  Literal a = RandomI32({64}, rng_), b = RandomI32({64}, rng_);
+  a.mutable_values<int32_t>()[0] = std::numeric_limits<int32_t>::min();
+  b.mutable_values<int32_t>()[0] = -1;
+  b.mutable_values<int32_t>()[1] = 0;
+  a.mutable_values<int32_t>()[2] = std::numeric_limits<int32_t>::max();
+  b.mutable_values<int32_t>()[2] = 2;
+  Check({"add", {a, b}, [](auto& f, auto& p) { return f.Add(p[0], p[1]); }});
+  Check({"sub", {a, b}, [](auto& f, auto& p) { return f.Sub(p[0], p[1]); }});
+  Check({"mul", {a, b}, [](auto& f, auto& p) { return f.Mul(f.Mul(p[0], p[1]), p[0]); }});
+  Check({"div", {a, b}, [](auto& f, auto& p) { return f.Div(p[0], p[1]); }});
+  Check({"max", {a, b}, [](auto& f, auto& p) { return f.Max(p[0], p[1]); }});
+  Check({"min", {a, b}, [](auto& f, auto& p) { return f.Min(p[0], p[1]); }});
+}
+
+TEST_F(VulkanOpsTest, ElementwiseUnary) {
+  const Literal a = RandomF32({333}, rng_), pos = RandomF32({333}, rng_, 0.01f, 9.0f);
+  Check({"neg", {a}, [](auto& f, auto& p) { return f.Neg(p[0]); }});
+  Check({"exp", {a}, [](auto& f, auto& p) { return f.Exp(p[0]); }, 1e-5f});
+  Check({"abs", {a}, [](auto& f, auto& p) { return f.Abs(p[0]); }});
+  Check({"log", {pos}, [](auto& f, auto& p) { return f.Log(p[0]); }, 1e-5f});
+  Check({"tanh", {a}, [](auto& f, auto& p) { return f.Tanh(p[0]); }, 1e-5f});
+  Check({"logistic", {a}, [](auto& f, auto& p) { return f.Logistic(p[0]); }, 1e-5f});
+  Check({"sqrt", {pos}, [](auto& f, auto& p) { return f.Sqrt(p[0]); }, 1e-5f});
+  Check({"rsqrt", {pos}, [](auto& f, auto& p) { return f.Rsqrt(p[0]); }, 1e-5f});
+  Check({"sign", {a}, [](auto& f, auto& p) { return f.Sign(p[0]); }});
+  Check({"floor", {a}, [](auto& f, auto& p) { return f.Floor(p[0]); }});
+  Check({"gelu", {a}, [](auto& f, auto& p) { return f.Gelu(p[0]); }, 1e-5f});
+  Literal i = RandomI32({50}, rng_);
+  i.mutable_values<int32_t>()[0] = std::numeric_limits<int32_t>::min();
+  Check({"neg_i32", {i}, [](auto& f, auto& p) { return f.Neg(p[0]); }});
+  Check({"abs_i32", {i}, [](auto& f, auto& p) { return f.Abs(p[0]); }});
+  Check({"sign_i32", {i}, [](auto& f, auto& p) { return f.Sign(p[0]); }});
+}
+
+TEST_F(VulkanOpsTest, ComparisonsAndSelect) {
+  const Literal a = RandomF32({5, 9}, rng_), b = RandomF32({5, 9}, rng_);
+  const Literal ia = RandomI32({5, 9}, rng_, -3, 3), ib = RandomI32({5, 9}, rng_, -3, 3);
+  const Literal pa = RandomPred({5, 9}, rng_), pb = RandomPred({5, 9}, rng_);
+  for (Comparison c : {Comparison::kEq, Comparison::kNe, Comparison::kLt, Comparison::kLe,
+                       Comparison::kGt, Comparison::kGe}) {
+    auto body = [c](FunctionBuilder& f, const std::vector<Value>& p) {
+      return f.Compare(p[0], p[1], c);
+    };
+    Check({"cmp_f32", {a, a}, body});
+    Check({"cmp_f32", {a, b}, body});
+    Check({"cmp_i32", {ia, ib}, body});
+    Check({"cmp_pred", {pa, pb}, body});
+  }
+  Check({"select_f32", {pa, a, b}, [](auto& f, auto& p) { return f.Select(p[0], p[1], p[2]); }});
+  Check({"select_i32", {pa, ia, ib}, [](auto& f, auto& p) { return f.Select(p[0], p[1], p[2]); }});
+  Check({"select_pred", {pa, pb, pa},
+         [](auto& f, auto& p) { return f.Select(p[0], p[1], p[2]); }});
+}
+
+TEST_F(VulkanOpsTest, ConversionsBetweenEveryPairOfDtypes) {
+  Literal a = RandomF32({40}, rng_, -1e3f, 1e3f);
+  a.mutable_values<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+  a.mutable_values<float>()[1] = 3e9f;
+  a.mutable_values<float>()[2] = -3e9f;
+  a.mutable_values<float>()[3] = 0.0f;
+  const Literal i = RandomI32({40}, rng_, -2, 2), p = RandomPred({40}, rng_);
+  for (const Literal* in : std::vector<const Literal*>{&a, &i, &p}) {
+    for (DType to : {DType::kF32, DType::kI32, DType::kPred}) {
+      Check({"convert", {*in}, [to](auto& f, auto& v) { return f.Convert(v[0], to); }});
+    }
+  }
+}
+
+TEST_F(VulkanOpsTest, DataMovement) {
+  const Literal a = RandomF32({3, 4, 5}, rng_), b = RandomF32({3, 2, 5}, rng_);
+  const Literal p = RandomPred({3, 4, 5}, rng_);
+  Check({"iota_f32", {}, [](auto& f, auto&) { return f.Iota(Shape(DType::kF32, {3, 4, 5}), 1); }});
+  Check({"iota_i32", {}, [](auto& f, auto&) { return f.Iota(Shape(DType::kI32, {3, 4, 5}), 2); }});
+  Check({"reshape", {a}, [](auto& f, auto& v) { return f.Reshape(v[0], {12, 5}); }});
+  Check({"transpose", {a}, [](auto& f, auto& v) { return f.Transpose(v[0], {2, 0, 1}); }});
+  Check({"transpose_pred", {p}, [](auto& f, auto& v) { return f.Transpose(v[0], {1, 2, 0}); }});
+  Check({"broadcast", {b}, [](auto& f, auto& v) {
+           return f.Broadcast(v[0], {3, 7, 2, 5}, {0, 2, 3});
+         }});
+  Check({"slice", {a}, [](auto& f, auto& v) { return f.Slice(v[0], {1, 1, 2}, {3, 4, 5}); }});
+  Check({"concatenate", {a, b}, [](auto& f, auto& v) {
+           return f.Concatenate({v[0], v[1], v[0]}, 1);
+         }});
+  Check({"pad", {a}, [](auto& f, auto& v) {
+           return f.Pad(v[0], f.Constant(Literal::ScalarF32(-7.5f)), {1, 0, 2}, {0, 3, 1});
+         }});
+  Check({"broadcast_pred", {RandomPred({4}, rng_)},
+         [](auto& f, auto& v) { return f.Broadcast(v[0], {3, 4}, {1}); }});
+  Check({"odd_bytes", {RandomPred({3, 3}, rng_)},
+         [](auto& f, auto& v) { return f.Reshape(v[0], {9}); }});
+}
+
+TEST_F(VulkanOpsTest, Reductions) {
+  const Literal a = RandomF32({4, 6, 10}, rng_), i = RandomI32({4, 6, 10}, rng_);
+  for (std::vector<int64_t> axes : std::vector<std::vector<int64_t>>{{0}, {1}, {2}, {0, 2}, {0, 1, 2}}) {
+    Check({"sum", {a}, [axes](auto& f, auto& v) { return f.ReduceSum(v[0], axes); }, 1e-5f});
+    Check({"max", {a}, [axes](auto& f, auto& v) { return f.ReduceMax(v[0], axes); }});
+    Check({"min", {a}, [axes](auto& f, auto& v) { return f.ReduceMin(v[0], axes); }});
+    Check({"sum_i32", {i}, [axes](auto& f, auto& v) { return f.ReduceSum(v[0], axes); }});
+    Check({"max_i32", {i}, [axes](auto& f, auto& v) { return f.ReduceMax(v[0], axes); }});
+  }
+}
+
+TEST_F(VulkanOpsTest, LongReductionsScattersAndRows) {
+  // Ones sum exactly in any order, on both kinds.
+  const Literal ones = Literal::F32({1024, 1024}, std::vector<float>(1 << 20, 1.0f));
+  Check({"sum_all", {ones}, [](auto& f, auto& v) { return f.ReduceSum(v[0], {0, 1}); }, 0.0f});
+  Check({"sum_rows", {ones}, [](auto& f, auto& v) { return f.ReduceSum(v[0], {1}); }, 0.0f});
+  const Literal x = RandomF32({3, 70000}, rng_);
+  Check({"max_long_rows", {x}, [](auto& f, auto& v) { return f.ReduceMax(v[0], {1}); }, 0.0f});
+  Check({"sum_long_rows", {x}, [](auto& f, auto& v) { return f.ReduceSum(v[0], {1}); }, 1e-4f});
+  Check({"sum_i32", {RandomI32({5000, 3}, rng_)},
+         [](auto& f, auto& v) { return f.ReduceSum(v[0], {0, 1}); }});
+  // A scatter-add of more indices than one invocation takes (an embedding
+  // gradient of many tokens).
+  Check({"scatter_many", {RandomF32({13, 4}, rng_), RandomI32({9000}, rng_, 0, 12),
+                          RandomF32({9000, 4}, rng_)},
+         [](auto& f, auto& v) { return f.ScatterAdd(v[0], v[1], v[2], 0); }, 1e-4f});
+  // Long rows for the row kernels (a workgroup per row).
+  const Literal wide = RandomF32({4, 3000}, rng_), g = RandomF32({4, 3000}, rng_);
+  const Literal eps = Literal::ScalarF32(1e-5f);
+  Check({"softmax_wide", {wide}, [](auto& f, auto& v) { return f.Softmax(v[0]); }, 1e-5f});
+  Check({"normalize_grad_wide", {wide, eps, g},
+         [](auto& f, auto& v) { return f.NormalizeGrad(v[0], v[1], v[2]); }, 1e-4f});
+  // Rows too long for one invocation's loops on lavapipe (kMaxLoopIterations):
+  // the workgroup version even where the device takes the CPU variants.
+  const Literal wider = RandomF32({2, 20000}, rng_), g2 = RandomF32({2, 20000}, rng_);
+  Check({"softmax_wider", {wider}, [](auto& f, auto& v) { return f.Softmax(v[0]); }, 1e-5f});
+  Check({"normalize_grad_wider", {wider, eps, g2},
+         [](auto& f, auto& v) { return f.NormalizeGrad(v[0], v[1], v[2]); }, 1e-4f});
+  // Matrix products with a K past one invocation's loops (the tiled kernel
+  // everywhere) and below it (the CPU variant on lavapipe), over several
+  // tiles with ragged edges.
+  Check({"matmul_long_k", {RandomF32({3, 70000}, rng_), RandomF32({70000, 2}, rng_)},
+         [](auto& f, auto& v) { return f.Matmul(v[0], v[1]); }, 1e-3f});
+  Check({"matmul_tiles", {RandomF32({130, 3000}, rng_), RandomF32({3000, 70}, rng_)},
+         [](auto& f, auto& v) { return f.Matmul(v[0], v[1]); }, 1e-3f});
+}
+
+TEST_F(VulkanOpsTest, MatrixProducts) {
+  Check({"matmul", {RandomF32({37, 29}, rng_), RandomF32({29, 53}, rng_)},
+         [](auto& f, auto& v) { return f.Matmul(v[0], v[1]); }, 1e-5f});
+  Check({"matmul_i32", {RandomI32({5, 7}, rng_), RandomI32({7, 3}, rng_)},
+         [](auto& f, auto& v) { return f.Matmul(v[0], v[1]); }});
+  // Attention's scores: [b, h, t, d] x [b, h, s, d] -> [b, h, t, s].
+  Check({"attention_scores", {RandomF32({2, 3, 17, 8}, rng_), RandomF32({2, 3, 19, 8}, rng_)},
+         [](auto& f, auto& v) { return f.DotGeneral(v[0], v[1], {0, 1}, {0, 1}, {3}, {3}); },
+         1e-5f});
+  // Contracting the leading dimension (a weight gradient): transposed lhs.
+  Check({"weight_grad", {RandomF32({33, 12}, rng_), RandomF32({33, 20}, rng_)},
+         [](auto& f, auto& v) { return f.DotGeneral(v[0], v[1], {}, {}, {0}, {0}); }, 1e-5f});
+  // Groups that are not laid out together: the operand is laid out anew.
+  Check({"permuted", {RandomF32({4, 5, 6}, rng_), RandomF32({6, 7, 4}, rng_)},
+         [](auto& f, auto& v) { return f.DotGeneral(v[0], v[1], {}, {}, {0, 2}, {2, 0}); },
+         1e-5f});
+}
+
+TEST_F(VulkanOpsTest, GatherAndScatterAdd) {
+  const Literal table = RandomF32({11, 6}, rng_);
+  Literal idx = RandomI32({4, 5}, rng_, -2, 13);  // some out of range
+  Check({"gather", {table, idx}, [](auto& f, auto& v) { return f.Gather(v[0], v[1], 0); }});
+  Check({"gather_dim1", {RandomI32({3, 11}, rng_), RandomI32({7}, rng_, 0, 10)},
+         [](auto& f, auto& v) { return f.Gather(v[0], v[1], 1); }});
+  Check({"gather_pred", {RandomPred({11, 3}, rng_), idx},
+         [](auto& f, auto& v) { return f.Gather(v[0], v[1], 0); }});
+  Check({"scatter_add", {table, idx, RandomF32({4, 5, 6}, rng_)},
+         [](auto& f, auto& v) { return f.ScatterAdd(v[0], v[1], v[2], 0); }, 1e-5f});
+  Check({"scatter_add_i32", {RandomI32({11, 2}, rng_), idx, RandomI32({4, 5, 2}, rng_)},
+         [](auto& f, auto& v) { return f.ScatterAdd(v[0], v[1], v[2], 0); }});
+}
+
+TEST_F(VulkanOpsTest, RandomNumbersAreTheCpuKindsBits) {
+  const Literal seed = Literal::I32({}, {1234});
+  Check({"uniform", {seed}, [](auto& f, auto& v) { return f.RngUniform(v[0], {1000}); }, 0.0f});
+  Check({"normal", {seed}, [](auto& f, auto& v) { return f.RngNormal(v[0], {1000}); }, 1e-5f});
+}
+
+TEST_F(VulkanOpsTest, FusedTransformerKernels) {
+  const Literal x = RandomF32({9, 70}, rng_), g = RandomF32({9, 70}, rng_);
+  const Literal eps = Literal::ScalarF32(1e-5f);
+  Check({"softmax", {x}, [](auto& f, auto& v) { return f.Softmax(v[0]); }, 1e-5f});
+  Check({"softmax_grad", {x, g}, [](auto& f, auto& v) {
+           return f.SoftmaxGrad(f.Softmax(v[0]), v[1]);
+         }, 1e-5f});
+  Check({"normalize", {x, eps}, [](auto& f, auto& v) { return f.Normalize(v[0], v[1]); },
+         1e-5f});
+  Check({"normalize_grad", {x, eps, g}, [](auto& f, auto& v) {
+           return f.NormalizeGrad(v[0], v[1], v[2]);
+         }, 1e-4f});
+}
+
+TEST_F(VulkanOpsTest, ResultsThatAreParametersOrConstants) {
+  const Literal a = RandomF32({10}, rng_);
+  Check({"identity", {a}, [](auto&, auto& v) { return v[0]; }});
+  Check({"constant", {}, [](auto& f, auto&) { return f.Constant(Literal::F32({3}, {1, 2, 3})); }});
+}
+
+TEST_F(VulkanOpsTest, CompilingNeedsNoDeviceAndNamesWhatItCannotRun) {
+  FunctionBuilder b("too_big");
+  Value p = b.Parameter(Shape(DType::kF32, {1 << 16, 1 << 16}));
+  auto f = b.Build({b.Neg(p)});
+  ASSERT_OK(f.status());
+  EXPECT_THAT(Kind().Compile(*f).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("2^31")));
+}
+
+TEST_F(VulkanOpsTest, TheDeviceDescribesItsGpu) {
+  const DeviceDescription& d = device_->description();
+  EXPECT_EQ(d.kind, "vulkan");
+  EXPECT_FALSE(d.name.empty());
+  EXPECT_FALSE(d.driver.empty());
+  EXPECT_GT(d.memory_bytes, 0);
+}
+
+}  // namespace
+}  // namespace causeway::backend::vulkan

@@ -1,0 +1,4 @@
+#version 460
+#include "common.glsl"
+#define CW_BUF U8
+#include "copy.glsl"

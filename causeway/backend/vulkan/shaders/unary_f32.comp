@@ -1,0 +1,29 @@
+#version 460
+#include "common.glsl"
+layout(local_size_x = CW_LOCAL) in;
+
+const float kGeluK = 0.7978845608028654;
+const float kGeluC = 0.044715;
+
+void main() {
+  F32 a = F32(pc.a), o = F32(pc.dst);
+  CW_FOR_EACH(i) {
+    const float x = a.v[i];
+    float r;
+    switch (pc.op) {
+      case 0: r = -x; break;
+      case 1: r = exp(x); break;
+      case 2: r = abs(x); break;
+      case 3: r = log(x); break;
+      case 4: r = tanh(x); break;
+      case 5: r = 1.0 / (1.0 + exp(-x)); break;
+      case 6: r = sqrt(x); break;
+      case 7: r = 1.0 / sqrt(x); break;
+      case 8: r = isnan(x) ? x : sign(x); break;
+      case 9: r = floor(x); break;
+      case 10: r = 0.5 * x * (1.0 + tanh(kGeluK * (x + kGeluC * x * x * x))); break;
+      default: r = x;
+    }
+    o.v[i] = r;
+  }
+}

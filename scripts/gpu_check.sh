@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# The vulkan kind on a real GPU, in one command of at most 5 minutes:
+#   1. the GPUs the kind sees (`causeway gpus`);
+#   2. the kind's op tests and the conformance suite on an embedded vulkan
+#      cluster;
+#   3. `bench matmul` on the vulkan kind (GFLOP/s, and the cpu kind's at
+#      the same sizes as the baseline of the same run);
+#   4. a short `train lm` on one vulkan device and on the cpu kind with the
+#      same seed: tokens/s of each, and the largest difference of their
+#      logged losses.
+# Then one summary. Exit status 0 when every step passed.
+#
+#   scripts/gpu_check.sh [--gpu N] [--data FILE] [--build DIR]
+#
+# Runs from a build tree (default build/release) or from the bundle that
+# scripts/gpu_bundle.sh makes for a machine without Debian's packages: there
+# the binaries run under the bundle's own dynamic loader and libraries, and
+# the GPU's Vulkan driver (its ICD) is found as docs/VULKAN.md says.
+set -uo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+gpu=0
+data=""
+build=""
+while (($#)); do
+  case "$1" in
+    --gpu) gpu=$2; shift 2 ;;
+    --data) data=$2; shift 2 ;;
+    --build) build=$2; shift 2 ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu_check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+# Where the binaries are, and how to run them.
+run=()
+if [[ -z "$build" && -x "$here/../bin/causeway" && -d "$here/../lib" ]]; then
+  root=$(cd "$here/.." && pwd)  # the bundle
+  bin=$root/bin
+  loader=$(ls "$root"/lib/ld-linux-*.so.* 2>/dev/null | head -n1)
+  run=("$loader" --library-path "$root/lib")
+  [[ -z "$data" && -f "$root/data/corpus.txt" ]] && data=$root/data/corpus.txt
+else
+  build=${build:-$here/../build/release}
+  bin=$build/bin
+  [[ -z "$data" ]] && data=$here/../README.md
+fi
+if [[ ! -x "$bin/causeway" ]]; then
+  echo "gpu_check.sh: no causeway binary in $bin (build it: make build)" >&2
+  exit 2
+fi
+if [[ ! -f "$data" ]]; then
+  echo "gpu_check.sh: no text to train on: $data" >&2
+  exit 2
+fi
+
+# The Vulkan driver of an NVIDIA GPU: where the system lists no ICD (a
+# container given the driver's libraries but not its Vulkan manifest), one is
+# written for libGLX_nvidia.so.0 when that library is there.
+if [[ -z "${VK_ICD_FILENAMES:-}${VK_DRIVER_FILES:-}" ]] &&
+   ! ls /usr/share/vulkan/icd.d/*.json /etc/vulkan/icd.d/*.json >/dev/null 2>&1; then
+  for dir in /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/lib /usr/local/nvidia/lib64; do
+    if [[ -e $dir/libGLX_nvidia.so.0 ]]; then
+      icd=$(mktemp --suffix=.json)
+      printf '{"file_format_version":"1.0.0","ICD":{"library_path":"%s","api_version":"1.3"}}\n' \
+        "$dir/libGLX_nvidia.so.0" >"$icd"
+      export VK_ICD_FILENAMES=$icd
+      echo "using the NVIDIA Vulkan driver $dir/libGLX_nvidia.so.0 (manifest written to $icd)"
+      break
+    fi
+  done
+fi
+
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+summary=()
+failed=0
+step() {  # step NAME SECONDS COMMAND...: runs it, keeps its output in $out/NAME.
+  local name=$1 limit=$2
+  shift 2
+  local t0=$SECONDS
+  timeout "$limit" "$@" >"$out/$name" 2>&1
+  local rc=$?
+  if ((rc == 0)); then
+    summary+=("ok    $name ($((SECONDS - t0)) s)")
+  else
+    failed=1
+    ((rc == 124)) && why="timed out after ${limit} s" || why="exit $rc"
+    summary+=("FAIL  $name ($why): $(grep -v '^\s*$' "$out/$name" | tail -n1)")
+  fi
+  return $rc
+}
+
+echo "== GPUs"
+if ! step gpus 30 "${run[@]}" "$bin/causeway" gpus; then
+  cat "$out/gpus"
+  printf '%s\n' "${summary[@]}"
+  exit 1
+fi
+cat "$out/gpus"
+# Every later command uses GPU $gpu.
+cw=("${run[@]}" "$bin/causeway" --gpu "$gpu")
+
+echo "== op tests and conformance suite on vulkan devices"
+export CAUSEWAY_VULKAN_GPU=$gpu
+if [[ -x "$bin/vulkan_ops_test" ]]; then
+  step vulkan_ops_test 60 "${run[@]}" "$bin/vulkan_ops_test" --gtest_brief=1
+  tail -n3 "$out/vulkan_ops_test"
+fi
+if [[ -x "$bin/conformance_test" ]]; then
+  step conformance 120 "${run[@]}" "$bin/conformance_test" --gtest_brief=1 \
+    --gtest_filter='*EmbeddedVulkan*'
+  tail -n3 "$out/conformance"
+fi
+
+echo "== bench matmul"
+for kind in vulkan cpu; do
+  step "matmul_$kind" 60 "${cw[@]}" bench matmul --device-kind "$kind" --sizes 1024,4096 \
+    --min-seconds 0.5 && cat "$out/matmul_$kind"
+done
+
+echo "== train lm, 30 iterations, on vulkan and cpu"
+for kind in vulkan cpu; do
+  step "train_$kind" 90 "${cw[@]}" train lm --device-kind "$kind" --data "$data" --iters 30 \
+    --log-every 5 --eval-every 0 --json
+done
+losses() { grep '"event":"step"' "$1" | grep -o '"loss":[-0-9.eE+]*' | cut -d: -f2; }
+rate() { grep '"event":"summary"' "$1" | grep -o '"tokens_per_s":[0-9.eE+]*' | cut -d: -f2; }
+if [[ -s "$out/train_vulkan" && -s "$out/train_cpu" ]]; then
+  diff=$(paste <(losses "$out/train_vulkan") <(losses "$out/train_cpu") |
+         awk '{d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d} END {printf "%.2e", m}')
+  echo "losses (vulkan, cpu):"; paste <(losses "$out/train_vulkan") <(losses "$out/train_cpu")
+  summary+=("train lm: largest loss difference vulkan vs cpu $diff; tokens/s vulkan $(rate "$out/train_vulkan"), cpu $(rate "$out/train_cpu")")
+fi
+
+echo
+echo "================ gpu_check summary ================"
+grep -v '^\s*$' "$out/gpus" | sed 's/^/gpu /'
+printf '%s\n' "${summary[@]}"
+exit $failed
