@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "causeway/backend/builtin_kinds.h"
 #include "causeway/cluster/local_cluster.h"
 #include "causeway/models/tensor_file.h"
 #include "causeway/testing/status_matchers.h"
@@ -57,8 +58,10 @@ class LmTrainerTest : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
-  TrainRun Train(const LmTrainOptions& o, int64_t stop_at = -1, const LmCheckpoint* resume = nullptr) {
+  TrainRun Train(const LmTrainOptions& o, int64_t stop_at = -1, const LmCheckpoint* resume = nullptr,
+                 const std::string& device_kind = "cpu") {
     LocalClusterOptions co;
+    co.device_kind = device_kind;
     co.islands = 1;
     co.hosts_per_island = o.layout.devices() % 2 == 0 ? 2 : 1;
     co.devices_per_host = static_cast<int>(o.layout.devices() / co.hosts_per_island);
@@ -141,6 +144,26 @@ TEST_F(LmTrainerTest, EveryParallelLayoutGivesTheOneDeviceLossCurve) {
     o.layout = layout;
     o.shard_optimizer = false;
     ExpectSameCurve(one, Train(o), absl::StrCat("data ", layout.data, " replicated"));
+  }
+}
+
+// The vulkan kind (lavapipe here) trains as the cpu kind does, on one
+// device and with data and model axes (collectives host-staged).
+TEST_F(LmTrainerTest, VulkanDevicesGiveTheCpuKindsLossCurve) {
+  if (absl::StatusOr<std::vector<std::string>> gpus = backend::ListGpus(); !gpus.ok()) {
+    GTEST_SKIP() << gpus.status();
+  }
+  LmTrainOptions base = SmallOptions();
+  base.iters = 10;
+  base.decay_iters = 10;
+  base.eval_every = 5;
+  TrainRun one = Train(base);
+  ASSERT_OK(one.status);
+  for (GptLayout layout : {GptLayout{1, 1}, GptLayout{2, 1}, GptLayout{1, 2}}) {
+    LmTrainOptions o = base;
+    o.layout = layout;
+    ExpectSameCurve(one, Train(o, -1, nullptr, "vulkan"),
+                    absl::StrCat("vulkan, data ", layout.data, " model ", layout.model));
   }
 }
 
