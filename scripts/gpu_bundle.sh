@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Packs what scripts/gpu_check.sh needs into one archive for a GPU machine
 # that has none of Debian's packages: the stripped `causeway`,
-# `conformance_test` and `vulkan_ops_test`, every shared library they load
+# `conformance_test`, `vulkan_ops_test` and `device_test`, every shared library they load
 # (the Vulkan loader libvulkan.so.1, gRPC, protobuf, abseil, OpenBLAS, the
-# C++ runtime, and glibc with its dynamic loader, so that the binaries run
-# whatever the machine's own libraries are), the check script and a text to
-# train on. The GPU's Vulkan driver is not in it: it comes with the GPU's
+# C++ runtime, and glibc with its dynamic loader in lib/glibc, so that the
+# binaries run whatever the machine's own libraries are), the check script
+# and a text to train on. The GPU's Vulkan driver is not in it: it comes with the GPU's
 # driver on that machine (docs/VULKAN.md).
 #
 #   scripts/gpu_bundle.sh [--build DIR] [--data FILE] [-o OUT.tar.xz]
@@ -32,7 +32,7 @@ stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 root=$stage/causeway-gpu
 mkdir -p "$root/bin" "$root/lib" "$root/scripts" "$root/data"
-binaries=(causeway conformance_test vulkan_ops_test)
+binaries=(causeway conformance_test vulkan_ops_test device_test)
 for b in "${binaries[@]}"; do
   if [[ ! -x $build/bin/$b ]]; then
     echo "gpu_bundle.sh: $build/bin/$b is missing (build the release preset first)" >&2
@@ -45,8 +45,16 @@ for b in "${binaries[@]}"; do
   ldd "$build/bin/$b"
 done | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\/.*ld-linux/ { print $1 }' |
   sort -u | while read -r lib; do
-    cp -L "$lib" "$root/lib/$(basename "$lib")"
+    name=$(basename "$lib")
+    # glibc apart: gpu_check.sh runs the binaries under it only where the
+    # machine's own glibc is older than the one they were built against.
+    case $name in
+      ld-linux*|libc.so.*|libm.so.*|libmvec.so.*|libpthread.so.*|libdl.so.*|librt.so.*|libresolv.so.*|libutil.so.*)
+        mkdir -p "$root/lib/glibc"; cp -L "$lib" "$root/lib/glibc/$name" ;;
+      *) cp -L "$lib" "$root/lib/$name" ;;
+    esac
   done
+ldd --version | head -n1 | grep -o '[0-9]*\.[0-9]*$' >"$root/lib/glibc/VERSION"
 cp scripts/gpu_check.sh "$root/scripts/"
 cp "$data" "$root/data/corpus.txt"
 mkdir -p "$(dirname "$out")"

@@ -1,6 +1,7 @@
 // The Device conformance suite (causeway/backend/device.h), run on the cpu
-// kind and on the arena test kind, whose memory the host cannot address and
-// whose operations complete later on the device's own thread.
+// kind, on the arena test kind, whose memory the host cannot address and
+// whose operations complete later on the device's own thread, and on the
+// vulkan kind where this build has it (its GPU's queue completes them).
 #include "causeway/backend/device.h"
 
 #include <atomic>
@@ -12,6 +13,10 @@
 
 #include "causeway/backend/cpu/device.h"
 #include "causeway/backend/cpu/executable.h"
+#if CAUSEWAY_HAVE_VULKAN
+#include "causeway/backend/builtin_kinds.h"
+#include "causeway/backend/vulkan/device.h"
+#endif
 #include "causeway/base/mutex.h"
 #include "causeway/ir/builder.h"
 #include "causeway/testing/arena_kind.h"
@@ -35,6 +40,15 @@ struct KindCase {
 
 class DeviceTest : public ::testing::TestWithParam<KindCase> {
  protected:
+  void SetUp() override {
+#if CAUSEWAY_HAVE_VULKAN
+    if (GetParam().name == "vulkan") {
+      if (absl::StatusOr<std::vector<std::string>> gpus = ListGpus(); !gpus.ok()) {
+        GTEST_SKIP() << gpus.status();
+      }
+    }
+#endif
+  }
   std::unique_ptr<Device> Make(int id = 0) {
     DeviceSpec spec;
     spec.id = DeviceId(id);
@@ -262,7 +276,15 @@ INSTANTIATE_TEST_SUITE_P(
                    o.delay = absl::Microseconds(200);
                    return ::causeway::testing::CreateArenaDevice(s, o);
                  },
-                 false}),
+                 false}
+#if CAUSEWAY_HAVE_VULKAN
+        ,
+        // Several devices of one GPU; vulkan_staging_device_test runs the
+        // same with staged copies (the path of a discrete GPU).
+        KindCase{"vulkan", [](const DeviceSpec& s) { return vulkan::Kind().CreateDevice(s); },
+                 false}
+#endif
+        ),
     [](const ::testing::TestParamInfo<KindCase>& info) {
       return info.param.name + (info.index == 2 ? "Delayed" : "");
     });

@@ -5,6 +5,7 @@
 #ifndef CAUSEWAY_TESTS_INTEGRATION_CLUSTER_KINDS_H_
 #define CAUSEWAY_TESTS_INTEGRATION_CLUSTER_KINDS_H_
 
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -51,8 +52,13 @@ inline std::string KindName(const ::testing::TestParamInfo<ClusterKind>& info) {
   return "?";
 }
 
-// The `causeway` binary of this build (set by CMake).
-inline std::string CausewayBinary() { return CAUSEWAY_BINARY; }
+// The `causeway` binary the process clusters run: $CAUSEWAY_BIN where set
+// (the tests run from a bundle on another machine, scripts/gpu_check.sh),
+// else this build's (set by CMake).
+inline std::string CausewayBinary() {
+  const char* bin = std::getenv("CAUSEWAY_BIN");
+  return bin != nullptr && *bin != '\0' ? bin : CAUSEWAY_BINARY;
+}
 
 // Options for a process cluster of `islands` x `hosts_per_island` workers
 // with `devices_per_host` devices each.

@@ -482,8 +482,11 @@ class VulkanDevice final : public Device {
         }
       }
       if (timer != nullptr && status.ok()) timer->Collect();
-      done.keep.clear();
+      // The completion first: it may still read what `keep` holds (a
+      // fetch's staging bytes), which another device could be given again
+      // as soon as it is freed.
       std::move(done.done)(std::move(status));
+      done.keep.clear();
     }
   }
 

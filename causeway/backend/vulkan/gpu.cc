@@ -161,16 +161,36 @@ absl::Status Gpu::Init() {
 
   VkPhysicalDeviceMemoryProperties memory;
   vkGetPhysicalDeviceMemoryProperties(physical_, &memory);
-  int device_type = -1, staging_type = -1;
+  // Device memory: the first device-local type. The host copies straight
+  // into it only where it is the host's own memory (a CPU implementation
+  // such as lavapipe, or an integrated GPU) and mapped coherently. A
+  // discrete GPU's host-visible device memory is its PCIe window:
+  // write-combined stores that other threads' later submissions do not
+  // order, and uncached reads; copies to and from it are staged instead
+  // (a race seen on an H200: a launch read a put's bytes before they had
+  // landed).
+  const VkPhysicalDeviceType kind = props.properties.deviceType;
+  const bool host_memory =
+      kind == VK_PHYSICAL_DEVICE_TYPE_CPU || kind == VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU;
+  // Staging: host-visible coherent memory, preferably the host's own
+  // (not device-local) and cached, which reads back fast.
+  int device_type = -1, staging_type = -1, staging_score = -1;
   for (uint32_t i = 0; i < memory.memoryTypeCount; ++i) {
     const VkMemoryPropertyFlags f = memory.memoryTypes[i].propertyFlags;
     const bool host = (f & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) &&
                       (f & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT);
     if ((f & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT) && device_type < 0) {
       device_type = static_cast<int>(i);
-      mapped_memory_ = host;
+      mapped_memory_ = host && host_memory;
     }
-    if (host && staging_type < 0) staging_type = static_cast<int>(i);
+    if (host) {
+      const int score = ((f & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT) ? 0 : 2) +
+                        ((f & VK_MEMORY_PROPERTY_HOST_CACHED_BIT) ? 1 : 0);
+      if (score > staging_score) {
+        staging_type = static_cast<int>(i);
+        staging_score = score;
+      }
+    }
   }
   if (device_type < 0) return missing("device-local memory");
   if (staging_type < 0) return missing("host-visible coherent memory");
@@ -324,6 +344,10 @@ absl::StatusOr<std::unique_ptr<VulkanAllocation>> Gpu::Allocate(int64_t bytes, b
 void Gpu::Free(int block, uint64_t offset, uint64_t size) {
   MutexLock lock(&mu_);
   Block& b = blocks_[static_cast<size_t>(block)];
+  // In the tests of the staged path, freed staging bytes are overwritten,
+  // so that reading them after the free (a use after free the pool would
+  // otherwise hide until another copy took the bytes) fails every time.
+  if (force_staging_ && b.staging && b.host != nullptr) std::memset(b.host + offset, 0xA5, size);
   b.used -= size;
   if (b.dedicated || b.used == 0) {
     // An empty block goes back to the driver unless it is the last pooled

@@ -126,7 +126,9 @@ class Gpu {
   uint32_t device_type_ = 0;   // memory type index of device memory
   uint32_t staging_type_ = 0;  // host-visible, coherent
   bool mapped_memory_ = false;
-  bool force_staging_ = false;  // CAUSEWAY_VULKAN_STAGING=1: test the staging path
+  // CAUSEWAY_VULKAN_STAGING=1: test the staging path (and poison freed
+  // staging bytes).
+  bool force_staging_ = false;
   double timestamp_ns_per_tick_ = 0;
   bool cpu_kernels_ = false;
   VkPipelineLayout layout_ = VK_NULL_HANDLE;
