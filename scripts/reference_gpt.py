@@ -13,6 +13,9 @@ Needs Debian's PyTorch (`apt-get install python3-torch`); nothing in the build o
 uses it.
 
     /usr/bin/python3 scripts/reference_gpt.py --data tinyshakespeare.txt --seed 1
+
+With `--device cuda` it is the baseline of the vulkan kind on an NVIDIA GPU (docs/BENCHMARKS.md,
+"On an NVIDIA H200"); each timed step then ends with a device synchronisation.
 """
 import argparse
 import json
@@ -52,7 +55,7 @@ class Block(nn.Module):
         k = k.view(b, t, self.n_head, hs).transpose(1, 2)
         v = v.view(b, t, self.n_head, hs).transpose(1, 2)
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
-        mask = torch.ones(t, t, dtype=torch.bool).tril()
+        mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
         att = att.masked_fill(~mask, float("-inf"))
         y = F.softmax(att, dim=-1) @ v
         return self.attn_proj(y.transpose(1, 2).contiguous().view(b, t, c))
@@ -81,7 +84,7 @@ class GPT(nn.Module):
 
     def forward(self, idx, targets):
         t = idx.shape[1]
-        x = self.wte(idx) + self.wpe(torch.arange(t))
+        x = self.wte(idx) + self.wpe(torch.arange(t, device=idx.device))
         for block in self.blocks:
             x = block(x)
         logits = self.ln_f(x) @ self.wte.weight.t()  # the head tied to the token embedding
@@ -110,7 +113,10 @@ def main():
     ap.add_argument("--gelu", choices=["none", "tanh"], default="tanh",
                     help="GELU form: tanh (GPT-2's, as causeway) or none (exact erf)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu",
+                    help="cpu, or cuda for the baseline of the vulkan kind on an NVIDIA GPU")
     a = ap.parse_args()
+    dev = torch.device(a.device)
 
     torch.manual_seed(a.seed)
     torch.set_num_threads(a.threads)
@@ -127,9 +133,9 @@ def main():
         ix = torch.randint(len(d) - a.context, (a.batch,), generator=gen)
         x = torch.stack([d[i:i + a.context] for i in ix])
         y = torch.stack([d[i + 1:i + 1 + a.context] for i in ix])
-        return x, y
+        return x.to(dev), y.to(dev)
 
-    model = GPT(len(chars), a.context, a.layers, a.heads, a.embd, not a.no_bias, a.gelu)
+    model = GPT(len(chars), a.context, a.layers, a.heads, a.embd, not a.no_bias, a.gelu).to(dev)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
@@ -169,10 +175,12 @@ def main():
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip)
         opt.step()
+        if dev.type == "cuda":
+            torch.cuda.synchronize()  # the step's kernels finished, as the timing says
         train_s += time.time() - t0
     tokens = a.iters * a.batch * a.context
     print(json.dumps({"type": "summary", "seed": a.seed, "torch": torch.__version__,
-                      "threads": a.threads, "parameters": sum(p.numel() for p in model.parameters()),
+                      "threads": a.threads, "device": a.device, "parameters": sum(p.numel() for p in model.parameters()),
                       "final_val_loss": round(last["val"], 4) if last else None,
                       "final_train_loss": round(last["train"], 4) if last else None,
                       "tokens_per_s": round(tokens / train_s, 1), "wall_s": round(time.time() - start, 1)}),
