@@ -97,7 +97,8 @@ struct Connection {
 absl::StatusOr<Connection> Connect(const std::string& cluster, int64_t devices, int64_t hosts,
                                    double timeout_s, const ClientShare& share = {},
                                    const LocalClusterOptions* local_options = nullptr,
-                                   bool trace = false, const std::string& device_kind = "cpu") {
+                                   bool trace = false, const std::string& device_kind = "cpu",
+                                   int64_t memory_bytes = 0) {
   Connection c;
   ClusterConnection* connection = nullptr;
   if (cluster == "local") {
@@ -106,6 +107,7 @@ absl::StatusOr<Connection> Connect(const std::string& cluster, int64_t devices, 
     if (!lo.ok()) return lo.status();
     lo->trace = trace;
     lo->device_kind = device_kind;
+    if (memory_bytes > 0) lo->device_memory_bytes = memory_bytes;
     absl::StatusOr<std::unique_ptr<LocalCluster>> l = LocalCluster::Create(*lo);
     if (!l.ok()) return l.status();
     c.local = *std::move(l);
@@ -138,6 +140,7 @@ struct TrainLmFlags {
   int64_t devices = 1;
   int64_t hosts = 1;
   std::string device_kind = "cpu";
+  int64_t memory_bytes = 0;
   std::string parallel = "data";
   std::string mesh;
   int64_t decay_iters = -1;  // -1: --iters
@@ -298,9 +301,14 @@ int RunTrainLm(TrainLmFlags f) {
     return Usage(cmd, "--device-kind goes with the embedded cluster (a remote cluster's workers "
                       "choose theirs: causeway worker --device-kind)");
   }
+  if (f.cluster != "local" && f.memory_bytes > 0) {
+    return Usage(cmd, "--memory goes with the embedded cluster (a remote cluster's workers "
+                      "give theirs: causeway worker --memory)");
+  }
   absl::StatusOr<Connection> conn = Connect(f.cluster, o.layout.devices(), f.hosts, f.timeout_s,
                                             f.share, multi_mesh_cluster.get(),
-                                            !f.trace_path.empty(), f.device_kind);
+                                            !f.trace_path.empty(), f.device_kind,
+                                            f.memory_bytes);
   if (!conn.ok()) return Fail(cmd, conn.status());
   absl::StatusOr<std::unique_ptr<models::LmTrainer>> trainer =
       models::LmTrainer::Create(conn->client.get(), &*data, o, resume.get());
@@ -613,6 +621,11 @@ void AddTrainLmCommand(CLI::App* train, int* exit_code) {
       ->check(CLI::Range(1, 1024));
   lm->add_option("--device-kind", f->device_kind,
                  "Embedded cluster: kind of its devices (cpu, or vulkan where built)");
+  lm->add_option("--memory", f->memory_bytes,
+                 "Embedded cluster: memory per device, bytes (0: the default budget of 1 GiB; "
+                 "a GPU's devices may be given up to its own memory, which `causeway gpus` "
+                 "shows)")
+      ->check(CLI::NonNegativeNumber);
   lm->add_option("--parallel", f->parallel,
                  "data: batch split over the devices; tensor: heads and MLP split over them; "
                  "pipeline: layers split into --stages stages, each on a host of its own")

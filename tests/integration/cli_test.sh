@@ -48,6 +48,8 @@ expect 2 "not a number" -- "$bin" bench dispatch --devices many
 expect 2 "missing required flag" -- "$bin" cluster status
 expect 2 "flag of the embedded cluster with --cluster" -- \
   "$bin" demo --islands 3 --cluster grpc://127.0.0.1:1
+expect 2 "train lm --memory with --cluster" -- \
+  "$bin" train lm --data /usr/share/common-licenses/GPL-3 --memory 1000000 --cluster grpc://127.0.0.1:1
 expect 2 "--hosts with --cluster" -- "$bin" bench dispatch --hosts 2 --cluster grpc://127.0.0.1:1
 expect 2 "pipeline flags without --parallel pipeline" -- \
   "$bin" train lm --data /usr/share/common-licenses/GPL-3 --stages 2
