@@ -219,9 +219,14 @@ class ArenaDevice final : public backend::Device {
         absl::StrCat("the ", what, " allocation is not one of ", id_.ToString(), "'s"));
   }
 
+  // Wakes the device's thread before releasing the mutex: the operation
+  // may complete, and its waiter destroy this device, while an Unlock()
+  // that notifies after releasing would still be touching the mutex (a
+  // copy to a peer enqueues on the peer from this device's thread).
   void Enqueue(absl::AnyInvocable<void() &&> op) {
-    MutexLock lock(&mu_);
+    mu_.Lock();
     queue_.push_back(std::move(op));
+    mu_.UnlockWakingFirst();
   }
 
   // The device's thread: runs operations in order, each after the delay.

@@ -403,7 +403,11 @@ class VulkanDevice final : public Device {
     }
     VkResult r;
     {
-      MutexLock lock(&mu_);
+      // Released waking the completion thread first: the work may complete,
+      // and its waiter destroy this device, before an Unlock() that notifies
+      // after releasing has left the mutex (a copy to a peer submits here
+      // from the other device's thread).
+      mu_.Lock();
       // Bounded: wait for the GPU to finish older work, unless this is the
       // completion thread (a completion starting more work), which is what
       // would finish it.
@@ -428,8 +432,10 @@ class VulkanDevice final : public Device {
       if (r == VK_SUCCESS) {
         submitted_ = value;
         pending_.push_back(Pending{value, cb, std::move(keep), std::move(done)});
+        mu_.UnlockWakingFirst();
         return;
       }
+      mu_.UnlockWakingFirst();
     }
     {
       MutexLock pool_lock(&pool_mu_);
