@@ -442,16 +442,8 @@ class Lowering {
         d.out = Temp(n * chunks * eb);
         Add(d);
         const Ref sums = Temp(n * eb);
-        std::vector<int32_t> rp(36, 0);
-        rp[0] = 1;
-        rp[1] = 1;
-        rp[2] = static_cast<int32_t>(chunks);
-        rp[4] = static_cast<int32_t>(n);
-        rp[12] = 1;
-        rp[20] = static_cast<int32_t>(chunks);
-        rp[28] = static_cast<int32_t>(n);
-        Reduce(dt == DType::kF32 ? Kernel::kReduceF32 : Kernel::kReduceI32, 0, n, chunks, rp,
-               d.out, sums, eb);
+        Reduce(dt == DType::kF32 ? Kernel::kReduceF32 : Kernel::kReduceI32, 0, n, chunks,
+               PartialsParams(n, chunks), d.out, sums, eb);
         Add(Flat(dt == DType::kF32 ? Kernel::kBinaryF32 : Kernel::kBinaryI32, n, 0, a, sums,
                  out));
         return absl::OkStatus();
@@ -522,15 +514,22 @@ class Lowering {
       // Next pass: the partials, [chunks, n], reduced over chunks.
       in = d.out;
       count = chunks;
-      p.assign(36, 0);
-      p[0] = 1;
-      p[1] = 1;
-      p[2] = static_cast<int32_t>(chunks);
-      p[4] = static_cast<int32_t>(n);
-      p[12] = 1;
-      p[20] = static_cast<int32_t>(chunks);
-      p[28] = static_cast<int32_t>(n);
+      p = PartialsParams(n, chunks);
     }
+  }
+
+  // The reduction's parameter block (kernels.h) for partial results laid
+  // out [chunks, n], reduced over chunks into n results.
+  static std::vector<int32_t> PartialsParams(int64_t n, int64_t chunks) {
+    std::vector<int32_t> p(36, 0);
+    p[0] = 1;                               // kept rank
+    p[1] = 1;                               // reduced rank
+    p[2] = static_cast<int32_t>(chunks);    // reduced count
+    p[4] = static_cast<int32_t>(n);         // kept dims
+    p[12] = 1;                              // kept strides
+    p[20] = static_cast<int32_t>(chunks);   // reduced dims
+    p[28] = static_cast<int32_t>(n);        // reduced strides
+    return p;
   }
 
   absl::Status Matmul(const Instruction& inst, Ref a, Ref b, Ref out, int64_t batch, int64_t m,

@@ -61,6 +61,18 @@ Instance& TheInstance() {
   return *inst;
 }
 
+// A physical device's properties and its driver's (name, version), for
+// List and Init.
+void QueryProperties(VkPhysicalDevice physical, VkPhysicalDeviceProperties2* props,
+                     VkPhysicalDeviceDriverProperties* driver) {
+  *driver = VkPhysicalDeviceDriverProperties{};
+  driver->sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES;
+  *props = VkPhysicalDeviceProperties2{};
+  props->sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2;
+  props->pNext = driver;
+  vkGetPhysicalDeviceProperties2(physical, props);
+}
+
 }  // namespace
 
 VulkanAllocation::~VulkanAllocation() { gpu_->Free(block_, offset_, reserved_); }
@@ -70,12 +82,9 @@ absl::StatusOr<std::vector<std::string>> Gpu::List() {
   CW_RETURN_IF_ERROR(in.status);
   std::vector<std::string> lines;
   for (VkPhysicalDevice p : in.physical) {
-    VkPhysicalDeviceDriverProperties driver{};
-    driver.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES;
-    VkPhysicalDeviceProperties2 props{};
-    props.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2;
-    props.pNext = &driver;
-    vkGetPhysicalDeviceProperties2(p, &props);
+    VkPhysicalDeviceDriverProperties driver;
+    VkPhysicalDeviceProperties2 props;
+    QueryProperties(p, &props, &driver);
     VkPhysicalDeviceMemoryProperties memory;
     vkGetPhysicalDeviceMemoryProperties(p, &memory);
     uint64_t device_local = 0;
@@ -116,12 +125,9 @@ Gpu::Gpu(int index, VkPhysicalDevice physical) : index_(index), physical_(physic
 }
 
 absl::Status Gpu::Init() {
-  VkPhysicalDeviceDriverProperties driver{};
-  driver.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES;
-  VkPhysicalDeviceProperties2 props{};
-  props.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2;
-  props.pNext = &driver;
-  vkGetPhysicalDeviceProperties2(physical_, &props);
+  VkPhysicalDeviceDriverProperties driver;
+  VkPhysicalDeviceProperties2 props;
+  QueryProperties(physical_, &props, &driver);
   const std::string name = props.properties.deviceName;
   auto missing = [&](absl::string_view what) {
     return absl::UnavailableError(absl::StrCat("Vulkan GPU ", index_, " (", name, ") lacks ",

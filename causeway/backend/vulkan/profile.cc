@@ -31,21 +31,26 @@ Totals& TheTotals() {
     std::atexit([] {
       Totals& all = TheTotals();
       MutexLock lock(&all.mu);
-      std::vector<std::pair<double, uint32_t>> rows;
+      struct Row {
+        double ns;
+        uint32_t key;
+        int64_t count;
+      };
+      std::vector<Row> rows;
       double total = 0;
       for (const auto& [key, v] : all.by_key) {
-        rows.emplace_back(v.second, key);
+        rows.push_back({v.second, key, v.first});
         total += v.second;
       }
-      std::sort(rows.rbegin(), rows.rend());
+      std::sort(rows.begin(), rows.end(), [](const Row& x, const Row& y) { return x.ns > y.ns; });
       std::fprintf(stderr, "vulkan profile: GPU time by kernel (total %.1f ms)\n", total / 1e6);
       std::fprintf(stderr, "  %-16s %4s %10s %12s %7s\n", "kernel", "op", "dispatches", "ms",
                    "share");
-      for (const auto& [ns, key] : rows) {
+      for (const Row& r : rows) {
         std::fprintf(stderr, "  %-16s %4u %10lld %12.2f %6.1f%%\n",
-                     KernelName(static_cast<Kernel>(key >> 8)), key & 0xff,
-                     static_cast<long long>(all.by_key[key].first), ns / 1e6,
-                     total > 0 ? 100 * ns / total : 0.0);
+                     KernelName(static_cast<Kernel>(r.key >> 8)), r.key & 0xff,
+                     static_cast<long long>(r.count), r.ns / 1e6,
+                     total > 0 ? 100 * r.ns / total : 0.0);
       }
     });
     return t;
