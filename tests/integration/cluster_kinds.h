@@ -71,6 +71,19 @@ inline ProcessClusterOptions ProcessShape(int islands, int hosts_per_island,
   return o;
 }
 
+// A heartbeat timeout short enough for a test to watch a hung worker be
+// dropped. Under a sanitizer each process runs several times slower and
+// shares two cores with the rest of the suite: there a worker that is only
+// busy (starting, or one of several sanitized processes in a Gloo ring) may
+// go 2 s without a heartbeat, so the timeout is longer.
+inline absl::Duration TestHeartbeatTimeout() {
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+  return absl::Seconds(8);
+#else
+  return absl::Seconds(2);
+#endif
+}
+
 // Starts a process cluster of the given shape; fails the test if it cannot.
 inline std::unique_ptr<ProcessCluster> StartProcesses(ProcessClusterOptions options) {
   options.binary = CausewayBinary();

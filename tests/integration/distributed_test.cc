@@ -172,7 +172,7 @@ class WorkerFaultTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ProcessClusterOptions o = ProcessShape(1, 3, 2);
-    o.heartbeat_timeout = absl::Seconds(2);
+    o.heartbeat_timeout = TestHeartbeatTimeout();
     cluster_ = StartProcesses(o);
     conn_ = ConnectRemote(*cluster_);
     client_ = Connect(conn_.get());
@@ -297,7 +297,7 @@ TEST(DistributedTest, AWorkerRefusesADeviceKindItDoesNotHave) {
 TEST(GlooFaultTest, AWorkerKilledDuringGlooAllReducesFailsItsGangNamingIt) {
   if (!HaveGloo()) GTEST_SKIP() << "this build has no Gloo";
   ProcessClusterOptions o = ProcessShape(1, 3, 1);
-  o.heartbeat_timeout = absl::Seconds(2);
+  o.heartbeat_timeout = TestHeartbeatTimeout();
   o.collectives = "gloo";
   o.gloo_from_bytes = 0;
   auto cluster = StartProcesses(o);
@@ -352,9 +352,9 @@ TEST(GlooFaultTest, AWorkerKilledDuringGlooAllReducesFailsItsGangNamingIt) {
 TEST_F(WorkerFaultTest, HungWorkerIsDroppedAfterMissedHeartbeats) {
   const pid_t pid = cluster_->worker_pid(1);
   ASSERT_EQ(kill(pid, SIGSTOP), 0);
-  // Its connection stays open; only the heartbeats stop (timeout 2 s).
-  ASSERT_OK(conn_->WaitForTopology(
-      [&](const Topology& now) { return !now.host(victim_).ok(); }, absl::Seconds(10)));
+  // Its connection stays open; only the heartbeats stop.
+  ASSERT_OK(conn_->WaitForTopology([&](const Topology& now) { return !now.host(victim_).ok(); },
+                                   5 * TestHeartbeatTimeout()));
   cluster_->KillWorker(1);  // SIGKILL ends a stopped process too
   ASSERT_OK_AND_ASSIGN(Mesh alone,
                        MeshOn(*client_, conn_->resources()->GetTopology(), {survivor_}));
