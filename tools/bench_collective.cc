@@ -396,6 +396,7 @@ void AddBenchCollectiveCommand(CLI::App* bench, int* exit_code) {
   cmd->add_option("--cluster", o->cluster,
                   "local, or grpc://HOST:PORT of a running cluster (its first island's devices; "
                   "token from $CAUSEWAY_TOKEN)")
+      ->check(ClusterAddress(true))
       ->capture_default_str();
   cmd->add_option("--min-seconds", o->min_seconds, "Time spent per size, roughly")
       ->check(CLI::Range(0.01, 600.0) & Finite())

@@ -223,7 +223,8 @@ void AddBenchDispatchCommands(CLI::App* bench, int* exit_code) {
       ->check(CLI::Range(1, 100000));
   cmd->add_option("--cluster", d->cluster,
                   "local (a fresh embedded cluster) or grpc://HOST:PORT of a running distributed "
-                  "cluster (token from $CAUSEWAY_TOKEN; --hosts is then the cluster's)");
+                  "cluster (token from $CAUSEWAY_TOKEN; --hosts is then the cluster's)")
+      ->check(ClusterAddress(true));
   cmd->add_option("--seconds", d->seconds, "Measured time per configuration")
       ->check(CLI::Range(0.05, 600.0))->check(Finite());
   cmd->add_option("--repeat", d->repeat, "Runs of the configuration; the median is reported")
@@ -271,7 +272,8 @@ void AddBenchDispatchCommands(CLI::App* bench, int* exit_code) {
   ucmd->add_option("--hosts", u->hosts, "Hosts")->check(CLI::Range(1, 256));
   ucmd->add_option("--cluster", u->cluster,
                    "local (a fresh embedded cluster) or grpc://HOST:PORT of a running distributed "
-                   "cluster (token from $CAUSEWAY_TOKEN)");
+                   "cluster (token from $CAUSEWAY_TOKEN)")
+      ->check(ClusterAddress(true));
   ucmd->add_option("--chain", u->chain, "Computations per program (chained) or function (fused)")
       ->check(CLI::Range(1, 100000));
   ucmd->add_option("--seconds", u->seconds, "Measured time per length")

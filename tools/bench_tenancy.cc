@@ -617,6 +617,7 @@ void AddBenchTenancyCommand(CLI::App* bench, int* exit_code) {
   cmd->add_option("--cluster", f->cluster,
                   "local (an embedded cluster), or grpc://HOST:PORT: each client a process of "
                   "its own (token from $CAUSEWAY_TOKEN; --devices of island 0 per gang)")
+      ->check(ClusterAddress(true))
       ->capture_default_str();
   cmd->add_option("--timeout", f->timeout_s, "Seconds to wait for a distributed cluster")
       ->check(CLI::PositiveNumber)->check(Finite());
@@ -635,8 +636,13 @@ void AddBenchTenancyCommand(CLI::App* bench, int* exit_code) {
   CLI::App* tenant = bench->add_subcommand(
       "tenancy-client", "One client of `bench tenancy --cluster` (started by it)");
   tenant->group("");  // not listed in --help
-  tenant->add_option("--cluster", t->cluster, "grpc://HOST:PORT")->required();
-  tenant->add_option("--weight", t->weight, "Weight")->check(CLI::Range(0.0, 1e6))->check(Finite());
+  tenant->add_option("--cluster", t->cluster, "grpc://HOST:PORT")
+      ->check(ClusterAddress(false))
+      ->required();
+  tenant->add_option("--weight", t->weight, "Weight")
+      ->check(CLI::Range(0.0, 1e6))
+      ->check(AboveZero())
+      ->check(Finite());
   tenant->add_option("--compute-us", t->compute_us, "Gang length, us")
       ->check(CLI::Range(int64_t{1}, int64_t{1000000}));
   tenant->add_option("--devices", t->devices, "Devices per gang")->check(CLI::Range(1, 4096));

@@ -297,6 +297,7 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
       "Print a running cluster's islands, hosts and devices; optionally wait until it has a "
       "number of devices (for scripts that start workers)");
   status->add_option("--cluster", sf->cluster, "grpc://HOST:PORT (token from $CAUSEWAY_TOKEN)")
+      ->check(ClusterAddress(false))
       ->required();
   status->add_option("--wait-devices", sf->wait_devices,
                      "Wait until the cluster has at least this many devices")
@@ -448,12 +449,15 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
       "Set a connected client's share of every island: its weight, priority class and memory "
       "quota per device (an operator's call: the token is the workers' one, "
       "$CAUSEWAY_WORKER_TOKEN)");
-  weight->add_option("--cluster", wf->cluster, "grpc://HOST:PORT")->required();
+  weight->add_option("--cluster", wf->cluster, "grpc://HOST:PORT")
+      ->check(ClusterAddress(false))
+      ->required();
   weight->add_option("--client", wf->client, "The client's number (as in `client N`)")
       ->required()
       ->check(CLI::NonNegativeNumber);
   weight->add_option("--weight", wf->weight, "Relative share of device time, in (0, 1e6]")
       ->check(CLI::Range(0.0, 1e6))
+      ->check(AboveZero())
       ->check(Finite())
       ->capture_default_str();
   weight->add_option("--priority", wf->priority, "Priority class, 0 to 7 (higher goes first)")
@@ -571,6 +575,18 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
     std::printf("cluster stopped\n");
     *exit_code = code;
   });
+}
+
+CLI::Validator ClusterAddress(bool local_allowed) {
+  return CLI::Validator(
+      [local_allowed](std::string& text) -> std::string {
+        if (local_allowed && text == "local") return std::string();
+        absl::StatusOr<std::string> address = ParseGrpcAddress(text);
+        if (address.ok()) return std::string();
+        return absl::StrCat(address.status().message(),
+                            local_allowed ? ", or local for the embedded cluster" : "");
+      },
+      "", "CLUSTER");
 }
 
 }  // namespace causeway::tools

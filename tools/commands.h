@@ -32,6 +32,25 @@ inline CLI::Validator Finite() {
       "", "FINITE");
 }
 
+// Refuses zero and below, for a number whose range is open at 0 (CLI11's
+// PositiveNumber names the largest double in its message).
+inline CLI::Validator AboveZero() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (end != text.c_str() && *end == '\0' && !(v > 0)) return "must be above 0: " + text;
+        return std::string();
+      },
+      "", "ABOVE 0");
+}
+
+// Checks a --cluster value when the command line is parsed, so that a
+// malformed one is a usage error (exit 2) before anything starts:
+// grpc://HOST:PORT or HOST:PORT (an IPv6 host in brackets), or `local` (the
+// embedded cluster) where `local_allowed` (tools/cluster_commands.cc).
+CLI::Validator ClusterAddress(bool local_allowed);
+
 // Each sets `*exit_code` when its subcommand runs.
 void AddDemoCommand(CLI::App& app, int* exit_code);
 // `causeway train mlp` (tools/train.cc) and `causeway train lm`.

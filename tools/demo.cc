@@ -419,14 +419,17 @@ void AddDemoCommand(CLI::App& app, int* exit_code) {
   cmd->add_flag("--json", demo.json, "Print one JSON object instead of text");
   cmd->add_option("--cluster", demo.cluster,
                   "local (the embedded cluster) or grpc://HOST:PORT of a running cluster "
-                  "(token from $CAUSEWAY_TOKEN; islands and devices come from its topology)");
+                  "(token from $CAUSEWAY_TOKEN; islands and devices come from its topology)")
+      ->check(ClusterAddress(true));
   cmd->add_option("--timeout", demo.timeout_s,
                   "Seconds to wait for a running cluster (connecting, and every call)")
       ->check(CLI::PositiveNumber)->check(Finite());
   cmd->add_option("--weight", demo.weight,
                   "This client's share of each island's device time against other clients "
                   "(docs/SCHEDULING.md)")
-      ->check(CLI::Range(0.0, 1e6))->check(Finite());
+      ->check(CLI::Range(0.0, 1e6))
+      ->check(AboveZero())
+      ->check(Finite());
   cmd->add_option("--priority", demo.priority, "Priority class, 0 to 7 (higher goes first)")
       ->check(CLI::Range(0, 7));
   cmd->callback([options, cmd, exit_code] {

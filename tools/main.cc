@@ -3,7 +3,11 @@
 // Exit codes, the same for every subcommand: 0 success, 1 runtime error (the
 // command ran and failed), 2 usage error (the command line is wrong: an
 // unknown flag, a value out of range, flags that do not go together).
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <new>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
@@ -15,6 +19,23 @@
 #ifndef CAUSEWAY_VERSION
 #define CAUSEWAY_VERSION "unknown"
 #endif
+
+namespace {
+
+// A command's output that did not reach stdout (a full disk, /dev/full, a
+// closed pipe) is a failed command: exit 1 with the reason, never 0.
+int CheckStdout(int exit_code) {
+  errno = 0;
+  std::cout.flush();
+  const bool failed = std::fflush(stdout) != 0 || std::ferror(stdout) != 0 || std::cout.fail();
+  if (!failed) return exit_code;
+  const int error = errno;
+  std::fprintf(stderr, "causeway: could not write the output to stdout: %s\n",
+               error != 0 ? std::strerror(error) : "write error");
+  return exit_code != 0 ? exit_code : causeway::tools::kExitRuntime;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   causeway::tools::SelectBlasKernels(argv);
@@ -56,18 +77,26 @@ int main(int argc, char** argv) {
   causeway::tools::AddBenchCollectiveCommand(bench, &exit_code);
   causeway::tools::AddSimCommands(app, &exit_code);
   causeway::tools::AddGpusCommand(app, &exit_code);
+  // Commands run inside parse. One that runs out of host memory on this
+  // thread ends here with a message, not in std::terminate; each checks its
+  // sizes against host memory before allocating where it can.
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --version
-    return app.exit(e);
+    return CheckStdout(app.exit(e));
   } catch (const CLI::ParseError& e) {
     app.exit(e);
     return causeway::tools::kExitUsage;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr,
+                 "causeway: out of host memory (an allocation failed); give smaller sizes, or "
+                 "run where there is more memory\n");
+    return CheckStdout(causeway::tools::kExitRuntime);
   }
   if (app.get_subcommands().empty()) {
     // `causeway` alone: what it can do.
     std::printf("%s", app.help().c_str());
-    return 0;
+    return CheckStdout(0);
   }
-  return exit_code;
+  return CheckStdout(exit_code);
 }

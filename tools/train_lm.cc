@@ -270,6 +270,10 @@ int RunTrainLm(TrainLmFlags f) {
                                    " is not a folder: train lm writes its checkpoints into one "
                                    "(sample also takes the file)"));
   }
+  // Flags that do not go together are a usage error, found before reading
+  // the data (no check depends on the vocabulary, which is the data's).
+  o.model.vocab = 1;
+  if (absl::Status st = o.Validate(); !st.ok()) return Usage(cmd, std::string(st.message()));
   const auto kind = f.tokenizer == "bytes" ? models::TokenizerKind::kBytes
                                            : models::TokenizerKind::kChars;
   absl::StatusOr<models::TextDataset> data = models::TextDataset::Load(f.data, kind, o.model.context);
@@ -678,13 +682,16 @@ void AddTrainLmCommand(CLI::App* train, int* exit_code) {
                "grpc://...; the same updates either way)")
       ->excludes(shard);
   lm->add_option("--cluster", f->cluster,
-                 "local (embedded) or grpc://HOST:PORT (token from $CAUSEWAY_TOKEN)");
+                 "local (embedded) or grpc://HOST:PORT (token from $CAUSEWAY_TOKEN)")
+      ->check(ClusterAddress(true));
   lm->add_option("--timeout", f->timeout_s, "Seconds to wait for a distributed cluster")
       ->check(CLI::PositiveNumber)->check(Finite());
   lm->add_option("--weight", f->share.weight,
                  "This client's share of the island's device time against other clients "
                  "(docs/SCHEDULING.md)")
-      ->check(CLI::Range(0.0, 1e6))->check(Finite());
+      ->check(CLI::Range(0.0, 1e6))
+      ->check(AboveZero())
+      ->check(Finite());
   lm->add_option("--priority", f->share.priority, "Priority class, 0 to 7 (higher goes first)")
       ->check(CLI::Range(0, 7));
   lm->callback([f, lm, exit_code] {
@@ -711,7 +718,8 @@ void AddSampleCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--seed", f->sample.seed, "Sampling seed");
   cmd->add_option("--prompt", f->sample.prompt, "Text to continue (default: a newline)");
   cmd->add_option("--cluster", f->cluster,
-                  "local (embedded) or grpc://HOST:PORT (token from $CAUSEWAY_TOKEN)");
+                  "local (embedded) or grpc://HOST:PORT (token from $CAUSEWAY_TOKEN)")
+      ->check(ClusterAddress(true));
   cmd->add_option("--timeout", f->timeout_s, "Seconds to wait for a distributed cluster")
       ->check(CLI::PositiveNumber)->check(Finite());
   cmd->callback([f, exit_code] { *exit_code = RunSample(*f); });

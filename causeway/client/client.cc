@@ -95,6 +95,11 @@ absl::StatusOr<Array> Client::Put(const ir::Literal& value, const Mesh& mesh,
   return core_->Put(value, mesh, sharding);
 }
 
+absl::Status Client::CheckPut(const ir::Shape& shape, const Mesh& mesh,
+                              const Sharding& sharding) {
+  return core_->CheckPut(shape, mesh, sharding).status();
+}
+
 absl::StatusOr<CompiledFunction> Client::Compile(const ir::Function& function, const Mesh& mesh,
                                                  const CompileOptions& options) {
   return core_->Compile(function, mesh, options);

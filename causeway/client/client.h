@@ -222,6 +222,10 @@ class Client {
   // INVALID_ARGUMENT if the sharding does not fit; RESOURCE_EXHAUSTED if a
   // shard is larger than a device's whole memory.
   absl::StatusOr<Array> Put(const ir::Literal& value, const Mesh& mesh, const Sharding& sharding);
+  // The checks of Put for a value of `shape`, without the value: a caller
+  // that has yet to build the literal (a strided or broadcast numpy array,
+  // a file) refuses a put that cannot fit before spending host memory on it.
+  absl::Status CheckPut(const ir::Shape& shape, const Mesh& mesh, const Sharding& sharding);
 
   // Verifies and compiles `function` for `mesh`; output shapes and shardings
   // are fixed here. INVALID_ARGUMENT on a malformed function, a result

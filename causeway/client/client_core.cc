@@ -132,12 +132,13 @@ absl::Status ClientCore::CheckArgument(const Array& array, absl::string_view wha
   return absl::OkStatus();
 }
 
-absl::StatusOr<Array> ClientCore::Put(const ir::Literal& value, const Mesh& mesh,
-                                      const Sharding& sharding) {
+absl::StatusOr<std::vector<DeviceInfo>> ClientCore::CheckPut(const ir::Shape& shape,
+                                                             const Mesh& mesh,
+                                                             const Sharding& sharding) {
   CW_RETURN_IF_ERROR(CheckConnected());
-  CW_RETURN_IF_ERROR(sharding.Validate(value.shape(), mesh));
+  CW_RETURN_IF_ERROR(sharding.Validate(shape, mesh));
   const Topology topology = cluster_->resources()->GetTopology();
-  const ir::Shape shard_shape = sharding.ShardShape(value.shape(), mesh);
+  const ir::Shape shard_shape = sharding.ShardShape(shape, mesh);
   std::vector<DeviceInfo> devices;
   for (DeviceId d : mesh.devices()) {
     CW_ASSIGN_OR_RETURN(DeviceInfo info, topology.device(d));
@@ -149,6 +150,14 @@ absl::StatusOr<Array> ClientCore::Put(const ir::Literal& value, const Mesh& mesh
     }
     devices.push_back(info);
   }
+  return devices;
+}
+
+absl::StatusOr<Array> ClientCore::Put(const ir::Literal& value, const Mesh& mesh,
+                                      const Sharding& sharding) {
+  CW_ASSIGN_OR_RETURN(const std::vector<DeviceInfo> devices,
+                      CheckPut(value.shape(), mesh, sharding));
+  const ir::Shape shard_shape = sharding.ShardShape(value.shape(), mesh);
   const ArrayId id(NextId(next_array_));
   const std::vector<int64_t> zero(shard_shape.dims.size(), 0);
   for (int s = 0; s < mesh.size(); ++s) {

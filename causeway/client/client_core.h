@@ -113,6 +113,9 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
 
   absl::Status CheckConnected() const;
   absl::StatusOr<Mesh> AllocateMesh(const MeshRequest& request);
+  // Put's checks without the value; the devices of the mesh's shards.
+  absl::StatusOr<std::vector<DeviceInfo>> CheckPut(const ir::Shape& shape, const Mesh& mesh,
+                                                   const Sharding& sharding);
   absl::StatusOr<Array> Put(const ir::Literal& value, const Mesh& mesh,
                             const Sharding& sharding);
   absl::StatusOr<CompiledFunction> Compile(const ir::Function& function, const Mesh& mesh,

@@ -27,8 +27,10 @@ absl::StatusOr<std::string> ParseGrpcAddress(const std::string& url) {
   if (absl::StartsWith(a, "grpc://")) a.remove_prefix(7);
   const absl::StatusOr<std::pair<std::string, int>> split = grpc_transport::SplitHostPort(a);
   if (!split.ok() || split->first.empty()) {
+    const bool v6 = !split.ok() && absl::StrContains(split.status().message(), "IPv6");
     return absl::InvalidArgumentError(
-        absl::StrCat("'", url, "' is not a cluster address (grpc://HOST:PORT)"));
+        absl::StrCat("'", url, "' is not a cluster address (grpc://HOST:PORT",
+                     v6 ? "; an IPv6 address goes in brackets: grpc://[::1]:PORT" : "", ")"));
   }
   return std::string(a);
 }

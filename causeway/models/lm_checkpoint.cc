@@ -189,6 +189,15 @@ absl::StatusOr<LmCheckpoint> ReadLmCheckpoint(const std::string& dir) {
                                       lit->shape().ToString(), "; its config needs ",
                                       want.ToString()));
       }
+      // A diverged run's NaN or Inf would sample garbage and train on as
+      // NaN: refused on load, naming the first such value.
+      const absl::Span<const float> v = lit->values<float>();
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (!std::isfinite(v[i])) {
+          return Bad(path, absl::StrCat("tensor ", prefix, s.name, " holds ", v[i],
+                                        " at element ", i, " (the run it saves had diverged)"));
+        }
+      }
       group.push_back(*lit);
     }
   }

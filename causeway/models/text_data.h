@@ -65,9 +65,14 @@ enum class Split { kTrain, kVal };
 // for validation. Immutable; thread-safe.
 class TextDataset {
  public:
+  // The largest corpus Load reads: its tokens take 4 bytes each in memory,
+  // so 1 GiB of text is 5 GiB resident.
+  static constexpr int64_t kMaxFileBytes = int64_t{1} << 30;
+
   // Reads and tokenises `path`. INVALID_ARGUMENT naming the file if it is
-  // missing, unreadable or empty, or if either split is too short to hold
-  // one window of `context` + 1 tokens.
+  // missing, unreadable, not a regular file (a directory, a device such as
+  // /dev/zero, a pipe), larger than kMaxFileBytes or empty, or if either
+  // split is too short to hold one window of `context` + 1 tokens.
   static absl::StatusOr<TextDataset> Load(const std::string& path, TokenizerKind kind,
                                           int64_t context);
   // The same from text in memory (`name` appears in errors).

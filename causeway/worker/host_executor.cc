@@ -1038,6 +1038,15 @@ absl::Status HostExecutor::PutShard(ArrayId array, int shard, int local_device, 
     return absl::InvalidArgumentError(absl::StrCat("no local device ", local_device, " on ",
                                                    options_.host.id.ToString()));
   }
+  // A shard the device cannot hold even empty is refused here, at the put,
+  // not by the first read of an array that never became ready.
+  const int64_t capacity = store_.memory(local_device)->capacity();
+  if (static_cast<int64_t>(value.byte_size()) > capacity) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "put refused: a shard of ", value.shape().ToString(), " (", value.byte_size(),
+        " bytes) exceeds the whole memory of local device ", local_device, " on ",
+        options_.host.id.ToString(), " (", capacity, " bytes)"));
+  }
   BufferRef buffer = store_.Allocate(local_device, value.shape(), owner);
   CW_RETURN_IF_ERROR(store_.Put(ShardKey{array, shard}, buffer));
   auto literal = std::make_shared<ir::Literal>(std::move(value));

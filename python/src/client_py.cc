@@ -136,9 +136,19 @@ void RegisterClient(py::module_& m) {
             if (mesh.owner != c) {
               throw StatusError(absl::InvalidArgumentError("the mesh belongs to another client"));
             }
+            // Checked before the copy: a value that cannot fit the mesh's
+            // devices is refused without host memory spent on it.
+            const Sharding sharding = ShardingFromSpec(spec);
+            const ir::Shape shape = ShapeOfNumpy(value);
+            absl::Status fits;
+            {
+              py::gil_scoped_release release;
+              fits = c->client->CheckPut(shape, mesh.mesh, sharding);
+            }
+            ThrowIfError(fits);
             ir::Literal literal = LiteralFromNumpy(value);
             py::gil_scoped_release release;
-            return PyArray{c, Unwrap(c->client->Put(literal, mesh.mesh, ShardingFromSpec(spec)))};
+            return PyArray{c, Unwrap(c->client->Put(literal, mesh.mesh, sharding))};
           },
           py::arg("value"), py::arg("mesh"), py::arg("spec"))
       .def(

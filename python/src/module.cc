@@ -48,7 +48,7 @@ py::tuple DimsTuple(const std::vector<int64_t>& dims) {
   return t;
 }
 
-ir::Literal LiteralFromNumpy(const py::array& array) {
+ir::Shape ShapeOfNumpy(const py::array& array) {
   const py::dtype dt = array.dtype();
   ir::DType dtype;
   if (dt.is(py::dtype::of<float>())) {
@@ -62,13 +62,39 @@ ir::Literal LiteralFromNumpy(const py::array& array) {
         "unsupported dtype ", std::string(py::str(py::handle(dt))),
         ": causeway arrays are float32, int32 or bool")));
   }
-  const py::array c = py::array::ensure(array, py::array::c_style);
-  std::vector<int64_t> dims(c.shape(), c.shape() + c.ndim());
-  ir::Literal literal(ir::Shape(dtype, std::move(dims)));
-  if (literal.byte_size() != static_cast<size_t>(c.nbytes())) {
-    throw StatusError(absl::InternalError("numpy array size does not match its shape"));
+  std::vector<int64_t> dims(array.shape(), array.shape() + array.ndim());
+  // A broadcast array's shape may name more bytes than any machine has
+  // (its strides are 0): refuse a size past 2^62 bytes before any product
+  // of the dimensions can overflow.
+  int64_t bytes = static_cast<int64_t>(ir::ByteSize(dtype));
+  for (int64_t d : dims) {
+    if (d == 0) {
+      bytes = 0;
+      break;
+    }
   }
-  if (literal.byte_size() > 0) std::memcpy(literal.data(), c.data(), literal.byte_size());
+  for (int64_t d : dims) {
+    if (bytes == 0) break;
+    if (d < 0 || d > (int64_t{1} << 62) / bytes) {
+      throw StatusError(absl::InvalidArgumentError(absl::StrCat(
+          "an array of shape ", ir::Shape(dtype, dims).ToString(), " is too large to hold")));
+    }
+    bytes *= d;
+  }
+  return ir::Shape(dtype, std::move(dims));
+}
+
+ir::Literal LiteralFromNumpy(const py::array& array) {
+  ir::Literal literal(ShapeOfNumpy(array));  // std::bad_alloc becomes MemoryError
+  if (literal.byte_size() == 0) return literal;
+  if ((array.flags() & py::array::c_style) != 0) {
+    std::memcpy(literal.data(), array.data(), literal.byte_size());
+    return literal;
+  }
+  // Strided or broadcast: numpy copies it straight into the literal, with
+  // no contiguous copy of the whole in between.
+  py::array into(array.dtype(), literal.shape().dims, {}, literal.data(), py::none());
+  py::module_::import("numpy").attr("copyto")(into, array);
   return literal;
 }
 

@@ -115,6 +115,9 @@ py::tuple DimsTuple(const std::vector<int64_t>& dims);
 
 // A C-contiguous float32, int32 or bool array to a literal (copied);
 // INVALID_ARGUMENT for another dtype.
+// The shape a numpy array becomes, without copying it: INVALID_ARGUMENT
+// for a dtype Causeway has no type for, or a size past 2^62 bytes.
+ir::Shape ShapeOfNumpy(const py::array& array);
 ir::Literal LiteralFromNumpy(const py::array& array);
 // The literal, moved into a numpy array that owns it.
 py::array NumpyFromLiteral(ir::Literal literal);

@@ -115,3 +115,31 @@ def test_arrays_of_another_client_are_refused(client, mesh):
     with pytest.raises(cw.InvalidArgumentError, match="client|mesh"):
         f(theirs)
     other.disconnect()
+
+
+def test_a_put_that_cannot_fit_is_refused_before_any_copy(mesh):
+    # 2^34 elements broadcast from one (64 GiB): refused from its shape, with
+    # no copy made (numpy's own contiguous copy would be a MemoryError, and
+    # once was a segfault).
+    huge = np.broadcast_to(np.float32(0), (2**34,))
+    with pytest.raises(cw.CausewayError) as e:
+        cw.device_put(huge, cw.NamedSharding(mesh, cw.P()))
+    assert "exceeds the whole memory" in str(e.value)
+    with pytest.raises(cw.CausewayError) as e:
+        cw.device_put(huge, cw.NamedSharding(mesh, cw.P("data")))
+    assert "exceeds the whole memory" in str(e.value)
+    # A shape of more than 2^62 bytes (numpy allows up to 2^63).
+    with pytest.raises(cw.CausewayError) as e:
+        cw.device_put(np.broadcast_to(np.float32(0), (3, 2**59)),
+                      cw.NamedSharding(mesh, cw.P()))
+    assert "too large" in str(e.value)
+
+
+def test_strided_and_broadcast_arrays_are_put_as_their_values(mesh):
+    wide = np.arange(64, dtype=np.float32).reshape(8, 8)
+    cases = [np.broadcast_to(np.arange(4, dtype=np.int32), (8, 4)),
+             wide[:, ::2], wide.T, wide[::-1, 1:5], np.asfortranarray(wide > 20)]
+    for x in cases:
+        assert not x.flags.c_contiguous
+        a = cw.device_put(x, cw.NamedSharding(mesh, cw.P("data")))
+        np.testing.assert_array_equal(np.asarray(a), x)

@@ -430,6 +430,34 @@ TEST_F(AdversarialTest, PutsPastTheDeviceBudgetFailInsteadOfWaitingForever) {
   EXPECT_OK(peer_->CallStatus(await));
 }
 
+// A raw put of one shard larger than the whole device (by 4 bytes) is
+// refused by the put itself, not by the first read of an array that never
+// becomes ready.
+TEST_F(AdversarialTest, APutLargerThanTheWholeDeviceIsRefusedAtThePut) {
+  const Mesh mesh = OneDeviceMesh(0);
+  const HostId h = HostOf(mesh.devices()[0]);
+  cluster::ClientMessage put;
+  put.mutable_host()->set_host(h.value());
+  cluster::PutShard& p = *put.mutable_host()->mutable_put_shard();
+  p.set_array(Id(1).value());
+  p.set_owner(client_.value());
+  wire::EncodeLiteral(ir::Literal(ir::Shape(ir::DType::kF32, {kDeviceMemory / 4 + 1})),
+                      p.mutable_value());
+  EXPECT_THAT(peer_->CallStatus(put),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("exceeds the whole memory of local device 0")));
+  // Nothing of it stays: the same id is free, and a put that fits works.
+  cluster::ClientMessage await;
+  await.mutable_host()->set_host(h.value());
+  await.mutable_host()->mutable_await_shard()->set_array(Id(1).value());
+  EXPECT_THAT(peer_->CallStatus(await), StatusIs(absl::StatusCode::kNotFound, ::testing::_));
+  p.clear_value();
+  wire::EncodeLiteral(ir::Literal(ir::Shape(ir::DType::kF32, {kDeviceMemory / 4})),
+                      p.mutable_value());
+  EXPECT_OK(peer_->CallStatus(put));
+  EXPECT_OK(peer_->CallStatus(await));
+}
+
 TEST_F(AdversarialTest, ShardListsAreBoundedAndChecked) {
   const Mesh mesh = OneDeviceMesh(0);
   const HostId h = HostOf(mesh.devices()[0]);

@@ -83,7 +83,7 @@ expect 1 "unreachable cluster (demo)" -- env CAUSEWAY_TOKEN=t \
   "$bin" demo --cluster grpc://127.0.0.1:1 --timeout 2 --steps 1
 expect 1 "unreachable cluster (bench)" -- env CAUSEWAY_TOKEN=t \
   "$bin" bench dispatch --cluster grpc://127.0.0.1:1 --timeout 1
-expect 1 "a bad share refused at connect" -- "$bin" demo --weight 0 --steps 1
+expect 2 "a weight of 0 (the range is open at 0)" -- "$bin" demo --weight 0 --steps 1
 
 [ "$fail" -eq 0 ] && echo "cli: every check passed"
 exit "$fail"

@@ -208,7 +208,21 @@ absl::StatusOr<std::pair<std::string, int>> SplitHostPort(absl::string_view addr
     return absl::InvalidArgumentError(
         absl::StrCat("'", address.substr(0, 100), "' is not HOST:PORT with a port in 1..65535"));
   }
-  return std::make_pair(std::string(address.substr(0, colon)), port);
+  // An IPv6 host is bracketed, whole: "[::1" or "::1:80" would otherwise
+  // pass as a host that no resolver answers for.
+  const absl::string_view host = address.substr(0, colon);
+  const bool bracketed = !host.empty() && host.front() == '[';
+  const bool well_formed =
+      bracketed ? host.size() > 2 && host.back() == ']' &&
+                      host.substr(1, host.size() - 2).find_first_not_of(
+                          "0123456789abcdefABCDEF:.%") == absl::string_view::npos
+                : host.find_first_of(":[]") == absl::string_view::npos;
+  if (!well_formed) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", address.substr(0, 100),
+                     "' is not HOST:PORT (an IPv6 address goes in brackets: [::1]:PORT)"));
+  }
+  return std::make_pair(std::string(host), port);
 }
 
 }  // namespace causeway::grpc_transport

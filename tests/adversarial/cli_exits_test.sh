@@ -1,0 +1,82 @@
+#!/bin/bash
+# Honest exits from the `causeway` command on hostile or mistaken input:
+# output that cannot be written is exit 1, a command line that is wrong is
+# exit 2 (before anything starts), input files are bounded and checked to be
+# regular files, and a checkpoint holding NaN or Inf is refused on load.
+# Each case prints one line on stderr naming the problem.
+# Usage: cli_exits_test.sh path/to/causeway
+set -euo pipefail
+bin=$1
+text=/usr/share/common-licenses/GPL-3
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+tiny=(--layers 1 --heads 2 --context 16 --batch 4 --eval-batches 2 --embed 16)
+
+# Runs "$@"; the exit must be $1 and stderr must hold $2.
+expect_exit() {
+  local code=$1 want=$2; shift 2
+  local rc=0
+  "$@" >"$dir/out" 2>"$dir/err" || rc=$?
+  if [ "$rc" -ne "$code" ] || ! grep -q -- "$want" "$dir/err"; then
+    echo "for: $*"; echo "expected exit $code and '$want', got $rc:"; cat "$dir/err"; exit 1
+  fi
+  echo "exit $rc as expected: $(grep -m1 -- "$want" "$dir/err")"
+}
+
+# A failed write to stdout is a failed command.
+if [ -w /dev/full ]; then
+  rc=0
+  "$bin" demo --json >/dev/full 2>"$dir/err" || rc=$?
+  [ "$rc" -eq 1 ] && grep -q "could not write the output" "$dir/err" ||
+    { echo "demo --json >/dev/full exited $rc:"; cat "$dir/err"; exit 1; }
+  rc=0
+  "$bin" train lm --data "$text" "${tiny[@]}" --iters 2 --eval-every 0 >/dev/full \
+    2>"$dir/err" || rc=$?
+  [ "$rc" -eq 1 ] && grep -q "could not write the output" "$dir/err" ||
+    { echo "train lm >/dev/full exited $rc:"; cat "$dir/err"; exit 1; }
+  rc=0
+  "$bin" --help >/dev/full 2>"$dir/err" || rc=$?
+  [ "$rc" -eq 1 ] || { echo "--help >/dev/full exited $rc"; exit 1; }
+fi
+
+# Command-line errors exit 2, found before any data is read or any
+# connection is tried.
+expect_exit 2 "does not divide into 5 heads" \
+  "$bin" train lm --data /dev/zero --layers 1 --heads 5 --embed 64 --iters 1
+expect_exit 2 "--checkpoint" "$bin" train lm --data "$text" "${tiny[@]}" --resume
+expect_exit 2 "not a cluster address" "$bin" demo --cluster http://example.com:80
+expect_exit 2 "IPv6 address goes in brackets" timeout 10 "$bin" demo --cluster 'grpc://[::1'
+expect_exit 2 "not a cluster address" timeout 10 "$bin" cluster status --cluster local
+expect_exit 2 "must be above 0" \
+  "$bin" cluster set-weight --cluster grpc://127.0.0.1:1 --client 1 --weight 0
+expect_exit 2 "must be above 0" "$bin" demo --weight 0
+
+# Input files: a directory, a device, a file past the bound.
+expect_exit 1 "is a directory" "$bin" train lm --data "$dir" "${tiny[@]}"
+expect_exit 1 "not a regular file" timeout 10 "$bin" train lm --data /dev/zero --tokenizer bytes \
+  "${tiny[@]}"
+mkfifo "$dir/fifo"
+expect_exit 1 "not a regular file" timeout 10 "$bin" train lm --data "$dir/fifo" "${tiny[@]}"
+truncate -s $(((1 << 30) + 1)) "$dir/huge.txt"
+expect_exit 1 "larger than 1024 MiB" timeout 60 "$bin" train lm --data "$dir/huge.txt" \
+  --tokenizer bytes "${tiny[@]}"
+
+# A checkpoint whose run diverged: refused when sampled or resumed, naming
+# the tensor, never printed as text.
+"$bin" train lm --data "$text" "${tiny[@]}" --iters 2 --eval-every 0 --log-every 0 \
+  --checkpoint "$dir/ck" >/dev/null
+python3 - "$dir/ck/model.safetensors" <<'PY'
+import json, struct, sys
+path = sys.argv[1]
+with open(path, "r+b") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    header = json.loads(f.read(n))
+    begin = header["lm_head"]["data_offsets"][0] if "lm_head" in header else \
+        min(v["data_offsets"][0] for k, v in header.items() if k != "__metadata__")
+    f.seek(8 + n + begin)
+    f.write(struct.pack("<f", float("nan")))
+PY
+expect_exit 1 "holds nan" "$bin" sample --checkpoint "$dir/ck" --tokens 5
+expect_exit 1 "holds nan" "$bin" train lm --data "$text" "${tiny[@]}" --iters 4 \
+  --checkpoint "$dir/ck" --resume
+echo "all exits as expected"
