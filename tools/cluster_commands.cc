@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "causeway/base/check.h"
 #include "causeway/base/limits.h"
@@ -22,6 +23,7 @@
 #include "causeway/cluster/process_cluster.h"
 #include "causeway/cluster/remote_cluster.h"
 #include "causeway/cluster/worker_server.h"
+#include "causeway/transport/grpc/grpc_common.h"
 #include "nlohmann/json.hpp"
 #include "tools/commands.h"
 
@@ -89,6 +91,21 @@ int Fail(const char* command, const absl::Status& status) {
   return kExitRuntime;
 }
 
+// A listening address, HOST:PORT with a port in 0..65535 (0: any free
+// one); a malformed one is a usage error when the command line is parsed.
+CLI::Validator ListenAddress() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        // SplitHostPort takes ports from 1; port 0 is checked as port 1.
+        std::string probe = text;
+        if (absl::EndsWith(probe, ":0")) probe.back() = '1';
+        absl::StatusOr<std::pair<std::string, int>> split = grpc_transport::SplitHostPort(probe);
+        if (split.ok()) return std::string();
+        return absl::StrCat("'", text, "' is not HOST:PORT with a port in 0..65535");
+      },
+      "", "HOST:PORT");
+}
+
 }  // namespace
 
 void AddCoordinatorCommand(CLI::App& app, int* exit_code) {
@@ -100,6 +117,7 @@ void AddCoordinatorCommand(CLI::App& app, int* exit_code) {
       "Serve the resource manager and island schedulers of a distributed cluster; workers join "
       "it and clients connect to it (grpc://HOST:PORT)");
   cmd->add_option("--listen", o->listen, "Address to serve on, HOST:PORT (port 0: any free one)")
+      ->check(ListenAddress())
       ->required();
   cmd->add_option("--token", o->token,
                   "Token clients must present (default: $CAUSEWAY_TOKEN); required");
@@ -113,7 +131,8 @@ void AddCoordinatorCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(int64_t{100}, int64_t{600000}));
   cmd->add_option("--metrics", o->metrics_listen,
                   "Serve Prometheus metrics (GET /metrics, plain HTTP, no token) on HOST:PORT "
-                  "(port 0: any free one); bind it where only operators reach it");
+                  "(port 0: any free one); bind it where only operators reach it")
+      ->check(ListenAddress());
   cmd->add_option("--max-connections-per-peer", o->limits.connections.max_connections_per_peer,
                   "TCP connections one peer address may hold open at once (clients and workers "
                   "on one machine share its address; plaintext only)")
@@ -137,7 +156,9 @@ void AddCoordinatorCommand(CLI::App& app, int* exit_code) {
     o->heartbeat_timeout = absl::Milliseconds(*heartbeat_ms);
     auto server = CoordinatorServer::Start(*o);
     if (!server.ok()) {
-      *exit_code = Fail("coordinator", server.status());
+      // A bad value (an address not of this machine) exits 2; one in use, 1.
+      const int failed = Fail("coordinator", server.status());
+      *exit_code = absl::IsInvalidArgument(server.status()) ? kExitUsage : failed;
       return;
     }
     std::printf("coordinator listening on %s\n", (*server)->address().c_str());

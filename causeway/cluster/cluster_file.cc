@@ -19,8 +19,19 @@
 namespace causeway {
 namespace {
 
+// The address without its scheme, and with a name of this machine's
+// loopback (localhost, ::1) as 127.0.0.1, where `cluster up` serves: one
+// cluster, one record, whichever name the user gives it.
 std::string Bare(const std::string& address) {
-  return std::string(absl::StripPrefix(address, "grpc://"));
+  const absl::string_view bare = absl::StripPrefix(address, "grpc://");
+  const size_t colon = bare.rfind(':');
+  if (colon == absl::string_view::npos) return std::string(bare);
+  const absl::string_view host = bare.substr(0, colon);
+  if (host == "localhost" || host == "[::1]" || host == "ip6-localhost" ||
+      host == "[::ffff:127.0.0.1]") {
+    return absl::StrCat("127.0.0.1", bare.substr(colon));
+  }
+  return std::string(bare);
 }
 
 // OK if `path` is this user's and closed to group and others.

@@ -1,10 +1,15 @@
 #include "causeway/cluster/coordinator_server.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <deque>
 #include <set>
@@ -478,6 +483,43 @@ std::string CoordinatorServer::Impl::Metrics() {
   return out;
 }
 
+namespace {
+
+// Why `what` cannot listen on `host`:`port`, as the system says it:
+// UNAVAILABLE when the address is in use (another time it may not be),
+// INVALID_ARGUMENT when it is not one of this machine's or does not resolve.
+absl::Status CannotBind(const std::string& what, const std::string& host, int port) {
+  const std::string where = absl::StrCat(what, " cannot listen on ", host, ":", port, ": ");
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  const std::string service = absl::StrCat(port);
+  const int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &found);
+  if (rc != 0) return absl::InvalidArgumentError(absl::StrCat(where, gai_strerror(rc)));
+  int error = 0;
+  for (addrinfo* a = found; a != nullptr && error == 0; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      error = errno;
+      break;
+    }
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0) error = errno;
+    close(fd);
+  }
+  freeaddrinfo(found);
+  if (error == EADDRINUSE || error == EACCES || error == 0) {
+    return absl::UnavailableError(
+        absl::StrCat(where, error == 0 ? "it was taken meanwhile" : std::strerror(error)));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(where, std::strerror(error)));
+}
+
+}  // namespace
+
 absl::Status CoordinatorServer::Impl::StartMetrics() {
   if (options_.metrics_listen.empty()) return absl::OkStatus();
   const std::string& l = options_.metrics_listen;
@@ -497,7 +539,7 @@ absl::Status CoordinatorServer::Impl::StartMetrics() {
   });
   const int bound = port == 0 ? metrics_->bind_to_any_port(host) : (metrics_->bind_to_port(host, port) ? port : -1);
   if (bound <= 0) {
-    return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", l));
+    return CannotBind("the metrics endpoint", host, port);
   }
   metrics_address_ = absl::StrCat(host, ":", bound);
   metrics_thread_ = std::thread([this] { metrics_->listen_after_bind(); });
@@ -1415,7 +1457,13 @@ void CoordinatorServer::Impl::HandleHostCall(ClientSession& session,
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     const CoordinatorOptions& options) {
   auto impl = std::make_unique<Impl>(options);
-  CW_RETURN_IF_ERROR(impl->Start());
+  // A start that failed part way (the metrics listener after the gRPC
+  // server) stops what it had started: its threads are joined, not left
+  // to std::terminate.
+  if (absl::Status started = impl->Start(); !started.ok()) {
+    impl->Shutdown();
+    return started;
+  }
   return std::unique_ptr<CoordinatorServer>(new CoordinatorServer(std::move(impl)));
 }
 

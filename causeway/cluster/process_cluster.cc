@@ -74,75 +74,86 @@ absl::StatusOr<std::unique_ptr<ProcessCluster>> ProcessCluster::Start(
   if (mkdtemp(dir) == nullptr) return absl::InternalError("cannot make a log directory");
   cluster->log_dir_ = dir;
 
-  // The coordinator reports its bound address on a pipe once serving.
-  int ready[2];
-  if (pipe2(ready, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
-  Child& c = cluster->coordinator_;
-  c.argv = {options.binary, "coordinator", "--listen", absl::StrCat("127.0.0.1:", options.port),
-            "--heartbeat-timeout-ms",
-            absl::StrCat(absl::ToInt64Milliseconds(options.heartbeat_timeout)), "--ready-fd", "3"};
-  if (!options.tls_cert.empty()) {
-    c.argv.insert(c.argv.end(), {"--tls-cert", options.tls_cert, "--tls-key", options.tls_key});
-  }
-  if (options.metrics_port >= 0) {
-    c.argv.insert(c.argv.end(), {"--metrics", absl::StrCat("127.0.0.1:", options.metrics_port)});
-  }
-  if (options.report_fanout > 0) {
-    c.argv.insert(c.argv.end(), {"--report-fanout", absl::StrCat(options.report_fanout)});
-  }
-  c.log_path = cluster->log_dir_ + "/coordinator.log";
-  absl::Status spawned = cluster->Spawn(c, ready[1]);
-  close(ready[1]);
-  if (!spawned.ok()) {
-    close(ready[0]);
-    return spawned;
-  }
-  // "ADDRESS[ METRICS_ADDRESS]".
-  CW_ASSIGN_OR_RETURN(const std::string ready_line, cluster->ReadReadyLine(ready[0], c));
-  const size_t space = ready_line.find(' ');
-  const std::string address = ready_line.substr(0, space);
-  if (space != std::string::npos) cluster->metrics_address_ = ready_line.substr(space + 1);
-  cluster->url_ = absl::StrCat("grpc://", address);
-
-  for (int i = 0; i < options.islands; ++i) {
-    for (int h = 0; h < options.hosts_per_island; ++h) {
-      Child w;
-      w.argv = {options.binary, "worker", "--coordinator", address, "--island",
-                absl::StrCat(i), "--devices", absl::StrCat(options.devices_per_host),
-                "--memory", absl::StrCat(options.memory_bytes), "--device-kind",
-                options.device_kind, "--listen", "127.0.0.1:0",
-                "--memory-stall-timeout-ms",
-                absl::StrCat(absl::ToInt64Milliseconds(options.memory_stall_timeout)),
-                "--input-timeout-ms",
-                absl::StrCat(absl::ToInt64Milliseconds(options.input_timeout))};
-      if (!options.collectives.empty()) {
-        w.argv.insert(w.argv.end(), {"--collectives", options.collectives});
-      }
-      if (options.gloo_from_bytes >= 0) {
-        w.argv.insert(w.argv.end(),
-                      {"--gloo-from-bytes", absl::StrCat(options.gloo_from_bytes)});
-      }
-      if (!options.tls_ca.empty()) {
-        w.argv.insert(w.argv.end(), {"--tls-ca", options.tls_ca, "--tls-cert", options.tls_cert,
-                                     "--tls-key", options.tls_key});
-      }
-      w.log_path = absl::StrCat(cluster->log_dir_, "/worker", cluster->workers_.size(), ".log");
-      cluster->workers_.push_back(std::move(w));
+  // A cluster that fails to start keeps its logs, which say why.
+  absl::Status launched = [&]() -> absl::Status {
+    // The coordinator reports its bound address on a pipe once serving.
+    int ready[2];
+    if (pipe2(ready, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
+    Child& c = cluster->coordinator_;
+    c.argv = {options.binary, "coordinator", "--listen", absl::StrCat("127.0.0.1:", options.port),
+              "--heartbeat-timeout-ms",
+              absl::StrCat(absl::ToInt64Milliseconds(options.heartbeat_timeout)), "--ready-fd", "3"};
+    if (!options.tls_cert.empty()) {
+      c.argv.insert(c.argv.end(), {"--tls-cert", options.tls_cert, "--tls-key", options.tls_key});
     }
-  }
-  for (Child& w : cluster->workers_) CW_RETURN_IF_ERROR(cluster->SpawnWorker(w));
-  // Up once every worker has joined.
-  RemoteClusterOptions ro;
-  ro.address = cluster->url_;
-  ro.token = cluster->token_;
-  ro.tls.ca = options.tls_ca;
-  ro.timeout = options.start_timeout;
-  CW_ASSIGN_OR_RETURN(auto probe, RemoteCluster::Connect(ro));
-  absl::Status up = probe->WaitForDevices(cluster->num_devices(), options.start_timeout);
-  if (!up.ok()) {
-    std::string logs;
-    for (const Child& w : cluster->workers_) absl::StrAppend(&logs, "\n", cluster->Tail(w));
-    return Annotate(up, absl::StrCat("starting the cluster", logs));
+    if (options.metrics_port >= 0) {
+      c.argv.insert(c.argv.end(), {"--metrics", absl::StrCat("127.0.0.1:", options.metrics_port)});
+    }
+    if (options.report_fanout > 0) {
+      c.argv.insert(c.argv.end(), {"--report-fanout", absl::StrCat(options.report_fanout)});
+    }
+    c.log_path = cluster->log_dir_ + "/coordinator.log";
+    absl::Status spawned = cluster->Spawn(c, ready[1]);
+    close(ready[1]);
+    if (!spawned.ok()) {
+      close(ready[0]);
+      return spawned;
+    }
+    // "ADDRESS[ METRICS_ADDRESS]".
+    CW_ASSIGN_OR_RETURN(const std::string ready_line, cluster->ReadReadyLine(ready[0], c));
+    const size_t space = ready_line.find(' ');
+    const std::string address = ready_line.substr(0, space);
+    if (space != std::string::npos) cluster->metrics_address_ = ready_line.substr(space + 1);
+    cluster->url_ = absl::StrCat("grpc://", address);
+
+    for (int i = 0; i < options.islands; ++i) {
+      for (int h = 0; h < options.hosts_per_island; ++h) {
+        Child w;
+        w.argv = {options.binary, "worker", "--coordinator", address, "--island",
+                  absl::StrCat(i), "--devices", absl::StrCat(options.devices_per_host),
+                  "--memory", absl::StrCat(options.memory_bytes), "--device-kind",
+                  options.device_kind, "--listen", "127.0.0.1:0",
+                  "--memory-stall-timeout-ms",
+                  absl::StrCat(absl::ToInt64Milliseconds(options.memory_stall_timeout)),
+                  "--input-timeout-ms",
+                  absl::StrCat(absl::ToInt64Milliseconds(options.input_timeout))};
+        if (!options.collectives.empty()) {
+          w.argv.insert(w.argv.end(), {"--collectives", options.collectives});
+        }
+        if (options.gloo_from_bytes >= 0) {
+          w.argv.insert(w.argv.end(),
+                        {"--gloo-from-bytes", absl::StrCat(options.gloo_from_bytes)});
+        }
+        if (!options.tls_ca.empty()) {
+          w.argv.insert(w.argv.end(), {"--tls-ca", options.tls_ca, "--tls-cert", options.tls_cert,
+                                       "--tls-key", options.tls_key});
+        }
+        w.log_path = absl::StrCat(cluster->log_dir_, "/worker", cluster->workers_.size(), ".log");
+        cluster->workers_.push_back(std::move(w));
+      }
+    }
+    for (Child& w : cluster->workers_) CW_RETURN_IF_ERROR(cluster->SpawnWorker(w));
+    // Up once every worker has joined.
+    RemoteClusterOptions ro;
+    ro.address = cluster->url_;
+    ro.token = cluster->token_;
+    ro.tls.ca = options.tls_ca;
+    ro.timeout = options.start_timeout;
+    CW_ASSIGN_OR_RETURN(auto probe, RemoteCluster::Connect(ro));
+    absl::Status up = probe->WaitForDevices(cluster->num_devices(), options.start_timeout);
+    if (!up.ok()) {
+      std::string logs;
+      for (const Child& w : cluster->workers_) absl::StrAppend(&logs, "\n", cluster->Tail(w));
+      return Annotate(up, absl::StrCat("starting the cluster", logs));
+    }
+    return absl::OkStatus();
+  }();
+  if (!launched.ok()) {
+    const std::string logs = cluster->log_dir_;
+    cluster->Stop(/*keep_logs=*/true);
+    return absl::Status(launched.code(),
+                        absl::StrCat(launched.message(), "\n(the cluster's logs are kept in ",
+                                     logs, ")"));
   }
   return cluster;
 }
@@ -163,9 +174,13 @@ absl::StatusOr<std::string> ProcessCluster::ReadReadyLine(int fd, const Child& c
   }
   close(fd);
   if (line.find('\n') == std::string::npos) {
-    return absl::UnavailableError(absl::StrCat("did not start within ",
-                                               absl::FormatDuration(options_.start_timeout),
-                                               ": ", Tail(child)));
+    // The pipe ends at once when the process exits: it did not start at all.
+    const bool timed_out = absl::Now() >= deadline;
+    const std::string what = child.argv.size() > 1 ? child.argv[1] : "process";
+    return absl::UnavailableError(
+        timed_out ? absl::StrCat("the ", what, " did not start within ",
+                                 absl::FormatDuration(options_.start_timeout), ": ", Tail(child))
+                  : absl::StrCat("the ", what, " exited before it was serving: ", Tail(child)));
   }
   line.resize(line.find('\n'));
   return line;

@@ -1,5 +1,6 @@
 #include "causeway/cluster/remote_cluster.h"
 
+#include <algorithm>
 #include <map>
 #include <thread>
 #include <utility>
@@ -42,6 +43,9 @@ class RemoteCluster::Impl {
 
   absl::Status Connect();
   void Close();
+  // Waits until `channel` is connected: fails at once when an attempt
+  // fails, and says so once in the log when it takes long.
+  absl::Status AwaitChannel(grpc::Channel& channel);
 
   // Queues `message`; its reply (or the connection's loss) settles the future.
   Future<cluster::Reply> Call(cluster::ClientMessage message) {
@@ -366,22 +370,54 @@ class RemoteCluster::Impl::Host final : public HostService {
   const HostId id_;
 };
 
+// How long a connection may take before the client says it is waiting.
+constexpr absl::Duration kSayWaitingAfter = absl::Seconds(2);
+
+absl::Status RemoteCluster::Impl::AwaitChannel(grpc::Channel& channel) {
+  const bool tls = !grpc_transport::TlsFromEnvironment(options_.tls).ca.empty();
+  const char* const hint =
+      tls ? " over TLS (is it serving TLS with a certificate that CA signed?)"
+          : " in plaintext (if the cluster serves TLS, set CAUSEWAY_TLS_CA to the CA that "
+            "signed its certificate)";
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + options_.timeout;
+  bool said_waiting = false;
+  grpc_connectivity_state state = channel.GetState(/*try_to_connect=*/true);
+  while (state != GRPC_CHANNEL_READY) {
+    // A failed attempt (refused, unreachable, a failed handshake) ends the
+    // wait at once: retrying for the whole timeout only delays the error.
+    if (state == GRPC_CHANNEL_TRANSIENT_FAILURE || state == GRPC_CHANNEL_SHUTDOWN) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot connect to the coordinator at ", address_,
+                       ": the connection was refused or failed, trying", hint));
+    }
+    const absl::Time now = absl::Now();
+    if (now >= deadline) {
+      return absl::UnavailableError(absl::StrCat("cannot reach the coordinator at ", address_,
+                                                 " within ", absl::FormatDuration(options_.timeout),
+                                                 hint));
+    }
+    // A coordinator slow to answer (packets dropped, a loaded machine):
+    // say once that this is a wait, not a hang.
+    if (!said_waiting && now - start >= kSayWaitingAfter) {
+      said_waiting = true;
+      CW_LOG(kWarning) << "waiting for the coordinator at " << address_ << " to answer (up to "
+                       << absl::FormatDuration(options_.timeout) << " in all)";
+    }
+    const absl::Time wake = said_waiting ? deadline : std::min(deadline, start + kSayWaitingAfter);
+    channel.WaitForStateChange(state, absl::ToChronoTime(wake));
+    state = channel.GetState(/*try_to_connect=*/true);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RemoteCluster::Impl::Connect() {
   grpc_transport::ConfigureAbseilForGrpc();
   CW_ASSIGN_OR_RETURN(address_, ParseGrpcAddress(options_.address));
   CW_ASSIGN_OR_RETURN(auto creds, grpc_transport::MakeChannelCredentials(
                                       grpc_transport::TlsFromEnvironment(options_.tls)));
   auto channel = grpc_transport::MakeChannel(address_, creds);
-  if (!channel->WaitForConnected(std::chrono::system_clock::now() +
-                                 absl::ToChronoNanoseconds(options_.timeout))) {
-    const bool tls = !grpc_transport::TlsFromEnvironment(options_.tls).ca.empty();
-    return absl::UnavailableError(absl::StrCat(
-        "cannot reach the coordinator at ", address_, " within ",
-        absl::FormatDuration(options_.timeout),
-        tls ? " over TLS (is it serving TLS with a certificate that CA signed?)"
-            : " in plaintext (if the cluster serves TLS, set CAUSEWAY_TLS_CA to the CA that "
-              "signed its certificate)"));
-  }
+  CW_RETURN_IF_ERROR(AwaitChannel(*channel));
   stub_ = cluster::Coordinator::NewStub(channel);
   // No token given: the record `cluster up` keeps for a cluster on this
   // machine (cluster_file.h), if it is private to this user.

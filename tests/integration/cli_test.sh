@@ -81,6 +81,16 @@ expect 1 "unreachable cluster" -- env CAUSEWAY_TOKEN=t \
   "$bin" cluster status --cluster grpc://127.0.0.1:1 --timeout 2
 expect 1 "unreachable cluster (demo)" -- env CAUSEWAY_TOKEN=t \
   "$bin" demo --cluster grpc://127.0.0.1:1 --timeout 2 --steps 1
+# A refused connection fails at once, naming the address, however long the
+# timeout (it once waited all of it). The bound leaves room for a sanitized
+# binary's start; distributed_test holds the connection itself to 1 s.
+start=$(date +%s%N)
+env CAUSEWAY_TOKEN=t "$bin" cluster status --cluster grpc://127.0.0.1:1 --timeout 30 \
+  >/dev/null 2>/tmp/cli_test_out.$$ && { echo "FAIL: a refused connection succeeded"; fail=1; }
+elapsed_ms=$((($(date +%s%N) - start) / 1000000))
+if [ "$elapsed_ms" -ge 5000 ] || ! grep -q "127.0.0.1:1" /tmp/cli_test_out.$$; then
+  echo "FAIL: a refused connection took ${elapsed_ms} ms:"; cat /tmp/cli_test_out.$$; fail=1
+fi
 expect 1 "unreachable cluster (bench)" -- env CAUSEWAY_TOKEN=t \
   "$bin" bench dispatch --cluster grpc://127.0.0.1:1 --timeout 1
 expect 2 "a weight of 0 (the range is open at 0)" -- "$bin" demo --weight 0 --steps 1

@@ -109,6 +109,9 @@ record=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["token_file"
 [ "$(stat -c %a "$XDG_RUNTIME_DIR/causeway")" = 700 ] || { echo "record directory not 0700"; exit 1; }
 result=$(timeout 120 "$bin" demo --cluster "$addr" --steps 1 --json)
 python3 -c 'import json,sys; assert json.loads(sys.argv[1])["ok"]' "$result"
+# localhost is the same cluster, and finds the same record.
+result=$(timeout 120 "$bin" demo --cluster "grpc://localhost:${addr##*:}" --steps 1 --json)
+python3 -c 'import json,sys; assert json.loads(sys.argv[1])["ok"]' "$result"
 # Open to others, it is refused, naming the file.
 chmod 644 "$record"
 if timeout 60 "$bin" demo --cluster "$addr" --steps 1 2>"$dir/open"; then

@@ -54,6 +54,21 @@ absl::StatusOr<Mesh> MeshOn(Client& client, const Topology& t, std::vector<HostI
   return client.AllocateMesh(r);
 }
 
+// Nothing listens on port 1: the client fails at once, naming the address,
+// rather than retrying for its whole timeout.
+TEST(DistributedTest, ARefusedConnectionFailsAtOnceNamingTheAddress) {
+  RemoteClusterOptions ro;
+  ro.address = "grpc://127.0.0.1:1";
+  ro.token = "t";
+  ro.timeout = absl::Seconds(30);
+  const absl::Time start = absl::Now();
+  auto refused = RemoteCluster::Connect(ro);
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
+  EXPECT_THAT(refused.status().message(), HasSubstr("127.0.0.1:1"));
+  EXPECT_LT(took, absl::Seconds(1)) << refused.status();
+}
+
 TEST(DistributedTest, ConnectionsWithoutTheTokenAreRefused) {
   ProcessClusterOptions o = ProcessShape(1, 1, 1);
   auto cluster = StartProcesses(o);
