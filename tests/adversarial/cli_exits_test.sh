@@ -51,6 +51,37 @@ expect_exit 2 "must be above 0" \
   "$bin" cluster set-weight --cluster grpc://127.0.0.1:1 --client 1 --weight 0
 expect_exit 2 "must be above 0" "$bin" demo --weight 0
 
+# The coordinator's metrics listener: a malformed address exits 2 at
+# parse, one not of this machine exits 2, one in use exits 1 naming the
+# cause; none aborts. `cluster up` says why its coordinator did not start
+# and keeps the logs.
+export CAUSEWAY_TOKEN=client-token CAUSEWAY_WORKER_TOKEN=worker-token
+expect_exit 2 "not HOST:PORT" timeout 20 "$bin" coordinator --listen 127.0.0.1:0 --metrics garbage
+expect_exit 2 "not HOST:PORT" timeout 20 "$bin" coordinator --listen 127.0.0.1:0 \
+  --metrics 127.0.0.1:99999
+expect_exit 2 "Cannot assign requested address" timeout 20 "$bin" coordinator \
+  --listen 127.0.0.1:0 --metrics 192.0.2.1:9100
+python3 - "$bin" <<'PY'
+import os, socket, subprocess, sys
+bin = sys.argv[1]
+taken = socket.socket()
+taken.bind(("127.0.0.1", 0))
+taken.listen()
+port = taken.getsockname()[1]
+r = subprocess.run([bin, "coordinator", "--listen", "127.0.0.1:0", "--metrics",
+                    f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=20)
+assert r.returncode == 1 and "Address already in use" in r.stderr, (r.returncode, r.stderr)
+r = subprocess.run([bin, "cluster", "up", "--metrics-port", str(port)], capture_output=True,
+                   text=True, timeout=60)
+assert r.returncode == 1, (r.returncode, r.stderr)
+assert "exited before it was serving" in r.stderr and "Address already in use" in r.stderr, r.stderr
+kept = r.stderr.split("logs are kept in ")[1].split(")")[0]
+assert os.path.isfile(os.path.join(kept, "coordinator.log")), kept
+subprocess.run(["rm", "-rf", kept])
+print("metrics listener in use: exit 1 with the cause, logs kept")
+PY
+unset CAUSEWAY_TOKEN CAUSEWAY_WORKER_TOKEN
+
 # Input files: a directory, a device, a file past the bound.
 expect_exit 1 "is a directory" "$bin" train lm --data "$dir" "${tiny[@]}"
 expect_exit 1 "not a regular file" timeout 10 "$bin" train lm --data /dev/zero --tokenizer bytes \
