@@ -40,6 +40,7 @@
 #include "nlohmann/json.hpp"
 #include "tools/bench_harness.h"
 #include "tools/commands.h"
+#include "tools/host_memory.h"
 
 namespace causeway::tools {
 namespace {
@@ -144,6 +145,22 @@ int RunBenchCollective(const CollectiveOptions& o) {
   const int64_t largest = *std::max_element(sizes->begin(), sizes->end());
   // Input, output and the collective's own copies, with room to spare.
   const int64_t memory = std::max<int64_t>(int64_t{1} << 30, 4 * largest + (64 << 20));
+  // Devices on this machine hold their input, output and scratch of the
+  // largest size each; the client builds the whole input once, and the
+  // memcpy floor copies between two buffers of it. Refused before any of it
+  // is allocated (a remote cluster's devices are on its own hosts).
+  const bool devices_here = o.cluster == "local" || o.processes > 0;
+  const int64_t devices_on_host =
+      devices_here ? (o.processes > 0 ? int64_t{o.processes} * o.devices_per_process : o.devices)
+                   : 0;
+  if (absl::Status room = CheckHostMemory(
+          (3 * devices_on_host + 4) * largest,
+          absl::StrCat("bench collective at --bytes ", largest, " over ",
+                       devices_here ? absl::StrCat(devices_on_host, " devices on this host")
+                                    : "a remote cluster"));
+      !room.ok()) {
+    return fail(room);
+  }
   if (o.cluster == "local" && o.processes == 0) {
     LocalClusterOptions lo;
     lo.islands = 1;

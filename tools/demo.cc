@@ -1,6 +1,7 @@
 #include "tools/demo.h"
 
 #include "tools/commands.h"
+#include "tools/host_memory.h"
 
 #include <unistd.h>
 
@@ -209,13 +210,15 @@ int RunDemo(const DemoOptions& options) {
   // its memory cannot hold rather than die allocating them.
   const double host_bytes = 4.0 * (double(batch) * F * 2 + double(F) * H + double(H) * O +
                                    double(batch) * H + double(batch) * O);
-  const double physical =
-      double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
-  if (host_bytes > physical / 2) {
-    return Usage(absl::StrFormat(
-        "the demo's arrays take %.1f GiB on this host, more than half its %.1f GiB of memory; "
-        "lower --rows-per-device, --features, --hidden or --outputs",
-        host_bytes / (1 << 30), physical / (1 << 30)));
+  // Each array is held about four times at once: the host's values, the
+  // put's literal, its shards, and the devices' copies on an embedded
+  // cluster.
+  if (absl::Status room = CheckHostMemory(
+          static_cast<int64_t>(std::min(4 * host_bytes, 9e18)),
+          "holding the demo's arrays (lower --rows-per-device, --features, --hidden or "
+          "--outputs)");
+      !room.ok()) {
+    return Fail(room);
   }
   const std::vector<float> xs = RandomValues(batch * F, 1, 1.0f);
   const std::vector<float> w1s = RandomValues(F * H, 2, 0.1f);

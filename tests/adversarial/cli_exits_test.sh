@@ -82,6 +82,13 @@ print("metrics listener in use: exit 1 with the cause, logs kept")
 PY
 unset CAUSEWAY_TOKEN CAUSEWAY_WORKER_TOKEN
 
+# Sizes past this machine's memory are refused before anything is
+# allocated (no machine holds these: 784 GiB and 388 GiB).
+expect_exit 1 "needs about 784.0 GiB of host memory" timeout 60 \
+  "$bin" bench collective --bytes 4G --devices 64
+expect_exit 1 "holding the demo's arrays" timeout 60 "$bin" demo --features 16384 \
+  --hidden 16384 --rows-per-device 65536 --devices-per-host 4 --memory 1000000000000 --steps 1
+
 # Input files: a directory, a device, a file past the bound.
 expect_exit 1 "is a directory" "$bin" train lm --data "$dir" "${tiny[@]}"
 expect_exit 1 "not a regular file" timeout 10 "$bin" train lm --data /dev/zero --tokenizer bytes \
