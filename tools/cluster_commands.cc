@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <thread>
@@ -216,6 +217,14 @@ void AddWorkerCommand(CLI::App& app, int* exit_code) {
                   "Fail allocations waiting on a full device after this long with nothing freed")
       ->check(CLI::Range(int64_t{100}, int64_t{3600000}))
       ->capture_default_str();
+  auto grace_s = std::make_shared<double>(10);
+  cmd->add_option("--shutdown-grace", *grace_s,
+                  "Seconds a stop signal (SIGTERM, Ctrl-C) may take: queued launches fail at "
+                  "once and the running one may finish within this; past it the worker exits "
+                  "at once (under Kubernetes' 30 s)")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->check(Finite())
+      ->capture_default_str();
   auto input_ms = std::make_shared<int64_t>(300000);
   cmd->add_option("--input-timeout-ms", *input_ms,
                   "Fail a launch whose inputs are not ready after it has waited this long at the "
@@ -236,7 +245,7 @@ void AddWorkerCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--ready-fd", *ready_fd,
                   "Write the host id this worker joined as to this descriptor");
-  cmd->callback([o, ready_fd, stall_ms, input_ms, exit_code] {
+  cmd->callback([o, ready_fd, stall_ms, input_ms, grace_s, exit_code] {
     o->memory_stall_timeout = absl::Milliseconds(*stall_ms);
     o->input_timeout = absl::Milliseconds(*input_ms);
     CatchStopSignals(false);
@@ -261,7 +270,21 @@ void AddWorkerCommand(CLI::App& app, int* exit_code) {
     WorkerServer* raw = server->get();
     // A signal ends the worker; so does losing the coordinator, in which
     // case the stopper thread is woken by hand.
-    std::thread stopper = StopOnSignal([raw] { raw->Shutdown(); });
+    const absl::Duration grace = absl::Seconds(*grace_s);
+    std::thread stopper = StopOnSignal([raw, grace] {
+      // A launch that runs past the grace (a long kernel) does not hold
+      // the stop: the process exits without it. A stop within the grace
+      // ends the process first, and this thread with it.
+      std::thread([grace] {
+        absl::SleepFor(grace);
+        std::fprintf(stderr,
+                     "causeway worker: still stopping after the shutdown grace of %s (a launch "
+                     "is running); exiting now\n",
+                     absl::FormatDuration(grace).c_str());
+        std::_Exit(kExitRuntime);
+      }).detach();
+      raw->Shutdown();
+    });
     const absl::Status why = raw->Wait();
     Wake();
     stopper.join();

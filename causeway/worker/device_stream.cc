@@ -282,10 +282,21 @@ void DeviceStream::Execute(Launch& launch) {
 
 void DeviceStream::Shutdown() {
   bool waiting;
+  std::deque<Launch> queued;
   {
     MutexLock lock(&mu_);
     stopping_ = true;
     waiting = std::exchange(waiting_, false);
+    // What has not started fails now rather than running first: a stop is
+    // bounded by the launch in progress, not by the whole queue (a
+    // worker's SIGTERM, an interpreter's exit).
+    queued.swap(queue_);
+  }
+  for (Launch& l : queued) {
+    RefuseLaunch(l, absl::UnavailableError(absl::StrCat(
+                        "node ", l.info.node, " (", l.info.name, ") of ", l.info.run.ToString(),
+                        " was queued on ", device_.id.ToString(), ", ", device_.host.ToString(),
+                        " when it shut down; it did not run")));
   }
   Signal(waiting);
   if (thread_.joinable()) thread_.join();

@@ -67,6 +67,33 @@ def test_ctrl_c_interrupts_a_blocking_fetch_promptly(tmp_path):
     assert answered < 5.0  # the wait is sliced at 50 ms; the delay had a minute to go
 
 
+def test_interpreter_exit_cancels_queued_work(tmp_path):
+    # Twenty queued runs of 0.5 s: 10 s to run them all. At exit the one
+    # running finishes and the rest fail unrun.
+    script = tmp_path / "queued.py"
+    script.write_text(
+        "import numpy as np, causeway as cw\n"
+        "c = cw.local_cluster(islands=1, hosts_per_island=1, devices_per_host=1)\n"
+        "m = cw.make_mesh({'x': 1})\n"
+        "s = cw.NamedSharding(m, cw.P())\n"
+        "slow = cw.compile(lambda x: cw.delay(x, 500_000), in_shardings=s)\n"
+        "x = cw.device_put(np.zeros(2, np.float32), s)\n"
+        "ys = [slow(x) for _ in range(20)]\n"
+        "print('queued', flush=True)\n")
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                         env=CHILD_ENV)
+    try:
+        assert p.stdout.readline().strip() == "queued"
+        queued = time.monotonic()
+        p.wait(timeout=60)
+        took = time.monotonic() - queued
+    finally:
+        p.kill()
+        p.wait()
+    assert p.returncode == 0
+    assert took < 3.0, took
+
+
 def test_a_bounded_wait_raises_a_timeout(mesh):
     slow = cw.compile(lambda x: cw.delay(x, 5_000_000), in_shardings=cw.NamedSharding(mesh, cw.P()))
     y = slow(np.zeros(2, np.float32))

@@ -559,6 +559,37 @@ std::string ReapWithin(ProcessCluster& cluster, int expected, absl::Duration tim
   return all;
 }
 
+// SIGTERM on a worker with launches queued: the one running finishes, the
+// queued ones fail at once instead of running first, and the worker exits
+// long before the queue would have run (four runs of 3 s: 12 s).
+TEST(SignalTest, SigtermOnAWorkerWithQueuedWorkFailsTheQueueAndExitsPromptly) {
+  ProcessClusterOptions o = ProcessShape(1, 1, 1);
+  o.binary = CausewayBinary();
+  ASSERT_OK_AND_ASSIGN(auto cluster, ProcessCluster::Start(o));
+  auto conn = ConnectRemote(*cluster);
+  auto client = Connect(conn.get());
+  ASSERT_OK_AND_ASSIGN(Mesh mesh, client->AllocateMesh({{"x", 1}}));
+  ir::FunctionBuilder b("slow");
+  ir::Value x = b.Parameter(ir::Shape(ir::DType::kF32, {2}));
+  ASSERT_OK_AND_ASSIGN(ir::Function f, b.Build({b.Delay(x, 3'000'000)}));
+  ASSERT_OK_AND_ASSIGN(CompiledFunction slow, client->Compile(f, mesh, {}));
+  ASSERT_OK_AND_ASSIGN(Array in, client->Put(ir::Literal::F32({2}, {1, 2}), mesh,
+                                             Sharding::Replicated(1)));
+  std::vector<Array> outs;
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_OK_AND_ASSIGN(std::vector<Array> out, client->Call(slow, {in}));
+    outs.push_back(out[0]);
+  }
+  ASSERT_OK(AwaitOrHang(client->Flush()).status());
+  const pid_t worker = cluster->worker_pid(0);
+  const absl::Time signalled = absl::Now();
+  ASSERT_EQ(kill(worker, SIGTERM), 0);
+  EXPECT_THAT(ReapWithin(*cluster, 1, absl::Seconds(30)),
+              HasSubstr("worker 0 (pid " + std::to_string(worker) + ") exited with status 0"));
+  EXPECT_LT(absl::Now() - signalled, absl::Seconds(8));
+  EXPECT_FALSE(AwaitOrHang(outs.back().Fetch()).ok());
+}
+
 // SIGTERM shuts a worker or the coordinator down cleanly (exit 0, not
 // death by the signal, whichever thread the kernel hands it to); a worker
 // whose coordinator is gone says so and exits 1.
