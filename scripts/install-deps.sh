@@ -28,7 +28,6 @@ PACKAGES=(
   protobuf-compiler
   libgrpc++-dev
   protobuf-compiler-grpc
-  libcpp-httplib-dev    # the coordinator's Prometheus metrics endpoint
   libgloo-dev           # collectives between worker processes (ring / halving-doubling)
   libvulkan-dev         # the vulkan device kind: loader and headers
   glslc                 # its compute shaders, GLSL -> SPIR-V at build time

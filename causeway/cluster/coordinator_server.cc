@@ -1,15 +1,10 @@
 #include "causeway/cluster/coordinator_server.h"
 
-#include <netdb.h>
-#include <sys/socket.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <cmath>
-#include <cstring>
 #include <cstdlib>
 #include <deque>
 #include <set>
@@ -26,13 +21,13 @@
 #include "causeway/base/trace.h"
 #include "causeway/base/limits.h"
 #include "causeway/base/status_macros.h"
+#include "causeway/cluster/metrics_http.h"
 #include "causeway/cluster/remote_host.h"
 #include "causeway/resource/resource_manager.h"
 #include "causeway/scheduler/island_scheduler.h"
 #include "causeway/transport/grpc/cluster.grpc.pb.h"
 #include "causeway/transport/grpc/cluster_codec.h"
 #include "causeway/transport/grpc/wire_codec.h"
-#include "httplib.h"
 
 namespace causeway {
 namespace {
@@ -169,8 +164,7 @@ class CoordinatorServer::Impl final : public cluster::Coordinator::Service {
   std::string worker_token_;
   std::string address_;
   grpc_transport::StartedServer server_;
-  std::unique_ptr<httplib::Server> metrics_;
-  std::thread metrics_thread_;
+  std::unique_ptr<MetricsHttpServer> metrics_;
   std::string metrics_address_;
   ResourceManager resources_;
   std::thread monitor_;
@@ -268,10 +262,7 @@ void CoordinatorServer::Impl::Shutdown() {
   }
   stop_.Notify();
   if (monitor_.joinable()) monitor_.join();
-  if (metrics_ != nullptr) {
-    metrics_->stop();
-    if (metrics_thread_.joinable()) metrics_thread_.join();
-  }
+  metrics_.reset();
   server_.Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   stopped_.Notify();
 }
@@ -483,43 +474,6 @@ std::string CoordinatorServer::Impl::Metrics() {
   return out;
 }
 
-namespace {
-
-// Why `what` cannot listen on `host`:`port`, as the system says it:
-// UNAVAILABLE when the address is in use (another time it may not be),
-// INVALID_ARGUMENT when it is not one of this machine's or does not resolve.
-absl::Status CannotBind(const std::string& what, const std::string& host, int port) {
-  const std::string where = absl::StrCat(what, " cannot listen on ", host, ":", port, ": ");
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE;
-  addrinfo* found = nullptr;
-  const std::string service = absl::StrCat(port);
-  const int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &found);
-  if (rc != 0) return absl::InvalidArgumentError(absl::StrCat(where, gai_strerror(rc)));
-  int error = 0;
-  for (addrinfo* a = found; a != nullptr && error == 0; a = a->ai_next) {
-    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) {
-      error = errno;
-      break;
-    }
-    const int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0) error = errno;
-    close(fd);
-  }
-  freeaddrinfo(found);
-  if (error == EADDRINUSE || error == EACCES || error == 0) {
-    return absl::UnavailableError(
-        absl::StrCat(where, error == 0 ? "it was taken meanwhile" : std::strerror(error)));
-  }
-  return absl::InvalidArgumentError(absl::StrCat(where, std::strerror(error)));
-}
-
-}  // namespace
-
 absl::Status CoordinatorServer::Impl::StartMetrics() {
   if (options_.metrics_listen.empty()) return absl::OkStatus();
   const std::string& l = options_.metrics_listen;
@@ -531,18 +485,9 @@ absl::Status CoordinatorServer::Impl::StartMetrics() {
         absl::StrCat("the metrics address ", l, " is not HOST:PORT (port 0..65535)"));
   }
   const std::string host = l.substr(0, colon);
-  metrics_ = std::make_unique<httplib::Server>();
-  metrics_->set_read_timeout(5, 0);
-  metrics_->set_write_timeout(5, 0);
-  metrics_->Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
-    response.set_content(Metrics(), "text/plain; version=0.0.4");
-  });
-  const int bound = port == 0 ? metrics_->bind_to_any_port(host) : (metrics_->bind_to_port(host, port) ? port : -1);
-  if (bound <= 0) {
-    return CannotBind("the metrics endpoint", host, port);
-  }
-  metrics_address_ = absl::StrCat(host, ":", bound);
-  metrics_thread_ = std::thread([this] { metrics_->listen_after_bind(); });
+  CW_ASSIGN_OR_RETURN(metrics_,
+                      MetricsHttpServer::Start(host, port, [this] { return Metrics(); }));
+  metrics_address_ = absl::StrCat(host, ":", metrics_->port());
   return absl::OkStatus();
 }
 

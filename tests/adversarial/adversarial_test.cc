@@ -805,6 +805,61 @@ double SumOf(const std::string& text, const std::string& name, const std::string
 
 // The metrics name each client's device memory and arrays; a client cannot
 // read that view of other clients through a host call of its own.
+// Whether the other end closes `fd` within 10 s (reads EOF or a reset).
+bool ClosedByPeer(int fd) {
+  timeval wait{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
+  char byte;
+  const ssize_t n = recv(fd, &byte, 1, 0);
+  return n == 0 || (n < 0 && errno == ECONNRESET);
+}
+
+// Peers that send their requests a little at a time hold only their own
+// connections: scrapes are served meanwhile, each peer holds at most its
+// share of connections, and slow requests are closed at the deadline.
+TEST(MetricsTest, SlowRequestsDoNotStarveScrapes) {
+  CoordinatorOptions o;
+  o.metrics_listen = "127.0.0.1:0";
+  InProcessCluster cluster = StartInProcess(o);
+  const std::string address = cluster.coordinator->metrics_address();
+  ASSERT_OK_AND_ASSIGN(auto hp, grpc_transport::SplitHostPort(address));
+  // Eight peers, each with the 4 connections it may hold, each with part of
+  // a request sent.
+  std::vector<int> slow;
+  for (int p = 2; p < 10; ++p) {
+    const std::string from = absl::StrCat("127.0.0.", p);
+    for (int k = 0; k < 4; ++k) {
+      const int fd = ConnectFrom(from.c_str(), hp.second);
+      ASSERT_GE(fd, 0);
+      ASSERT_EQ(write(fd, "GET /met", 8), 8);
+      slow.push_back(fd);
+    }
+  }
+  const absl::Time start = absl::Now();
+  EXPECT_THAT(Scrape(address), HasSubstr("causeway_devices"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  // A fifth connection of one peer is closed on arrival.
+  const int extra = ConnectFrom("127.0.0.2", hp.second);
+  ASSERT_GE(extra, 0);
+  EXPECT_TRUE(ClosedByPeer(extra));
+  close(extra);
+  // The slow requests end at their deadline (2 s), unanswered.
+  for (int fd : slow) {
+    EXPECT_TRUE(ClosedByPeer(fd));
+    close(fd);
+  }
+  EXPECT_GE(absl::Now() - start, absl::Seconds(1));
+  // Other paths and methods are answered, not served the metrics.
+  const int fd = ConnectFrom("127.0.0.1", hp.second);
+  ASSERT_GE(fd, 0);
+  const std::string request = "POST /metrics HTTP/1.1\r\n\r\n";
+  ASSERT_EQ(write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
+  char reply[64] = {};
+  ASSERT_GT(recv(fd, reply, sizeof(reply) - 1, MSG_WAITALL), 0);
+  EXPECT_THAT(std::string(reply), HasSubstr("405"));
+  close(fd);
+}
+
 TEST(MetricsTest, EachClientsMemoryAndArraysAreMeteredAndOnlyTheCoordinatorReadsThem) {
   CoordinatorOptions o;
   o.metrics_listen = "127.0.0.1:0";
