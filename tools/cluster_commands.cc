@@ -340,9 +340,10 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
       "status",
       "Print a running cluster's islands, hosts and devices; optionally wait until it has a "
       "number of devices (for scripts that start workers)");
-  status->add_option("--cluster", sf->cluster, "grpc://HOST:PORT (token from $CAUSEWAY_TOKEN)")
-      ->check(ClusterAddress(false))
-      ->required();
+  status->add_option("--cluster", sf->cluster,
+                     "grpc://HOST:PORT (token from $CAUSEWAY_TOKEN; default: the one cluster "
+                     "that `cluster up` runs for this user)")
+      ->check(ClusterAddress(false));
   status->add_option("--wait-devices", sf->wait_devices,
                      "Wait until the cluster has at least this many devices")
       ->check(CLI::NonNegativeNumber)->check(Finite());
@@ -353,7 +354,14 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
                      "busy fraction is computed over (0: no busy fraction)")
       ->check(CLI::Range(0.0, 3600.0))->check(Finite());
   status->add_flag("--json", sf->json, "Print one JSON object");
-  status->callback([sf, exit_code] {
+  status->callback([sf, status, exit_code] {
+    if (status->count("--cluster") == 0) {
+      sf->cluster = DefaultCluster("cluster status", "");
+      if (sf->cluster.empty()) {
+        *exit_code = kExitUsage;
+        return;
+      }
+    }
     RemoteClusterOptions ro;
     ro.address = sf->cluster;
     ro.timeout = absl::Seconds(sf->timeout_s);
@@ -619,6 +627,22 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
     std::printf("cluster stopped\n");
     *exit_code = code;
   });
+}
+
+std::string DefaultCluster(const std::string& command, const std::string& fallback) {
+  absl::StatusOr<std::string> recorded = RecordedCluster();
+  if (recorded.ok()) {
+    std::fprintf(stderr, "causeway %s: on the cluster at %s that `cluster up` runs%s\n",
+                 command.c_str(), recorded->c_str(),
+                 fallback == "local" ? " (--cluster local for the embedded one)" : "");
+    return *recorded;
+  }
+  if (!absl::IsNotFound(recorded.status()) || fallback.empty()) {
+    std::fprintf(stderr, "causeway %s: no --cluster given, and %s%s\n", command.c_str(),
+                 std::string(recorded.status().message()).c_str(),
+                 fallback == "local" ? "; running on the embedded cluster" : "");
+  }
+  return fallback;
 }
 
 CLI::Validator ClusterAddress(bool local_allowed) {

@@ -51,6 +51,13 @@ inline CLI::Validator AboveZero() {
 // embedded cluster) where `local_allowed` (tools/cluster_commands.cc).
 CLI::Validator ClusterAddress(bool local_allowed);
 
+// The cluster `command` uses when its --cluster is not given: the one that
+// `cluster up` recorded for this user and still runs, when there is exactly
+// one (said on stderr, so that output stays clean); else `fallback`
+// ("local", or "" where a command needs a running cluster; then a note on
+// stderr says why there is none). tools/cluster_commands.cc.
+std::string DefaultCluster(const std::string& command, const std::string& fallback);
+
 // Each sets `*exit_code` when its subcommand runs.
 void AddDemoCommand(CLI::App& app, int* exit_code);
 // `causeway train mlp` (tools/train.cc) and `causeway train lm`.

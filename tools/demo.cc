@@ -437,10 +437,16 @@ void AddDemoCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(0, 7));
   cmd->callback([options, cmd, exit_code] {
     // The embedded cluster's shape does not apply to a running cluster:
-    // refused rather than silently ignored.
+    // refused rather than silently ignored; given it, the default is local.
+    const auto embedded_only = {"--islands", "--hosts-per-island", "--devices-per-host",
+                                "--memory",  "--dcn-latency-us",   "--dcn-gbps"};
+    bool embedded_shape = false;
+    for (const char* flag : embedded_only) embedded_shape |= cmd->count(flag) > 0;
+    if (cmd->count("--cluster") == 0 && !embedded_shape) {
+      options->cluster = DefaultCluster("demo", "local");
+    }
     if (options->cluster != "local") {
-      for (const char* flag : {"--islands", "--hosts-per-island", "--devices-per-host",
-                               "--memory", "--dcn-latency-us", "--dcn-gbps"}) {
+      for (const char* flag : embedded_only) {
         if (cmd->count(flag) > 0) {
           *exit_code = Usage(absl::StrCat(flag, " applies to the embedded cluster only; with "
                                           "--cluster the running cluster decides"));

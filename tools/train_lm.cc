@@ -695,6 +695,15 @@ void AddTrainLmCommand(CLI::App* train, int* exit_code) {
   lm->add_option("--priority", f->share.priority, "Priority class, 0 to 7 (higher goes first)")
       ->check(CLI::Range(0, 7));
   lm->callback([f, lm, exit_code] {
+    // Given the embedded cluster's shape, the default is the embedded one.
+    bool embedded_shape = false;
+    for (const char* flag : {"--hosts", "--islands", "--device-kind", "--memory",
+                             "--dcn-latency-us", "--dcn-gbps"}) {
+      embedded_shape |= lm->count(flag) > 0;
+    }
+    if (lm->count("--cluster") == 0 && !embedded_shape) {
+      f->cluster = DefaultCluster("train lm", "local");
+    }
     f->lr_given = lm->count("--lr") > 0;
     f->min_lr_given = lm->count("--min-lr") > 0;
     f->warmup_given = lm->count("--warmup") > 0;
@@ -722,7 +731,10 @@ void AddSampleCommand(CLI::App& app, int* exit_code) {
       ->check(ClusterAddress(true));
   cmd->add_option("--timeout", f->timeout_s, "Seconds to wait for a distributed cluster")
       ->check(CLI::PositiveNumber)->check(Finite());
-  cmd->callback([f, exit_code] { *exit_code = RunSample(*f); });
+  cmd->callback([f, cmd, exit_code] {
+    if (cmd->count("--cluster") == 0) f->cluster = DefaultCluster("sample", "local");
+    *exit_code = RunSample(*f);
+  });
 }
 
 }  // namespace causeway::tools

@@ -1,16 +1,22 @@
 #include "causeway/cluster/cluster_file.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
@@ -93,7 +99,8 @@ absl::StatusOr<std::string> WriteClusterFile(const std::string& address,
     return absl::InternalError(absl::StrCat("cannot write ", tmp, ": ", std::strerror(errno)));
   }
   const std::string body =
-      nlohmann::json{{"address", Bare(address)}, {"token", token}}.dump() + "\n";
+      nlohmann::json{{"address", Bare(address)}, {"token", token}, {"pid", ::getpid()}}.dump() +
+      "\n";
   const bool ok = ::write(fd, body.data(), body.size()) == static_cast<ssize_t>(body.size());
   ::close(fd);
   if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
@@ -127,6 +134,41 @@ absl::StatusOr<std::string> ReadClusterToken(const std::string& address) {
 void RemoveClusterFile(const std::string& address) {
   const std::string path = ClusterFilePath(address);
   if (!path.empty()) ::unlink(path.c_str());
+}
+
+absl::StatusOr<std::string> RecordedCluster() {
+  const std::string dir = ClusterFileDirectory();
+  std::error_code ec;
+  if (dir.empty() || !std::filesystem::is_directory(dir, ec)) {
+    return absl::NotFoundError("no cluster recorded by `causeway cluster up` for this user");
+  }
+  if (absl::Status s = CheckPrivate(dir, "directory"); !s.ok()) return s;
+  std::vector<std::string> running;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string path = entry.path().string();
+    if (!absl::EndsWith(path, ".json") || !CheckPrivate(path, "cluster record").ok()) continue;
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, false);
+    if (!j.is_object() || !j.contains("address") || !j["address"].is_string()) continue;
+    // Stale: the `cluster up` that wrote it is gone without removing it.
+    if (j.contains("pid") && j["pid"].is_number_integer()) {
+      const pid_t pid = j["pid"].get<pid_t>();
+      if (pid <= 0 || (::kill(pid, 0) != 0 && errno == ESRCH)) continue;
+    }
+    running.push_back(absl::StrCat("grpc://", j["address"].get<std::string>()));
+  }
+  std::sort(running.begin(), running.end());
+  if (running.empty()) {
+    return absl::NotFoundError("no cluster recorded by `causeway cluster up` for this user");
+  }
+  if (running.size() > 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        running.size(), " clusters recorded by `causeway cluster up` (",
+        absl::StrJoin(running, ", "), "): say which"));
+  }
+  return running[0];
 }
 
 }  // namespace causeway

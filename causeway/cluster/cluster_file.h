@@ -5,8 +5,9 @@
 // Where: $XDG_RUNTIME_DIR/causeway/ (or ~/.cache/causeway/ when
 // XDG_RUNTIME_DIR is unset), a directory of mode 0700; one file per cluster,
 // named by its address ("127.0.0.1_41234.json"), of mode 0600, holding
-// {"address": "127.0.0.1:41234", "token": "..."}. `cluster up` writes it
-// when the cluster is serving and removes it when it stops.
+// {"address": "127.0.0.1:41234", "token": "...", "pid": N}. `cluster up`
+// (process N) writes it when the cluster is serving and removes it when it
+// stops; a record whose process is gone (killed) is stale and ignored.
 //
 // A record is used only if the file and its directory belong to this user
 // and nobody else can read or write them; otherwise the client is refused
@@ -36,6 +37,12 @@ absl::StatusOr<std::string> WriteClusterFile(const std::string& address, const s
 absl::StatusOr<std::string> ReadClusterToken(const std::string& address);
 // Removes the record of `address`, if any.
 void RemoveClusterFile(const std::string& address);
+
+// The address ("grpc://HOST:PORT") of the one cluster recorded for this
+// user whose `cluster up` is still running, for commands and clients given
+// no address. NOT_FOUND if there is none; FAILED_PRECONDITION naming them
+// if there are several.
+absl::StatusOr<std::string> RecordedCluster();
 
 }  // namespace causeway
 

@@ -85,12 +85,17 @@ def local_cluster(islands: int = 1, hosts_per_island: int = 2, devices_per_host:
                                          fail_launches_of, weight, priority, device_kind))
 
 
-def connect(address: str, token: Optional[str] = None, *, timeout: float = 30.0,
-            tls_ca: str = "", weight: float = 1.0, priority: int = 0) -> Client:
+def connect(address: Optional[str] = None, token: Optional[str] = None, *,
+            timeout: float = 30.0, tls_ca: str = "", weight: float = 1.0,
+            priority: int = 0) -> Client:
     """A client of a distributed cluster: ``connect("grpc://HOST:PORT", token=...)``.
+    Without an address, the one cluster that ``causeway cluster up`` runs for
+    this user on this machine (an error names them if there are several).
     The token defaults to ``$CAUSEWAY_TOKEN``, else to the record that
-    ``causeway cluster up`` keeps for a cluster on this machine (private to
-    this user). Becomes the default client."""
+    ``cluster up`` keeps for a cluster on this machine (private to this
+    user). Becomes the default client."""
+    if address is None:
+        address = _C.recorded_cluster()
     if token is None:
         token = os.environ.get("CAUSEWAY_TOKEN", "")
     return _set_default(_C.connect(address, token, timeout, tls_ca, weight, priority))

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "causeway/worker/host_executor.h"
+#include "causeway/cluster/cluster_file.h"
 #include "causeway/cluster/local_cluster.h"
 #include "causeway/cluster/remote_cluster.h"
 #include "python/src/py_core.h"
@@ -85,6 +86,9 @@ int64_t DeviceMemoryInUse(const ClientRef& c) {
 }  // namespace
 
 void RegisterClient(py::module_& m) {
+  m.def(
+      "recorded_cluster", [] { return Unwrap(RecordedCluster()); },
+      "The address of the one cluster `causeway cluster up` runs for this user");
   py::class_<DeviceInfo>(m, "Device", "A device of the cluster")
       .def_property_readonly("id", [](const DeviceInfo& d) { return d.id.value(); })
       .def_property_readonly("host", [](const DeviceInfo& d) { return d.host.value(); })

@@ -110,13 +110,22 @@ def _causeway_bin():
     return path
 
 
-def test_a_distributed_cluster_from_python(tmp_path):
+def test_a_distributed_cluster_from_python(tmp_path, monkeypatch):
     binary = _causeway_bin()
+    # The token record goes to a directory of this test's own (and other
+    # tests' commands do not find this cluster).
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))
     up = subprocess.Popen([binary, "cluster", "up", "--islands", "1", "--hosts-per-island", "2",
                            "--devices-per-host", "2", "--json"], stdout=subprocess.PIPE,
-                          text=True)
+                          text=True, env=dict(os.environ))
     try:
         info = json.loads(up.stdout.readline())
+        # Without an address or token: the cluster `cluster up` runs.
+        recorded = cw.connect(timeout=30)
+        assert len(recorded.devices()) == 4
+        recorded.disconnect()
         c = cw.connect(info["address"], token=info["token"], timeout=30)
         assert c.kind == "remote"
         assert len(c.devices()) == 4

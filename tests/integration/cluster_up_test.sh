@@ -109,6 +109,9 @@ record=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["token_file"
 [ "$(stat -c %a "$XDG_RUNTIME_DIR/causeway")" = 700 ] || { echo "record directory not 0700"; exit 1; }
 result=$(timeout 120 "$bin" demo --cluster "$addr" --steps 1 --json)
 python3 -c 'import json,sys; assert json.loads(sys.argv[1])["ok"]' "$result"
+# Given no --cluster, commands use the one cluster `cluster up` runs.
+timeout 60 "$bin" cluster status >/dev/null 2>"$dir/default.err" || { cat "$dir/default.err"; exit 1; }
+grep -q "cluster up" "$dir/default.err" || { cat "$dir/default.err"; exit 1; }
 # localhost is the same cluster, and finds the same record.
 result=$(timeout 120 "$bin" demo --cluster "grpc://localhost:${addr##*:}" --steps 1 --json)
 python3 -c 'import json,sys; assert json.loads(sys.argv[1])["ok"]' "$result"

@@ -176,7 +176,11 @@ ends = {e["id"] for e in events if e.get("ph") == "f"}
 assert starts == ends and len(starts) == len(flights)
 PY
 
-# The same on a distributed cluster (coordinator and worker processes).
+# The same on a distributed cluster (coordinator and worker processes). Its
+# token record goes to a directory of this test's own, where commands given
+# no --cluster find it.
+export XDG_RUNTIME_DIR="$dir/run"
+mkdir -m 700 "$XDG_RUNTIME_DIR"
 mkfifo "$dir/up"
 "$bin" cluster up --islands 1 --hosts-per-island 2 --devices-per-host 1 --json \
   >"$dir/up" 2>"$dir/up.err" &
@@ -218,6 +222,9 @@ assert all(ends[i]["ts"] >= starts[i]["ts"] for i in starts)
 PY
 r=$(timeout 60 "$bin" sample --cluster "$addr" --checkpoint "$dir/remote" --tokens 10)
 [ -n "$r" ] || { echo "no sample from the distributed cluster"; exit 1; }
+# Given no --cluster, the cluster `cluster up` runs (said on stderr).
+r=$(timeout 60 "$bin" sample --checkpoint "$dir/remote" --tokens 10 2>"$dir/default.err")
+[ -n "$r" ] && grep -q "cluster up" "$dir/default.err" || { cat "$dir/default.err"; exit 1; }
 kill -INT "$up"
 timeout 30 tail --pid="$up" -f /dev/null
 up=
