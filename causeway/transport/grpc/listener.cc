@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -188,8 +189,14 @@ void Listener::Loop() {
   // After an accept error that shedding cannot clear, wait a little before
   // trying again rather than spin; never give up.
   int backoff_ms = -1;
+  // Out of descriptors, each shed connection makes room for none: while it
+  // lasts, the loop waits 1, 2, 4 ... 100 ms between sheds rather than
+  // spin a core on a peer that reconnects at once. An accept resets it.
+  int shed_backoff_ms = 0;
   for (;;) {
-    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
+    // Backing off, only the wake pipe: the pending connection would end
+    // the wait at once.
+    pollfd fds[2] = {{backoff_ms > 0 ? -1 : listen_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
     const int ready = poll(fds, 2, backoff_ms);
     if (ready < 0 && errno != EINTR) {
       CW_LOG(kError) << "listener on port " << port_ << ": poll: " << std::strerror(errno);
@@ -203,6 +210,7 @@ void Listener::Loop() {
       const int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&sa), &len,
                              SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd >= 0) {
+        shed_backoff_ms = 0;
         auto [host, uri] = PeerNames(sa);
         Admit(fd, host, uri);
         continue;
@@ -211,11 +219,9 @@ void Listener::Loop() {
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
       if (errno == EMFILE || errno == ENFILE) {
         ShedOne();
-        if (reserve_fd_ < 0) {
-          backoff_ms = 100;
-          break;
-        }
-        continue;
+        shed_backoff_ms = std::clamp(2 * shed_backoff_ms, 1, 100);
+        backoff_ms = reserve_fd_ < 0 ? 100 : shed_backoff_ms;
+        break;
       }
       CW_LOG(kWarning) << "listener on port " << port_ << ": accept: " << std::strerror(errno);
       backoff_ms = 100;
