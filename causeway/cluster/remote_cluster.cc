@@ -1,6 +1,12 @@
 #include "causeway/cluster/remote_cluster.h"
 
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <map>
 #include <thread>
 #include <utility>
@@ -373,6 +379,49 @@ class RemoteCluster::Impl::Host final : public HostService {
 // How long a connection may take before the client says it is waiting.
 constexpr absl::Duration kSayWaitingAfter = absl::Seconds(2);
 
+// Whether every address `address` ("HOST:PORT") resolves to refuses a TCP
+// connection (or is unreachable): nothing serves there, and retrying will
+// not change that soon. A server that accepts and then drops connections
+// (out of descriptors, shedding) is not refused: it may serve in a moment.
+bool RefusedEverywhere(const std::string& address) {
+  absl::StatusOr<std::pair<std::string, int>> hp = grpc_transport::SplitHostPort(address);
+  if (!hp.ok()) return false;
+  std::string host = hp->first;
+  if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), absl::StrCat(hp->second).c_str(), &hints, &found) != 0) {
+    return false;  // gRPC's own resolver says why
+  }
+  bool refused = found != nullptr;
+  for (addrinfo* a = found; a != nullptr && refused; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                          a->ai_protocol);
+    if (fd < 0) {
+      refused = false;
+      break;
+    }
+    int error = 0;
+    if (connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      error = errno;
+      if (error == EINPROGRESS) {
+        pollfd p{fd, POLLOUT, 0};
+        error = ETIMEDOUT;
+        if (poll(&p, 1, 1000) == 1) {
+          socklen_t len = sizeof(error);
+          getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len);
+        }
+      }
+    }
+    close(fd);
+    refused = error == ECONNREFUSED || error == ENETUNREACH || error == EHOSTUNREACH;
+  }
+  freeaddrinfo(found);
+  return refused;
+}
+
 absl::Status RemoteCluster::Impl::AwaitChannel(grpc::Channel& channel) {
   const bool tls = !grpc_transport::TlsFromEnvironment(options_.tls).ca.empty();
   const char* const hint =
@@ -384,12 +433,15 @@ absl::Status RemoteCluster::Impl::AwaitChannel(grpc::Channel& channel) {
   bool said_waiting = false;
   grpc_connectivity_state state = channel.GetState(/*try_to_connect=*/true);
   while (state != GRPC_CHANNEL_READY) {
-    // A failed attempt (refused, unreachable, a failed handshake) ends the
-    // wait at once: retrying for the whole timeout only delays the error.
-    if (state == GRPC_CHANNEL_TRANSIENT_FAILURE || state == GRPC_CHANNEL_SHUTDOWN) {
+    // A refused connection ends the wait at once: nothing serves there,
+    // and retrying for the whole timeout only delays the error. Any other
+    // failed attempt (a server shedding connections, a handshake cut short)
+    // is retried by gRPC until the deadline.
+    if (state == GRPC_CHANNEL_SHUTDOWN ||
+        (state == GRPC_CHANNEL_TRANSIENT_FAILURE && RefusedEverywhere(address_))) {
       return absl::UnavailableError(
           absl::StrCat("cannot connect to the coordinator at ", address_,
-                       ": the connection was refused or failed, trying", hint));
+                       ": the connection was refused (nothing serves there), trying", hint));
     }
     const absl::Time now = absl::Now();
     if (now >= deadline) {
