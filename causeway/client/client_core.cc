@@ -121,6 +121,14 @@ absl::Status ClientCore::CheckArgument(const Array& array, absl::string_view wha
   if (!array.valid()) return absl::InvalidArgumentError(absl::StrCat(what, ": null array"));
   const ArrayState& s = *array.state_;
   if (s.core.get() != this) {
+    if (s.core->id() == id_) {
+      // Ids count from 0 on each cluster: the same id is a client of another
+      // cluster or connection, typically one that this client replaced.
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": ", s.id.ToString(), " belongs to an earlier ", s.core->id().ToString(),
+          " (of another cluster or connection, since replaced), not to this one: put its "
+          "value again with this client"));
+    }
     return absl::InvalidArgumentError(absl::StrCat(what, ": ", s.id.ToString(), " belongs to ",
                                                    s.core->id().ToString(), ", not ",
                                                    id_.ToString()));

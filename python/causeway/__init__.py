@@ -38,6 +38,7 @@ import numpy as np
 from . import _causeway as _C
 from ._causeway import Array, Client, CompiledFunction, Device, Function, FunctionBuilder, Mesh
 from ._causeway import Value
+from . import tree
 from ._errors import (CausewayError, DeadlineExceededError, FailedPreconditionError,
                       InternalError, InvalidArgumentError, NotFoundError, PermissionDeniedError,
                       ResourceExhaustedError, UnavailableError, UnimplementedError)
@@ -55,6 +56,10 @@ def _set_default(client: Client) -> Client:
     global _default_client
     with _default_lock:
         _default_client = client
+        # The caches of default meshes and array operations hold the clients
+        # they were made for.
+        _default_meshes.clear()
+    _array_ops.clear_cache()
     return client
 
 
@@ -220,7 +225,17 @@ def device_put(x: Any, sharding: NamedSharding) -> Array:
     """Copies a host value (numpy array or scalar) onto the devices of
     ``sharding.mesh``, split as ``sharding.spec`` says. Returns at once; the
     array is ready once every shard is stored. An :class:`Array` already with
-    this sharding is returned as is; another is moved through the host."""
+    this sharding is returned as is; another is moved through the host. A
+    pytree of values is put leaf by leaf (``sharding`` is then one sharding
+    for all, or a tree of them matching the value)."""
+    if isinstance(x, (list, tuple, dict)) or x is None:
+        # A pytree: one sharding for every leaf, or a tree prefix of them.
+        leaves, treedef = tree.flatten(x)
+        try:
+            shardings = tree.broadcast_prefix(sharding, treedef, _is_sharding, "device_put")
+        except ValueError as e:
+            raise InvalidArgumentError(str(e), "INVALID_ARGUMENT") from None
+        return treedef.unflatten(device_put(a, s) for a, s in zip(leaves, shardings))
     if not isinstance(sharding, NamedSharding):
         raise TypeError("device_put needs a causeway.NamedSharding")
     if isinstance(x, Array):
@@ -286,21 +301,6 @@ def _current_builder() -> FunctionBuilder:
     return stack[-1]
 
 
-def _flatten(tree: Any, leaves: list):
-    """Leaves of nested lists, tuples and dicts, and a function that rebuilds
-    the structure from new leaves."""
-    if isinstance(tree, (list, tuple)):
-        builders = [_flatten(t, leaves) for t in tree]
-        kind = type(tree)
-        return lambda it: kind(b(it) for b in builders)
-    if isinstance(tree, dict):
-        keys = list(tree.keys())
-        builders = [_flatten(tree[k], leaves) for k in keys]
-        return lambda it: {k: b(it) for k, b in zip(keys, builders)}
-    leaves.append(tree)
-    return lambda it: next(it)
-
-
 def trace(fn: Callable, shapes: Sequence[Tuple[Sequence[int], str]], name: Optional[str] = None
           ) -> Tuple[Function, bool]:
     """Traces ``fn`` on parameters of the given (shape, dtype) into a Function.
@@ -333,7 +333,9 @@ def value_and_grad(fn: Callable, argnums: Union[int, Sequence[int]] = 0) -> Call
         spans = []
         for a in args:
             start = len(leaves)
-            rebuilders.append(_flatten(a, leaves))
+            arg_leaves, treedef = tree.flatten(a)
+            leaves.extend(arg_leaves)
+            rebuilders.append(treedef.unflatten)
             spans.append((start, len(leaves)))
         values = [x for x in leaves if isinstance(x, Value)]
         if not values:
@@ -343,7 +345,7 @@ def value_and_grad(fn: Callable, argnums: Union[int, Sequence[int]] = 0) -> Call
         leaves = [x if isinstance(x, Value) else _lift(outer, x) for x in leaves]
         inner = FunctionBuilder(getattr(fn, "__name__", "fn") + "_grad")
         params = [inner.parameter(list(x.shape), x.dtype) for x in leaves]
-        inner_args = [r(iter(params[s:e])) for r, (s, e) in zip(rebuilders, spans)]
+        inner_args = [r(params[s:e]) for r, (s, e) in zip(rebuilders, spans)]
         # Values of enclosing functions that fn closes over become further
         # parameters of the inner function (constants of the gradient).
         captured: list = []
@@ -368,8 +370,12 @@ def value_and_grad(fn: Callable, argnums: Union[int, Sequence[int]] = 0) -> Call
         wrt = [k for n in nums for k in range(*spans[n])]
         gf = _C.grad_function(built, wrt)
         res = outer.call(gf, leaves + captured)
-        grads = iter(res[1:])
-        per_arg = [rebuilders[n](grads) for n in nums]
+        grads = res[1:]
+        per_arg = []
+        for n in nums:
+            width = spans[n][1] - spans[n][0]
+            per_arg.append(rebuilders[n](grads[:width]))
+            grads = grads[width:]
         return res[0], (per_arg[0] if isinstance(argnums, int) else tuple(per_arg))
 
     return wrapped
@@ -403,10 +409,71 @@ def _shardings(s: Any, n: int, what: str) -> List[NamedSharding]:
     return s
 
 
+def _is_sharding(x: Any) -> bool:
+    return isinstance(x, NamedSharding)
+
+
+def _leaf_shardings(spec: Any, treedef: tree.TreeDef, whole: Optional[tree.TreeDef],
+                    what: str) -> List[Optional[NamedSharding]]:
+    """One sharding (or None: the default) per leaf of ``treedef``. ``spec``
+    is a NamedSharding for every leaf, a tree prefix of the values (for the
+    arguments: one entry per argument), or a flat sequence with one
+    NamedSharding per leaf. ``whole`` is the structure the prefix is matched
+    against when it differs from ``treedef`` (the arguments' tuple)."""
+    n = treedef.num_leaves
+    if spec is None or isinstance(spec, NamedSharding):
+        return [spec] * n
+    if (isinstance(spec, (list, tuple)) and len(spec) == n and n != len((whole or treedef).children)
+            and all(isinstance(s, NamedSharding) for s in spec)):
+        return list(spec)  # flat: one per leaf
+    try:
+        return tree.broadcast_prefix(spec, whole or treedef, _is_sharding, what)
+    except ValueError as e:
+        raise InvalidArgumentError(f"{e} (give a NamedSharding for every value, one per "
+                                   f"argument, or a tree of them matching the values)",
+                                   "INVALID_ARGUMENT") from None
+
+
+_default_meshes: Dict[int, Tuple[Client, Mesh]] = {}
+
+
+def default_mesh(client: Optional[Client] = None) -> Mesh:
+    """A mesh of one device (the client's first) on which functions compiled
+    without shardings run, replicated, and new arrays made from host values
+    live."""
+    c = client or default_client()
+    with _default_lock:
+        hit = _default_meshes.get(id(c))
+        if hit is not None and hit[0] is c:
+            return hit[1]
+    m = c.make_mesh([("devices", 1)], -1)
+    with _default_lock:
+        _default_meshes[id(c)] = (c, m)
+    return m
+
+
+def _trace_tree(fn: Callable, shapes: Sequence[Tuple[Sequence[int], str]], treedef: tree.TreeDef,
+                name: Optional[str]) -> Tuple[Function, tree.TreeDef]:
+    """Traces ``fn`` called with the arguments ``treedef`` describes (a tuple
+    of pytrees) on parameters of the given per-leaf (shape, dtype)."""
+    b = FunctionBuilder(name or getattr(fn, "__name__", "fn"))
+    params = [b.parameter(list(s), d) for s, d in shapes]
+    with _building(b):
+        out = fn(*treedef.unflatten(params))
+    outs, out_def = tree.flatten(out)
+    if not outs:
+        raise InvalidArgumentError(f"{getattr(fn, '__name__', 'the function')} returned no "
+                                   f"values ({out_def!r})", "INVALID_ARGUMENT")
+    outs = [o if isinstance(o, Value) else _lift(b, o) for o in outs]
+    return b.build(outs), out_def
+
+
 class Compiled:
     """A function compiled for a mesh, called like a Python function: each
     call dispatches at once and returns :class:`Array` handles. A Python
-    function is traced (per shard) once per argument shapes and dtypes."""
+    function is traced (per shard) once per argument structure, shapes and
+    dtypes; its arguments and results may be pytrees (nested tuples, lists
+    and dicts) of arrays."""
 
     def __init__(self, fn: Union[Callable, Function], in_shardings: Any, out_shardings: Any = None,
                  name: Optional[str] = None, check_replication: bool = True):
@@ -415,67 +482,117 @@ class Compiled:
         self._out = out_shardings
         self._name = name
         self._check_replication = check_replication
-        # (shapes and dtypes of the arguments) -> (compiled, returns a tuple, its call)
+        # (argument structure, per-leaf shapes and dtypes, default mesh) ->
+        # (compiled, result structure, its call)
         self._cache: Dict[tuple, tuple] = {}
         self._fixed = None
+        # Whether some argument has no sharding given (it then goes to the
+        # mesh of the call, see _mesh_of).
+        self._defaults = in_shardings is None or any(
+            s is None for s in tree.flatten(in_shardings, lambda x: x is None)[0])
         if isinstance(fn, Function):
-            self._fixed = self._compile_function(fn, False)
+            self._fixed = self._compile_fixed(fn)
         elif not callable(fn):
             raise TypeError("compile needs a Python function or a causeway.Function")
         else:
             functools.update_wrapper(self, fn)
 
-    def _compile_function(self, f: Function, multi: bool) -> tuple:
-        ins = _shardings(self._in, f.num_parameters, "in_shardings")
-        mesh = ins[0].mesh if ins else (self._out.mesh if isinstance(self._out, NamedSharding)
-                                        else None)
-        if mesh is None:
-            raise InvalidArgumentError("compile needs in_shardings (they give the mesh)",
-                                       "INVALID_ARGUMENT")
-        outs = (_shardings(self._out, f.num_outputs, "out_shardings") if self._out is not None
-                else [NamedSharding(mesh)] * f.num_outputs)
+    def _compile_fixed(self, f: Function) -> tuple:
+        flat = tree.structure(tuple(range(f.num_parameters)))
+        ins = _leaf_shardings(self._in, flat, None, "in_shardings")
+        mesh = _mesh_of(ins, self._out, ())
+        ins = [s or NamedSharding(mesh) for s in ins]
+        outs_def = tree.structure(tuple(range(f.num_outputs)))
+        single = tree.structure(0) if f.num_outputs == 1 else outs_def
+        return self._compile_function(f, ins, mesh, single, outs_def)
+
+    def _compile_function(self, f: Function, ins: List[NamedSharding], mesh: Mesh,
+                          out_def: tree.TreeDef, match_def: Optional[tree.TreeDef] = None) -> tuple:
+        outs = _leaf_shardings(self._out, out_def, match_def, "out_shardings")
+        outs = [s or NamedSharding(mesh) for s in outs]
         in_specs = [s.dims(len(shape)) for s, (shape, _) in zip(ins, f.parameter_shapes)]
         out_specs = [s.dims(len(shape)) for s, (shape, _) in zip(outs, f.output_shapes)]
         compiled = mesh.client.compile(f, mesh, in_specs, out_specs, self._check_replication)
-        return compiled, multi, functools.partial(mesh.client.call, compiled)
+        return compiled, out_def, functools.partial(mesh.client.call, compiled), ins
 
     def specialize(self, shapes: Sequence[Tuple[Sequence[int], str]]) -> CompiledFunction:
-        """The compiled function for arguments of these global (shape, dtype)."""
-        return self._lookup(tuple((tuple(s), d) for s, d in shapes))[0]
+        """The compiled function for (flat) arguments of these global (shape, dtype)."""
+        key = tuple((tuple(s), d) for s, d in shapes)
+        return self._lookup(tree.structure(tuple(range(len(key)))), key, None)[0]
 
-    def _lookup(self, key: tuple) -> tuple:
+    def _lookup(self, treedef: tree.TreeDef, key: tuple, default: Optional[Mesh]) -> tuple:
         if self._fixed is not None:
             return self._fixed
-        hit = self._cache.get(key)
+        full = (treedef, key, default)
+        hit = self._cache.get(full)
         if hit is None:
-            ins = _shardings(self._in, len(key), "in_shardings")
+            ins = _leaf_shardings(self._in, treedef, None, "in_shardings")
+            if default is not None:
+                ins = [s or NamedSharding(default) for s in ins]
+            elif any(s is None for s in ins):
+                raise InvalidArgumentError("in_shardings: a value has no sharding",
+                                           "INVALID_ARGUMENT")
             shard_shapes = [(s.shard_shape(shape), dtype) for s, (shape, dtype) in zip(ins, key)]
-            f, multi = trace(self._fn, shard_shapes, self._name)
-            hit = self._cache[key] = self._compile_function(f, multi)
+            f, out_def = _trace_tree(self._fn, shard_shapes, treedef, self._name)
+            hit = self._cache[full] = self._compile_function(f, ins, ins[0].mesh if ins else
+                                                             _mesh_of([], self._out, ()), out_def)
         return hit
 
     def __call__(self, *args):
-        if not all(type(a) is Array for a in args):
-            args = self._put(args)
         if self._fixed is not None:
-            _, multi, call = self._fixed
+            compiled, out_def, call, ins = self._fixed
+            if len(args) != len(ins):
+                raise InvalidArgumentError(f"{len(args)} arguments for a function of {len(ins)} "
+                                           f"parameters", "INVALID_ARGUMENT")
+            leaves = list(args)
         else:
-            _, multi, call = self._lookup(tuple((a.shape, a.dtype) for a in args))
-        out = call(args)
-        return tuple(out) if multi else out[0] if len(out) == 1 else tuple(out)
+            leaves, treedef = tree.flatten(args)
+            default = None
+            if self._defaults:
+                default = _mesh_of(_leaf_shardings(self._in, treedef, None, "in_shardings"),
+                                   self._out, leaves)
+            key = tuple((tuple(a.shape), a.dtype) if type(a) is Array else _shape_key(a)
+                        for a in leaves)
+            compiled, out_def, call, ins = self._lookup(treedef, key, default)
+        if self._defaults:  # arrays elsewhere move to the call's mesh
+            leaves = [device_put(a, s) for a, s in zip(leaves, ins)]
+        elif not all(type(a) is Array for a in leaves):
+            leaves = [a if type(a) is Array else device_put(a, s) for a, s in zip(leaves, ins)]
+        return out_def.unflatten(call(leaves))
 
-    def _put(self, args):
-        ins = _shardings(self._in, len(args), "in_shardings")
-        return [a if isinstance(a, Array) else device_put(a, s) for a, s in zip(args, ins)]
+
+def _shape_key(x: Any) -> tuple:
+    a = _as_host_array(x)
+    return tuple(a.shape), str(a.dtype)
+
+
+def _mesh_of(ins: Sequence[Optional[NamedSharding]], out: Any, leaves: Sequence[Any]) -> Mesh:
+    """The mesh of a call: the shardings' if any gives one, else that of the
+    first device array among the arguments, else the default mesh."""
+    for s in ins:
+        if s is not None:
+            return s.mesh
+    for s in tree.leaves(out) if not isinstance(out, NamedSharding) else [out]:
+        if isinstance(s, NamedSharding):
+            return s.mesh
+    for a in leaves:
+        if type(a) is Array:
+            return a.mesh
+    return default_mesh()
 
 
 def compile(fn: Optional[Union[Callable, Function]] = None, *, in_shardings: Any = None,
             out_shardings: Any = None, name: Optional[str] = None,
             check_replication: bool = True):
     """Compiles ``fn`` (a Python function, traced per shard, or a
-    :class:`Function`) for the mesh of its shardings. ``in_shardings`` and
-    ``out_shardings`` are a NamedSharding for every value or a sequence of
-    them; outputs default to replicated. Usable as a decorator.
+    :class:`Function`) for the mesh of its shardings. Usable as a decorator.
+
+    ``in_shardings`` is a NamedSharding for every argument, or one entry per
+    argument, each a NamedSharding for the whole argument (a pytree) or a
+    tree of them matching it; ``out_shardings`` likewise for the results.
+    Results default to replicated. Without ``in_shardings``, arguments are
+    replicated on the mesh of the first device array among them, or on
+    :func:`default_mesh` (one device): the function then sees whole values.
 
     ``fn`` sees one shard of each argument. A result declared replicated over
     a mesh axis must be the same on every device along it: a per-shard
@@ -513,11 +630,11 @@ class ProgramTrace:
 
     def call(self, fn: Union[Compiled, CompiledFunction], *args):
         if isinstance(fn, Compiled):
-            compiled, multi, _ = fn._lookup(tuple((tuple(a.shape), a.dtype) for a in args))
-        else:
-            compiled, multi = fn, True
-        out = self._b.call(compiled, list(args))
-        return tuple(out) if multi or len(out) != 1 else out[0]
+            leaves, treedef = tree.flatten(args)
+            compiled, out_def, _, _ = fn._lookup(
+                treedef, tuple((tuple(a.shape), a.dtype) for a in leaves), None)
+            return out_def.unflatten(self._b.call(compiled, leaves))
+        return tuple(self._b.call(fn, list(args)))
 
     def build(self, *outputs) -> "ProgramHandle":
         flat = []
@@ -581,7 +698,10 @@ def constant(value: Any) -> Value:
     return _current_builder().constant(_as_host_array(value))
 
 
-from . import models  # noqa: E402,F401
+from . import models, optim, random  # noqa: E402,F401
+from . import _array_ops  # noqa: E402
+
+_array_ops.install()
 
 __all__ = [
     "Array", "CausewayError", "Client", "Compiled", "CompiledFunction", "DeadlineExceededError",
@@ -591,4 +711,13 @@ __all__ = [
     "UnavailableError", "UnimplementedError", "Value", "compile", "connect", "constant",
     "default_client", "device_put", "devices", "full", "grad", "jit", "local_cluster",
     "make_mesh", "models", "ones", "program", "trace", "value_and_grad", "zeros", "arange",
+    "default_mesh", "optim", "random", "tree",
+    # ops on traced values (abs, max, min and sum too, left out here so that
+    # a star import does not hide Python's own)
+    "adamw_update", "all_gather", "all_reduce", "all_to_all", "astype",
+    "causal_attention", "concatenate", "cross_entropy", "delay", "dot_general", "equal", "exp",
+    "floor", "gelu", "layer_norm", "log", "log_softmax", "matmul", "maximum", "mean",
+    "minimum", "not_equal", "ppermute", "reduce_scatter", "reshape", "rng_normal", "rng_uniform",
+    "rsqrt", "scatter_add", "sigmoid", "sign", "softmax", "sqrt", "take", "tanh",
+    "transpose", "where", "broadcast_to",
 ]
