@@ -16,7 +16,7 @@ namespace causeway::tools {
 namespace {
 
 struct DispatchFlags {
-  std::string mode = "chained";
+  std::vector<std::string> modes = {"chained"};
   std::string controller = "single";
   std::string computation = "allreduce-add";
   std::string cluster = "local";
@@ -41,10 +41,13 @@ const std::map<std::string, Controller> kControllers = {{"single", Controller::k
 const std::map<std::string, Computation> kComputations = {
     {"add", Computation::kAdd}, {"allreduce-add", Computation::kAllReduceAdd}};
 
+// One mode's report: the median of its runs.
+void ReportDispatch(const DispatchFlags& f, const std::string& mode,
+                    std::vector<DispatchBenchResult> runs, double handoff);
+
 int RunDispatch(const DispatchFlags& f) {
   DispatchBenchOptions o;
   o.cluster = f.cluster;
-  o.mode = kModes.at(f.mode);
   o.controller = kControllers.at(f.controller);
   o.computation = kComputations.at(f.computation);
   o.devices = f.devices;
@@ -56,17 +59,28 @@ int RunDispatch(const DispatchFlags& f) {
   o.device_kind = f.device_kind;
   o.timeout_s = f.timeout_s;
   const double handoff = MeasureHandoffMicros();
-  // Repeats on fresh clusters; the median run is reported (machines here are
-  // shared and noisy).
-  std::vector<DispatchBenchResult> runs;
+  // Repeats on fresh clusters, the modes interleaved within each round; the
+  // median run of each mode is reported (machines here are shared and noisy).
+  std::vector<std::vector<DispatchBenchResult>> runs(f.modes.size());
   for (int i = 0; i < f.repeat; ++i) {
-    absl::StatusOr<DispatchBenchResult> one = RunDispatchBench(o);
-    if (!one.ok()) {
-      std::fprintf(stderr, "causeway bench dispatch: %s\n", one.status().ToString().c_str());
-      return kExitRuntime;
+    for (size_t m = 0; m < f.modes.size(); ++m) {
+      o.mode = kModes.at(f.modes[m]);
+      absl::StatusOr<DispatchBenchResult> one = RunDispatchBench(o);
+      if (!one.ok()) {
+        std::fprintf(stderr, "causeway bench dispatch: %s: %s\n", f.modes[m].c_str(),
+                     one.status().ToString().c_str());
+        return kExitRuntime;
+      }
+      runs[m].push_back(*one);
     }
-    runs.push_back(*one);
   }
+  for (size_t m = 0; m < f.modes.size(); ++m) ReportDispatch(f, f.modes[m], runs[m], handoff);
+  return 0;
+}
+
+void ReportDispatch(const DispatchFlags& f, const std::string& mode,
+                    std::vector<DispatchBenchResult> runs, double handoff) {
+  const bool opbyop = kModes.at(mode) == DispatchGranularity::kOpByOp;
   std::sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) {
     return a.computations_per_second < b.computations_per_second;
   });
@@ -74,7 +88,7 @@ int RunDispatch(const DispatchFlags& f) {
   nlohmann::json samples = nlohmann::json::array();
   for (const auto& x : runs) samples.push_back(x.computations_per_second);
   nlohmann::json j = {{"bench", "dispatch"},
-                      {"mode", f.mode},
+                      {"mode", mode},
                       {"controller", f.controller},
                       {"computation", f.computation},
                       {"cluster", f.cluster},
@@ -83,7 +97,7 @@ int RunDispatch(const DispatchFlags& f) {
                       {"device_kind", f.device_kind},
                       {"devices", f.devices},
                       {"hosts", r->hosts},
-                      {"chain", o.mode == DispatchGranularity::kOpByOp ? 1 : f.chain},
+                      {"chain", opbyop ? 1 : f.chain},
                       {"computations", r->computations},
                       {"seconds", r->seconds},
                       {"computations_per_second", r->computations_per_second},
@@ -98,10 +112,9 @@ int RunDispatch(const DispatchFlags& f) {
   } else {
     std::printf("dispatch %s, %s controller, %s, %d devices / %d hosts: %.0f computations/s "
                 "(%.2f us each; thread hand-off %.2f us)\n",
-                f.mode.c_str(), f.controller.c_str(), f.computation.c_str(), f.devices, r->hosts,
+                mode.c_str(), f.controller.c_str(), f.computation.c_str(), f.devices, r->hosts,
                 r->computations_per_second, 1e6 / r->computations_per_second, handoff);
   }
-  return 0;
 }
 
 struct UtilizationFlags {
@@ -209,8 +222,12 @@ void AddBenchDispatchCommands(CLI::App* bench, int* exit_code) {
       "dispatch",
       "Control-plane cost per computation: chains of trivial gang-scheduled computations "
       "(a scalar all-reduce over all devices, then an add), each output feeding the next");
-  cmd->add_option("--mode", d->mode, "opbyop | chained | fused")
-      ->check(CLI::IsMember(Keys(kModes)));
+  cmd->add_option("--mode", d->modes,
+                  "Comma-separated: opbyop, chained, fused (several run interleaved, round by "
+                  "round, and each is reported)")
+      ->delimiter(',')
+      ->check(CLI::IsMember(Keys(kModes)))
+      ->capture_default_str();
   cmd->add_option("--controller", d->controller,
                   "single (client + island scheduler) | multi (one dispatch loop per host)")
       ->check(CLI::IsMember(Keys(kControllers)));

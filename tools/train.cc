@@ -15,6 +15,7 @@ namespace {
 struct TrainOptions {
   int devices = 4;
   int steps = 100;
+  int log_every = 1;
   bool json = false;
   models::MlpOptions mlp;
 };
@@ -52,6 +53,7 @@ int RunTrainMlp(const TrainOptions& o) {
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double examples_per_s = static_cast<double>(o.mlp.global_batch) / seconds;
+    if (o.log_every == 0 || (step % o.log_every != 0 && step + 1 != o.steps)) continue;
     if (o.json) {
       nlohmann::json j = {{"step", step},       {"loss", loss},
                           {"examples_per_s", examples_per_s},
@@ -70,7 +72,10 @@ int RunTrainMlp(const TrainOptions& o) {
 }  // namespace
 
 void AddTrainCommand(CLI::App& app, int* exit_code) {
-  CLI::App* train = app.add_subcommand("train", "Train a model on the embedded cluster");
+  CLI::App* train = app.add_subcommand(
+      "train",
+      "Train a model: mlp on the embedded cluster; lm on the embedded cluster or, with "
+      "--cluster grpc://HOST:PORT (default: the one `cluster up` recorded), a distributed one");
   train->require_subcommand(1);
   auto options = std::make_shared<TrainOptions>();
   CLI::App* mlp = train->add_subcommand(
@@ -86,7 +91,10 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
   mlp->add_option("--lr", options->mlp.learning_rate, "SGD learning rate")
       ->check(CLI::PositiveNumber)->check(Finite());
   mlp->add_option("--seed", options->mlp.seed, "Seed of the weights and the task");
-  mlp->add_flag("--json", options->json, "One JSON object per step");
+  mlp->add_option("--log-every", options->log_every,
+                  "Progress line every N steps, and after the last (0: only the final loss)")
+      ->check(CLI::Range(0, 1000000));
+  mlp->add_flag("--json", options->json, "One JSON object per progress line");
   mlp->callback([options, exit_code] { *exit_code = RunTrainMlp(*options); });
   AddTrainLmCommand(train, exit_code);
 }

@@ -94,6 +94,23 @@ fi
 expect 1 "unreachable cluster (bench)" -- env CAUSEWAY_TOKEN=t \
   "$bin" bench dispatch --cluster grpc://127.0.0.1:1 --timeout 1
 expect 2 "a weight of 0 (the range is open at 0)" -- "$bin" demo --weight 0 --steps 1
+expect 2 "an unknown mode in a list" -- "$bin" bench dispatch --mode opbyop,bogus
+
+# bench dispatch --mode takes a list: one report per mode, interleaved runs.
+if out=$("$bin" bench dispatch --mode opbyop,fused --devices 1 --computation add \
+    --seconds 0.05 --json 2>&1); then
+  modes=$(echo "$out" | sed -n 's/.*"mode":"\([a-z]*\)".*/\1/p' | tr '\n' ' ')
+  [ "$modes" = "opbyop fused " ] || { echo "FAIL: --mode opbyop,fused reported '$modes'"; fail=1; }
+else
+  echo "FAIL: bench dispatch --mode opbyop,fused exited $?: $out"; fail=1
+fi
+# train mlp --log-every: a line every N steps and after the last.
+if out=$("$bin" train mlp --devices 1 --steps 7 --log-every 3 2>&1); then
+  steps=$(echo "$out" | awk '$1 == "step" {printf "%s ", $2}')
+  [ "$steps" = "0 3 6 " ] || { echo "FAIL: train mlp --log-every 3 logged steps '$steps'"; fail=1; }
+else
+  echo "FAIL: train mlp --log-every exited $?: $out"; fail=1
+fi
 
 [ "$fail" -eq 0 ] && echo "cli: every check passed"
 exit "$fail"
