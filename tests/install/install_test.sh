@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# install_test.sh BUILD_DIR SOURCE_DIR: see CMakeLists.txt beside it.
+# install_test.sh BUILD_DIR SOURCE_DIR [PYTHON_DIR]: see CMakeLists.txt beside it.
 set -euo pipefail
 build="$1"
 src="$2"
+python_dir="${3:-}"
 work="$(mktemp -d)"
 cluster_pid=""
 cleanup() {
@@ -32,6 +33,18 @@ internal=$(cd "$work/prefix/include" && find causeway -name '*.h' | grep -E \
 if [[ -n "$internal" ]]; then
   echo "install_test: the public headers pull in internal ones:" $internal >&2
   exit 1
+fi
+
+# The Python package, from the prefix alone.
+if [[ -n "$python_dir" ]]; then
+  [[ "$python_dir" = /* ]] || python_dir="$work/prefix/$python_dir"
+  (cd "$work" && PYTHONPATH="$python_dir" /usr/bin/python3 -c '
+import numpy as np, causeway as cw, sys
+assert cw.__file__.startswith(sys.argv[1]), cw.__file__
+cw.local_cluster(islands=1, hosts_per_island=1, devices_per_host=2)
+x = cw.device_put(np.arange(4, dtype=np.float32), cw.NamedSharding(cw.make_mesh({"d": 2}), cw.P("d")))
+assert float(x.sum()) == 6.0
+' "$python_dir") || { echo "install_test: the installed Python package failed" >&2; exit 1; }
 fi
 
 # A fresh project: nothing of the build tree on its paths.
