@@ -466,6 +466,17 @@ int RunTenancyBench(const TenancyFlags& f) {
   if (!local && !f.trace_path.empty()) {
     return Usage(absl::InvalidArgumentError("--trace needs the embedded cluster"));
   }
+  absl::StatusOr<std::vector<double>> counts =
+      f.aggregate.empty() ? std::vector<double>{} : ParseList(f.aggregate, "--aggregate");
+  if (!counts.ok()) return Usage(counts.status());
+  // Say what runs beyond --seconds, on stderr (stdout may be JSON).
+  if (!counts->empty()) {
+    std::fprintf(stderr,
+                 "bench tenancy: measuring %g s of sharing, then %zu aggregate run%s of %g s "
+                 "(--aggregate %s; --aggregate '' skips them): about %g s in all\n",
+                 f.seconds, counts->size(), counts->size() == 1 ? "" : "s", f.aggregate_seconds, f.aggregate.c_str(),
+                 f.seconds + static_cast<double>(counts->size()) * f.aggregate_seconds);
+  }
   absl::StatusOr<TenancyRun> run = local
                                        ? RunTenancy(f, *weights, f.seconds, !f.trace_path.empty())
                                        : RunTenancyProcesses(f, *weights, f.seconds);
@@ -493,9 +504,6 @@ int RunTenancyBench(const TenancyFlags& f) {
   // The aggregate compute fraction as clients are added (equal work each,
   // weights 1, 2, 4, ... in turn).
   nlohmann::json aggregate = nlohmann::json::array();
-  absl::StatusOr<std::vector<double>> counts =
-      f.aggregate.empty() ? std::vector<double>{} : ParseList(f.aggregate, "--aggregate");
-  if (!counts.ok()) return Usage(counts.status());
   for (double count : *counts) {
     std::vector<double> w;
     for (int c = 0; c < static_cast<int>(count); ++c) w.push_back(static_cast<double>(1 << (c % 4)));
@@ -593,7 +601,9 @@ void AddBenchTenancyCommand(CLI::App* bench, int* exit_code) {
   cmd->add_option("--compute-us", f->compute_us, "Length of each gang computation, us")
       ->check(CLI::Range(int64_t{1}, int64_t{1000000}))
       ->capture_default_str();
-  cmd->add_option("--seconds", f->seconds, "Measured time")
+  cmd->add_option("--seconds", f->seconds,
+                  "Measured time of the shares; the aggregate runs (--aggregate) take "
+                  "--aggregate-seconds more each, as the command says when it starts")
       ->check(CLI::Range(0.1, 3600.0))
       ->check(Finite())
       ->capture_default_str();
