@@ -335,7 +335,10 @@ std::string CoordinatorServer::Impl::Metrics() {
   // server's connections are gRPC's own and not counted here).
   Family tcp_open("causeway_tcp_connections", "gauge", "TCP connections open.");
   Family tcp_accepted("causeway_tcp_connections_accepted_total", "counter",
-                      "TCP connections handed to the server.");
+                      "TCP connections admitted (handed to the server once they send).");
+  Family tcp_silent("causeway_tcp_connections_closed_silent_total", "counter",
+                    "Admitted TCP connections closed for sending nothing within the handshake "
+                    "timeout.");
   Family tcp_refused("causeway_tcp_connections_refused_total", "counter",
                      "TCP connections closed on arrival, by reason.");
   Family bytes_total("causeway_transport_bytes_total", "counter",
@@ -360,6 +363,7 @@ std::string CoordinatorServer::Impl::Metrics() {
     tcp_refused.Add({{"reason", "peer_limit"}}, static_cast<double>(l.refused_peer));
     tcp_refused.Add({{"reason", "server_limit"}}, static_cast<double>(l.refused_total));
     tcp_refused.Add({{"reason", "no_file_descriptors"}}, static_cast<double>(l.shed_no_files));
+    tcp_silent.Add({}, static_cast<double>(l.closed_silent));
   }
 
   // Every host's device counters, asked at once, each answer awaited until
@@ -464,7 +468,7 @@ std::string CoordinatorServer::Impl::Metrics() {
   }
   std::string out;
   for (const Family* f : {&islands, &host_count, &devices, &connections, &tcp_open, &tcp_accepted,
-                          &tcp_refused, &bytes_total, &messages_total, &unread, &up,
+                          &tcp_refused, &tcp_silent, &bytes_total, &messages_total, &unread, &up,
                           &send_queue, &launches, &failed,
                           &busy, &collective, &compute, &queued_launches, &in_use, &peak, &capacity, &client_memory,
                           &client_waiting, &client_arrays, &forwarded, &finished, &device_s,

@@ -84,6 +84,135 @@ class DataPlane::Sender {
   std::unique_ptr<BatchWriter<cluster::DataBatch, cluster::DataMessage>> writer_;
 };
 
+// The payloads of one Push stream being reassembled from their chunks, held
+// against the data plane's bounds for the stream's peer address; released
+// when a payload is whole or dropped, and when the stream ends.
+class DataPlane::Reassembly {
+ public:
+  Reassembly(DataPlane* plane, std::string peer) : plane_(plane), peer_(std::move(peer)) {}
+  ~Reassembly() {
+    int64_t held = 0;
+    for (const auto& [key, p] : pieces_) held += p.received;
+    for (const auto& [key, p] : contributions_) held += p.received;
+    if (held > 0) plane_->ReleaseReassembly(peer_, held);
+  }
+  Reassembly(const Reassembly&) = delete;
+  Reassembly& operator=(const Reassembly&) = delete;
+
+  using PieceKey = std::tuple<int64_t, int, int, int>;
+  using ContributionKey = std::tuple<int64_t, int, int, int, int>;
+
+  // Adds a chunk; true (with the payload in `out`) once the payload is whole.
+  bool AddPiece(const PieceKey& key, int64_t offset, int64_t total, std::string chunk,
+                std::string& out) {
+    return Add(pieces_, key, offset, total, std::move(chunk), out);
+  }
+  bool AddContribution(const ContributionKey& key, int64_t offset, int64_t total,
+                       std::string chunk, std::string& out) {
+    return Add(contributions_, key, offset, total, std::move(chunk), out);
+  }
+
+ private:
+  // A payload's chunks so far: kept as they came (the memory held is what
+  // arrived, never what the sender declared), joined once whole.
+  struct Partial {
+    std::vector<std::string> chunks;
+    int64_t received = 0;
+    int64_t total = 0;
+  };
+
+  template <typename Key>
+  bool Add(absl::flat_hash_map<Key, Partial>& partial, const Key& key, int64_t offset,
+           int64_t total, std::string chunk, std::string& out) {
+    const ReassemblyLimits& bounds = plane_->reassembly_limits_;
+    const int64_t largest = std::min(bounds.max_payload_bytes, limits::kMaxPayloadBytes);
+    const int64_t size = static_cast<int64_t>(chunk.size());
+    if (total < 0 || total > largest ||
+        offset < 0 || size > total - std::min(offset, total)) {
+      if (LogDrop()) CW_LOG(kWarning)
+          << "data plane: a chunk of " << size << " bytes at offset " << offset
+          << " of a payload of " << total << " bytes from " << peer_ << " (at most " << largest
+          << " bytes here); payload dropped";
+      Drop(partial, key);
+      return false;
+    }
+    auto it = partial.find(key);
+    if (it == partial.end()) {
+      if (offset == 0 && size == total) {
+        out = std::move(chunk);
+        return true;
+      }
+      if (partial.size() >= static_cast<size_t>(limits::kMaxPartialPayloadsPerStream)) {
+        if (LogDrop()) CW_LOG(kWarning)
+            << "data plane: more than " << limits::kMaxPartialPayloadsPerStream
+            << " payloads in flight on one stream from " << peer_ << "; payload dropped";
+        plane_->CountDroppedChunk();
+        return false;
+      }
+      if (offset != 0) {
+        // A later chunk of a payload already dropped (or never begun).
+        plane_->CountDroppedChunk();
+        return false;
+      }
+      it = partial.emplace(key, Partial{{}, 0, total}).first;
+    }
+    Partial& p = it->second;
+    if (p.received != offset || p.total != total) {
+      // Out of order or inconsistent: a sender bug; drop the payload (its
+      // consumer fails by timeout or by the sender's loss).
+      if (LogDrop()) CW_LOG(kWarning)
+          << "data plane: chunk at offset " << offset << " of " << total << " bytes after "
+          << p.received << " of " << p.total << " from " << peer_ << "; payload dropped";
+      Drop(partial, key);
+      return false;
+    }
+    if (p.received + size < total && !plane_->ReserveReassembly(peer_, size)) {
+      if (LogDrop()) CW_LOG(kWarning)
+          << "data plane: payloads being reassembled from " << peer_
+          << " would pass this host's bound (" << bounds.per_peer_bytes << " bytes a peer, "
+          << bounds.per_host_bytes << " in all); payload of " << total << " bytes dropped";
+      Drop(partial, key);
+      return false;
+    }
+    if (p.received + size < total) {
+      p.received += size;
+      p.chunks.push_back(std::move(chunk));
+      return false;
+    }
+    // The last chunk: join (no reservation for it; held only while joined).
+    out.clear();
+    out.reserve(static_cast<size_t>(total));
+    for (const std::string& c : p.chunks) out.append(c);
+    out.append(chunk);
+    const int64_t held = p.received;
+    partial.erase(it);
+    if (held > 0) plane_->ReleaseReassembly(peer_, held);
+    return true;
+  }
+
+  // The first drop on a stream is logged, then every 1000th.
+  bool LogDrop() {
+    ++drops_;
+    return drops_ == 1 || drops_ % 1000 == 0;
+  }
+
+  template <typename Key>
+  void Drop(absl::flat_hash_map<Key, Partial>& partial, const Key& key) {
+    plane_->CountDroppedChunk();
+    auto it = partial.find(key);
+    if (it == partial.end()) return;
+    const int64_t held = it->second.received;
+    partial.erase(it);
+    if (held > 0) plane_->ReleaseReassembly(peer_, held);
+  }
+
+  DataPlane* const plane_;
+  const std::string peer_;
+  absl::flat_hash_map<PieceKey, Partial> pieces_;
+  absl::flat_hash_map<ContributionKey, Partial> contributions_;
+  int64_t drops_ = 0;
+};
+
 // The receiving half: one Push stream per sending peer. Chunks of one
 // payload arrive in order on one stream and are reassembled per stream.
 class DataPlane::Service final : public cluster::Data::Service {
@@ -94,10 +223,7 @@ class DataPlane::Service final : public cluster::Data::Service {
                     cluster::DataAck*) override {
     grpc::Status auth = grpc_transport::CheckCallMetadata(*context, plane_->token_);
     if (!auth.ok()) return auth;
-    using PieceKey = std::tuple<int64_t, int, int, int>;
-    using ContributionKey = std::tuple<int64_t, int, int, int, int>;
-    absl::flat_hash_map<PieceKey, std::string> pieces;
-    absl::flat_hash_map<ContributionKey, std::string> contributions;
+    Reassembly reassembly(plane_, grpc_transport::PeerHost(context->peer()));
     cluster::DataBatch batch;
     while (reader->Read(&batch)) {
       HostExecutor* host;
@@ -117,8 +243,9 @@ class DataPlane::Service final : public cluster::Data::Service {
           case cluster::DataMessage::kPiece: {
             cluster::PieceChunk& c = *m.mutable_piece();
             std::string bytes;
-            if (!Assemble(pieces, PieceKey{c.run(), c.node(), c.dst_shard(), c.piece()},
-                          c.offset(), c.total_bytes(), std::move(*c.mutable_data()), bytes)) {
+            if (!reassembly.AddPiece(
+                    Reassembly::PieceKey{c.run(), c.node(), c.dst_shard(), c.piece()}, c.offset(),
+                    c.total_bytes(), std::move(*c.mutable_data()), bytes)) {
               break;
             }
             host->DeliverPiece(ShardPieceMessage{RunId(c.run()), c.node(), c.dst_shard(),
@@ -129,10 +256,10 @@ class DataPlane::Service final : public cluster::Data::Service {
           case cluster::DataMessage::kContribution: {
             cluster::ContributionChunk& c = *m.mutable_contribution();
             std::string bytes;
-            if (!Assemble(contributions,
-                          ContributionKey{c.run(), c.node(), c.index(), c.group_leader(),
-                                          c.rank()},
-                          c.offset(), c.total_bytes(), std::move(*c.mutable_data()), bytes)) {
+            if (!reassembly.AddContribution(
+                    Reassembly::ContributionKey{c.run(), c.node(), c.index(), c.group_leader(),
+                                                c.rank()},
+                    c.offset(), c.total_bytes(), std::move(*c.mutable_data()), bytes)) {
               break;
             }
             hub->DeliverContribution(CollectiveKeyOf(c), c.rank(), std::move(bytes));
@@ -171,52 +298,56 @@ class DataPlane::Service final : public cluster::Data::Service {
   }
 
  private:
-  // Adds a chunk; true (with the payload in `out`) once the payload is whole.
-  template <typename Key>
-  static bool Assemble(absl::flat_hash_map<Key, std::string>& partial, const Key& key,
-                       int64_t offset, int64_t total, std::string chunk, std::string& out) {
-    if (total < 0 || total > limits::kMaxPayloadBytes || offset < 0 ||
-        static_cast<int64_t>(chunk.size()) > total - std::min(offset, total)) {
-      CW_LOG(kWarning) << "data plane: a chunk of " << chunk.size() << " bytes at offset " << offset
-                       << " of a payload of " << total << " bytes (at most "
-                       << limits::kMaxPayloadBytes << "); payload dropped";
-      partial.erase(key);
-      return false;
-    }
-    if (offset == 0 && static_cast<int64_t>(chunk.size()) == total) {
-      out = std::move(chunk);
-      return true;
-    }
-    if (!partial.contains(key) &&
-        partial.size() >= static_cast<size_t>(limits::kMaxPartialPayloadsPerStream)) {
-      CW_LOG(kWarning) << "data plane: more than " << limits::kMaxPartialPayloadsPerStream
-                       << " payloads in flight on one stream; payload dropped";
-      return false;
-    }
-    std::string& buffer = partial[key];
-    // Grows as chunks come, rather than trusting the sender's total.
-    if (offset == 0) buffer.reserve(static_cast<size_t>(std::min<int64_t>(total, int64_t{1} << 24)));
-    if (static_cast<int64_t>(buffer.size()) != offset) {
-      // Out of order: a sender bug; drop the payload (its consumer fails by
-      // timeout or by the sender's loss).
-      CW_LOG(kWarning) << "data plane: chunk at offset " << offset << " after " << buffer.size()
-                      << " bytes; payload dropped";
-      partial.erase(key);
-      return false;
-    }
-    buffer.append(chunk);
-    if (static_cast<int64_t>(buffer.size()) < total) return false;
-    out = std::move(buffer);
-    partial.erase(key);
-    return true;
-  }
-
   DataPlane* const plane_;
 };
 
-DataPlane::DataPlane(std::string token, std::shared_ptr<grpc::ChannelCredentials> creds)
+ReassemblyLimits ReassemblyLimits::ForHost(int devices, int64_t memory_bytes) {
+  constexpr int64_t kFloor = int64_t{64} << 20;
+  ReassemblyLimits l;
+  l.max_payload_bytes = std::clamp<int64_t>(memory_bytes, 0, limits::kMaxPayloadBytes);
+  const int64_t all = std::max<int64_t>(1, devices) * std::max<int64_t>(0, memory_bytes);
+  l.per_host_bytes = std::max({kFloor, l.max_payload_bytes, all});
+  l.per_peer_bytes = std::max({kFloor, l.max_payload_bytes, all / 2});
+  return l;
+}
+
+DataPlane::DataPlane(std::string token, std::shared_ptr<grpc::ChannelCredentials> creds,
+                     ReassemblyLimits reassembly)
     : token_(std::move(token)), creds_(std::move(creds)),
-      service_(std::make_unique<Service>(this)) {}
+      service_(std::make_unique<Service>(this)), reassembly_limits_(reassembly) {}
+
+bool DataPlane::ReserveReassembly(const std::string& peer, int64_t bytes) {
+  MutexLock lock(&reassembly_mu_);
+  int64_t& mine = reassembly_by_peer_[peer];
+  if (mine + bytes > reassembly_limits_.per_peer_bytes ||
+      reassembly_.held_bytes + bytes > reassembly_limits_.per_host_bytes) {
+    if (mine == 0) reassembly_by_peer_.erase(peer);
+    return false;
+  }
+  mine += bytes;
+  reassembly_.held_bytes += bytes;
+  reassembly_.peak_bytes = std::max(reassembly_.peak_bytes, reassembly_.held_bytes);
+  return true;
+}
+
+void DataPlane::ReleaseReassembly(const std::string& peer, int64_t bytes) {
+  MutexLock lock(&reassembly_mu_);
+  reassembly_.held_bytes -= bytes;
+  auto it = reassembly_by_peer_.find(peer);
+  CW_CHECK(it != reassembly_by_peer_.end() && it->second >= bytes);
+  it->second -= bytes;
+  if (it->second == 0) reassembly_by_peer_.erase(it);
+}
+
+void DataPlane::CountDroppedChunk() {
+  MutexLock lock(&reassembly_mu_);
+  ++reassembly_.dropped_chunks;
+}
+
+ReassemblyStats DataPlane::reassembly_stats() const {
+  MutexLock lock(&reassembly_mu_);
+  return reassembly_;
+}
 
 DataPlane::~DataPlane() { Shutdown(); }
 

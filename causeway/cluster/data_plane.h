@@ -24,10 +24,37 @@ namespace causeway {
 // Payloads are sent in chunks of at most this many bytes.
 inline constexpr int64_t kDataChunkBytes = int64_t{1} << 20;
 
+// What a payload's reassembly from chunks may hold of this host's memory.
+// A payload arrives in chunks of kDataChunkBytes, and its bytes are held
+// (as they arrive, never from the size the sender declares) until its last
+// chunk. A chunk that would take the bytes held past a bound drops its
+// payload (the consumer fails by its input or collective timeout, or by
+// the sender's loss); so does a payload declared larger than any buffer of
+// this host.
+struct ReassemblyLimits {
+  // The largest payload accepted: a piece or contribution fills at most one
+  // device's buffer (WorkerServer: the device memory).
+  int64_t max_payload_bytes = int64_t{1} << 32;
+  // Bytes held for payloads not yet whole: from one peer address, and from
+  // all peers together (WorkerServer: half the host's device memory, and
+  // all of it; at least 64 MiB and one largest payload).
+  int64_t per_peer_bytes = int64_t{1} << 31;
+  int64_t per_host_bytes = int64_t{1} << 32;
+  // The limits WorkerServer uses for `devices` devices of `memory_bytes`.
+  static ReassemblyLimits ForHost(int devices, int64_t memory_bytes);
+};
+
+struct ReassemblyStats {
+  int64_t held_bytes = 0;        // now, for payloads not yet whole
+  int64_t peak_bytes = 0;        // the most held at once
+  int64_t dropped_chunks = 0;    // of payloads over a bound, malformed or out of order
+};
+
 // Thread-safe.
 class DataPlane final : public DataTransport, public CollectivePeers {
  public:
-  DataPlane(std::string token, std::shared_ptr<grpc::ChannelCredentials> creds);
+  DataPlane(std::string token, std::shared_ptr<grpc::ChannelCredentials> creds,
+            ReassemblyLimits reassembly = {});
   ~DataPlane() override;
 
   // This worker's host id, and where received pieces and contributions go.
@@ -69,10 +96,18 @@ class DataPlane final : public DataTransport, public CollectivePeers {
   grpc::Service* service();
 
   int64_t bytes_sent() const;
+  ReassemblyStats reassembly_stats() const;
 
  private:
   class Sender;
   class Service;
+  class Reassembly;
+
+  // Takes `bytes` more of the reassembly bounds for `peer`; false (taking
+  // nothing) if that would pass one of them.
+  bool ReserveReassembly(const std::string& peer, int64_t bytes);
+  void ReleaseReassembly(const std::string& peer, int64_t bytes);
+  void CountDroppedChunk();
   struct PeerInfo {
     std::string address;
     bool lost = false;
@@ -97,6 +132,11 @@ class DataPlane final : public DataTransport, public CollectivePeers {
   absl::flat_hash_map<HostId, std::shared_ptr<Sender>> senders_ ABSL_GUARDED_BY(mu_);
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   int64_t bytes_sent_ ABSL_GUARDED_BY(mu_) = 0;
+
+  const ReassemblyLimits reassembly_limits_;
+  mutable Mutex reassembly_mu_;
+  absl::flat_hash_map<std::string, int64_t> reassembly_by_peer_ ABSL_GUARDED_BY(reassembly_mu_);
+  ReassemblyStats reassembly_ ABSL_GUARDED_BY(reassembly_mu_);
 
   friend class Service;
 };

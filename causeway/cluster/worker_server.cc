@@ -63,6 +63,7 @@ class WorkerServer::Impl {
   absl::Status Start();
   HostId host() const { return host_; }
   int data_port() const { return data_port_; }
+  ReassemblyStats reassembly_stats() const { return data_->reassembly_stats(); }
 
   absl::Status Wait() {
     stopped_.WaitForNotification();
@@ -170,7 +171,8 @@ absl::Status WorkerServer::Impl::Start() {
   // The data server first: its port goes into the hello. It refuses pushes
   // until the data plane is attached, which happens before the coordinator
   // tells anyone about this host.
-  data_ = std::make_unique<DataPlane>(token_, channel_creds_);
+  data_ = std::make_unique<DataPlane>(
+      token_, channel_creds_, ReassemblyLimits::ForHost(options_.devices, options_.memory_bytes));
   grpc::ServerBuilder builder;
   grpc_transport::ConfigureServer(builder);
   builder.RegisterService(data_->service());
@@ -537,6 +539,8 @@ WorkerServer::~WorkerServer() { Shutdown(); }
 absl::Status WorkerServer::Wait() { return impl_->Wait(); }
 
 int WorkerServer::data_port() const { return impl_->data_port(); }
+
+ReassemblyStats WorkerServer::reassembly_stats() const { return impl_->reassembly_stats(); }
 
 void WorkerServer::Shutdown() { impl_->Shutdown(); }
 

@@ -20,6 +20,7 @@ namespace causeway {
 
 class CollectiveHub;
 class DataPlane;
+struct ReassemblyStats;
 class HostExecutor;
 class TraceRecorder;
 
@@ -77,6 +78,8 @@ class WorkerServer {
   HostId host() const { return host_; }
   // The port its data-plane server listens on.
   int data_port() const;
+  // What the data plane holds of payloads being reassembled from chunks.
+  ReassemblyStats reassembly_stats() const;
   // Blocks until the coordinator ends the connection or Shutdown() is
   // called; returns why the worker stopped.
   absl::Status Wait();

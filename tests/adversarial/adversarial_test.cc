@@ -16,6 +16,7 @@
 #include <limits>
 #include <map>
 #include <thread>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
@@ -24,6 +25,7 @@
 #include "causeway/base/limits.h"
 #include "causeway/base/status_macros.h"
 #include "causeway/cluster/coordinator_server.h"
+#include "causeway/cluster/data_plane.h"
 #include "causeway/cluster/worker_server.h"
 #include "causeway/transport/grpc/cluster.grpc.pb.h"
 #include "causeway/transport/grpc/cluster_codec.h"
@@ -610,35 +612,54 @@ TEST(SignalTest, SigtermExitsCleanlyAndAWorkerThatLosesItsCoordinatorExitsOne) {
 }
 
 // Connections that never authenticate (no call, or not even a handshake)
-// are closed by the server after its handshake and idle timeouts.
+// are closed by the server: one that sends nothing after the handshake
+// timeout (well before the idle timeout, set long here to tell the two
+// apart), one that never makes a call after the idle timeout.
 TEST(ConnectionTest, ConnectionsThatNeverAuthenticateAreClosed) {
   CoordinatorOptions o;
   o.token = "client-token";
   o.worker_token = "worker-token";
   o.limits.handshake_timeout = absl::Milliseconds(300);
-  o.limits.idle_timeout = absl::Milliseconds(300);
+  o.limits.idle_timeout = absl::Minutes(10);
   ASSERT_OK_AND_ASSIGN(auto server, CoordinatorServer::Start(o));
   ASSERT_OK_AND_ASSIGN(auto address, grpc_transport::SplitHostPort(server->address()));
-  // A TCP connection that sends nothing.
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(static_cast<uint16_t>(address.second));
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
-  timeval wait{30, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
-  char buffer[256];
-  ssize_t n;
-  const absl::Time start = absl::Now();
-  // The server may write its HTTP/2 settings first; then it closes.
-  while ((n = recv(fd, buffer, sizeof(buffer), 0)) > 0) {
+  // TCP connections that send nothing.
+  std::vector<int> silent;
+  for (int i = 0; i < 3; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(static_cast<uint16_t>(address.second));
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+    timeval wait{30, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
+    silent.push_back(fd);
   }
-  EXPECT_TRUE(n == 0 || errno == ECONNRESET) << "recv: " << n << " errno " << errno;
-  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
-  close(fd);
-  // A gRPC connection that never makes a call is closed too.
+  // Meanwhile a client that speaks is served.
+  auto talker = grpc_transport::MakeChannel(server->address(), grpc::InsecureChannelCredentials());
+  EXPECT_TRUE(talker->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10)));
+  const absl::Time start = absl::Now();
+  for (const int fd : silent) {
+    char buffer[256];
+    ssize_t n;
+    while ((n = recv(fd, buffer, sizeof(buffer), 0)) > 0) {
+    }
+    EXPECT_TRUE(n == 0 || errno == ECONNRESET) << "recv: " << n << " errno " << errno;
+    close(fd);
+  }
+  // By the handshake timeout (300 ms), not the idle one (10 min).
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  EXPECT_EQ(talker->GetState(false), GRPC_CHANNEL_READY);
+}
+
+TEST(ConnectionTest, AConnectionThatNeverCallsIsClosedAfterTheIdleTimeout) {
+  CoordinatorOptions o;
+  o.token = "client-token";
+  o.worker_token = "worker-token";
+  o.limits.idle_timeout = absl::Milliseconds(300);
+  ASSERT_OK_AND_ASSIGN(auto server, CoordinatorServer::Start(o));
   auto channel = grpc_transport::MakeChannel(server->address(), grpc::InsecureChannelCredentials());
   ASSERT_TRUE(channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10)));
   EXPECT_TRUE(channel->WaitForStateChange(GRPC_CHANNEL_READY,
@@ -1105,6 +1126,81 @@ TEST(ConnectionTest, RunningOutOfFileDescriptorsDoesNotStopTheListener) {
   RecordProperty("flood_attempts", std::to_string(attempts));
   RecordProperty("shed", std::to_string(shed));
   EXPECT_EQ(cluster->ReapExited(), "");
+}
+
+// A peer that sends chunks of payloads it never finishes holds at most the
+// data plane's reassembly bounds of the worker's memory (here a device of
+// 16 MiB: payloads of at most 16 MiB, 64 MiB held in all): a payload
+// declared larger than a device is dropped at its first chunk, and
+// partial payloads past the bound, from one stream or several, are dropped
+// rather than held. What a stream held is released when it ends, and a
+// whole payload in several chunks still arrives.
+TEST(DataPlaneTest, PartialPayloadsAreBoundedPerPeerAndPerHost) {
+  InProcessCluster cluster = StartInProcess(CoordinatorOptions{});
+  auto channel = grpc_transport::MakeChannel(
+      absl::StrCat("127.0.0.1:", cluster.worker->data_port()), grpc::InsecureChannelCredentials());
+  auto stub = cluster::Data::NewStub(channel);
+  const std::string chunk(size_t{1} << 20, 'x');
+  auto piece = [&](int id, int64_t total, int64_t offset) {
+    cluster::DataBatch batch;
+    cluster::PieceChunk& c = *batch.add_messages()->mutable_piece();
+    c.set_run(1 << 30);  // a run this worker never gets
+    c.set_piece(id);
+    c.set_total_bytes(total);
+    c.set_offset(offset);
+    c.set_data(chunk);
+    return batch;
+  };
+  struct Stream {
+    grpc::ClientContext context;
+    cluster::DataAck ack;
+    std::unique_ptr<grpc::ClientWriter<cluster::DataBatch>> writer;
+  };
+  std::vector<std::unique_ptr<Stream>> streams;
+  for (int i = 0; i < 2; ++i) {
+    auto st = std::make_unique<Stream>();
+    grpc_transport::AddCallMetadata(st->context, "worker-token");
+    st->writer = stub->Push(&st->context, &st->ack);
+    streams.push_back(std::move(st));
+  }
+  // 700 MiB of a never-finished 4 GiB payload: dropped chunk by chunk.
+  for (int i = 0; i < 700; ++i) {
+    ASSERT_TRUE(streams[0]->writer->Write(piece(0, int64_t{4} << 30, int64_t{i} << 20)));
+  }
+  // 2 x 100 payloads of 16 MiB, each sent its first 1 MiB.
+  for (int id = 1; id <= 100; ++id) {
+    for (auto& st : streams) ASSERT_TRUE(st->writer->Write(piece(id, int64_t{16} << 20, 0)));
+  }
+  // Every chunk is either held or dropped once the server has read it.
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  ReassemblyStats during = cluster.worker->reassembly_stats();
+  while ((during.held_bytes >> 20) + during.dropped_chunks < 900 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+    during = cluster.worker->reassembly_stats();
+  }
+  EXPECT_EQ(during.held_bytes, int64_t{64} << 20);
+  EXPECT_EQ(during.dropped_chunks, 700 + 200 - 64);
+  for (auto& st : streams) {
+    ASSERT_TRUE(st->writer->WritesDone());
+    EXPECT_TRUE(st->writer->Finish().ok());
+  }
+  const ReassemblyStats after = cluster.worker->reassembly_stats();
+  EXPECT_EQ(after.held_bytes, 0);  // released as the streams ended
+  EXPECT_EQ(after.peak_bytes, int64_t{64} << 20);
+  EXPECT_EQ(after.dropped_chunks, during.dropped_chunks);
+  // A whole payload of three chunks, with the bound free again: held while
+  // it arrives, then delivered (as an early piece), dropping nothing.
+  Stream last;
+  grpc_transport::AddCallMetadata(last.context, "worker-token");
+  last.writer = stub->Push(&last.context, &last.ack);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(last.writer->Write(piece(7, int64_t{3} << 20, int64_t{i} << 20)));
+  }
+  ASSERT_TRUE(last.writer->WritesDone());
+  EXPECT_TRUE(last.writer->Finish().ok());
+  const ReassemblyStats whole = cluster.worker->reassembly_stats();
+  EXPECT_EQ(whole.held_bytes, 0);
+  EXPECT_EQ(whole.dropped_chunks, after.dropped_chunks);
 }
 
 }  // namespace

@@ -119,7 +119,9 @@ absl::StatusOr<StartedServer> StartServer(grpc::ServerBuilder& builder, const st
                                           bool plaintext, const ServerLimits& limits) {
   StartedServer started;
   if (plaintext) {
-    CW_ASSIGN_OR_RETURN(started.listener, Listener::Open(address, limits.connections));
+    ListenerLimits connections = limits.connections;
+    connections.first_bytes_timeout = limits.handshake_timeout;
+    CW_ASSIGN_OR_RETURN(started.listener, Listener::Open(address, connections));
     started.port = started.listener->port();
   } else {
     builder.AddListeningPort(address, creds, &started.port);

@@ -54,7 +54,9 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
 // authenticate (the token is checked on each call, so a connection with no
 // call is unauthenticated).
 struct ServerLimits {
-  // A connection must finish its TLS/HTTP2 handshake within this.
+  // A connection must finish its TLS/HTTP2 handshake within this (on a
+  // plaintext server: send its first bytes, the Listener's
+  // first_bytes_timeout).
   absl::Duration handshake_timeout = absl::Seconds(10);
   // A connection with no call open for this long is closed.
   absl::Duration idle_timeout = absl::Seconds(30);

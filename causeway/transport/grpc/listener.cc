@@ -193,16 +193,36 @@ void Listener::Loop() {
   // lasts, the loop waits 1, 2, 4 ... 100 ms between sheds rather than
   // spin a core on a peer that reconnects at once. An accept resets it.
   int shed_backoff_ms = 0;
+  // The waiting connections follow the listening socket and the wake pipe.
+  std::vector<pollfd> fds;
   for (;;) {
     // Backing off, only the wake pipe: the pending connection would end
     // the wait at once.
-    pollfd fds[2] = {{backoff_ms > 0 ? -1 : listen_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
-    const int ready = poll(fds, 2, backoff_ms);
+    fds.clear();
+    fds.push_back({backoff_ms > 0 ? -1 : listen_fd_, POLLIN, 0});
+    fds.push_back({wake_[0], POLLIN, 0});
+    absl::Time next = absl::InfiniteFuture();
+    for (const Waiting& w : waiting_) {
+      fds.push_back({w.fd, POLLIN, 0});
+      next = std::min(next, w.deadline);
+    }
+    int timeout_ms = backoff_ms;
+    if (next != absl::InfiniteFuture()) {
+      const int until_next = static_cast<int>(std::clamp<int64_t>(
+          absl::ToInt64Milliseconds(next - absl::Now()) + 1, 0, int64_t{1} << 30));
+      timeout_ms = timeout_ms < 0 ? until_next : std::min(timeout_ms, until_next);
+    }
+    const int ready = poll(fds.data(), fds.size(), timeout_ms);
     if (ready < 0 && errno != EINTR) {
       CW_LOG(kError) << "listener on port " << port_ << ": poll: " << std::strerror(errno);
+      CloseWaiting();
       return;
     }
-    if (fds[1].revents != 0) return;
+    if (fds[1].revents != 0) {
+      CloseWaiting();
+      return;
+    }
+    ServeWaiting(fds.data() + 2, absl::Now());
     backoff_ms = -1;
     for (;;) {
       sockaddr_storage sa{};
@@ -310,14 +330,63 @@ void Listener::Admit(int fd, const std::string& host, const std::string& uri) {
     ++open_;
     ++stats_.accepted;
   }
+  if (limits_.first_bytes_timeout <= absl::ZeroDuration()) {
+    HandOver(fd, conn.dev, conn.ino, uri);
+    return;
+  }
+  waiting_.push_back(
+      Waiting{fd, conn.dev, conn.ino, uri, absl::Now() + limits_.first_bytes_timeout});
+}
+
+void Listener::HandOver(int fd, uint64_t dev, uint64_t ino, std::string uri) {
   const int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   {
     PeerRegistry& r = Registry();
     MutexLock lock(&r.mu);
-    r.by_fd[fd] = PeerEntry{conn.dev, conn.ino, uri};
+    r.by_fd[fd] = PeerEntry{dev, ino, std::move(uri)};
   }
   grpc::AddInsecureChannelFromFd(server_, fd);
+}
+
+void Listener::ServeWaiting(const pollfd* fds, absl::Time now) {
+  std::vector<Waiting> still;
+  int64_t silent = 0;
+  for (size_t i = 0; i < waiting_.size(); ++i) {
+    Waiting& w = waiting_[i];
+    const short revents = fds[i].revents;
+    if ((revents & POLLIN) != 0) {
+      // Bytes (or the peer's close, which gRPC then reads as such).
+      HandOver(w.fd, w.dev, w.ino, std::move(w.uri));
+    } else if (revents != 0) {
+      close(w.fd);  // hung up or failed before a byte
+    } else if (now >= w.deadline) {
+      close(w.fd);
+      ++silent;
+    } else {
+      still.push_back(std::move(w));
+    }
+  }
+  waiting_ = std::move(still);
+  if (silent > 0) {
+    int64_t count = 0;
+    {
+      MutexLock lock(&mu_);
+      stats_.closed_silent += silent;
+      count = stats_.closed_silent;
+    }
+    if (count == silent || count / 1000 != (count - silent) / 1000) {
+      CW_LOG(kWarning) << "listener on port " << port_ << ": closed " << silent
+                       << " connection(s) that sent nothing within "
+                       << absl::FormatDuration(limits_.first_bytes_timeout) << " (" << count
+                       << " so far)";
+    }
+  }
+}
+
+void Listener::CloseWaiting() {
+  for (const Waiting& w : waiting_) close(w.fd);
+  waiting_.clear();
 }
 
 std::string ResolvePeer(absl::string_view peer) {

@@ -11,7 +11,12 @@
 //   serves again as soon as descriptors free;
 // - a peer (an IP address) holds at most `max_connections_per_peer`
 //   connections at once, and the server at most `max_connections`; beyond,
-//   a new connection is closed at once.
+//   a new connection is closed at once;
+// - a connection is handed over only once its first bytes arrive (a gRPC
+//   client sends its preface at once); one that sends nothing within
+//   `first_bytes_timeout` is closed. gRPC applies no handshake deadline to
+//   a connection taken from a descriptor, so without this a silent
+//   connection would hold its descriptor until the idle timeout and more.
 // A connection counts until its socket closes (checked by the socket's
 // inode, so a reused descriptor number is not mistaken for it).
 //
@@ -19,6 +24,8 @@
 // gRPC's listener and with it the limits above (docs/DISTRIBUTED.md).
 #ifndef CAUSEWAY_TRANSPORT_GRPC_LISTENER_H_
 #define CAUSEWAY_TRANSPORT_GRPC_LISTENER_H_
+
+#include <poll.h>
 
 #include <cstdint>
 #include <memory>
@@ -29,6 +36,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "causeway/base/mutex.h"
 
 namespace grpc {
@@ -43,13 +51,17 @@ struct ListenerLimits {
   // address, so a peer is a machine rather than a process.
   int max_connections_per_peer = 256;
   int max_connections = 8192;
+  // A connection must send its first bytes within this; zero hands every
+  // connection over at once.
+  absl::Duration first_bytes_timeout = absl::Seconds(10);
 };
 
 struct ListenerStats {
-  int64_t accepted = 0;         // handed to the server
+  int64_t accepted = 0;         // admitted (handed over once it sends)
   int64_t refused_peer = 0;     // the peer already held its limit
   int64_t refused_total = 0;    // the server already held its limit
   int64_t shed_no_files = 0;    // closed for want of a file descriptor
+  int64_t closed_silent = 0;    // admitted, then sent nothing in time
   int64_t open = 0;             // connections open at the last check
 };
 
@@ -76,8 +88,17 @@ class Listener {
  private:
   Listener(int fd, int port, const ListenerLimits& limits);
   void Loop();
-  // Takes one accepted connection: admits it to the server or closes it.
+  // Takes one accepted connection: counts it and keeps it waiting for its
+  // first bytes (or hands it over at once), or closes it.
   void Admit(int fd, const std::string& host, const std::string& uri);
+  // Gives an admitted connection to the server.
+  void HandOver(int fd, uint64_t dev, uint64_t ino, std::string uri);
+  // Given the poll results for `waiting_` (in its order), hands over the
+  // connections that have sent bytes and closes those that hung up or
+  // are past their deadline.
+  void ServeWaiting(const pollfd* fds, absl::Time now);
+  // Closes every waiting connection (the loop is ending).
+  void CloseWaiting();
   // Sheds one pending connection when no descriptor is left for it.
   void ShedOne();
   // REQUIRES: mu_. Forgets the connections whose sockets have closed:
@@ -89,6 +110,15 @@ class Listener {
   const ListenerLimits limits_;
   int wake_[2] = {-1, -1};  // Stop() writes to wake_[1]
   int reserve_fd_ = -1;     // only the accept thread touches it
+  // Admitted connections that have not yet sent a byte (accept thread only).
+  struct Waiting {
+    int fd;
+    uint64_t dev;
+    uint64_t ino;
+    std::string uri;
+    absl::Time deadline;
+  };
+  std::vector<Waiting> waiting_;
   grpc::Server* server_ = nullptr;
   std::thread thread_;
 
