@@ -206,6 +206,13 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<OutboxItem> outbox_ ABSL_GUARDED_BY(mu_);
   std::deque<std::function<void()>> control_ ABSL_GUARDED_BY(mu_);
+  // Wake the outbox and control threads when their queue gains its first
+  // item, or on stopping. Not Mutex::Await: mu_ is taken several times per
+  // call (the call cache, ids, the outbox), and an Await()ing thread is
+  // woken by every release of it — two idle threads woken per lock, most
+  // of a small call's cost on two cores.
+  CondVar outbox_cv_;
+  CondVar control_cv_;
   std::vector<std::shared_ptr<const ProgramPlan>> registered_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Program> call_cache_ ABSL_GUARDED_BY(mu_);
   std::thread outbox_thread_;

@@ -1,6 +1,7 @@
 // ClientCore's asynchronous side: sequential dispatch, reads, batched
 // releases, and disconnection.
 #include <algorithm>
+#include <chrono>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +12,10 @@
 
 namespace causeway::internal {
 namespace {
+
+// An idle outbox or control thread re-checks its queue this often, besides
+// being woken when the queue gains an item.
+constexpr std::chrono::seconds kIdleRecheck{1};
 
 // Settles a group of "submitted" promises once: with the refusal of the
 // submitting call, or when the scheduler forwarded the run (or dropped it),
@@ -138,6 +143,7 @@ void ClientCore::PostControl(std::function<void()> task) {
   {
     MutexLock lock(&mu_);
     if (!stopping_) {
+      if (control_.empty()) control_cv_.SignalAll();
       control_.push_back(std::move(task));
       return;
     }
@@ -150,9 +156,9 @@ void ClientCore::ControlLoop() {
     std::function<void()> task;
     {
       MutexLock lock(&mu_);
-      mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || !control_.empty();
-      });
+      while (!stopping_ && control_.empty()) {
+        control_cv_.WaitWithDeadline(&mu_, std::chrono::steady_clock::now() + kIdleRecheck);
+      }
       if (stopping_) break;
       task = std::move(control_.front());
       control_.pop_front();
@@ -277,6 +283,7 @@ void ClientCore::Post(OutboxItem item) {
     MutexLock lock(&mu_);
     if (!stopping_) {
       kick = options_.send_executor && outbox_.empty();
+      if (!options_.send_executor && outbox_.empty()) outbox_cv_.SignalAll();
       outbox_.push_back(std::move(item));
       queued = true;
     }
@@ -300,9 +307,9 @@ void ClientCore::OutboxLoop() {
     bool stop;
     {
       MutexLock lock(&mu_);
-      mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || !outbox_.empty();
-      });
+      while (!stopping_ && outbox_.empty()) {
+        outbox_cv_.WaitWithDeadline(&mu_, std::chrono::steady_clock::now() + kIdleRecheck);
+      }
       batch.swap(outbox_);
       stop = stopping_;
     }
@@ -435,6 +442,8 @@ void ClientCore::Disconnect() {
     if (!connected_) return;
     connected_ = false;
     stopping_ = true;
+    outbox_cv_.SignalAll();
+    control_cv_.SignalAll();
     programs.swap(registered_);
     cache.swap(call_cache_);
   }

@@ -21,9 +21,13 @@ void IslandScheduler::DeliverLoop() {
   while (true) {
     {
       MutexLock lock(&mu_);
-      mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || (!outbox_.empty() && !pumping_);
-      });
+      // Woken when the outbox gains its first item (or on stopping), not by
+      // every release of mu_ as Mutex::Await would be: a device thread
+      // takes mu_ for every finished run it reports.
+      while (!stopping_ && (outbox_.empty() || pumping_)) {
+        deliver_cv_.WaitWithDeadline(&mu_,
+                                     std::chrono::steady_clock::now() + std::chrono::seconds(1));
+      }
       if (stopping_) return;
     }
     Pump();
@@ -35,6 +39,7 @@ IslandScheduler::~IslandScheduler() {
     {
       MutexLock lock(&mu_);
       stopping_ = true;
+      deliver_cv_.SignalAll();
     }
     deliverer_.join();
   }
@@ -321,6 +326,11 @@ void IslandScheduler::DropClient(ClientId client) {
   }
 }
 
+void IslandScheduler::PushOutgoingLocked(Outgoing out) {
+  if (outbox_.empty()) deliver_cv_.SignalAll();
+  outbox_.push_back(std::move(out));
+}
+
 void IslandScheduler::ForwardLocked(Pending p) {
   Outgoing out;
   if (!p.release.empty()) {
@@ -328,14 +338,14 @@ void IslandScheduler::ForwardLocked(Pending p) {
       if (HostService* host = options_.host_lookup(h)) out.hosts.push_back(host);
     }
     out.release = std::move(p.release);
-    outbox_.push_back(std::move(out));
+    PushOutgoingLocked(std::move(out));
     return;
   }
   absl::StatusOr<Hosts> hosts = Route(p.run);
   out.forwarded = std::move(p.forwarded);
   if (!hosts.ok()) {
     out.status = hosts.status();
-    outbox_.push_back(std::move(out));
+    PushOutgoingLocked(std::move(out));
     return;
   }
   out.hosts = std::move(*hosts);
@@ -366,7 +376,7 @@ void IslandScheduler::ForwardLocked(Pending p) {
     in_flight_.insert_or_assign(p.run.run, f);
   }
   out.run = std::move(p.run);
-  outbox_.push_back(std::move(out));
+  PushOutgoingLocked(std::move(out));
 }
 
 void IslandScheduler::PickLocked() {
@@ -538,6 +548,10 @@ void IslandScheduler::Pump() {
       batch.clear();
       if (outbox_.empty()) {
         pumping_ = false;
+        // The outbox keeps the larger buffer: refilled with thousands of
+        // runs at a time, it would otherwise grow from nothing (and fault
+        // in fresh pages) on every refill.
+        if (batch.capacity() > outbox_.capacity()) outbox_.swap(batch);
         return;
       }
       batch.swap(outbox_);

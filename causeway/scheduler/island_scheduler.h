@@ -227,6 +227,8 @@ class IslandScheduler final : public SchedulerService {
   // Moves what may go now from the queues to outbox_.
   void PickLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ForwardLocked(Pending p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Appends to outbox_, waking the delivery thread if it was empty.
+  void PushOutgoingLocked(Outgoing out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Delivers outbox_ in order, on one thread at a time.
   void Pump() ABSL_LOCKS_EXCLUDED(mu_);
   // Hosts' part of a batch, in order; then the callbacks (never under mu_).
@@ -260,6 +262,7 @@ class IslandScheduler final : public SchedulerService {
   DecisionStats decision_stats_ ABSL_GUARDED_BY(mu_);
   void DeliverLoop();
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  CondVar deliver_cv_;  // outbox_ gained its first item, or stopping_
   std::thread deliverer_;
   // How many queued runs read each array: a release of an array no queued
   // run reads goes at once (holding it could deadlock a device waiting for
