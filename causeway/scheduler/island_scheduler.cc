@@ -235,7 +235,9 @@ std::vector<absl::Status> IslandScheduler::SubmitRuns(std::vector<RunRequest> ru
     }
     PickLocked();
   }
-  Pump();
+  // With a delivery thread, it delivers: the submitting thread (a client's
+  // outbox) goes back to its queue while hosts prepare what was forwarded.
+  if (!deliverer_.joinable()) Pump();
   return statuses;
 }
 
