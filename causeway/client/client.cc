@@ -120,4 +120,6 @@ absl::Status Client::SetShare(const ClientShare& share) { return core_->SetShare
 
 int64_t Client::programs_lowered() const { return core_->programs_lowered(); }
 
+int64_t Client::peak_unforwarded_runs() const { return core_->peak_unforwarded_runs(); }
+
 }  // namespace causeway

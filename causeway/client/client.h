@@ -75,6 +75,12 @@ struct ClientOptions {
   // then does nothing). For drivers that own every thread of the control
   // plane, such as the simulator's event loop.
   std::function<void(std::function<void()> send)> send_executor;
+  // Runs this client has submitted that their island scheduler has not yet
+  // forwarded (they wait in its queue, behind the island's run-ahead): at
+  // this many, a call waits until a quarter of them went. Bounds the memory
+  // of a client that dispatches faster than the devices run. 0: no bound.
+  // Not applied with a send_executor (the driver owns every thread).
+  int64_t max_unforwarded_runs = int64_t{1} << 14;
 };
 
 // A handle to a logical, immutable, sharded array. Copyable; the array is
@@ -261,6 +267,9 @@ class Client {
 
   // Number of programs lowered so far (Call's cache misses included).
   int64_t programs_lowered() const;
+  // The most runs this client has had submitted and not yet forwarded by
+  // their scheduler at once (ClientOptions::max_unforwarded_runs bounds it).
+  int64_t peak_unforwarded_runs() const;
 
  private:
   explicit Client(std::shared_ptr<internal::ClientCore> core) : core_(std::move(core)) {}

@@ -75,7 +75,10 @@ ArrayState::~ArrayState() {
 }
 
 ClientCore::ClientCore(ClusterConnection* cluster, ClientOptions options, ClientId id)
-    : cluster_(cluster), options_(std::move(options)), id_(id) {}
+    : cluster_(cluster), options_(std::move(options)), id_(id) {
+  // Set before any thread sees the window.
+  run_window_->resume_at = options_.max_unforwarded_runs - options_.max_unforwarded_runs / 4;
+}
 
 ClientCore::~ClientCore() { Disconnect(); }
 
@@ -387,6 +390,7 @@ absl::StatusOr<std::vector<Array>> ClientCore::Run(
 
   std::vector<Array> results;
   if (options_.dispatch == DispatchMode::kParallel) {
+    WaitForRunRoom();
     OutboxItem item;
     item.run.program = plan.id;
     item.run.run = RunId(NextId(next_run_));

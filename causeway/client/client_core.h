@@ -99,6 +99,26 @@ struct ProgramState {
   std::vector<Step> steps;
 };
 
+// How many of the client's runs are posted and not yet forwarded (or
+// refused, or dropped): shared with the callbacks that settle them,
+// which may outlive the client. Thread-safe.
+struct RunWindow {
+  std::atomic<int64_t> unforwarded{0};
+  std::atomic<int64_t> peak{0};
+  std::atomic<int> waiters{0};
+  std::atomic<bool> stopped{false};
+  Mutex mu;
+  CondVar cv;
+  int64_t resume_at = 0;  // set once, before any run
+  // One run posted.
+  void Add();
+  // One run forwarded, refused or dropped; wakes waiting callers once the
+  // count is down to resume_at.
+  void Done();
+  // Wakes every waiting caller for good.
+  void Stop();
+};
+
 class ClientCore : public std::enable_shared_from_this<ClientCore> {
  public:
   ClientCore(ClusterConnection* cluster, ClientOptions options, ClientId id);
@@ -136,6 +156,7 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   absl::Status SetShare(const ClientShare& share);
   Future<Unit> Flush();
   int64_t programs_lowered() const { return programs_lowered_.load(); }
+  int64_t peak_unforwarded_runs() const { return run_window_->peak.load(); }
 
   // Validates that `array` can be used as an argument by this client.
   absl::Status CheckArgument(const Array& array, absl::string_view what) const;
@@ -166,6 +187,9 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   // sends whatever has queued up as one batch (one message per scheduler,
   // and so one per host), so user code never waits on an enqueue and fast
   // callers get batching for free.
+  // Waits while the window is full (not with a send_executor).
+  void WaitForRunRoom();
+
   struct OutboxItem {
     // A run; or, if plan is null, the release of `release` (if valid) or a
     // barrier whose one promise is set once the items before it are sent.
@@ -213,6 +237,7 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   // of a small call's cost on two cores.
   CondVar outbox_cv_;
   CondVar control_cv_;
+  const std::shared_ptr<RunWindow> run_window_ = std::make_shared<RunWindow>();
   std::vector<std::shared_ptr<const ProgramPlan>> registered_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Program> call_cache_ ABSL_GUARDED_BY(mu_);
   std::thread outbox_thread_;

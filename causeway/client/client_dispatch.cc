@@ -20,11 +20,21 @@ constexpr std::chrono::seconds kIdleRecheck{1};
 // Settles a group of "submitted" promises once: with the refusal of the
 // submitting call, or when the scheduler forwarded the run (or dropped it),
 // whichever speaks first.
+// A run's settler gives its place in the client's RunWindow back when it is
+// settled, or when it is destroyed unsettled (a callback dropped unrun).
 class OnceSettler {
  public:
-  explicit OnceSettler(std::vector<Promise<Unit>> promises) : promises_(std::move(promises)) {}
+  OnceSettler(std::vector<Promise<Unit>> promises,
+              std::shared_ptr<RunWindow> window)
+      : promises_(std::move(promises)), window_(std::move(window)) {}
+  ~OnceSettler() {
+    if (!done_.load() && window_ != nullptr) window_->Done();
+  }
+  OnceSettler(const OnceSettler&) = delete;
+  OnceSettler& operator=(const OnceSettler&) = delete;
   void Set(const absl::Status& status) {
     if (done_.exchange(true)) return;
+    if (window_ != nullptr) window_->Done();
     for (const Promise<Unit>& p : promises_) {
       if (status.ok()) {
         p.Set(Unit{});
@@ -37,6 +47,7 @@ class OnceSettler {
  private:
   std::atomic<bool> done_{false};
   const std::vector<Promise<Unit>> promises_;
+  const std::shared_ptr<RunWindow> window_;
 };
 
 }  // namespace
@@ -122,7 +133,7 @@ void ClientCore::SubmitStep(std::shared_ptr<SequentialRun> run) {
     }
     request.outputs.push_back(run->values[v].id());
   }
-  auto settler = std::make_shared<OnceSettler>(std::move(told));
+  auto settler = std::make_shared<OnceSettler>(std::move(told), nullptr);
   const absl::Status status =
       Submit(request, *step.plan, [settler](const absl::Status& s) { settler->Set(s); });
   if (!status.ok()) {
@@ -276,6 +287,55 @@ void ClientCore::QueueRelease(ArrayId array, const ShardHosts& hosts) {
   Post(std::move(item));
 }
 
+void RunWindow::Add() {
+  const int64_t now = unforwarded.fetch_add(1) + 1;
+  int64_t peak_so_far = peak.load();
+  while (now > peak_so_far && !peak.compare_exchange_weak(peak_so_far, now)) {
+  }
+}
+
+void RunWindow::Done() {
+  const int64_t left = unforwarded.fetch_sub(1) - 1;
+  if (left <= resume_at && waiters.load() > 0) {
+    MutexLock lock(&mu);
+    cv.SignalAll();
+  }
+}
+
+void RunWindow::Stop() {
+  stopped.store(true);
+  MutexLock lock(&mu);
+  cv.SignalAll();
+}
+
+void ClientCore::WaitForRunRoom() {
+  const int64_t limit = options_.max_unforwarded_runs;
+  RunWindow& w = *run_window_;
+  if (limit <= 0 || options_.send_executor || w.unforwarded.load() < limit) return;
+  MutexLock lock(&w.mu);
+  w.waiters.fetch_add(1);
+  // Woken by Done() once the count is down to resume_at (a wake-up between
+  // the check and the wait is not lost: Done signals under the lock this
+  // thread holds until it waits). The bound is a brake, not a barrier: a
+  // caller whose window has not moved for kStalled goes on, so a call made
+  // from a thread the window waits on (a callback on a device thread) is
+  // slowed, never hung.
+  constexpr auto kStalled = std::chrono::seconds(1);
+  int64_t last = w.unforwarded.load();
+  auto moved = std::chrono::steady_clock::now();
+  while (!w.stopped.load() && last > w.resume_at) {
+    w.cv.WaitWithDeadline(&w.mu, std::chrono::steady_clock::now() + std::chrono::milliseconds(100));
+    const int64_t now = w.unforwarded.load();
+    if (now < last) {
+      last = now;
+      moved = std::chrono::steady_clock::now();
+    } else if (std::chrono::steady_clock::now() - moved > kStalled) {
+      break;
+    }
+  }
+  w.waiters.fetch_sub(1);
+}
+
 void ClientCore::Post(OutboxItem item) {
   bool queued = false;
   bool kick = false;
@@ -284,6 +344,7 @@ void ClientCore::Post(OutboxItem item) {
     if (!stopping_) {
       kick = options_.send_executor && outbox_.empty();
       if (!options_.send_executor && outbox_.empty()) outbox_cv_.SignalAll();
+      if (item.plan != nullptr) run_window_->Add();
       outbox_.push_back(std::move(item));
       queued = true;
     }
@@ -337,6 +398,7 @@ void ClientCore::CancelQueued(std::vector<OutboxItem>& batch) {
   // reclaimed next), and after a failure each would cost a round trip
   // to a cluster that may be degraded; releases are moot.
   for (OutboxItem& item : batch) {
+    if (item.plan != nullptr) run_window_->Done();
     const absl::Status status =
         item.plan != nullptr
             ? absl::CancelledError(absl::StrCat(id_.ToString(), " disconnected before ",
@@ -379,7 +441,7 @@ void ClientCore::SendBatch(std::vector<OutboxItem>& batch) {
     const int64_t now_us = trace != nullptr && trace->enabled() ? Clock::Real()->NowMicros() : 0;
     for (OutboxItem* item : group) {
       runs.push_back(item->run);
-      settlers->push_back(std::make_unique<OnceSettler>(std::move(item->submitted)));
+      settlers->push_back(std::make_unique<OnceSettler>(std::move(item->submitted), run_window_));
       if (now_us != 0) {
         trace->Record(TraceEvent{TraceKind::kSubmit, HostId(), DeviceId(), item->run.run, -1,
                                  item->plan->name, now_us});
@@ -415,7 +477,7 @@ void ClientCore::SendBatch(std::vector<OutboxItem>& batch) {
     if (groupable) {
       group.push_back(&item);
     } else {
-      auto settler = std::make_shared<OnceSettler>(std::move(item.submitted));
+      auto settler = std::make_shared<OnceSettler>(std::move(item.submitted), run_window_);
       const absl::Status status = Submit(item.run, *item.plan,
                                          [settler](const absl::Status& s) { settler->Set(s); });
       if (!status.ok()) settler->Set(status);
@@ -444,6 +506,7 @@ void ClientCore::Disconnect() {
     stopping_ = true;
     outbox_cv_.SignalAll();
     control_cv_.SignalAll();
+    run_window_->Stop();
     programs.swap(registered_);
     cache.swap(call_cache_);
   }

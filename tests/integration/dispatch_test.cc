@@ -444,5 +444,38 @@ TEST(DispatchTest, ARunEnqueuedAgainWhileItsTransferWaitsFailsTheSecondCopy) {
       << "the first copy failed only for its own missing piece";
 }
 
+// A client dispatching faster than its device runs waits once it has
+// ClientOptions::max_unforwarded_runs runs queued at the island scheduler
+// (whose run-ahead here lets one or two go at a time), instead of queueing
+// every call: its memory stays bounded. Unbounded, the same calls queue
+// far past it. Either way every call runs, in order.
+TEST(DispatchTest, AClientThatRunsAheadWaitsAtItsBoundOfUnforwardedRuns) {
+  constexpr int kCalls = 200;
+  for (const int64_t bound : {int64_t{8}, int64_t{0}}) {
+    LocalClusterOptions o;
+    o.islands = 1;
+    o.hosts_per_island = 1;
+    o.devices_per_host = 1;
+    o.run_ahead = absl::Microseconds(1);
+    auto cluster = MakeCluster(o);
+    ClientOptions co;
+    co.max_unforwarded_runs = bound;
+    auto client = Connect(cluster.get(), co);
+    const Mesh mesh = *client->AllocateMesh({{"x", 1}});
+    const CompiledFunction f = *client->Compile(DelayAddOne(1, 200, "slow_add"), mesh, {});
+    Array x = *client->Put(ir::Literal::F32({1}, {0.0f}), mesh, Sharding::Replicated(1));
+    for (int i = 0; i < kCalls; ++i) x = (*client->Call(f, {x}))[0];
+    ASSERT_OK_AND_ASSIGN(ir::Literal out, AwaitOrHang(x.Fetch()));
+    EXPECT_EQ(out, ir::Literal::F32({1}, {static_cast<float>(kCalls)})) << bound;
+    if (bound > 0) {
+      EXPECT_LE(client->peak_unforwarded_runs(), bound);
+      EXPECT_GE(client->peak_unforwarded_runs(), bound - 1);
+    } else {
+      // 200 calls of 200 us posted in far less than 40 ms.
+      EXPECT_GT(client->peak_unforwarded_runs(), 50);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace causeway::testing
