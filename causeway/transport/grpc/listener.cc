@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -141,6 +142,11 @@ absl::StatusOr<std::unique_ptr<Listener>> Listener::Open(const std::string& addr
     return absl::InternalError(absl::StrCat("cannot listen on ", address, ": pipe: ",
                                             std::strerror(errno)));
   }
+  listener->epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  if (listener->epoll_fd_ < 0) {
+    return absl::InternalError(absl::StrCat("cannot listen on ", address, ": epoll: ",
+                                            std::strerror(errno)));
+  }
   listener->reserve_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
   return listener;
 }
@@ -154,6 +160,7 @@ Listener::~Listener() {
   if (wake_[0] >= 0) close(wake_[0]);
   if (wake_[1] >= 0) close(wake_[1]);
   if (reserve_fd_ >= 0) close(reserve_fd_);
+  if (epoll_fd_ >= 0) close(epoll_fd_);
 }
 
 void Listener::Start(grpc::Server* server) {
@@ -193,26 +200,20 @@ void Listener::Loop() {
   // lasts, the loop waits 1, 2, 4 ... 100 ms between sheds rather than
   // spin a core on a peer that reconnects at once. An accept resets it.
   int shed_backoff_ms = 0;
-  // The waiting connections follow the listening socket and the wake pipe.
-  std::vector<pollfd> fds;
   for (;;) {
-    // Backing off, only the wake pipe: the pending connection would end
-    // the wait at once.
-    fds.clear();
-    fds.push_back({backoff_ms > 0 ? -1 : listen_fd_, POLLIN, 0});
-    fds.push_back({wake_[0], POLLIN, 0});
-    absl::Time next = absl::InfiniteFuture();
-    for (const Waiting& w : waiting_) {
-      fds.push_back({w.fd, POLLIN, 0});
-      next = std::min(next, w.deadline);
-    }
+    // Backing off, only the wake pipe and the waiting connections: the
+    // pending connection would end the wait at once.
+    pollfd fds[3] = {{backoff_ms > 0 ? -1 : listen_fd_, POLLIN, 0},
+                     {wake_[0], POLLIN, 0},
+                     {epoll_fd_, POLLIN, 0}};
     int timeout_ms = backoff_ms;
-    if (next != absl::InfiniteFuture()) {
+    if (!deadlines_.empty()) {
       const int until_next = static_cast<int>(std::clamp<int64_t>(
-          absl::ToInt64Milliseconds(next - absl::Now()) + 1, 0, int64_t{1} << 30));
+          absl::ToInt64Milliseconds(deadlines_.front().first - absl::Now()) + 1, 0,
+          int64_t{1} << 30));
       timeout_ms = timeout_ms < 0 ? until_next : std::min(timeout_ms, until_next);
     }
-    const int ready = poll(fds.data(), fds.size(), timeout_ms);
+    const int ready = poll(fds, 3, timeout_ms);
     if (ready < 0 && errno != EINTR) {
       CW_LOG(kError) << "listener on port " << port_ << ": poll: " << std::strerror(errno);
       CloseWaiting();
@@ -222,7 +223,9 @@ void Listener::Loop() {
       CloseWaiting();
       return;
     }
-    ServeWaiting(fds.data() + 2, absl::Now());
+    if (fds[2].revents != 0) ServeReady();
+    ExpireWaiting(absl::Now());
+    if (ready > 0 && fds[0].revents == 0 && backoff_ms > 0) continue;  // still backing off
     backoff_ms = -1;
     for (;;) {
       sockaddr_storage sa{};
@@ -334,8 +337,16 @@ void Listener::Admit(int fd, const std::string& host, const std::string& uri) {
     HandOver(fd, conn.dev, conn.ino, uri);
     return;
   }
-  waiting_.push_back(
-      Waiting{fd, conn.dev, conn.ino, uri, absl::Now() + limits_.first_bytes_timeout});
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP;
+  ev.data.fd = fd;
+  if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    HandOver(fd, conn.dev, conn.ino, uri);  // cannot watch it: gRPC's idle timeout applies
+    return;
+  }
+  const absl::Time deadline = absl::Now() + limits_.first_bytes_timeout;
+  waiting_[fd] = Waiting{conn.dev, conn.ino, uri, deadline};
+  deadlines_.emplace_back(deadline, fd);
 }
 
 void Listener::HandOver(int fd, uint64_t dev, uint64_t ino, std::string uri) {
@@ -349,44 +360,59 @@ void Listener::HandOver(int fd, uint64_t dev, uint64_t ino, std::string uri) {
   grpc::AddInsecureChannelFromFd(server_, fd);
 }
 
-void Listener::ServeWaiting(const pollfd* fds, absl::Time now) {
-  std::vector<Waiting> still;
+void Listener::ServeReady() {
+  constexpr int kBatch = 64;
+  epoll_event events[kBatch];
+  int n;
+  do {
+    n = epoll_wait(epoll_fd_, events, kBatch, 0);
+    for (int i = 0; i < n; ++i) {
+      const int fd = events[i].data.fd;
+      auto it = waiting_.find(fd);
+      if (it == waiting_.end()) continue;
+      Waiting w = std::move(it->second);
+      waiting_.erase(it);
+      epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+      if ((events[i].events & EPOLLIN) != 0) {
+        // Bytes (or the peer's close, which gRPC then reads as such).
+        HandOver(fd, w.dev, w.ino, std::move(w.uri));
+      } else {
+        close(fd);  // hung up or failed before a byte
+      }
+    }
+  } while (n == kBatch);
+}
+
+void Listener::ExpireWaiting(absl::Time now) {
   int64_t silent = 0;
-  for (size_t i = 0; i < waiting_.size(); ++i) {
-    Waiting& w = waiting_[i];
-    const short revents = fds[i].revents;
-    if ((revents & POLLIN) != 0) {
-      // Bytes (or the peer's close, which gRPC then reads as such).
-      HandOver(w.fd, w.dev, w.ino, std::move(w.uri));
-    } else if (revents != 0) {
-      close(w.fd);  // hung up or failed before a byte
-    } else if (now >= w.deadline) {
-      close(w.fd);
-      ++silent;
-    } else {
-      still.push_back(std::move(w));
-    }
+  while (!deadlines_.empty() && deadlines_.front().first <= now) {
+    const auto [deadline, fd] = deadlines_.front();
+    deadlines_.pop_front();
+    auto it = waiting_.find(fd);
+    if (it == waiting_.end() || it->second.deadline != deadline) continue;  // served already
+    waiting_.erase(it);
+    close(fd);  // leaves epoll_fd_ with it
+    ++silent;
   }
-  waiting_ = std::move(still);
-  if (silent > 0) {
-    int64_t count = 0;
-    {
-      MutexLock lock(&mu_);
-      stats_.closed_silent += silent;
-      count = stats_.closed_silent;
-    }
-    if (count == silent || count / 1000 != (count - silent) / 1000) {
-      CW_LOG(kWarning) << "listener on port " << port_ << ": closed " << silent
-                       << " connection(s) that sent nothing within "
-                       << absl::FormatDuration(limits_.first_bytes_timeout) << " (" << count
-                       << " so far)";
-    }
+  if (silent == 0) return;
+  int64_t count = 0;
+  {
+    MutexLock lock(&mu_);
+    stats_.closed_silent += silent;
+    count = stats_.closed_silent;
+  }
+  if (count == silent || count / 1000 != (count - silent) / 1000) {
+    CW_LOG(kWarning) << "listener on port " << port_ << ": closed " << silent
+                     << " connection(s) that sent nothing within "
+                     << absl::FormatDuration(limits_.first_bytes_timeout) << " (" << count
+                     << " so far)";
   }
 }
 
 void Listener::CloseWaiting() {
-  for (const Waiting& w : waiting_) close(w.fd);
+  for (const auto& [fd, w] : waiting_) close(fd);
   waiting_.clear();
+  deadlines_.clear();
 }
 
 std::string ResolvePeer(absl::string_view peer) {

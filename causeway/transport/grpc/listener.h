@@ -28,9 +28,11 @@
 #include <poll.h>
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -93,10 +95,11 @@ class Listener {
   void Admit(int fd, const std::string& host, const std::string& uri);
   // Gives an admitted connection to the server.
   void HandOver(int fd, uint64_t dev, uint64_t ino, std::string uri);
-  // Given the poll results for `waiting_` (in its order), hands over the
-  // connections that have sent bytes and closes those that hung up or
-  // are past their deadline.
-  void ServeWaiting(const pollfd* fds, absl::Time now);
+  // Hands over the waiting connections that have sent bytes (or closes
+  // those that failed), as epoll_fd_ reports them.
+  void ServeReady();
+  // Closes the waiting connections past their deadline.
+  void ExpireWaiting(absl::Time now);
   // Closes every waiting connection (the loop is ending).
   void CloseWaiting();
   // Sheds one pending connection when no descriptor is left for it.
@@ -110,15 +113,21 @@ class Listener {
   const ListenerLimits limits_;
   int wake_[2] = {-1, -1};  // Stop() writes to wake_[1]
   int reserve_fd_ = -1;     // only the accept thread touches it
-  // Admitted connections that have not yet sent a byte (accept thread only).
+  // Admitted connections that have not yet sent a byte, by descriptor,
+  // watched through epoll_fd_ (poll() takes at most RLIMIT_NOFILE entries,
+  // and these are as many as the descriptors); and their deadlines in
+  // arrival order, which is deadline order (one timeout for all). An entry
+  // there whose descriptor is gone, or reused with a later deadline, is
+  // skipped. Accept thread only.
   struct Waiting {
-    int fd;
     uint64_t dev;
     uint64_t ino;
     std::string uri;
     absl::Time deadline;
   };
-  std::vector<Waiting> waiting_;
+  absl::flat_hash_map<int, Waiting> waiting_;
+  std::deque<std::pair<absl::Time, int>> deadlines_;
+  int epoll_fd_ = -1;
   grpc::Server* server_ = nullptr;
   std::thread thread_;
 
