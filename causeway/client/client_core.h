@@ -182,14 +182,13 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   void StepSequential(std::shared_ptr<SequentialRun> run);
   void SubmitStep(std::shared_ptr<SequentialRun> run);
   void PostControl(std::function<void()> task);
+  // Waits while run_window_ is full (never with a send_executor).
+  void WaitForRunRoom();
   // The outbox: everything the client sends the cluster after validation —
   // runs and releases — in the order the user made the calls. Its thread
   // sends whatever has queued up as one batch (one message per scheduler,
   // and so one per host), so user code never waits on an enqueue and fast
   // callers get batching for free.
-  // Waits while the window is full (not with a send_executor).
-  void WaitForRunRoom();
-
   struct OutboxItem {
     // A run; or, if plan is null, the release of `release` (if valid) or a
     // barrier whose one promise is set once the items before it are sent.

@@ -19,9 +19,9 @@ constexpr std::chrono::seconds kIdleRecheck{1};
 
 // Settles a group of "submitted" promises once: with the refusal of the
 // submitting call, or when the scheduler forwarded the run (or dropped it),
-// whichever speaks first.
-// A run's settler gives its place in the client's RunWindow back when it is
-// settled, or when it is destroyed unsettled (a callback dropped unrun).
+// whichever speaks first. A run's settler (with a `window`) gives its place
+// in the client's RunWindow back then, or when it is destroyed unsettled (a
+// callback dropped unrun).
 class OnceSettler {
  public:
   OnceSettler(std::vector<Promise<Unit>> promises,

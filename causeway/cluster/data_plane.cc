@@ -166,15 +166,15 @@ class DataPlane::Reassembly {
       Drop(partial, key);
       return false;
     }
-    if (p.received + size < total && !plane_->ReserveReassembly(peer_, size)) {
-      if (LogDrop()) CW_LOG(kWarning)
-          << "data plane: payloads being reassembled from " << peer_
-          << " would pass this host's bound (" << bounds.per_peer_bytes << " bytes a peer, "
-          << bounds.per_host_bytes << " in all); payload of " << total << " bytes dropped";
-      Drop(partial, key);
-      return false;
-    }
     if (p.received + size < total) {
+      if (!plane_->ReserveReassembly(peer_, size)) {
+        if (LogDrop()) CW_LOG(kWarning)
+            << "data plane: payloads being reassembled from " << peer_
+            << " would pass this host's bound (" << bounds.per_peer_bytes << " bytes a peer, "
+            << bounds.per_host_bytes << " in all); payload of " << total << " bytes dropped";
+        Drop(partial, key);
+        return false;
+      }
       p.received += size;
       p.chunks.push_back(std::move(chunk));
       return false;

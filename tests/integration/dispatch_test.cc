@@ -79,11 +79,17 @@ int64_t RunOnce(const Chain& chain) {
   return std::chrono::duration_cast<std::chrono::microseconds>(end - start).count();
 }
 
-LocalClusterOptions SixteenHosts() {
+// One island of `hosts` hosts with one device each.
+LocalClusterOptions HostsOfOneDevice(int hosts) {
   LocalClusterOptions o;
   o.islands = 1;
-  o.hosts_per_island = kStages;
+  o.hosts_per_island = hosts;
   o.devices_per_host = 1;
+  return o;
+}
+
+LocalClusterOptions SixteenHosts() {
+  LocalClusterOptions o = HostsOfOneDevice(kStages);
   o.trace = true;
   return o;
 }
@@ -126,10 +132,7 @@ TEST(DispatchTest, EveryLaunchOfAChainIsPreparedBeforeTheFirstFinishes) {
 TEST(DispatchTest, EveryLaunchOfAPipelinedStepIsPreparedBeforeTheFirstBackwardStarts) {
   constexpr int kS = 4, kM = 4;
   constexpr int64_t kForward = 10'000, kBackward = 2'000;
-  LocalClusterOptions o;
-  o.islands = 1;
-  o.hosts_per_island = kS;
-  o.devices_per_host = 1;
+  LocalClusterOptions o = HostsOfOneDevice(kS);
   o.trace = true;
   auto cluster = MakeCluster(o);
   std::unique_ptr<Client> client = Connect(cluster.get());
@@ -243,10 +246,7 @@ TEST(DispatchTest, ParallelDispatchBeatsSequentialForShortComputations) {
 TEST(DispatchTest, AnSpmdLoopStopsWithinItsRunAheadOfAFailedStep) {
   constexpr int64_t kSteps = 5000;
   auto failing = std::make_shared<std::atomic<int64_t>>(-1);
-  LocalClusterOptions o;
-  o.islands = 1;
-  o.hosts_per_island = 1;
-  o.devices_per_host = 1;
+  LocalClusterOptions o = HostsOfOneDevice(1);
   o.fault_injector = [failing](const LaunchInfo& l) {
     return l.run.value() == failing->load() ? absl::InternalError("step 5 fails")
                                             : absl::OkStatus();
@@ -317,10 +317,7 @@ TEST(DispatchTest, AReportTreeCountsALostHostsSubtreeAsIn) {
   Notification accounted;
   Mutex mu;
   int launches = 0;  // guarded by mu
-  LocalClusterOptions o;
-  o.islands = 1;
-  o.hosts_per_island = 3;
-  o.devices_per_host = 1;
+  LocalClusterOptions o = HostsOfOneDevice(3);
   o.report_fanout = 2;  // host 0 -> {1, 2}
   o.fault_injector = [gate](const LaunchInfo& l) {
     // Host 2's launch waits until the end of the test.
@@ -363,10 +360,7 @@ TEST(DispatchTest, AReportTreeCountsALostHostsSubtreeAsIn) {
 // is ignored; reports of runs this host has not seen wait here, at most
 // limits::kMaxPendingReports of them.
 TEST(DispatchTest, AHostTakesReportsOnlyFromItsChildrenAndBoundsThoseWaiting) {
-  LocalClusterOptions o;
-  o.islands = 1;
-  o.hosts_per_island = 4;
-  o.devices_per_host = 1;
+  LocalClusterOptions o = HostsOfOneDevice(4);
   o.report_fanout = 2;  // 0 -> {1, 2}, 1 -> {3}
   auto cluster = MakeCluster(o);
   auto client = Connect(cluster.get());
@@ -404,10 +398,7 @@ TEST(DispatchTest, AHostTakesReportsOnlyFromItsChildrenAndBoundsThoseWaiting) {
 // receive slot, whose buffer then never finished, and the first copy's
 // late local pieces landed in the second's slot, past its pieces.)
 TEST(DispatchTest, ARunEnqueuedAgainWhileItsTransferWaitsFailsTheSecondCopy) {
-  LocalClusterOptions o;
-  o.islands = 1;
-  o.hosts_per_island = 2;
-  o.devices_per_host = 1;
+  LocalClusterOptions o = HostsOfOneDevice(2);
   // The first copy's launch waits at the head of the device's queue for a
   // piece that never comes, until this; the second copy's runs after it.
   o.input_timeout = absl::Seconds(1);
@@ -452,10 +443,7 @@ TEST(DispatchTest, ARunEnqueuedAgainWhileItsTransferWaitsFailsTheSecondCopy) {
 TEST(DispatchTest, AClientThatRunsAheadWaitsAtItsBoundOfUnforwardedRuns) {
   constexpr int kCalls = 200;
   for (const int64_t bound : {int64_t{8}, int64_t{0}}) {
-    LocalClusterOptions o;
-    o.islands = 1;
-    o.hosts_per_island = 1;
-    o.devices_per_host = 1;
+    LocalClusterOptions o = HostsOfOneDevice(1);
     o.run_ahead = absl::Microseconds(1);
     auto cluster = MakeCluster(o);
     ClientOptions co;

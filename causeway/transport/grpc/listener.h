@@ -25,8 +25,6 @@
 #ifndef CAUSEWAY_TRANSPORT_GRPC_LISTENER_H_
 #define CAUSEWAY_TRANSPORT_GRPC_LISTENER_H_
 
-#include <poll.h>
-
 #include <cstdint>
 #include <deque>
 #include <memory>
