@@ -34,6 +34,17 @@ class Reverse {
       Instruction copy = inst;
       for (int& o : copy.operands) o = fwd_[o].id;
       fwd_[i] = b_.AddInstruction(std::move(copy));
+      if (IsMultiResult(inst.op) && error_.ok()) {
+        for (int o : inst.operands) {
+          if (!active_[o]) continue;
+          error_ = absl::UnimplementedError(absl::StrCat(
+              "instruction ", i, " (", OpName(inst.op), ") depends on a parameter being "
+              "differentiated; reverse-mode autodiff through control flow is not supported "
+              "yet (pass the value around the loop or conditional, or differentiate "
+              "inside its sub-functions)"));
+          break;
+        }
+      }
       if (inst.shape.dtype != DType::kF32) continue;
       for (int o : inst.operands) active_[i] = active_[i] || active_[o];
     }
@@ -54,6 +65,9 @@ class Reverse {
     return Zeros(f_.instructions()[instruction].shape);
   }
   Value forward(int instruction) const { return fwd_[instruction]; }
+  // Set by Forward when a gradient would have to flow through an op that
+  // has no rule.
+  const absl::Status& error() const { return error_; }
 
  private:
   const Shape& OperandShape(const Instruction& inst, int k) const {
@@ -85,6 +99,7 @@ class Reverse {
   std::vector<Value> fwd_;
   std::vector<Value> adj_;
   std::vector<bool> active_;
+  absl::Status error_;
 };
 
 void Reverse::Rule(int i, const Instruction& inst, Value g) {
@@ -272,7 +287,10 @@ void Reverse::Rule(int i, const Instruction& inst, Value g) {
     case OpKind::kGeluGrad:
     case OpKind::kSoftmaxGrad:
     case OpKind::kNormalizeGrad:
-      return;  // no gradient flows through
+    case OpKind::kWhile:
+    case OpKind::kConditional:
+    case OpKind::kGetResult:
+      return;  // no gradient flows through (control flow: see Forward)
   }
 }
 
@@ -362,6 +380,7 @@ absl::StatusOr<Function> Grad(const Function& function, absl::Span<const int> wr
   FunctionBuilder b(absl::StrCat(function.name(), "_grad"));
   Reverse reverse(function, b);
   reverse.Forward(wrt);
+  if (!reverse.error().ok()) return Annotate(reverse.error(), where);
   reverse.Backward();
   std::vector<Value> outputs;
   for (int o : function.outputs()) outputs.push_back(reverse.forward(o));

@@ -223,5 +223,30 @@ TEST(AutodiffTest, RejectsNonScalarLossAndBadWrt) {
   EXPECT_TRUE(Grad(scalar, {0}).ok());
 }
 
+
+TEST(AutodiffTest, ControlFlowOnTheGradientPathIsAnErrorNotZeros) {
+  FunctionBuilder tb("square");
+  Value tx = tb.Parameter(Shape(DType::kF32, {}));
+  const Function square = *tb.Build({tb.Mul(tx, tx)});
+  FunctionBuilder b("loss");
+  Value x = b.Parameter(Shape(DType::kF32, {}));
+  Value n = b.Parameter(Shape(DType::kI32, {}));
+  std::vector<Value> r = b.Conditional(n, {square}, {x});
+  // A conditional whose operands do not depend on x is fine.
+  std::vector<Value> c = b.Conditional(n, {square}, {b.ConstantF32(3)});
+  const Function f = *b.Build({b.Add(r[0], c[0])});
+  absl::StatusOr<Function> g = Grad(f, {0});
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(g.status().message(), ::testing::HasSubstr("through control flow"));
+
+  FunctionBuilder b2("loss_beside");
+  Value x2 = b2.Parameter(Shape(DType::kF32, {}));
+  Value n2 = b2.Parameter(Shape(DType::kI32, {}));
+  std::vector<Value> c2 = b2.Conditional(n2, {square}, {b2.ConstantF32(3)});
+  const Function f2 = *b2.Build({b2.Mul(b2.Mul(x2, x2), c2[0])});
+  EXPECT_TRUE(Grad(f2, {0}).ok());
+}
+
 }  // namespace
 }  // namespace causeway::ir

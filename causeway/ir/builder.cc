@@ -1,5 +1,6 @@
 #include "causeway/ir/builder.h"
 
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -136,6 +137,15 @@ Value FunctionBuilder::Add(Instruction inst) {
   std::vector<Shape> operand_shapes;
   operand_shapes.reserve(inst.operands.size());
   for (int o : inst.operands) operand_shapes.push_back(instructions_[o].shape);
+  if (inst.op == OpKind::kGetResult && inst.operands.size() == 1) {
+    const std::vector<Shape> results = ResultShapes(instructions_[inst.operands[0]]);
+    if (inst.result_index < 0 || inst.result_index >= static_cast<int64_t>(results.size())) {
+      return Fail(inst.op, absl::InvalidArgumentError(
+                               absl::StrCat("result_index ", inst.result_index,
+                                            " out of range [0, ", results.size(), ")")));
+    }
+    inst.shape = results[inst.result_index];
+  }
   absl::StatusOr<Shape> shape = InferShapeNoContext(inst, operand_shapes);
   if (!shape.ok()) {
     status_ = absl::InvalidArgumentError(absl::StrCat("function ", name_,
@@ -430,6 +440,52 @@ Value FunctionBuilder::AddInstruction(Instruction inst) {
   for (int o : inst.operands) {
     if (!Check(Value{o})) return Value{};
   }
+  return Add(std::move(inst));
+}
+
+std::vector<Value> FunctionBuilder::While(const Function& cond, const Function& body,
+                                          const std::vector<Value>& init) {
+  Instruction inst;
+  inst.op = OpKind::kWhile;
+  for (Value v : init) {
+    if (!Check(v)) return std::vector<Value>(init.size());
+    inst.operands.push_back(v.id);
+  }
+  inst.subfunctions = {std::make_shared<const Function>(cond),
+                       std::make_shared<const Function>(body)};
+  const Value multi = Add(std::move(inst));
+  std::vector<Value> results;
+  for (size_t k = 0; k < init.size(); ++k) {
+    results.push_back(GetResult(multi, static_cast<int64_t>(k)));
+  }
+  return results;
+}
+
+std::vector<Value> FunctionBuilder::Conditional(Value selector,
+                                                const std::vector<Function>& branches,
+                                                const std::vector<Value>& args) {
+  const size_t n = branches.empty() ? 0 : branches[0].outputs().size();
+  Instruction inst;
+  inst.op = OpKind::kConditional;
+  if (!Check(selector)) return std::vector<Value>(n);
+  inst.operands.push_back(selector.id);
+  for (Value v : args) {
+    if (!Check(v)) return std::vector<Value>(n);
+    inst.operands.push_back(v.id);
+  }
+  for (const Function& f : branches) inst.subfunctions.push_back(std::make_shared<const Function>(f));
+  const Value multi = Add(std::move(inst));
+  std::vector<Value> results;
+  for (size_t k = 0; k < n; ++k) results.push_back(GetResult(multi, static_cast<int64_t>(k)));
+  return results;
+}
+
+Value FunctionBuilder::GetResult(Value multi, int64_t index) {
+  if (!Check(multi)) return Value{};
+  Instruction inst;
+  inst.op = OpKind::kGetResult;
+  inst.operands = {multi.id};
+  inst.result_index = index;
   return Add(std::move(inst));
 }
 

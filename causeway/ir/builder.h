@@ -107,6 +107,18 @@ class FunctionBuilder {
   Value Normalize(Value x, Value epsilon);
   Value NormalizeGrad(Value x, Value epsilon, Value g);
 
+  // Structured control flow (see OpKind::kWhile, kConditional). `cond` maps
+  // the carry to one pred[]; `body` maps the carry to a new carry of the
+  // same shapes. Returns the final carry.
+  std::vector<Value> While(const Function& cond, const Function& body,
+                           const std::vector<Value>& init);
+  // Runs one of `branches` on `args` and returns its results. `selector` is
+  // pred[] (true: branch 0, false: branch 1) or i32[] (clamped index).
+  std::vector<Value> Conditional(Value selector, const std::vector<Function>& branches,
+                                 const std::vector<Value>& args);
+  // Result `index` of a multi-result value.
+  Value GetResult(Value multi, int64_t index);
+
   // Conveniences.
   Value ConstantI32(int32_t v) { return Constant(Literal::I32({}, {v})); }
   // A scalar broadcast to `shape`.

@@ -109,6 +109,12 @@ const char* OpName(OpKind op) {
       return "normalize";
     case OpKind::kNormalizeGrad:
       return "normalize_grad";
+    case OpKind::kWhile:
+      return "while";
+    case OpKind::kConditional:
+      return "conditional";
+    case OpKind::kGetResult:
+      return "get_result";
   }
   return "unknown_op";
 }
@@ -126,6 +132,37 @@ bool IsCollective(OpKind op) {
   }
 }
 
+std::vector<Shape> ResultShapes(const Instruction& inst) {
+  std::vector<Shape> shapes;
+  const Function* source = nullptr;
+  if (inst.op == OpKind::kWhile && inst.subfunctions.size() == 2) {
+    source = inst.subfunctions[1].get();
+  } else if (inst.op == OpKind::kConditional && !inst.subfunctions.empty()) {
+    source = inst.subfunctions[0].get();
+  }
+  if (source == nullptr) return shapes;
+  for (int o : source->outputs()) {
+    if (o < 0 || o >= static_cast<int>(source->instructions().size())) return {};
+    shapes.push_back(source->instructions()[o].shape);
+  }
+  return shapes;
+}
+
+std::vector<int64_t> ResultOffsets(const std::vector<Shape>& results) {
+  std::vector<int64_t> offsets;
+  int64_t at = 0;
+  for (const Shape& s : results) {
+    offsets.push_back(at);
+    at += (s.byte_size() + 63) / 64 * 64;
+  }
+  offsets.push_back(at);
+  return offsets;
+}
+
+Shape PackedShape(const std::vector<Shape>& results) {
+  return Shape(DType::kPred, {ResultOffsets(results).back()});
+}
+
 std::vector<std::string> Function::CollectiveAxes() const {
   std::vector<std::string> axes;
   for (const Instruction& inst : instructions_) {
@@ -139,6 +176,7 @@ std::vector<std::string> Function::CollectiveAxes() const {
 
 std::string Function::ToString() const {
   std::string out = absl::StrCat("function ", name_, "(");
+  std::string subs;  // sub-functions, listed after this one
   for (size_t i = 0; i < parameters_.size(); ++i) {
     absl::StrAppend(&out, i > 0 ? ", " : "", "%", parameters_[i]);
   }
@@ -208,6 +246,17 @@ std::string Function::ToString() const {
         absl::StrAppend(&out, " axes={", absl::StrJoin(inst.axes, ","), "} kind=",
                         inst.reduce_kind == ReduceKind::kMax ? "max" : "sum");
         break;
+      case OpKind::kGetResult:
+        absl::StrAppend(&out, " result_index=", inst.result_index);
+        break;
+      case OpKind::kWhile:
+      case OpKind::kConditional:
+        for (size_t k = 0; k < inst.subfunctions.size(); ++k) {
+          if (inst.subfunctions[k] == nullptr) continue;
+          absl::StrAppend(&out, k == 0 ? " " : ", ", inst.subfunctions[k]->name());
+          absl::StrAppend(&subs, inst.subfunctions[k]->ToString());
+        }
+        break;
       default:
         break;
     }
@@ -218,7 +267,7 @@ std::string Function::ToString() const {
     absl::StrAppend(&out, i > 0 ? ", " : "", "%", outputs_[i]);
   }
   out += "\n}\n";
-  return out;
+  return out + subs;
 }
 
 }  // namespace causeway::ir

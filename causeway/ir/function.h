@@ -10,6 +10,7 @@
 #define CAUSEWAY_IR_FUNCTION_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -84,16 +85,36 @@ enum class OpKind {
   kNormalize,     // (x f32 rank >= 1, epsilon f32[]) -> (x - mean) / sqrt(var + epsilon)
                   // over the last dimension (layer norm without scale and shift)
   kNormalizeGrad, // (x, epsilon, g) -> d/dx of normalize(x) applied to g
+  // --- Structured control flow. These run a sub-function (or one of
+  // several) inside the executable, on its device. They have several
+  // results, packed into one value (PackedShape) that only kGetResult reads.
+  // Sub-functions hold no collectives. ---
+  kWhile,        // (carry...) ; subfunctions {cond, body}: while cond(carry)
+                 // (one pred[] result), carry = body(carry) (same shapes).
+                 // Results: the final carry.
+  kConditional,  // (selector, arg...) ; subfunctions: branches, each taking
+                 // the args and giving results of the same shapes. A pred[]
+                 // selector picks branch 0 when true, branch 1 when false
+                 // (exactly two branches); an i32[] selector picks branch
+                 // clamp(selector, 0, n - 1).
+  kGetResult,    // (multi-result value) ; attr: result_index
 };
 
 enum class ReduceKind { kSum, kMax };
 enum class Comparison { kEq, kNe, kLt, kLe, kGt, kGe };
 
 // Number of OpKind values (for range checks of untrusted input).
-inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kNormalizeGrad) + 1;
+inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kGetResult) + 1;
 
 // True for the collectives (ops that meet peers): they always run.
 bool IsCollective(OpKind op);
+
+// True for kWhile and kConditional, whose value packs several results.
+inline bool IsMultiResult(OpKind op) {
+  return op == OpKind::kWhile || op == OpKind::kConditional;
+}
+
+class Function;
 
 const char* OpName(OpKind op);
 
@@ -124,6 +145,10 @@ struct Instruction {
   std::vector<int64_t> rhs_contracting;
   // kCollectivePermute: (source rank, target rank) within the group.
   std::vector<std::pair<int64_t, int64_t>> source_target_pairs;
+  // kWhile: {cond, body}; kConditional: the branches. Shared and immutable,
+  // so copying an instruction is cheap.
+  std::vector<std::shared_ptr<const Function>> subfunctions;
+  int64_t result_index = 0;          // kGetResult
 };
 
 // A compiled-to-be unit of work. A value type; immutable once built.
@@ -163,6 +188,17 @@ class Function {
   std::vector<int> parameters_;
   std::vector<int> outputs_;
 };
+
+// The results of a multi-result instruction (IsMultiResult): the body's
+// results for kWhile, branch 0's for kConditional. Empty for other ops or
+// when the sub-functions are missing.
+std::vector<Shape> ResultShapes(const Instruction& inst);
+
+// The value of a multi-result instruction packs its results one after the
+// other, each at a 64-byte aligned byte offset, as pred[total bytes].
+// ResultOffsets has one entry per result plus the total.
+std::vector<int64_t> ResultOffsets(const std::vector<Shape>& results);
+Shape PackedShape(const std::vector<Shape>& results);
 
 }  // namespace causeway::ir
 

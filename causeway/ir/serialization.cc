@@ -1,6 +1,7 @@
 #include "causeway/ir/serialization.h"
 
 #include <cstring>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -35,7 +36,9 @@ absl::StatusOr<Shape> FromProto(const proto::ShapeProto& p) {
   return shape;
 }
 
-absl::StatusOr<Instruction> FromProto(const proto::InstructionProto& p) {
+absl::StatusOr<Function> FromProto(const proto::FunctionProto& p, int depth);
+
+absl::StatusOr<Instruction> FromProto(const proto::InstructionProto& p, int depth) {
   Instruction inst;
   if (p.op() < 0 || p.op() >= kNumOpKinds) {
     return absl::InvalidArgumentError(absl::StrCat("invalid op ", p.op()));
@@ -82,13 +85,35 @@ absl::StatusOr<Instruction> FromProto(const proto::InstructionProto& p) {
   for (const proto::PairProto& pair : p.source_target_pairs()) {
     inst.source_target_pairs.push_back({pair.source(), pair.target()});
   }
+  if (p.subfunctions_size() > 0 && depth >= kMaxControlFlowDepth) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("control flow nests deeper than ", kMaxControlFlowDepth, " levels"));
+  }
+  for (const proto::FunctionProto& sub : p.subfunctions()) {
+    CW_ASSIGN_OR_RETURN(Function f, FromProto(sub, depth + 1));
+    inst.subfunctions.push_back(std::make_shared<const Function>(std::move(f)));
+  }
+  inst.result_index = p.result_index();
   return inst;
 }
 
-}  // namespace
+absl::StatusOr<Function> FromProto(const proto::FunctionProto& p, int depth) {
+  std::vector<Instruction> instructions;
+  instructions.reserve(static_cast<size_t>(p.instructions_size()));
+  for (int i = 0; i < p.instructions_size(); ++i) {
+    absl::StatusOr<Instruction> inst = FromProto(p.instructions(i), depth);
+    if (!inst.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("function ", p.name(), ", instruction ", i,
+                                                     ": ", inst.status().message()));
+    }
+    instructions.push_back(*std::move(inst));
+  }
+  return Function(p.name(), std::move(instructions),
+                  std::vector<int>(p.parameters().begin(), p.parameters().end()),
+                  std::vector<int>(p.outputs().begin(), p.outputs().end()));
+}
 
-std::string Serialize(const Function& function) {
-  proto::FunctionProto p;
+void ToProto(const Function& function, proto::FunctionProto& p) {
   p.set_name(function.name());
   for (const Instruction& inst : function.instructions()) {
     proto::InstructionProto* ip = p.add_instructions();
@@ -121,9 +146,20 @@ std::string Serialize(const Function& function) {
       pair->set_source(s);
       pair->set_target(t);
     }
+    for (const auto& sub : inst.subfunctions) {
+      if (sub != nullptr) ToProto(*sub, *ip->add_subfunctions());
+    }
+    ip->set_result_index(inst.result_index);
   }
   for (int i : function.parameters()) p.add_parameters(i);
   for (int i : function.outputs()) p.add_outputs(i);
+}
+
+}  // namespace
+
+std::string Serialize(const Function& function) {
+  proto::FunctionProto p;
+  ToProto(function, p);
   std::string out;
   p.SerializeToString(&out);
   return out;
@@ -134,19 +170,7 @@ absl::StatusOr<Function> Deserialize(absl::string_view bytes) {
   if (!p.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
     return absl::InvalidArgumentError("not a serialised function (protobuf parse failed)");
   }
-  std::vector<Instruction> instructions;
-  instructions.reserve(static_cast<size_t>(p.instructions_size()));
-  for (int i = 0; i < p.instructions_size(); ++i) {
-    absl::StatusOr<Instruction> inst = FromProto(p.instructions(i));
-    if (!inst.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("function ", p.name(), ", instruction ", i,
-                                                     ": ", inst.status().message()));
-    }
-    instructions.push_back(*std::move(inst));
-  }
-  Function function(p.name(), std::move(instructions),
-                    std::vector<int>(p.parameters().begin(), p.parameters().end()),
-                    std::vector<int>(p.outputs().begin(), p.outputs().end()));
+  CW_ASSIGN_OR_RETURN(Function function, FromProto(p, 0));
   CW_RETURN_IF_ERROR(Verify(function));
   return function;
 }

@@ -52,7 +52,24 @@ Function KitchenSink() {
   Value eps = b.ConstantF32(1e-5f);
   Value fused = b.Add(b.GeluGrad(b.Gelu(sc), sc), b.SoftmaxGrad(b.Softmax(sc), sc));
   fused = b.Add(fused, b.NormalizeGrad(sc, eps, b.Normalize(sc, eps)));
-  absl::StatusOr<Function> f = b.Build({ar, dot, mm, rng, ag, rs, a2a, cp, fused});
+  // Control flow: a loop doubling x three times, then a conditional.
+  FunctionBuilder cb("loop_cond");
+  cb.Parameter(s);
+  Value cn = cb.Parameter(Shape(DType::kI32, {}));
+  const Function cond = *cb.Build({cb.Compare(cn, cb.ConstantI32(3), Comparison::kLt)});
+  FunctionBuilder bb("loop_body");
+  Value bx = bb.Parameter(s);
+  Value bn = bb.Parameter(Shape(DType::kI32, {}));
+  const Function body = *bb.Build({bb.Add(bx, bx), bb.Add(bn, bb.ConstantI32(1))});
+  std::vector<Value> loop = b.While(cond, body, {x, b.ConstantI32(0)});
+  FunctionBuilder tb("then");
+  Value tx = tb.Parameter(s);
+  FunctionBuilder eb("else");
+  Value ex = eb.Parameter(s);
+  std::vector<Value> branch =
+      b.Conditional(b.Compare(loop[1], b.ConstantI32(3), Comparison::kEq),
+                    {*tb.Build({tb.Neg(tx)}), *eb.Build({eb.Exp(ex)})}, {loop[0]});
+  absl::StatusOr<Function> f = b.Build({ar, dot, mm, rng, ag, rs, a2a, cp, fused, branch[0]});
   CW_CHECK_OK(f.status());
   return *f;
 }

@@ -66,7 +66,11 @@ int ExpectedOperandCount(OpKind op) {
     case OpKind::kSoftmax:
       return 1;
     case OpKind::kConcatenate:
+    case OpKind::kWhile:
+    case OpKind::kConditional:
       return -2;
+    case OpKind::kGetResult:
+      return 1;
     case OpKind::kNeg:
     case OpKind::kExp:
     case OpKind::kAbs:
@@ -419,6 +423,99 @@ absl::StatusOr<Shape> InferDotGeneral(const Instruction& inst, const Shape& lhs,
 
 }  // namespace
 
+// The parameter and result shapes of a sub-function, with its indices
+// range-checked (it may come from untrusted input and not be verified yet).
+absl::Status Signature(const Function* f, absl::string_view what, std::vector<Shape>* params,
+                       std::vector<Shape>* results) {
+  if (f == nullptr) return Invalid(absl::StrCat(what, " is missing"));
+  const auto& insts = f->instructions();
+  const int n = static_cast<int>(insts.size());
+  params->clear();
+  results->clear();
+  for (int p : f->parameters()) {
+    if (p < 0 || p >= n) return Invalid(absl::StrCat(what, ": parameter out of range"));
+    params->push_back(insts[p].shape);
+  }
+  for (int o : f->outputs()) {
+    if (o < 0 || o >= n) return Invalid(absl::StrCat(what, ": output out of range"));
+    results->push_back(insts[o].shape);
+  }
+  return absl::OkStatus();
+}
+
+std::string ShapeList(const std::vector<Shape>& shapes) {
+  return absl::StrCat(
+      "(", absl::StrJoin(shapes, ", ", [](std::string* out, const Shape& s) {
+        out->append(s.ToString());
+      }),
+      ")");
+}
+
+// Most branches a conditional may have.
+constexpr size_t kMaxBranches = 1024;
+
+absl::StatusOr<Shape> InferWhile(const Instruction& inst, const std::vector<Shape>& carry) {
+  if (inst.subfunctions.size() != 2) {
+    return Invalid(absl::StrCat("needs two sub-functions (cond, body), got ",
+                                inst.subfunctions.size()));
+  }
+  std::vector<Shape> params;
+  std::vector<Shape> results;
+  CW_RETURN_IF_ERROR(Signature(inst.subfunctions[0].get(), "cond", &params, &results));
+  if (params != carry) {
+    return Invalid(absl::StrCat("cond ", inst.subfunctions[0]->name(), " takes ",
+                                ShapeList(params), ", the carry is ", ShapeList(carry)));
+  }
+  if (results != std::vector<Shape>{Shape(DType::kPred, {})}) {
+    return Invalid(absl::StrCat("cond ", inst.subfunctions[0]->name(),
+                                " must return one pred[], returns ", ShapeList(results)));
+  }
+  CW_RETURN_IF_ERROR(Signature(inst.subfunctions[1].get(), "body", &params, &results));
+  if (params != carry || results != carry) {
+    return Invalid(absl::StrCat("body ", inst.subfunctions[1]->name(), " maps ",
+                                ShapeList(params), " to ", ShapeList(results),
+                                "; both must be the carry ", ShapeList(carry)));
+  }
+  return PackedShape(carry);
+}
+
+absl::StatusOr<Shape> InferConditional(const Instruction& inst,
+                                       const std::vector<Shape>& operands) {
+  const Shape& selector = operands[0];
+  const size_t n = inst.subfunctions.size();
+  if (selector == Shape(DType::kPred, {})) {
+    if (n != 2) {
+      return Invalid(absl::StrCat("a pred[] selector needs two branches, got ", n));
+    }
+  } else if (selector == Shape(DType::kI32, {})) {
+    if (n < 1 || n > kMaxBranches) {
+      return Invalid(absl::StrCat("an i32[] selector needs 1 to ", kMaxBranches,
+                                  " branches, got ", n));
+    }
+  } else {
+    return Invalid(absl::StrCat("selector must be pred[] or i32[], got ", selector.ToString()));
+  }
+  const std::vector<Shape> args(operands.begin() + 1, operands.end());
+  std::vector<Shape> first;
+  std::vector<Shape> params;
+  std::vector<Shape> results;
+  for (size_t k = 0; k < n; ++k) {
+    const std::string what = absl::StrCat("branch ", k);
+    CW_RETURN_IF_ERROR(Signature(inst.subfunctions[k].get(), what, &params, &results));
+    if (params != args) {
+      return Invalid(absl::StrCat(what, " (", inst.subfunctions[k]->name(), ") takes ",
+                                  ShapeList(params), ", the arguments are ", ShapeList(args)));
+    }
+    if (k == 0) {
+      first = results;
+    } else if (results != first) {
+      return Invalid(absl::StrCat(what, " (", inst.subfunctions[k]->name(), ") returns ",
+                                  ShapeList(results), ", branch 0 returns ", ShapeList(first)));
+    }
+  }
+  return PackedShape(first);
+}
+
 absl::StatusOr<Shape> InferShapeNoContext(const Instruction& inst,
                                           const std::vector<Shape>& operands) {
   const int expected = ExpectedOperandCount(inst.op);
@@ -578,6 +675,19 @@ absl::StatusOr<Shape> InferShapeNoContext(const Instruction& inst,
         return Invalid("softmax_grad of a scalar");
       }
       return operands[0];
+    case OpKind::kWhile:
+      return InferWhile(inst, operands);
+    case OpKind::kConditional:
+      return InferConditional(inst, operands);
+    case OpKind::kGetResult:
+      // The result's shape is the operand instruction's; Verify checks it
+      // against that instruction, which operand shapes alone do not name.
+      if (operands[0].dtype != DType::kPred || operands[0].rank() != 1) {
+        return Invalid(absl::StrCat("operand must be a multi-result value, got ",
+                                    operands[0].ToString()));
+      }
+      CW_RETURN_IF_ERROR(ValidateShape(inst.shape));
+      return inst.shape;
     case OpKind::kNormalize:
     case OpKind::kNormalizeGrad:
       CW_RETURN_IF_ERROR(RequireF32(operands[0], "operand"));

@@ -16,6 +16,8 @@ absl::Status Invalid(std::string message) {
   return absl::InvalidArgumentError(std::move(message));
 }
 
+absl::Status VerifyAt(const Function& function, int depth);
+
 }  // namespace
 
 absl::StatusOr<Shape> InferShape(const Instruction& inst,
@@ -25,7 +27,35 @@ absl::StatusOr<Shape> InferShape(const Instruction& inst,
   return shape;
 }
 
-absl::Status Verify(const Function& function) {
+absl::Status Verify(const Function& function) { return VerifyAt(function, 0); }
+
+namespace {
+
+// Checks what a multi-result instruction adds to shape inference: its
+// sub-functions, verified one level deeper and free of collectives.
+absl::Status VerifySubfunctions(const Instruction& inst, int depth) {
+  for (size_t k = 0; k < inst.subfunctions.size(); ++k) {
+    const Function* sub = inst.subfunctions[k].get();
+    if (sub == nullptr) return Invalid(absl::StrCat("sub-function ", k, " is missing"));
+    if (depth + 1 > kMaxControlFlowDepth) {
+      return Invalid(absl::StrCat("control flow nests deeper than ", kMaxControlFlowDepth,
+                                  " levels"));
+    }
+    CW_RETURN_IF_ERROR(VerifyAt(*sub, depth + 1));
+    for (size_t i = 0; i < sub->instructions().size(); ++i) {
+      const OpKind op = sub->instructions()[i].op;
+      if (IsCollective(op)) {
+        return Invalid(absl::StrCat("sub-function ", sub->name(), ", instruction ", i, " (",
+                                    OpName(op),
+                                    "): collectives inside control flow are not supported; "
+                                    "run them before or after the loop or conditional"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status VerifyAt(const Function& function, int depth) {
   const std::vector<Instruction>& insts = function.instructions();
   const std::vector<int>& params = function.parameters();
   const int n = static_cast<int>(insts.size());
@@ -49,6 +79,31 @@ absl::Status Verify(const Function& function) {
                                   ", which is not an earlier instruction"));
       }
       operand_shapes.push_back(insts[o].shape);
+      if (IsMultiResult(insts[o].op) && inst.op != OpKind::kGetResult) {
+        return error(absl::StrCat("operand ", j, " is instruction ", o, " (",
+                                  OpName(insts[o].op),
+                                  "), whose results only get_result may read"));
+      }
+    }
+    if (IsMultiResult(inst.op)) {
+      if (absl::Status s = VerifySubfunctions(inst, depth); !s.ok()) return error(s.message());
+    }
+    if (inst.op == OpKind::kGetResult && inst.operands.size() == 1) {
+      const Instruction& from = insts[inst.operands[0]];
+      if (!IsMultiResult(from.op)) {
+        return error(absl::StrCat("reads instruction ", inst.operands[0], " (",
+                                  OpName(from.op), "), which has one result"));
+      }
+      const std::vector<Shape> results = ResultShapes(from);
+      if (inst.result_index < 0 || inst.result_index >= static_cast<int64_t>(results.size())) {
+        return error(absl::StrCat("result_index ", inst.result_index, " out of range [0, ",
+                                  results.size(), ")"));
+      }
+      if (results[inst.result_index] != inst.shape) {
+        return error(absl::StrCat("declared shape ", inst.shape.ToString(), " but result ",
+                                  inst.result_index, " is ",
+                                  results[inst.result_index].ToString()));
+      }
     }
     absl::StatusOr<Shape> inferred = InferShapeNoContext(inst, operand_shapes);
     if (!inferred.ok()) return error(inferred.status().message());
@@ -80,8 +135,15 @@ absl::Status Verify(const Function& function) {
       return Invalid(absl::StrCat(fn, ": output ", k, " names instruction ", o,
                                   ", out of range [0, ", n, ")"));
     }
+    if (IsMultiResult(insts[o].op)) {
+      return Invalid(absl::StrCat(fn, ": output ", k, " is instruction ", o, " (",
+                                  OpName(insts[o].op),
+                                  "); return its results through get_result"));
+    }
   }
   return absl::OkStatus();
 }
+
+}  // namespace
 
 }  // namespace causeway::ir

@@ -17,9 +17,14 @@ absl::StatusOr<Shape> InferShape(const Instruction& inst,
 
 // Checks a whole function: operands refer to earlier instructions, operand
 // counts, attributes and declared shapes agree with inference, parameters
-// are numbered 0..n-1 and listed, outputs exist, sizes are sane.
+// are numbered 0..n-1 and listed, outputs exist, sizes are sane. The
+// sub-functions of control flow are verified too: at most
+// kMaxControlFlowDepth deep, with no collectives, and a multi-result value is
+// read only by get_result and is never a result of its function.
 // INVALID_ARGUMENT with "function F, instruction I (op): ..." otherwise.
 absl::Status Verify(const Function& function);
+
+inline constexpr int kMaxControlFlowDepth = 8;
 
 }  // namespace causeway::ir
 

@@ -331,5 +331,127 @@ TEST(VerifierTest, SurvivesManyDeterministicMutations) {
   EXPECT_LT(accepted, 5000);
 }
 
+
+// cond: (x f32[2]) -> pred[]; body: x -> x + x.
+struct Loop {
+  Function cond;
+  Function body;
+};
+Loop DoublingLoop() {
+  FunctionBuilder cb("small");
+  Value cx = cb.Parameter(F32({2}));
+  Function cond = *cb.Build({cb.Compare(cb.ReduceSum(cx, {0}), cb.ConstantF32(100),
+                                        Comparison::kLt)});
+  FunctionBuilder bb("twice");
+  Value bx = bb.Parameter(F32({2}));
+  Function body = *bb.Build({bb.Add(bx, bx)});
+  return {cond, body};
+}
+
+TEST(VerifierTest, ControlFlowSignaturesAreChecked) {
+  const Loop loop = DoublingLoop();
+  {
+    FunctionBuilder b("wrong_carry");
+    Value x = b.Parameter(F32({3}));
+    b.While(loop.cond, loop.body, {x});
+    EXPECT_THAT(b.status().message(), HasSubstr("cond small takes (f32[2]), the carry is (f32[3])"));
+  }
+  {
+    FunctionBuilder b("body_changes_shape");
+    FunctionBuilder bb("grow");
+    Value bx = bb.Parameter(F32({2}));
+    const Function grow = *bb.Build({bb.Concatenate({bx, bx}, 0)});
+    b.While(loop.cond, grow, {b.Parameter(F32({2}))});
+    EXPECT_THAT(b.status().message(), HasSubstr("both must be the carry (f32[2])"));
+  }
+  {
+    FunctionBuilder b("branches_differ");
+    Value p = b.Compare(b.ConstantF32(1), b.ConstantF32(2), Comparison::kLt);
+    FunctionBuilder sb("sum");
+    Value sx = sb.Parameter(F32({2}));
+    const Function sum = *sb.Build({sb.ReduceSum(sx, {0})});
+    b.Conditional(p, {loop.body, sum}, {b.Parameter(F32({2}))});
+    EXPECT_THAT(b.status().message(), HasSubstr("returns (f32[]), branch 0 returns (f32[2])"));
+  }
+  {
+    FunctionBuilder b("three_branches_on_pred");
+    Value p = b.Compare(b.ConstantF32(1), b.ConstantF32(2), Comparison::kLt);
+    b.Conditional(p, {loop.body, loop.body, loop.body}, {b.Parameter(F32({2}))});
+    EXPECT_THAT(b.status().message(), HasSubstr("a pred[] selector needs two branches"));
+  }
+  {
+    FunctionBuilder b("index_out_of_range");
+    std::vector<Value> r = b.While(loop.cond, loop.body, {b.Parameter(F32({2}))});
+    Instruction get;
+    get.op = OpKind::kGetResult;
+    get.operands = {r[0].id - 1};
+    get.result_index = 1;
+    b.AddInstruction(get);
+    EXPECT_THAT(b.status().message(), HasSubstr("result_index 1 out of range [0, 1)"));
+  }
+}
+
+TEST(VerifierTest, MultiResultValuesAreReadOnlyThroughGetResult) {
+  const Loop loop = DoublingLoop();
+  FunctionBuilder b("loop");
+  Value x = b.Parameter(F32({2}));
+  std::vector<Value> r = b.While(loop.cond, loop.body, {x});
+  Function f = *b.Build({r[0]});
+  const int multi = f.instructions()[f.outputs()[0]].operands[0];
+  ASSERT_EQ(f.instructions()[multi].op, OpKind::kWhile);
+
+  // The packed value as a result of the function.
+  Function as_output(f.name(), f.instructions(), f.parameters(), {multi});
+  EXPECT_THAT(Verify(as_output).message(), HasSubstr("return its results through get_result"));
+
+  // The packed value read by another op.
+  std::vector<Instruction> insts = f.instructions();
+  Instruction neg;
+  neg.op = OpKind::kNeg;
+  neg.shape = insts[multi].shape;
+  neg.operands = {multi};
+  insts.push_back(neg);
+  Function misread(f.name(), insts, f.parameters(), {static_cast<int>(insts.size()) - 1});
+  EXPECT_THAT(Verify(misread).message(), HasSubstr("whose results only get_result may read"));
+
+  // get_result of a single-result op.
+  insts = f.instructions();
+  insts[f.outputs()[0]].operands = {0};
+  Function wrong_source(f.name(), insts, f.parameters(), f.outputs());
+  EXPECT_THAT(Verify(wrong_source).message(), HasSubstr("which has one result"));
+
+  // A missing sub-function.
+  insts = f.instructions();
+  insts[multi].subfunctions[1] = nullptr;
+  Function missing(f.name(), insts, f.parameters(), f.outputs());
+  EXPECT_THAT(Verify(missing).message(), HasSubstr("sub-function 1 is missing"));
+}
+
+TEST(VerifierTest, CollectivesInsideControlFlowAndDeepNestingAreRejected) {
+  const Loop loop = DoublingLoop();
+  FunctionBuilder rb("reduce");
+  Value rx = rb.Parameter(F32({2}));
+  const Function reduce = *rb.Build({rb.AllReduce(rx, {"data"})});
+  FunctionBuilder b("collective_in_loop");
+  std::vector<Value> r = b.While(loop.cond, reduce, {b.Parameter(F32({2}))});
+  EXPECT_THAT(b.Build({r[0]}).status().message(),
+              HasSubstr("collectives inside control flow are not supported"));
+
+  // Each level wraps the previous one in a one-branch conditional.
+  Function level = loop.body;
+  for (int depth = 1; depth <= kMaxControlFlowDepth + 1; ++depth) {
+    FunctionBuilder w(absl::StrCat("level", depth));
+    Value wx = w.Parameter(F32({2}));
+    std::vector<Value> out = w.Conditional(w.ConstantI32(0), {level}, {wx});
+    absl::StatusOr<Function> next = w.Build({out[0]});
+    if (depth <= kMaxControlFlowDepth) {
+      ASSERT_TRUE(next.ok()) << depth << ": " << next.status();
+      level = *next;
+    } else {
+      EXPECT_THAT(next.status().message(), HasSubstr("control flow nests deeper than 8"));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace causeway::ir

@@ -700,6 +700,7 @@ def constant(value: Any) -> Value:
 
 from . import models, optim, random  # noqa: E402,F401
 from . import _array_ops  # noqa: E402
+from ._control_flow import cond, fori_loop, scan, switch, while_loop  # noqa: E402
 
 _array_ops.install()
 
@@ -712,6 +713,8 @@ __all__ = [
     "default_client", "device_put", "devices", "full", "grad", "jit", "local_cluster",
     "make_mesh", "models", "ones", "program", "trace", "value_and_grad", "zeros", "arange",
     "default_mesh", "optim", "random", "tree",
+    # structured control flow, run on the device
+    "cond", "fori_loop", "scan", "switch", "while_loop",
     # ops on traced values (abs, max, min and sum too, left out here so that
     # a star import does not hide Python's own)
     "adamw_update", "all_gather", "all_reduce", "all_to_all", "astype",

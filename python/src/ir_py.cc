@@ -427,6 +427,35 @@ void RegisterIr(py::module_& m) {
           },
           py::arg("function"), py::arg("args"), "Inlines `function` on `args`; its results")
       .def(
+          "while_loop",
+          [](const std::shared_ptr<PyBuilder>& self, const ir::Function& cond,
+             const ir::Function& body, const std::vector<PyValue>& init) {
+            std::vector<Value> vs;
+            for (const PyValue& a : init) vs.push_back(Into(self, a).value);
+            std::vector<Value> out = self->builder.While(cond, body, vs);
+            ThrowIfError(self->builder.status());
+            std::vector<PyValue> res;
+            for (Value v : out) res.push_back(PyValue{self, v});
+            return res;
+          },
+          py::arg("cond"), py::arg("body"), py::arg("init"),
+          "A while loop over the carry `init`: the final carry")
+      .def(
+          "conditional",
+          [](const std::shared_ptr<PyBuilder>& self, const PyValue& selector,
+             const std::vector<ir::Function>& branches, const std::vector<PyValue>& args) {
+            const Value sel = Into(self, selector).value;
+            std::vector<Value> vs;
+            for (const PyValue& a : args) vs.push_back(Into(self, a).value);
+            std::vector<Value> out = self->builder.Conditional(sel, branches, vs);
+            ThrowIfError(self->builder.status());
+            std::vector<PyValue> res;
+            for (Value v : out) res.push_back(PyValue{self, v});
+            return res;
+          },
+          py::arg("selector"), py::arg("branches"), py::arg("args"),
+          "Runs branches[selector] (pred: true is branch 0) on `args`: its results")
+      .def(
           "build",
           [](const std::shared_ptr<PyBuilder>& self, const std::vector<PyValue>& outputs) {
             std::vector<Value> vs;

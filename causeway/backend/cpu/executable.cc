@@ -6,6 +6,7 @@
 #include <xmmintrin.h>
 #endif
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstring>
@@ -58,14 +59,34 @@ absl::Status RunCollective(const Step& step, const Instruction& inst,
                            const ir::Shape& in_shape, const void* in, void* out,
                            CollectiveOps& ops);
 
+// What a control-flow instruction runs: its sub-functions, compiled, and
+// where its packed results lie.
+struct ControlFlow {
+  std::vector<std::shared_ptr<const Executable>> subs;
+  std::vector<ir::Shape> shapes;
+  std::vector<int64_t> offsets;  // one per result, then the total
+};
+
 class CpuExecutable final : public Executable {
  public:
-  CpuExecutable(ir::Function function, ExecutionPlan plan)
-      : Executable(std::move(function)), plan_(std::move(plan)) {}
+  CpuExecutable(ir::Function function, ExecutionPlan plan,
+                std::vector<ControlFlow> control_flow)
+      : Executable(std::move(function)),
+        plan_(std::move(plan)),
+        control_flow_(std::move(control_flow)) {
+    temporary_bytes_ = plan_.arena_bytes;
+    int64_t nested = 0;
+    for (const ControlFlow& cf : control_flow_) {
+      int64_t sub = 0;
+      for (const auto& e : cf.subs) sub = std::max(sub, e->temporary_bytes());
+      if (!cf.subs.empty()) nested = std::max(nested, 2 * cf.offsets.back() + sub);
+    }
+    temporary_bytes_ += nested;
+  }
 
   absl::Status Run(absl::Span<const void* const> inputs, absl::Span<void* const> outputs,
                    const RunContext& context) const override;
-  int64_t temporary_bytes() const override { return plan_.arena_bytes; }
+  int64_t temporary_bytes() const override { return temporary_bytes_; }
 
  private:
   // Pointers of one run.
@@ -79,6 +100,10 @@ class CpuExecutable final : public Executable {
   void* ResolveMutable(const BufferLocation& loc, const Buffers& buffers) const;
   absl::Status RunStep(const Step& step, const Buffers& buffers,
                        const RunContext& context) const;
+  absl::Status RunWhile(const Step& step, const Buffers& buffers,
+                        const RunContext& context) const;
+  absl::Status RunConditional(const Step& step, const Buffers& buffers,
+                              const RunContext& context) const;
   const ir::Shape& OperandShape(const Instruction& inst, size_t k) const {
     return function().instructions()[inst.operands[k]].shape;
   }
@@ -92,6 +117,10 @@ class CpuExecutable final : public Executable {
   static constexpr size_t kMaxCachedArenas = 4;
 
   const ExecutionPlan plan_;
+  // Indexed by instruction; empty entries for instructions that are not
+  // control flow.
+  const std::vector<ControlFlow> control_flow_;
+  int64_t temporary_bytes_ = 0;
   mutable Mutex arenas_mu_;
   mutable std::vector<ArenaPtr> free_arenas_ ABSL_GUARDED_BY(arenas_mu_);
 };
@@ -310,11 +339,83 @@ absl::Status CpuExecutable::RunStep(const Step& step, const Buffers& buffers,
       }
       return absl::OkStatus();
     }
+    case OpKind::kWhile:
+      return RunWhile(step, buffers, context);
+    case OpKind::kConditional:
+      return RunConditional(step, buffers, context);
+    case OpKind::kGetResult: {
+      const ControlFlow& from = control_flow_[inst.operands[0]];
+      CopyBytes(out, static_cast<const std::byte*>(a) + from.offsets[inst.result_index],
+                inst.shape.byte_size());
+      return absl::OkStatus();
+    }
     case OpKind::kParameter:
     case OpKind::kConstant:
       break;
   }
   return absl::InternalError("instruction has no kernel");
+}
+
+// The carry lives in two packed sets, the current one and the one the body
+// writes; they swap after each iteration, so no iteration copies.
+absl::Status CpuExecutable::RunWhile(const Step& step, const Buffers& buffers,
+                                     const RunContext& context) const {
+  const ControlFlow& cf = control_flow_[step.instruction];
+  const size_t n = cf.shapes.size();
+  const int64_t total = cf.offsets.back();
+  ArenaPtr carry(static_cast<std::byte*>(
+      ::operator new[](static_cast<size_t>(2 * total + 1), kArenaAlignment, std::nothrow)));
+  if (carry == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("while: cannot allocate ", 2 * total, " bytes of loop carry"));
+  }
+  std::byte* cur = carry.get();
+  std::byte* next = cur + total;
+  for (size_t k = 0; k < n; ++k) {
+    CopyBytes(cur + cf.offsets[k], Resolve(step.operands[k], buffers),
+              cf.shapes[k].byte_size());
+  }
+  std::vector<const void*> in(n);
+  std::vector<void*> out(n);
+  bool go = false;
+  void* const go_out[] = {&go};
+  for (int64_t iteration = 0;; ++iteration) {
+    for (size_t k = 0; k < n; ++k) in[k] = cur + cf.offsets[k];
+    absl::Status s = cf.subs[0]->Run(in, go_out, context);
+    if (!s.ok()) return Annotate(s, absl::StrCat("while, cond of iteration ", iteration));
+    if (!go) break;
+    for (size_t k = 0; k < n; ++k) out[k] = next + cf.offsets[k];
+    s = cf.subs[1]->Run(in, out, context);
+    if (!s.ok()) return Annotate(s, absl::StrCat("while, body of iteration ", iteration));
+    std::swap(cur, next);
+  }
+  CopyBytes(ResolveMutable(step.result, buffers), cur, total);
+  return absl::OkStatus();
+}
+
+absl::Status CpuExecutable::RunConditional(const Step& step, const Buffers& buffers,
+                                           const RunContext& context) const {
+  const ControlFlow& cf = control_flow_[step.instruction];
+  const Instruction& inst = function().instructions()[step.instruction];
+  const void* selector = Resolve(step.operands[0], buffers);
+  size_t branch = 0;
+  if (OperandShape(inst, 0).dtype == ir::DType::kPred) {
+    branch = *static_cast<const bool*>(selector) ? 0 : 1;
+  } else {
+    const int32_t index = *static_cast<const int32_t*>(selector);
+    const int32_t last = static_cast<int32_t>(cf.subs.size()) - 1;
+    branch = static_cast<size_t>(std::clamp(index, 0, last));
+  }
+  std::vector<const void*> in;
+  for (size_t k = 1; k < step.operands.size(); ++k) {
+    in.push_back(Resolve(step.operands[k], buffers));
+  }
+  auto* packed = static_cast<std::byte*>(ResolveMutable(step.result, buffers));
+  std::vector<void*> out;
+  for (size_t k = 0; k < cf.shapes.size(); ++k) out.push_back(packed + cf.offsets[k]);
+  absl::Status s = cf.subs[branch]->Run(in, out, context);
+  if (!s.ok()) return Annotate(s, absl::StrCat("conditional, branch ", branch));
+  return absl::OkStatus();
 }
 
 absl::Status RunCollective(const Step& step, const Instruction& inst,
@@ -395,12 +496,29 @@ absl::Status CpuExecutable::Run(absl::Span<const void* const> inputs,
 
 }  // namespace
 
+namespace {
+
+// Compiles a verified function and, recursively, its sub-functions.
+std::shared_ptr<const Executable> CompileVerified(const ir::Function& function) {
+  ExecutionPlan plan = PlanExecution(function);
+  std::vector<ControlFlow> control_flow(function.instructions().size());
+  for (size_t i = 0; i < function.instructions().size(); ++i) {
+    const Instruction& inst = function.instructions()[i];
+    if (!ir::IsMultiResult(inst.op)) continue;
+    ControlFlow& cf = control_flow[i];
+    for (const auto& sub : inst.subfunctions) cf.subs.push_back(CompileVerified(*sub));
+    cf.shapes = ir::ResultShapes(inst);
+    cf.offsets = ir::ResultOffsets(cf.shapes);
+  }
+  return std::make_shared<CpuExecutable>(function, std::move(plan), std::move(control_flow));
+}
+
+}  // namespace
+
 absl::StatusOr<std::shared_ptr<const Executable>> Compile(const ir::Function& function) {
   CW_RETURN_IF_ERROR(ir::Verify(function));
   kernels::InitBlas();
-  ExecutionPlan plan = PlanExecution(function);
-  return std::shared_ptr<const Executable>(
-      std::make_shared<CpuExecutable>(function, std::move(plan)));
+  return CompileVerified(function);
 }
 
 namespace {

@@ -21,6 +21,7 @@
 #include "causeway/base/mutex.h"
 #include "causeway/ir/builder.h"
 #include "causeway/ir/verifier.h"
+#include "causeway/testing/status_matchers.h"
 
 namespace causeway::backend::cpu {
 namespace {
@@ -664,6 +665,127 @@ TEST(CpuExecutableTest, ConcurrentRunsDoNotShareTemporaries) {
   }
   for (std::thread& t : threads) t.join();
   for (int t = 0; t < 4; ++t) EXPECT_TRUE(ok[t]) << "thread " << t;
+}
+
+
+// A loop over (n: i32[], acc: f32[2]): while n > 0, n -= 1 and acc *= x,
+// with x a further carry the body passes through.
+Function PowerLoop() {
+  const Shape v = F32({2});
+  FunctionBuilder cb("n_positive");
+  Value cn = cb.Parameter(I32({}));
+  cb.Parameter(v);
+  cb.Parameter(v);
+  const Function cond = BuildOrDie(cb, {cb.Compare(cn, cb.ConstantI32(0), ir::Comparison::kGt)});
+  FunctionBuilder bb("step");
+  Value bn = bb.Parameter(I32({}));
+  Value bacc = bb.Parameter(v);
+  Value bx = bb.Parameter(v);
+  const Function body =
+      BuildOrDie(bb, {bb.Sub(bn, bb.ConstantI32(1)), bb.Mul(bacc, bx), bx});
+  FunctionBuilder b("power");
+  Value n = b.Parameter(I32({}));
+  Value x = b.Parameter(v);
+  std::vector<Value> out = b.While(cond, body, {n, b.Full(1.0f, {2}), x});
+  return BuildOrDie(b, {out[1], out[0]});
+}
+
+TEST(CpuExecutableTest, AWhileLoopRunsAsManyIterationsAsItsDataSays) {
+  const auto exe = CompileOrDie(PowerLoop());
+  const Literal x = Literal::F32({2}, {2.0f, -3.0f});
+  for (int32_t n : {0, 1, 5}) {
+    ASSERT_OK_AND_ASSIGN(std::vector<Literal> out, RunExe(*exe, {Literal::I32({}, {n}), x}));
+    EXPECT_THAT(out[0].values<float>(),
+                ::testing::ElementsAre(std::pow(2.0f, n), std::pow(-3.0f, n)))
+        << "n = " << n;
+    EXPECT_EQ(out[1].values<int32_t>()[0], 0);
+  }
+  // The carry's two buffers and the sub-functions' temporaries count.
+  EXPECT_GE(exe->temporary_bytes(), 2 * 3 * 64);
+}
+
+TEST(CpuExecutableTest, AConditionalRunsOnlyTheBranchItsSelectorPicks) {
+  const Shape v = F32({3});
+  auto branch = [&](const char* name, float scale) {
+    FunctionBuilder fb(name);
+    Value a = fb.Parameter(v);
+    Value k = fb.Parameter(I32({}));
+    return BuildOrDie(fb, {fb.Mul(a, fb.Full(scale, {3})), k});
+  };
+  FunctionBuilder b("switch");
+  Value index = b.Parameter(I32({}));
+  Value a = b.Parameter(v);
+  std::vector<Value> out = b.Conditional(
+      index, {branch("zero", 0.0f), branch("one", 1.0f), branch("ten", 10.0f)},
+      {a, b.ConstantI32(4)});
+  const auto exe = CompileOrDie(BuildOrDie(b, {out[0], out[1]}));
+  const Literal x = Literal::F32({3}, {1, 2, 3});
+  const std::vector<std::pair<int32_t, float>> cases = {{-7, 0}, {0, 0}, {1, 1}, {2, 10}, {99, 10}};
+  for (const auto& [i, scale] : cases) {
+    ASSERT_OK_AND_ASSIGN(std::vector<Literal> res, RunExe(*exe, {Literal::I32({}, {i}), x}));
+    EXPECT_THAT(res[0].values<float>(), ::testing::ElementsAre(scale, 2 * scale, 3 * scale))
+        << "index " << i;
+    EXPECT_EQ(res[1].values<int32_t>()[0], 4);
+  }
+
+  // A pred selector: true runs branch 0. Here branch 1 would divide by zero
+  // into an infinity, which must not appear.
+  FunctionBuilder pb("guarded");
+  Value p = pb.Parameter(Shape(DType::kPred, {}));
+  Value d = pb.Parameter(F32({}));
+  FunctionBuilder tb("keep");
+  Value td = tb.Parameter(F32({}));
+  FunctionBuilder eb("invert");
+  Value ed = eb.Parameter(F32({}));
+  std::vector<Value> r = pb.Conditional(
+      p, {BuildOrDie(tb, {td}), BuildOrDie(eb, {eb.Div(eb.ConstantF32(1), ed)})}, {d});
+  const auto guarded = CompileOrDie(BuildOrDie(pb, {r[0]}));
+  Literal yes(Shape(DType::kPred, {}));
+  yes.mutable_values<uint8_t>()[0] = 1;
+  ASSERT_OK_AND_ASSIGN(std::vector<Literal> res, RunExe(*guarded, {yes, Literal::ScalarF32(0)}));
+  EXPECT_EQ(res[0].values<float>()[0], 0.0f);
+}
+
+TEST(CpuExecutableTest, LoopsNestInsideConditionalsAndLoops) {
+  // if (flag) { power loop } else { 0 }, itself inside a loop run 3 times
+  // that sums the results.
+  const Function power = PowerLoop();
+  const Shape v = F32({2});
+  FunctionBuilder then_b("then");
+  Value tn = then_b.Parameter(I32({}));
+  Value tx = then_b.Parameter(v);
+  std::vector<Value> pw = then_b.Call(power, {tn, tx});
+  const Function then_f = BuildOrDie(then_b, {pw[0]});
+  FunctionBuilder else_b("else");
+  else_b.Parameter(I32({}));
+  else_b.Parameter(v);
+  const Function else_f = BuildOrDie(else_b, {else_b.Full(0.0f, {2})});
+
+  FunctionBuilder cb("three");
+  Value ci = cb.Parameter(I32({}));
+  cb.Parameter(v);
+  cb.Parameter(v);
+  const Function cond = BuildOrDie(cb, {cb.Compare(ci, cb.ConstantI32(3), ir::Comparison::kLt)});
+  FunctionBuilder bb("accumulate");
+  Value bi = bb.Parameter(I32({}));
+  Value bsum = bb.Parameter(v);
+  Value bx = bb.Parameter(v);
+  // Iteration i takes x^(i+1) when i is even, 0 when odd.
+  Value even = bb.Compare(bb.Sub(bi, bb.Mul(bb.Convert(bb.Floor(bb.Div(
+                                                 bb.Convert(bi, DType::kF32), bb.ConstantF32(2))),
+                                             DType::kI32),
+                                         bb.ConstantI32(2))),
+                          bb.ConstantI32(0), ir::Comparison::kEq);
+  std::vector<Value> term =
+      bb.Conditional(even, {then_f, else_f}, {bb.Add(bi, bb.ConstantI32(1)), bx});
+  const Function body = BuildOrDie(bb, {bb.Add(bi, bb.ConstantI32(1)), bb.Add(bsum, term[0]), bx});
+
+  FunctionBuilder b("outer");
+  Value x = b.Parameter(v);
+  std::vector<Value> out = b.While(cond, body, {b.ConstantI32(0), b.Full(0.0f, {2}), x});
+  std::vector<Literal> res = RunOrDie(BuildOrDie(b, {out[1]}), {Literal::F32({2}, {2, 3})});
+  // x^1 + x^3.
+  EXPECT_THAT(res[0].values<float>(), ::testing::ElementsAre(2.0f + 8.0f, 3.0f + 27.0f));
 }
 
 }  // namespace

@@ -486,6 +486,10 @@ class Lowering {
         exe_.segments_.emplace_back();
         return absl::OkStatus();
       }
+      case OpKind::kWhile:
+      case OpKind::kConditional:
+      case OpKind::kGetResult:
+        return Unsupported(inst, "control flow runs on the cpu kind only so far");
       case OpKind::kParameter:
       case OpKind::kConstant:
         return absl::OkStatus();
