@@ -38,6 +38,7 @@ PACKAGES=(
   python3-numpy
   python3-pytest        # the Python package's tests
   python3-pip           # `pip install .` of the Python package (offline, no build isolation)
+  python3-venv          # ... into a virtual environment (the Python tests do)
   python3-setuptools
   procps                # pgrep, in tests/integration/cluster_up_test.sh
   python3-matplotlib    # docs/ benchmark plots

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Writes the README's C++ example as a program, for the readme_example test.
 
-The first ```cpp block of README.md is taken verbatim: its #include and
-`using` lines go at the top of the file, the rest into main(), followed by a
-check of the result the README promises (`v`: 16 values, each 32).
+The ```cpp blocks of README.md are taken verbatim, in order: their #include
+and `using` lines go at the top of the file, the rest into main(), followed
+by a check of the result the README promises (`v`: 16 values, each 32).
 
     readme_example.py README.md OUT.cc
 """
@@ -13,12 +13,15 @@ import sys
 def main():
     readme, out = sys.argv[1], sys.argv[2]
     lines = open(readme, encoding="utf-8").read().splitlines()
-    try:
-        start = lines.index("```cpp") + 1
-    except ValueError:
+    block = []
+    start = 0
+    while "```cpp" in lines[start:]:
+        start = lines.index("```cpp", start) + 1
+        end = lines.index("```", start)
+        block += lines[start:end]
+        start = end + 1
+    if not block:
         sys.exit(f"{readme}: no ```cpp block")
-    end = lines.index("```", start)
-    block = lines[start:end]
     head = [l for l in block if l.startswith("#include") or l.startswith("using ")]
     body = [l for l in block if l not in head]
     text = [

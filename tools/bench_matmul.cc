@@ -17,6 +17,7 @@
 #include "causeway/cluster/local_cluster.h"
 #include "causeway/ir/builder.h"
 #include "nlohmann/json.hpp"
+#include "tools/blas_kernels.h"
 #include "tools/commands.h"
 
 extern "C" {
@@ -100,6 +101,8 @@ int RunBenchMatmul(const MatmulOptions& o) {
   auto mesh = (*client)->AllocateMesh({{"d", 1}});
   if (!mesh.ok()) return 1;
   bool ok = true;
+  const BlasKernels blas = DescribeBlasKernels();
+  if (!o.json) std::printf("%s\n", BlasKernelsLine(blas).c_str());
   for (const Dims& size : sizes) {
     const int64_t m = size.m, k = size.k, n = size.n;
     ir::FunctionBuilder b("matmul");
@@ -166,6 +169,7 @@ int RunBenchMatmul(const MatmulOptions& o) {
                           {"gflops_function", g_fn}, {"gflops_blas", g_blas},
                           {"gflops_eigen", g_eigen}, {"gflops_executable", g_exe},
                           {"ratio", ratio},
+                          {"blas_core", blas.core}, {"blas_narrowed", blas.narrowed},
                           {"ok", call_ok}};
       std::printf("%s\n", j.dump().c_str());
     } else {

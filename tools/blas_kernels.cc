@@ -5,6 +5,9 @@
 
 #include <cstdlib>
 #include <initializer_list>
+#include <string>
+
+#include "absl/strings/str_cat.h"
 
 extern "C" {
 #include <cblas.h>
@@ -49,6 +52,42 @@ void SelectBlasKernels(char** argv) {
   execv("/proc/self/exe", argv);
   // Still here: exec failed; carry on with the kernels OpenBLAS chose.
   unsetenv("OPENBLAS_CORETYPE");
+}
+
+namespace {
+const char* LevelName(int level) {
+  switch (level) {
+    case 2:
+      return "AVX-512";
+    case 1:
+      return "AVX2";
+    default:
+      return "SSE";
+  }
+}
+}  // namespace
+
+BlasKernels DescribeBlasKernels() {
+  BlasKernels blas;
+  const char* core = openblas_get_corename();
+  blas.core = core == nullptr ? "unknown" : core;
+  const int cpu = CpuLevel();
+  blas.cpu_best = cpu == 2 ? "SkylakeX" : cpu == 1 ? "Haswell" : "generic";
+  blas.narrowed = std::getenv("OPENBLAS_CORETYPE") != nullptr && core != nullptr &&
+                  CoreLevel(core) < cpu;
+  return blas;
+}
+
+std::string BlasKernelsLine(const BlasKernels& blas) {
+  const std::string line = absl::StrCat("BLAS: OpenBLAS ", blas.core, " kernels (",
+                                        LevelName(CoreLevel(blas.core.c_str())), ")");
+  if (!blas.narrowed) return line;
+  const char* env = std::getenv("OPENBLAS_CORETYPE");
+  return absl::StrCat(
+      line, "; warning: OPENBLAS_CORETYPE=", env == nullptr ? "" : env,
+      " holds OpenBLAS below this CPU's ", LevelName(CpuLevel()), " (", blas.cpu_best,
+      ") kernels, which measured twice the sgemm throughput on such a CPU "
+      "(docs/BENCHMARKS.md); unset it to let causeway choose");
 }
 
 }  // namespace causeway::tools

@@ -2,6 +2,8 @@
 #ifndef CAUSEWAY_TOOLS_BLAS_KERNELS_H_
 #define CAUSEWAY_TOOLS_BLAS_KERNELS_H_
 
+#include <string>
+
 namespace causeway::tools {
 
 // OpenBLAS picks its GEMM kernels from the CPU model when the library loads.
@@ -16,6 +18,19 @@ namespace causeway::tools {
 // fails.
 // CAUSEWAY_BLAS_AUTO=0 turns it off. Call first thing in main().
 void SelectBlasKernels(char** argv);
+
+// The OpenBLAS kernels this process runs with, for the start of a command's
+// output: the library's core name, the widest this CPU can run, and whether
+// OPENBLAS_CORETYPE holds the library to narrower ones than that.
+struct BlasKernels {
+  std::string core;      // OpenBLAS's name, e.g. "Haswell"
+  std::string cpu_best;  // "SkylakeX", "Haswell" or "generic"
+  bool narrowed = false;
+};
+BlasKernels DescribeBlasKernels();
+// One line, no newline: "BLAS: OpenBLAS Haswell kernels (AVX2)", or, when
+// narrowed, a warning naming OPENBLAS_CORETYPE and the measured cost.
+std::string BlasKernelsLine(const BlasKernels& blas);
 
 }  // namespace causeway::tools
 

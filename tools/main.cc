@@ -42,9 +42,11 @@ int main(int argc, char** argv) {
   CLI::App app{"Causeway: a single-controller runtime for ML accelerators"};
   // Every subcommand's --help shows its defaults.
   app.option_defaults()->always_capture_default();
-  app.set_version_flag("--version",
-                       absl::StrCat("causeway ", CAUSEWAY_VERSION, " (wire protocol ",
-                                    causeway::grpc_transport::kProtocolVersion, ")"));
+  app.set_version_flag(
+      "--version",
+      absl::StrCat("causeway ", CAUSEWAY_VERSION, " (wire protocol ",
+                   causeway::grpc_transport::kProtocolVersion, ")\n",
+                   causeway::tools::BlasKernelsLine(causeway::tools::DescribeBlasKernels())));
   app.require_subcommand(0, 1);
   // Before or after the subcommand: `causeway --log-level warning worker ...`.
   app.fallthrough();

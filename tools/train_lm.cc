@@ -25,6 +25,7 @@
 #include "causeway/cluster/remote_cluster.h"
 #include "causeway/models/lm_trainer.h"
 #include "nlohmann/json.hpp"
+#include "tools/blas_kernels.h"
 #include "tools/commands.h"
 #include "tools/lm_cluster.h"
 
@@ -341,8 +342,10 @@ int RunTrainLm(TrainLmFlags f) {
           ? absl::StrCat("data-parallel over ", o.islands.islands, " islands of data=",
                          o.islands.data, " (gradients exchanged between the islands)")
           : absl::StrCat("mesh data=", o.layout.data, " model=", o.layout.model);
+  const BlasKernels blas = DescribeBlasKernels();
   if (f.json) {
     nlohmann::json j = {{"event", "start"}, {"params", params}, {"vocab", o.model.vocab},
+                        {"blas_core", blas.core}, {"blas_narrowed", blas.narrowed},
                         {"train_tokens", data->train_tokens()}, {"val_tokens", data->val_tokens()},
                         {"data_axis", pipelined        ? o.pipeline.data
                                       : across_islands ? o.islands.data
@@ -370,6 +373,7 @@ int RunTrainLm(TrainLmFlags f) {
                 static_cast<long long>(data->train_tokens()),
                 static_cast<long long>(data->val_tokens()), placement.c_str(),
                 static_cast<long long>(first), static_cast<long long>(o.iters));
+    std::printf("%s\n", BlasKernelsLine(blas).c_str());
   }
   std::fflush(stdout);
 

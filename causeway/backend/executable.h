@@ -18,6 +18,7 @@
 #ifndef CAUSEWAY_BACKEND_EXECUTABLE_H_
 #define CAUSEWAY_BACKEND_EXECUTABLE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -78,6 +79,10 @@ class CollectiveOps {
 struct RunContext {
   // May be null if the function has no collectives.
   CollectiveOps* collectives = nullptr;
+  // May be null. Set when the device shuts down: a run that could go on
+  // indefinitely (a while loop whose condition never fails) checks it and
+  // ends with CANCELLED rather than holding the device's thread forever.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 // A function compiled for one kind of device, run by a device's thread over

@@ -1,9 +1,12 @@
 // The public handles: thin forwarding to ClientCore.
 #include "causeway/client/client.h"
 
+#include "absl/strings/str_cat.h"
+
 #include "causeway/base/check.h"
 #include "causeway/base/status_macros.h"
 #include "causeway/client/client_core.h"
+#include "causeway/ir/verifier.h"
 
 namespace causeway {
 
@@ -103,6 +106,43 @@ absl::Status Client::CheckPut(const ir::Shape& shape, const Mesh& mesh,
 absl::StatusOr<CompiledFunction> Client::Compile(const ir::Function& function, const Mesh& mesh,
                                                  const CompileOptions& options) {
   return core_->Compile(function, mesh, options);
+}
+
+absl::StatusOr<CompiledFunction> Client::Compile(
+    absl::Span<const ir::Shape> global_parameter_shapes, const Mesh& mesh,
+    const CompileOptions& options, const ShardFunctionBuilder& build) {
+  if (global_parameter_shapes.size() != options.in_shardings.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(global_parameter_shapes.size(), " global parameter shapes for ",
+                     options.in_shardings.size(), " in_shardings"));
+  }
+  std::vector<ir::Shape> shards;
+  for (size_t k = 0; k < global_parameter_shapes.size(); ++k) {
+    const ir::Shape& global = global_parameter_shapes[k];
+    const Sharding& sharding = options.in_shardings[k];
+    if (absl::Status s = sharding.Validate(global, mesh); !s.ok()) {
+      return Annotate(s, absl::StrCat("parameter ", k, " (global ", global.ToString(),
+                                      ") under sharding ", sharding.ToString()));
+    }
+    shards.push_back(sharding.ShardShape(global, mesh));
+  }
+  CW_ASSIGN_OR_RETURN(ir::Function function, build(shards));
+  CW_RETURN_IF_ERROR(ir::Verify(function));
+  if (function.num_parameters() != static_cast<int>(shards.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("function ", function.name(), " has ", function.num_parameters(),
+                     " parameters, but ", shards.size(), " global shapes were given"));
+  }
+  for (size_t k = 0; k < shards.size(); ++k) {
+    if (function.parameter_shape(static_cast<int>(k)) != shards[k]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "function ", function.name(), ": parameter ", k, " is ",
+          function.parameter_shape(static_cast<int>(k)).ToString(), ", but its shard of ",
+          global_parameter_shapes[k].ToString(), " under ",
+          options.in_shardings[k].ToString(), " is ", shards[k].ToString()));
+    }
+  }
+  return Compile(function, mesh, options);
 }
 
 absl::StatusOr<std::vector<Array>> Client::Call(const CompiledFunction& function,

@@ -241,6 +241,20 @@ class Client {
   absl::StatusOr<CompiledFunction> Compile(const ir::Function& function, const Mesh& mesh,
                                            const CompileOptions& options);
 
+  // Builds the function from its parameters' global shapes, as Python's
+  // compile does, instead of per-shard shapes worked out by hand: `build`
+  // gets each parameter's shard shape under options.in_shardings on `mesh`
+  // (what one device sees) and returns the per-shard function, which is then
+  // compiled as above. INVALID_ARGUMENT naming the parameter if a global
+  // shape does not fit its sharding (rank, an axis the mesh lacks, a
+  // dimension that does not divide), or if the built function's parameters
+  // differ from those shard shapes.
+  using ShardFunctionBuilder =
+      std::function<absl::StatusOr<ir::Function>(absl::Span<const ir::Shape> shard_shapes)>;
+  absl::StatusOr<CompiledFunction> Compile(absl::Span<const ir::Shape> global_parameter_shapes,
+                                           const Mesh& mesh, const CompileOptions& options,
+                                           const ShardFunctionBuilder& build);
+
   // Calls `function` on `args` (a one-node program, lowered once per
   // argument placement and cached). Returns the outputs at once.
   absl::StatusOr<std::vector<Array>> Call(const CompiledFunction& function,

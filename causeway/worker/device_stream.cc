@@ -199,6 +199,7 @@ absl::Status DeviceStream::Run(const Launch& launch) {
   }
   backend::RunContext context;
   context.collectives = launch.collectives.get();
+  context.stop = &stop_launch_;
   // The cpu kind completes before Launch returns; another kind completes
   // when its queue ran the work, and the stream (a thread, or a fiber that
   // parks) waits for it: the launch's buffers and collectives stay alive
@@ -298,6 +299,7 @@ void DeviceStream::Shutdown() {
                         " was queued on ", device_.id.ToString(), ", ", device_.host.ToString(),
                         " when it shut down; it did not run")));
   }
+  stop_launch_.store(true, std::memory_order_relaxed);
   Signal(waiting);
   if (thread_.joinable()) thread_.join();
   if (task_ != nullptr) {

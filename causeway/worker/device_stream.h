@@ -161,6 +161,9 @@ class DeviceStream final : public LaunchQueue {
   mutable Mutex mu_;
   std::deque<Launch> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // Set by Shutdown, read by the launch in flight (RunContext::stop), which
+  // may then end early instead of running on.
+  std::atomic<bool> stop_launch_{false};
   DeviceStreamStats stats_ ABSL_GUARDED_BY(mu_);
   // The loop waits for work on `signal_` (fiber::WaitWhileEqual), after
   // saying so in `waiting_`.

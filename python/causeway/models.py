@@ -28,6 +28,8 @@ loss_function = _C.models.loss_function
 train_flops_per_step = _C.models.train_flops_per_step
 learning_rate = _C.models.learning_rate
 train_lm = _C.models.train_lm
+Checkpoint = _C.models.Checkpoint
+write_checkpoint = _C.models.write_checkpoint
 
 DEFAULT_CONFIG: Dict[str, Any] = {"context": 64, "layers": 4, "heads": 4, "embed": 128,
                                   "bias": True}
@@ -92,3 +94,52 @@ class GPT:
     def state_numpy(self) -> Dict[str, np.ndarray]:
         """The parameters, fetched, by name."""
         return {s.name: np.asarray(p) for s, p in zip(self.specs, self.params)}
+
+    def save(self, path: str, data: TextDataset, iteration: int, *,
+             optimizer: bool = True) -> str:
+        """Writes a checkpoint of the parameters (and the AdamW moments unless
+        ``optimizer`` is false) that ``causeway train lm --resume``,
+        ``causeway sample`` and :func:`load_checkpoint` read. ``data`` gives
+        the vocabulary; ``iteration`` is the number of steps taken. Returns
+        the file written (``path/model.safetensors``, replaced atomically)."""
+        params = [np.asarray(p) for p in self.params]
+        m = [np.asarray(p) for p in self.m] if optimizer else []
+        v = [np.asarray(p) for p in self.v] if optimizer else []
+        config = {k: val for k, val in self.config.items() if k != "vocab"}
+        return _C.models.write_checkpoint(path, config, data, iteration, params, m, v)
+
+    @classmethod
+    def from_checkpoint(cls, checkpoint: Any, mesh, batch: int, **kwargs) -> "GPT":
+        """The model of a checkpoint (a :class:`Checkpoint` or its path),
+        compiled for ``mesh``, with its parameters and AdamW moments (zeros if
+        the checkpoint holds none). Continue with ``step(..., iteration=
+        checkpoint.iteration + k, ...)``."""
+        import causeway as cw
+        ckpt = load_checkpoint(checkpoint) if isinstance(checkpoint, str) else checkpoint
+        gpt = cls(ckpt.config, mesh, batch, **kwargs)
+        shardings = [p.sharding for p in gpt.params]
+        params = ckpt.params
+        gpt.params = [cw.device_put(a, s) for a, s in zip(params, shardings)]
+        m, v = ckpt.adam_m, ckpt.adam_v
+        if m:
+            gpt.m = [cw.device_put(a, s) for a, s in zip(m, shardings)]
+            gpt.v = [cw.device_put(a, s) for a, s in zip(v, shardings)]
+        return gpt
+
+
+def load_checkpoint(path: str) -> Checkpoint:
+    """Reads a GPT checkpoint written by ``causeway train lm --checkpoint`` or
+    :meth:`GPT.save`: its folder or its ``model.safetensors`` file."""
+    return _C.models.read_checkpoint(path)
+
+
+def sample(checkpoint: Any, prompt: str = "", tokens: int = 500, temperature: float = 0.8,
+           top_k: int = 0, seed: int = 1, client=None) -> str:
+    """Text from a trained model, as ``causeway sample`` makes it: ``prompt``
+    followed by ``tokens`` new tokens, on one device of ``client`` (default:
+    the current one). ``checkpoint`` is a :class:`Checkpoint` or its path."""
+    import causeway as cw
+    ckpt = load_checkpoint(checkpoint) if isinstance(checkpoint, str) else checkpoint
+    client = client or cw.default_client()
+    text = _C.models.sample(client, ckpt, prompt, tokens, temperature, top_k, seed)
+    return text.decode("utf-8", errors="replace")

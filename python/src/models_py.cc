@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "causeway/models/gpt.h"
+#include "causeway/models/lm_checkpoint_format.h"
 #include "causeway/models/lm_trainer.h"
 #include "causeway/models/text_data.h"
 #include "python/src/py_core.h"
@@ -62,6 +63,44 @@ models::Split SplitOf(const std::string& s) {
   if (s == "train") return models::Split::kTrain;
   if (s == "val") return models::Split::kVal;
   throw StatusError(absl::InvalidArgumentError("split is \"train\" or \"val\""));
+}
+
+py::dict ConfigDict(const GptConfig& c) {
+  py::dict d;
+  d["vocab"] = c.vocab;
+  d["context"] = c.context;
+  d["layers"] = c.layers;
+  d["heads"] = c.heads;
+  d["embed"] = c.embed;
+  d["bias"] = c.bias;
+  return d;
+}
+
+py::list NumpyList(const std::vector<ir::Literal>& literals) {
+  py::list out;
+  for (const ir::Literal& l : literals) out.append(NumpyFromLiteral(l));
+  return out;
+}
+
+// `arrays` as literals of the model's parameter shapes; `what` names them.
+std::vector<ir::Literal> ParamLiterals(const std::vector<models::ParamSpec>& specs,
+                                       const std::vector<py::array>& arrays,
+                                       const std::string& what) {
+  if (arrays.size() != specs.size()) {
+    throw StatusError(absl::InvalidArgumentError(absl::StrCat(
+        what, ": ", arrays.size(), " arrays for a model of ", specs.size(), " parameters")));
+  }
+  std::vector<ir::Literal> out;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    ir::Literal l = LiteralFromNumpy(arrays[i]);
+    if (l.shape() != ir::Shape(ir::DType::kF32, specs[i].dims)) {
+      throw StatusError(absl::InvalidArgumentError(
+          absl::StrCat(what, ": ", specs[i].name, " is ", l.shape().ToString(), ", the model's is ",
+                       ir::Shape(ir::DType::kF32, specs[i].dims).ToString())));
+    }
+    out.push_back(std::move(l));
+  }
+  return out;
 }
 
 }  // namespace
@@ -189,6 +228,104 @@ void RegisterModels(py::module_& m) {
         }
         return py::bytes(d.tokenizer().Decode(ids));
       });
+
+  py::class_<models::LmCheckpoint>(mm, "Checkpoint",
+                                   "A GPT checkpoint, as `causeway train lm --checkpoint` "
+                                   "writes it: config, vocabulary, iteration, parameters and "
+                                   "AdamW moments (global arrays, in gpt_params order)")
+      .def_property_readonly("config",
+                             [](const models::LmCheckpoint& c) { return ConfigDict(c.config); })
+      .def_readonly("iteration", &models::LmCheckpoint::iteration)
+      .def_property_readonly("params",
+                             [](const models::LmCheckpoint& c) { return NumpyList(c.params); })
+      .def_property_readonly("adam_m",
+                             [](const models::LmCheckpoint& c) { return NumpyList(c.adam_m); })
+      .def_property_readonly("adam_v",
+                             [](const models::LmCheckpoint& c) { return NumpyList(c.adam_v); })
+      .def_property_readonly(
+          "vocab_size", [](const models::LmCheckpoint& c) { return c.tokenizer.vocab_size(); })
+      .def("decode",
+           [](const models::LmCheckpoint& c, const std::vector<int32_t>& ids) {
+             for (int32_t id : ids) {
+               if (id < 0 || id >= c.tokenizer.vocab_size()) {
+                 throw StatusError(absl::InvalidArgumentError(absl::StrCat(
+                     "token ", id, " is outside the vocabulary of ", c.tokenizer.vocab_size())));
+               }
+             }
+             return py::bytes(c.tokenizer.Decode(ids));
+           })
+      .def("__repr__", [](const models::LmCheckpoint& c) {
+        return absl::StrCat("<causeway.models.Checkpoint iteration ", c.iteration, ", ",
+                            c.config.layers, " layers, embedding ", c.config.embed,
+                            ", vocabulary ", c.tokenizer.vocab_size(), ">");
+      });
+  mm.def(
+      "read_checkpoint",
+      [](const std::string& path) {
+        absl::StatusOr<models::LmCheckpoint> c;
+        {
+          py::gil_scoped_release release;
+          c = models::ReadLmCheckpoint(path);
+        }
+        return Unwrap(std::move(c));
+      },
+      py::arg("path"),
+      "Reads a checkpoint: its folder or its model.safetensors file. Errors name the file and "
+      "what is wrong (missing, truncated, another format)");
+  mm.def(
+      "write_checkpoint",
+      [](const std::string& path, py::dict config, const models::TextDataset& data,
+         int64_t iteration, const std::vector<py::array>& params,
+         const std::vector<py::array>& adam_m, const std::vector<py::array>& adam_v) {
+        models::LmCheckpoint c;
+        py::dict cd = config;
+        cd["vocab"] = data.tokenizer().vocab_size();
+        c.config = Config(cd);
+        c.tokenizer = data.tokenizer();
+        if (iteration < 0) {
+          throw StatusError(absl::InvalidArgumentError(
+              absl::StrCat("iteration ", iteration, " is negative")));
+        }
+        c.iteration = iteration;
+        const std::vector<models::ParamSpec> specs = models::GptParams(c.config);
+        c.params = ParamLiterals(specs, params, "params");
+        if (!adam_m.empty() || !adam_v.empty()) {
+          c.adam_m = ParamLiterals(specs, adam_m, "adam_m");
+          c.adam_v = ParamLiterals(specs, adam_v, "adam_v");
+        }
+        absl::StatusOr<std::string> written;
+        {
+          py::gil_scoped_release release;
+          written = models::WriteLmCheckpoint(path, c);
+        }
+        return Unwrap(std::move(written));
+      },
+      py::arg("path"), py::arg("config"), py::arg("data"), py::arg("iteration"),
+      py::arg("params"), py::arg("adam_m") = std::vector<py::array>{},
+      py::arg("adam_v") = std::vector<py::array>{},
+      "Writes a checkpoint that `causeway train lm --resume` and `causeway sample` read; "
+      "returns the file written");
+  mm.def(
+      "sample",
+      [](const ClientRef& client, const models::LmCheckpoint& checkpoint,
+         const std::string& prompt, int64_t tokens, float temperature, int64_t top_k,
+         uint64_t seed) {
+        models::SampleOptions o;
+        o.prompt = prompt;
+        o.tokens = tokens;
+        o.temperature = temperature;
+        o.top_k = top_k;
+        o.seed = seed;
+        absl::StatusOr<std::string> text;
+        {
+          py::gil_scoped_release release;
+          text = models::SampleText(client->client.get(), checkpoint, o);
+        }
+        return py::bytes(Unwrap(std::move(text)));
+      },
+      py::arg("client"), py::arg("checkpoint"), py::arg("prompt") = "", py::arg("tokens") = 500,
+      py::arg("temperature") = 0.8f, py::arg("top_k") = 0, py::arg("seed") = 1,
+      "Generates text as `causeway sample` does: the prompt followed by `tokens` new ones");
 
   mm.def(
       "train_lm",

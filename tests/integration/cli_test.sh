@@ -22,6 +22,8 @@ trap 'rm -f /tmp/cli_test_out.$$ /tmp/cli_test_help.$$' EXIT
 version=$("$bin" --version) || { echo "FAIL: --version exited $?"; fail=1; }
 echo "$version" | grep -q "^causeway .* (wire protocol [0-9]\+)$" ||
   { echo "FAIL: --version printed '$version'"; fail=1; }
+echo "$version" | grep -q "^BLAS: OpenBLAS .* kernels (" ||
+  { echo "FAIL: --version names no BLAS kernels: '$version'"; fail=1; }
 "$bin" >/tmp/cli_test_out.$$ 2>&1 || { echo "FAIL: causeway alone exited $?"; fail=1; }
 grep -q "SUBCOMMANDS" /tmp/cli_test_out.$$ || grep -qi "subcommands" /tmp/cli_test_out.$$ ||
   { echo "FAIL: causeway alone printed no help"; fail=1; }

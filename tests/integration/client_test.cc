@@ -62,6 +62,60 @@ TEST(ClientTest, CallReturnsBeforeDataIsReadyAndComputesTheShardedResult) {
   EXPECT_THAT(v.values<float>(), ElementsAreArray({84.0f, 92.0f, 100.0f}));
 }
 
+// The function is built from global shapes: the builder sees the shard
+// shapes the shardings give, and a shape that does not fit is named.
+TEST(ClientTest, CompileFromGlobalShapesHandsTheBuilderItsShardShapes) {
+  auto cluster = MakeCluster(TwoByTwoByTwo());
+  auto client = Connect(cluster.get());
+  ASSERT_OK_AND_ASSIGN(Mesh mesh, client->AllocateMesh({{"x", 4}}));
+  const Sharding rows({{"x"}, {}});
+  const CompileOptions options{{rows, Sharding::Replicated(1)}, {Sharding::Replicated(1)}};
+  std::vector<ir::Shape> seen;
+  auto build = [&](absl::Span<const ir::Shape> shards) -> absl::StatusOr<ir::Function> {
+    seen.assign(shards.begin(), shards.end());
+    ir::FunctionBuilder b("scaled_rowsum");
+    ir::Value x = b.Parameter(shards[0]);
+    ir::Value w = b.Parameter(shards[1]);
+    ir::Value s = b.AllReduce(b.ReduceSum(x, {0}), {"x"});
+    return b.Build({b.Mul(s, w)});
+  };
+  const ir::Shape global(ir::DType::kF32, {8, 3});
+  const ir::Shape weights(ir::DType::kF32, {3});
+  ASSERT_OK_AND_ASSIGN(CompiledFunction cf,
+                       client->Compile({global, weights}, mesh, options, build));
+  EXPECT_THAT(seen, ElementsAreArray({ir::Shape(ir::DType::kF32, {2, 3}), weights}));
+  EXPECT_EQ(cf.in_shapes()[0], global);
+  ASSERT_OK_AND_ASSIGN(Array in, client->Put(ir::Literal::F32({8, 3}, Iota(24)), mesh, rows));
+  ASSERT_OK_AND_ASSIGN(Array w, client->Put(ir::Literal::F32({3}, {1, 2, 3}), mesh,
+                                            Sharding::Replicated(1)));
+  ASSERT_OK_AND_ASSIGN(std::vector<Array> out, client->Call(cf, {in, w}));
+  ASSERT_OK_AND_ASSIGN(ir::Literal v, AwaitOrHang(out[0].Fetch()));
+  EXPECT_THAT(v.values<float>(), ElementsAreArray({84.0f, 184.0f, 300.0f}));
+
+  // 10 rows do not split over 4 devices: named before `build` runs.
+  seen.clear();
+  const auto uneven =
+      client->Compile({ir::Shape(ir::DType::kF32, {10, 3}), weights}, mesh, options, build);
+  EXPECT_EQ(uneven.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(uneven.status().message(),
+              AllOf(HasSubstr("parameter 0 (global f32[10,3])"), HasSubstr("[{x}, {}]")));
+  EXPECT_TRUE(seen.empty());
+  // A builder that ignores the shard shapes is caught.
+  const auto ignored = client->Compile(
+      {global, weights}, mesh, options, [](absl::Span<const ir::Shape>) {
+        ir::FunctionBuilder b("global_by_mistake");
+        ir::Value x = b.Parameter(ir::Shape(ir::DType::kF32, {8, 3}));
+        b.Parameter(ir::Shape(ir::DType::kF32, {3}));
+        return b.Build({b.ReduceSum(x, {0})});
+      });
+  EXPECT_THAT(ignored.status().message(),
+              HasSubstr("parameter 0 is f32[8,3], but its shard of f32[8,3] under [{x}, {}] is "
+                        "f32[2,3]"));
+  // Counts must agree.
+  EXPECT_EQ(client->Compile({global}, mesh, options, build).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 // A per-shard sum declared replicated would return one device's partial sum:
 // Compile refuses it, naming the result and the op; the all-reduced sum
 // compiles and is right; kOff lets the per-shard function through.

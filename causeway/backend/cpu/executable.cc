@@ -380,6 +380,10 @@ absl::Status CpuExecutable::RunWhile(const Step& step, const Buffers& buffers,
   bool go = false;
   void* const go_out[] = {&go};
   for (int64_t iteration = 0;; ++iteration) {
+    if (context.stop != nullptr && context.stop->load(std::memory_order_relaxed)) {
+      return absl::CancelledError(absl::StrCat("while: stopped at iteration ", iteration,
+                                               ": the device is shutting down"));
+    }
     for (size_t k = 0; k < n; ++k) in[k] = cur + cf.offsets[k];
     absl::Status s = cf.subs[0]->Run(in, go_out, context);
     if (!s.ok()) return Annotate(s, absl::StrCat("while, cond of iteration ", iteration));

@@ -5,6 +5,7 @@
 #include <xmmintrin.h>
 #endif
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -702,6 +703,30 @@ TEST(CpuExecutableTest, AWhileLoopRunsAsManyIterationsAsItsDataSays) {
   }
   // The carry's two buffers and the sub-functions' temporaries count.
   EXPECT_GE(exe->temporary_bytes(), 2 * 3 * 64);
+}
+
+TEST(CpuExecutableTest, ALoopThatNeverEndsStopsWhenTheDeviceShutsDown) {
+  FunctionBuilder cb("forever");
+  Value cx = cb.Parameter(F32({}));
+  const Function cond =
+      BuildOrDie(cb, {cb.Compare(cx, cx, ir::Comparison::kEq)});  // true for any non-NaN
+  FunctionBuilder bb("count");
+  Value bx = bb.Parameter(F32({}));
+  const Function body = BuildOrDie(bb, {bb.Add(bx, bb.ConstantF32(1))});
+  FunctionBuilder b("spin");
+  std::vector<Value> out = b.While(cond, body, {b.Parameter(F32({}))});
+  const auto exe = CompileOrDie(BuildOrDie(b, {out[0]}));
+  // What DeviceStream::Shutdown sets for the launch in flight.
+  const std::atomic<bool> stop{true};
+  RunContext context;
+  context.stop = &stop;
+  const Literal x = Literal::ScalarF32(0);
+  Literal y(F32({}));
+  const void* in[] = {x.data()};
+  void* outs[] = {y.data()};
+  const absl::Status s = exe->Run(in, outs, context);
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled);
+  EXPECT_THAT(s.message(), HasSubstr("the device is shutting down"));
 }
 
 TEST(CpuExecutableTest, AConditionalRunsOnlyTheBranchItsSelectorPicks) {
