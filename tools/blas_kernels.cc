@@ -86,8 +86,8 @@ std::string BlasKernelsLine(const BlasKernels& blas) {
   return absl::StrCat(
       line, "; warning: OPENBLAS_CORETYPE=", env == nullptr ? "" : env,
       " holds OpenBLAS below this CPU's ", LevelName(CpuLevel()), " (", blas.cpu_best,
-      ") kernels, which measured twice the sgemm throughput on such a CPU "
-      "(docs/BENCHMARKS.md); unset it to let causeway choose");
+      ") kernels (AVX-512 over AVX2 measured 210 vs 111 GFLOP/s, 512^3 sgemm, docs/IR.md); "
+      "unset it to let causeway choose");
 }
 
 }  // namespace causeway::tools

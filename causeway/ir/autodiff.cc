@@ -1,6 +1,7 @@
 #include "causeway/ir/autodiff.h"
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,16 +35,20 @@ class Reverse {
       Instruction copy = inst;
       for (int& o : copy.operands) o = fwd_[o].id;
       fwd_[i] = b_.AddInstruction(std::move(copy));
-      if (IsMultiResult(inst.op) && error_.ok()) {
-        for (int o : inst.operands) {
-          if (!active_[o]) continue;
+      if (IsMultiResult(inst.op)) {
+        bool depends = false;
+        for (int o : inst.operands) depends = depends || active_[o];
+        if (!depends) continue;
+        if (inst.op == OpKind::kConditional) {
+          // Its f32 results (get_result) are active through it.
+          active_[i] = true;
+        } else if (error_.ok()) {
           error_ = absl::UnimplementedError(absl::StrCat(
               "instruction ", i, " (", OpName(inst.op), ") depends on a parameter being "
-              "differentiated; reverse-mode autodiff through control flow is not supported "
-              "yet (pass the value around the loop or conditional, or differentiate "
-              "inside its sub-functions)"));
-          break;
+              "differentiated; reverse-mode autodiff through a while loop is not supported "
+              "(its trip count is data; pass the value around the loop, or unroll it)"));
         }
+        continue;
       }
       if (inst.shape.dtype != DType::kF32) continue;
       for (int o : inst.operands) active_[i] = active_[i] || active_[o];
@@ -54,6 +59,11 @@ class Reverse {
     const auto& insts = f_.instructions();
     adj_[f_.outputs()[0]] = b_.ConstantF32(1.0f);
     for (int i = static_cast<int>(insts.size()) - 1; i >= 0; --i) {
+      if (insts[i].op == OpKind::kConditional && active_[i]) {
+        ConditionalRule(i, insts[i]);
+        if (!b_.status().ok() || !error_.ok()) return;
+        continue;
+      }
       if (adj_[i].id < 0 || !active_[i]) continue;
       Rule(i, insts[i], adj_[i]);
       if (!b_.status().ok()) return;
@@ -92,6 +102,9 @@ class Reverse {
   static std::vector<int64_t> AllDims(int rank) { return Kept(rank, {}); }
 
   void Rule(int i, const Instruction& inst, Value g);
+  // The gradient of a conditional: a conditional over the branches'
+  // vector-Jacobian products, picked by the same selector.
+  void ConditionalRule(int i, const Instruction& inst);
   void DotGeneralRule(const Instruction& inst, Value g);
 
   const Function& f_;
@@ -100,6 +113,9 @@ class Reverse {
   std::vector<Value> adj_;
   std::vector<bool> active_;
   absl::Status error_;
+  // Adjoints of the results of multi-result instructions, by instruction,
+  // gathered from the get_results that read them.
+  std::map<int, std::vector<Value>> result_adj_;
 };
 
 void Reverse::Rule(int i, const Instruction& inst, Value g) {
@@ -289,9 +305,72 @@ void Reverse::Rule(int i, const Instruction& inst, Value g) {
     case OpKind::kNormalizeGrad:
     case OpKind::kWhile:
     case OpKind::kConditional:
-    case OpKind::kGetResult:
-      return;  // no gradient flows through (control flow: see Forward)
+      return;  // no gradient flows through (control flow: see Forward, ConditionalRule)
+    case OpKind::kGetResult: {
+      std::vector<Value>& r = result_adj_[inst.operands[0]];
+      const size_t n = ResultShapes(f_.instructions()[inst.operands[0]]).size();
+      if (r.size() < n) r.resize(n);
+      Value& a = r[static_cast<size_t>(inst.result_index)];
+      a = a.id < 0 ? g : b_.Add(a, g);
+      return;
+    }
   }
+}
+
+void Reverse::ConditionalRule(int i, const Instruction& inst) {
+  auto found = result_adj_.find(i);
+  if (found == result_adj_.end()) return;  // no result reaches the loss
+  const std::vector<Value>& g = found->second;
+  const std::vector<Shape> results = ResultShapes(inst);
+  const size_t nargs = inst.operands.size() - 1;
+  std::vector<int> wrt;  // argument positions that need a gradient
+  for (size_t k = 0; k < nargs; ++k) {
+    if (Active(inst, static_cast<int>(k) + 1)) wrt.push_back(static_cast<int>(k));
+  }
+  std::vector<size_t> flowing;  // results with an adjoint
+  for (size_t j = 0; j < g.size() && j < results.size(); ++j) {
+    if (g[j].id >= 0) flowing.push_back(j);
+  }
+  if (wrt.empty() || flowing.empty()) return;
+  // For each branch b: vjp_b(args, g) = d/d args of sum_j <b(args)_j, g_j>.
+  std::vector<Function> vjps;
+  for (size_t k = 0; k < inst.subfunctions.size(); ++k) {
+    const Function& branch = *inst.subfunctions[k];
+    FunctionBuilder hb(absl::StrCat(branch.name(), "_vjp_loss"));
+    std::vector<Value> args;
+    for (size_t a = 0; a < nargs; ++a) args.push_back(hb.Parameter(branch.parameter_shape(a)));
+    std::vector<Value> gs;
+    for (size_t j : flowing) gs.push_back(hb.Parameter(results[j]));
+    std::vector<Value> out = hb.Call(branch, args);
+    Value loss = hb.ConstantF32(0);
+    for (size_t t = 0; t < flowing.size(); ++t) {
+      Value prod = hb.Mul(out[flowing[t]], gs[t]);
+      loss = hb.Add(loss, hb.ReduceSum(prod, AllDims(results[flowing[t]].rank())));
+    }
+    absl::StatusOr<Function> h = hb.Build({loss});
+    absl::StatusOr<Function> gh = h.ok() ? Grad(*h, wrt) : h.status();
+    if (!gh.ok()) {
+      error_ = Annotate(gh.status(), absl::StrCat("gradient of instruction ", i,
+                                                  " (conditional), branch ", k));
+      return;
+    }
+    // Grad returns (loss, grads...): keep the grads.
+    FunctionBuilder wb(absl::StrCat(branch.name(), "_vjp"));
+    std::vector<Value> params;
+    for (int p = 0; p < gh->num_parameters(); ++p) params.push_back(wb.Parameter(gh->parameter_shape(p)));
+    std::vector<Value> r = wb.Call(*gh, params);
+    absl::StatusOr<Function> vjp = wb.Build(std::vector<Value>(r.begin() + 1, r.end()));
+    if (!vjp.ok()) {
+      error_ = vjp.status();
+      return;
+    }
+    vjps.push_back(*std::move(vjp));
+  }
+  std::vector<Value> cargs;
+  for (size_t a = 0; a < nargs; ++a) cargs.push_back(X(inst, static_cast<int>(a) + 1));
+  for (size_t j : flowing) cargs.push_back(g[j]);
+  std::vector<Value> grads = b_.Conditional(X(inst, 0), vjps, cargs);
+  for (size_t t = 0; t < wrt.size() && t < grads.size(); ++t) Acc(inst, wrt[t] + 1, grads[t]);
 }
 
 // Result dims of dot_general are [batch, lhs free, rhs free]. The lhs
@@ -382,6 +461,7 @@ absl::StatusOr<Function> Grad(const Function& function, absl::Span<const int> wr
   reverse.Forward(wrt);
   if (!reverse.error().ok()) return Annotate(reverse.error(), where);
   reverse.Backward();
+  if (!reverse.error().ok()) return Annotate(reverse.error(), where);
   std::vector<Value> outputs;
   for (int o : function.outputs()) outputs.push_back(reverse.forward(o));
   for (int k : wrt) outputs.push_back(reverse.Adjoint(function.parameters()[k]));

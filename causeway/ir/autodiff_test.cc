@@ -224,28 +224,63 @@ TEST(AutodiffTest, RejectsNonScalarLossAndBadWrt) {
 }
 
 
-TEST(AutodiffTest, ControlFlowOnTheGradientPathIsAnErrorNotZeros) {
-  FunctionBuilder tb("square");
-  Value tx = tb.Parameter(Shape(DType::kF32, {}));
-  const Function square = *tb.Build({tb.Mul(tx, tx)});
+TEST(AutodiffTest, GradientsFlowThroughTheBranchAConditionalTakes) {
+  // loss(x, w, n) = sum(branch_n(x, w)) with branch 0: x * x * w, branch 1: w - x,
+  // branch 2: 3 (no dependence on x or w).
+  const Shape v(DType::kF32, {3});
+  auto branch = [&](const char* name, int which) {
+    FunctionBuilder fb(name);
+    Value x = fb.Parameter(v);
+    Value w = fb.Parameter(v);
+    Value r = which == 0 ? fb.Mul(fb.Mul(x, x), w) : which == 1 ? fb.Sub(w, x) : fb.Full(3, {3});
+    return *fb.Build({r, fb.ReduceSum(x, {0})});
+  };
+  FunctionBuilder b("loss");
+  Value x = b.Parameter(v);
+  Value w = b.Parameter(v);
+  Value n = b.Parameter(Shape(DType::kI32, {}));
+  std::vector<Value> r =
+      b.Conditional(n, {branch("square", 0), branch("diff", 1), branch("const", 2)}, {x, w});
+  // Result 1 does not reach the loss; result 0 does, twice.
+  const Function f = *b.Build({b.ReduceSum(b.Add(r[0], r[0]), {0})});
+  ASSERT_OK_AND_ASSIGN(Function g, Grad(f, {0, 1}));
+  const ir::Literal xs = ir::Literal::F32({3}, {1, 2, 3});
+  const ir::Literal ws = ir::Literal::F32({3}, {4, 5, 6});
+  auto run = [&](int32_t sel) {
+    std::vector<ir::Literal> out = RunFunction(g, {xs, ws, ir::Literal::I32({}, {sel})});
+    return std::make_pair(std::vector<float>(out[1].values<float>().begin(),
+                                             out[1].values<float>().end()),
+                          std::vector<float>(out[2].values<float>().begin(),
+                                             out[2].values<float>().end()));
+  };
+  // d/dx 2*sum(x*x*w) = 4 x w; d/dw = 2 x^2.
+  EXPECT_EQ(run(0), std::make_pair(std::vector<float>{16, 40, 72}, std::vector<float>{2, 8, 18}));
+  EXPECT_EQ(run(1), std::make_pair(std::vector<float>{-2, -2, -2}, std::vector<float>{2, 2, 2}));
+  EXPECT_EQ(run(2), std::make_pair(std::vector<float>{0, 0, 0}, std::vector<float>{0, 0, 0}));
+}
+
+TEST(AutodiffTest, AWhileLoopOnTheGradientPathIsAnErrorNotZeros) {
+  FunctionBuilder cb("small");
+  Value cx = cb.Parameter(Shape(DType::kF32, {}));
+  const Function cond = *cb.Build({cb.Compare(cx, cb.ConstantF32(100), Comparison::kLt)});
+  FunctionBuilder bb("twice");
+  Value bx = bb.Parameter(Shape(DType::kF32, {}));
+  const Function body = *bb.Build({bb.Add(bx, bx)});
   FunctionBuilder b("loss");
   Value x = b.Parameter(Shape(DType::kF32, {}));
-  Value n = b.Parameter(Shape(DType::kI32, {}));
-  std::vector<Value> r = b.Conditional(n, {square}, {x});
-  // A conditional whose operands do not depend on x is fine.
-  std::vector<Value> c = b.Conditional(n, {square}, {b.ConstantF32(3)});
-  const Function f = *b.Build({b.Add(r[0], c[0])});
+  Value y = b.Parameter(Shape(DType::kF32, {}));
+  std::vector<Value> r = b.While(cond, body, {x});
+  std::vector<Value> beside = b.While(cond, body, {b.ConstantF32(3)});
+  const Function f = *b.Build({b.Add(r[0], b.Mul(y, beside[0]))});
   absl::StatusOr<Function> g = Grad(f, {0});
   ASSERT_FALSE(g.ok());
   EXPECT_EQ(g.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(g.status().message(), ::testing::HasSubstr("through control flow"));
-
-  FunctionBuilder b2("loss_beside");
-  Value x2 = b2.Parameter(Shape(DType::kF32, {}));
-  Value n2 = b2.Parameter(Shape(DType::kI32, {}));
-  std::vector<Value> c2 = b2.Conditional(n2, {square}, {b2.ConstantF32(3)});
-  const Function f2 = *b2.Build({b2.Mul(b2.Mul(x2, x2), c2[0])});
-  EXPECT_TRUE(Grad(f2, {0}).ok());
+  EXPECT_THAT(g.status().message(), ::testing::HasSubstr("through a while loop"));
+  // A loop beside the gradient path is fine: d/dy = 192 (3 doubled to 192).
+  ASSERT_OK_AND_ASSIGN(Function gy, Grad(f, {1}));
+  std::vector<ir::Literal> out =
+      RunFunction(gy, {ir::Literal::ScalarF32(1), ir::Literal::ScalarF32(1)});
+  EXPECT_EQ(out[1].values<float>()[0], 192.0f);
 }
 
 }  // namespace

@@ -145,6 +145,31 @@ def test_scan_with_length_only_and_a_nested_loop(mesh):
     assert float(carry) == c
 
 
+def test_grad_flows_through_cond_and_switch(mesh, rng):
+    x = rng.standard_normal(4).astype(np.float32)
+    w = rng.standard_normal(4).astype(np.float32)
+
+    def loss(params, k):
+        x, w = params["x"], params["w"]
+        y = cw.switch(k, [lambda: x * x * w, lambda: cw.tanh(x) + w, lambda: w * 0.0 + 1.0])
+        return cw.cond(y.sum() > 0.0, lambda: y.sum(), lambda: -(y * y).sum())
+
+    def expect(k):
+        y = [x * x * w, np.tanh(x) + w, np.ones(4, np.float32)][k]
+        dy = np.ones(4) if y.sum() > 0 else -2 * y
+        dydx = [2 * x * w, 1 - np.tanh(x) ** 2, np.zeros(4)][k]
+        dydw = [x * x, np.ones(4), np.zeros(4)][k]
+        return dy * dydx, dy * dydw
+
+    g = cw.compile(lambda p, k: cw.grad(loss)(p, k), in_shardings=rep(mesh),
+                   out_shardings=rep(mesh))
+    for k in range(3):
+        got = cw.tree.map(np.asarray, g({"x": x, "w": w}, np.int32(k)))
+        ex, ew = expect(k)
+        np.testing.assert_allclose(got["x"], ex, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got["w"], ew, rtol=1e-5, atol=1e-6)
+
+
 def test_control_flow_errors_are_clear(mesh):
     x = np.ones(3, np.float32)
 
@@ -172,12 +197,12 @@ def test_control_flow_errors_are_clear(mesh):
     with pytest.raises(cw.InvalidArgumentError, match="collectives inside control flow"):
         run(mesh, collective_inside, x)
 
-    def grad_through(x):
-        return cw.grad(lambda v: cw.cond(v.sum() > 0, lambda: (v * v).sum(),
-                                         lambda: v.sum()))(x)
+    def grad_through_loop(x):
+        return cw.grad(lambda v: cw.while_loop(lambda c: c.sum() < 100.0, lambda c: c * 2.0,
+                                               v).sum())(x)
 
-    with pytest.raises(cw.UnimplementedError, match="control flow"):
-        run(mesh, grad_through, x)
+    with pytest.raises(cw.UnimplementedError, match="while loop"):
+        run(mesh, grad_through_loop, x)
 
     # The gradient of a function whose control flow does not depend on the
     # parameters being differentiated still works.
