@@ -9,8 +9,9 @@ that a branch or body uses are passed in as further operands (closures work
 as in JAX). Operands and results are pytrees of traced values.
 
 Limits, each a clear error: sub-functions hold no collectives (run those
-before or after the loop), and gradients do not flow through control flow
-yet (``causeway.grad`` says so rather than returning zeros).
+before or after the loop), and gradients flow through ``cond`` and
+``switch`` but not through loops (``causeway.grad`` says so rather than
+returning zeros).
 """
 
 from __future__ import annotations
@@ -31,9 +32,16 @@ def _error(message: str) -> InvalidArgumentError:
     return InvalidArgumentError(message, "INVALID_ARGUMENT")
 
 
-def _outer_builder() -> FunctionBuilder:
-    from . import _current_builder  # the package's trace stack
-    return _current_builder()
+def _outer_builder(what: str) -> FunctionBuilder:
+    from . import _tracing  # the package's trace stack
+    stack = getattr(_tracing, "stack", None)
+    if not stack:
+        from ._errors import FailedPreconditionError
+        raise FailedPreconditionError(
+            f"cw.{what} runs inside a traced function: call it from a function given to "
+            f"cw.jit or cw.compile, e.g. cw.jit(lambda x: cw.{what}(...))(x)",
+            "FAILED_PRECONDITION")
+    return stack[-1]
 
 
 def _as_values(b: FunctionBuilder, leaves: Sequence[Any], what: str) -> List[Value]:
@@ -171,7 +179,7 @@ def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any) -> 
     runs."""
     if isinstance(pred, (bool, np.bool_)):
         return true_fun(*operands) if pred else false_fun(*operands)
-    b = _outer_builder()
+    b = _outer_builder("cond")
     sel = _scalar_selector(b, pred, "bool", "cond: pred")
     return _run_branches(b, sel, [true_fun, false_fun], operands,
                          [getattr(true_fun, "__name__", "true_fun"),
@@ -186,7 +194,7 @@ def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
         raise _error("switch: no branches")
     if isinstance(index, (int, np.integer)) and not isinstance(index, bool):
         return branches[min(max(int(index), 0), len(branches) - 1)](*operands)
-    b = _outer_builder()
+    b = _outer_builder("switch")
     sel = _scalar_selector(b, index, "int32", "switch: index")
     names = [f"branch{k}_{getattr(f, '__name__', 'fn')}" for k, f in enumerate(branches)]
     return _run_branches(b, sel, branches, operands, names, "switch")
@@ -197,7 +205,7 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
     ``init_val`` (a pytree), on the device; returns the final ``val``.
     ``body_fun`` must return the structure, shapes and dtypes it is given;
     ``cond_fun`` a scalar (non-zero: go on)."""
-    b = _outer_builder()
+    b = _outer_builder("while_loop")
     leaves, treedef = tree.flatten(init_val)
     leaves = _as_values(b, leaves, "while_loop: init_val")
     if not leaves:
@@ -243,7 +251,7 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any) -> Any:
         i, hi, val = c
         return (i + 1, hi, body_fun(i, val))
 
-    b = _outer_builder()
+    b = _outer_builder("fori_loop")
     lo = _scalar_selector(b, lower, "int32", "fori_loop: lower")
     hi = _scalar_selector(b, upper, "int32", "fori_loop: upper")
     return while_loop(cond_fun, body, (lo, hi, init_val))[2]
@@ -257,7 +265,7 @@ def scan(f: Callable, init: Any, xs: Any = None, length: Optional[int] = None,
     loop on the device; ``xs`` is read and ``ys`` written in place by index.
     ``reverse`` runs from the last element to the first (``ys`` keep the
     order of ``xs``)."""
-    b = _outer_builder()
+    b = _outer_builder("scan")
     x_leaves, x_def = tree.flatten(xs)
     x_leaves = _as_values(b, x_leaves, "scan: xs")
     lengths = {v.shape[0] if v.shape else None for v in x_leaves}

@@ -211,3 +211,7 @@ def test_control_flow_errors_are_clear(mesh):
         return cw.grad(lambda v: (v * v).sum() * cw.astype(n, "float32"))(x)
 
     np.testing.assert_array_equal(run(mesh, grad_beside, x), 6.0 * x)
+
+    # Outside a traced function: a clear error saying where it runs.
+    with pytest.raises(cw.FailedPreconditionError, match="cw.jit"):
+        cw.while_loop(lambda c: c < 3, lambda c: c + 1, np.int32(0))
