@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "causeway/ir/shape_inference.h"
 
 namespace causeway::ir {
 
@@ -148,12 +149,16 @@ std::vector<Shape> ResultShapes(const Instruction& inst) {
   return shapes;
 }
 
+// The total saturates at kMaxPackedBytes + 1, which shape inference refuses.
 std::vector<int64_t> ResultOffsets(const std::vector<Shape>& results) {
   std::vector<int64_t> offsets;
   int64_t at = 0;
   for (const Shape& s : results) {
     offsets.push_back(at);
-    at += (s.byte_size() + 63) / 64 * 64;
+    // Saturates instead of wrapping (results may come from untrusted input):
+    // a total past kMaxPackedBytes is refused by shape inference.
+    const int64_t bytes = ValidateShape(s).ok() ? (s.byte_size() + 63) / 64 * 64 : kMaxPackedBytes;
+    at = std::min(at + std::min(bytes, kMaxPackedBytes), kMaxPackedBytes + 1);
   }
   offsets.push_back(at);
   return offsets;

@@ -451,6 +451,15 @@ std::string ShapeList(const std::vector<Shape>& shapes) {
       ")");
 }
 
+// The packed value of several results, refused past kMaxPackedBytes.
+absl::StatusOr<Shape> Packed(const std::vector<Shape>& results) {
+  const Shape packed = PackedShape(results);
+  if (packed.dims[0] > kMaxPackedBytes) {
+    return Invalid(absl::StrCat("results of more than ", kMaxPackedBytes, " bytes in all"));
+  }
+  return packed;
+}
+
 // Most branches a conditional may have.
 constexpr size_t kMaxBranches = 1024;
 
@@ -476,7 +485,7 @@ absl::StatusOr<Shape> InferWhile(const Instruction& inst, const std::vector<Shap
                                 ShapeList(params), " to ", ShapeList(results),
                                 "; both must be the carry ", ShapeList(carry)));
   }
-  return PackedShape(carry);
+  return Packed(carry);
 }
 
 absl::StatusOr<Shape> InferConditional(const Instruction& inst,
@@ -513,7 +522,7 @@ absl::StatusOr<Shape> InferConditional(const Instruction& inst,
                                   ShapeList(results), ", branch 0 returns ", ShapeList(first)));
     }
   }
-  return PackedShape(first);
+  return Packed(first);
 }
 
 absl::StatusOr<Shape> InferShapeNoContext(const Instruction& inst,

@@ -12,6 +12,10 @@
 
 namespace causeway::ir {
 
+// Most bytes the packed results of a multi-result instruction may take, as
+// any value's bytes (ResultOffsets saturates at one past it).
+inline constexpr int64_t kMaxPackedBytes = kMaxElements;
+
 // Longest delay a kDelay instruction may ask for: 60 s.
 inline constexpr int64_t kMaxDelayMicros = 60'000'000;
 

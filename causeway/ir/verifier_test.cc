@@ -391,6 +391,20 @@ TEST(VerifierTest, ControlFlowSignaturesAreChecked) {
   }
 }
 
+TEST(VerifierTest, PackedResultsAreBoundedLikeAnyValue) {
+  // Two f32[2^33] results pack into 2^36 bytes, past what one value may
+  // hold; the sizes are summed without wrapping.
+  const Shape big = F32({int64_t{1} << 33});
+  FunctionBuilder ib("pass");
+  Value a = ib.Parameter(big);
+  const Function pass = *ib.Build({a, a});
+  FunctionBuilder b("huge");
+  Value x = b.Parameter(big);
+  b.Conditional(b.ConstantI32(0), {pass}, {x});
+  EXPECT_THAT(b.status().message(), HasSubstr("results of more than"));
+  EXPECT_EQ(ResultOffsets({big, big, big}).back(), kMaxElements + 1);
+}
+
 TEST(VerifierTest, MultiResultValuesAreReadOnlyThroughGetResult) {
   const Loop loop = DoublingLoop();
   FunctionBuilder b("loop");

@@ -215,11 +215,10 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
     def cond_fn(params):
         p = cond_fun(tree.unflatten(treedef, params))
         if not isinstance(p, Value):
-            # Most often `a != b` or `a == b` on traced values, which Python
-            # answers by identity: the loop would never end, or never start.
-            raise _error(f"while_loop: cond_fun returned {p!r}, not a traced value; compare "
-                         "traced values with <, >, cw.equal or cw.not_equal (== and != on "
-                         "them are Python's identity tests)")
+            # A constant condition: the loop would never end, or never start.
+            raise _error(f"while_loop: cond_fun returned {p!r}, not a traced value; return a "
+                         "comparison of the carry's values (a constant condition would "
+                         "never end the loop or never start it)")
         if tuple(p.shape) != ():
             raise _error(f"while_loop: cond_fun must return a scalar, got shape "
                          f"{tuple(p.shape)}")

@@ -495,6 +495,11 @@ void RegisterIr(py::module_& m) {
       .def("__matmul__", [](const PyValue& a, const PyValue& b) { return MatmulOp(a, b); })
       .def("__neg__", [](const PyValue& a) { return Checked(a.owner, a.b().Neg(a.value)); })
       .def("__abs__", [](const PyValue& a) { return Checked(a.owner, a.b().Abs(a.value)); })
+      // == and != are traced comparisons, as in numpy and JAX (a Python
+      // identity test would decide a cw.cond while tracing); a Value is then
+      // unhashable, as JAX's tracers are: key dicts by Value.key.
+      .def("__eq__", [](const PyValue& a, py::object o) { return CompareOp(a, o, ir::Comparison::kEq); })
+      .def("__ne__", [](const PyValue& a, py::object o) { return CompareOp(a, o, ir::Comparison::kNe); })
       .def("__lt__", [](const PyValue& a, py::object o) { return CompareOp(a, o, ir::Comparison::kLt); })
       .def("__le__", [](const PyValue& a, py::object o) { return CompareOp(a, o, ir::Comparison::kLe); })
       .def("__gt__", [](const PyValue& a, py::object o) { return CompareOp(a, o, ir::Comparison::kGt); })

@@ -278,7 +278,7 @@ void RegisterModels(py::module_& m) {
          int64_t iteration, const std::vector<py::array>& params,
          const std::vector<py::array>& adam_m, const std::vector<py::array>& adam_v) {
         models::LmCheckpoint c;
-        py::dict cd = config;
+        py::dict cd(config.attr("copy")());  // the caller's dict stays as it was
         cd["vocab"] = data.tokenizer().vocab_size();
         c.config = Config(cd);
         c.tokenizer = data.tokenizer();

@@ -42,6 +42,19 @@ def test_cond_with_a_closure_and_a_python_bool(mesh):
     np.testing.assert_array_equal(a, x + 1.0)
 
 
+def test_equality_of_traced_values_is_traced_not_an_identity_test(mesh):
+    # `x.sum() == 6.0` is a traced comparison: the branch is decided on the device.
+    f = cw.compile(lambda x: cw.cond(x.sum() == 6.0, lambda: x * 2.0, lambda: x),
+                   in_shardings=rep(mesh), out_shardings=rep(mesh))
+    ones = np.ones(3, np.float32)
+    np.testing.assert_array_equal(np.asarray(f(ones * 2.0)), ones * 4.0)
+    np.testing.assert_array_equal(np.asarray(f(ones)), ones)
+    g = cw.compile(lambda a, b: (a == b, a != b), in_shardings=rep(mesh), out_shardings=rep(mesh))
+    eq, ne = g(np.array([1, 2, 3], np.int32), np.array([1, 0, 3], np.int32))
+    np.testing.assert_array_equal(np.asarray(eq), [True, False, True])
+    np.testing.assert_array_equal(np.asarray(ne), [False, True, False])
+
+
 def test_switch_clamps_its_index(mesh):
     x = np.arange(3, dtype=np.float32)
     branches = [lambda v: v, lambda v: v * 10.0, lambda v: v - 5.0]
@@ -59,7 +72,7 @@ def test_while_loop_runs_a_data_dependent_number_of_times(mesh):
             is_even = cw.equal(half * 2, k)
             return cw.where(is_even, half, 3 * k + 1), steps + 1
 
-        return cw.while_loop(lambda c: cw.not_equal(c[0], 1), body, (n, np.int32(0)))[1]
+        return cw.while_loop(lambda c: c[0] != 1, body, (n, np.int32(0)))[1]
 
     def numpy_steps(n):
         steps = 0
@@ -185,11 +198,11 @@ def test_control_flow_errors_are_clear(mesh):
     with pytest.raises(cw.InvalidArgumentError, match="carry"):
         run(mesh, changes_carry, x)
 
-    def identity_test(x):
-        return cw.while_loop(lambda c: c != x, lambda c: c + 1.0, x)
+    def constant_condition(x):
+        return cw.while_loop(lambda c: True, lambda c: c + 1.0, x)
 
     with pytest.raises(cw.InvalidArgumentError, match="not a traced value"):
-        run(mesh, identity_test, x)
+        run(mesh, constant_condition, x)
 
     def collective_inside(x):
         return cw.cond(x.sum() > 0, lambda: cw.all_reduce(x * 2.0, "data"), lambda: x)

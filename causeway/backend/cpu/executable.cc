@@ -65,6 +65,7 @@ struct ControlFlow {
   std::vector<std::shared_ptr<const Executable>> subs;
   std::vector<ir::Shape> shapes;
   std::vector<int64_t> offsets;  // one per result, then the total
+  bool is_while = false;
 };
 
 class CpuExecutable final : public Executable {
@@ -79,7 +80,9 @@ class CpuExecutable final : public Executable {
     for (const ControlFlow& cf : control_flow_) {
       int64_t sub = 0;
       for (const auto& e : cf.subs) sub = std::max(sub, e->temporary_bytes());
-      if (!cf.subs.empty()) nested = std::max(nested, 2 * cf.offsets.back() + sub);
+      // A loop's two carry buffers; a conditional's results are in the arena.
+      const int64_t carry = cf.is_while ? 2 * cf.offsets.back() : 0;
+      if (!cf.subs.empty()) nested = std::max(nested, carry + sub);
     }
     temporary_bytes_ += nested;
   }
@@ -377,7 +380,7 @@ absl::Status CpuExecutable::RunWhile(const Step& step, const Buffers& buffers,
   }
   std::vector<const void*> in(n);
   std::vector<void*> out(n);
-  bool go = false;
+  uint8_t go = 0;  // a pred: any non-zero byte is true
   void* const go_out[] = {&go};
   for (int64_t iteration = 0;; ++iteration) {
     if (context.stop != nullptr && context.stop->load(std::memory_order_relaxed)) {
@@ -387,7 +390,7 @@ absl::Status CpuExecutable::RunWhile(const Step& step, const Buffers& buffers,
     for (size_t k = 0; k < n; ++k) in[k] = cur + cf.offsets[k];
     absl::Status s = cf.subs[0]->Run(in, go_out, context);
     if (!s.ok()) return Annotate(s, absl::StrCat("while, cond of iteration ", iteration));
-    if (!go) break;
+    if (go == 0) break;
     for (size_t k = 0; k < n; ++k) out[k] = next + cf.offsets[k];
     s = cf.subs[1]->Run(in, out, context);
     if (!s.ok()) return Annotate(s, absl::StrCat("while, body of iteration ", iteration));
@@ -404,7 +407,8 @@ absl::Status CpuExecutable::RunConditional(const Step& step, const Buffers& buff
   const void* selector = Resolve(step.operands[0], buffers);
   size_t branch = 0;
   if (OperandShape(inst, 0).dtype == ir::DType::kPred) {
-    branch = *static_cast<const bool*>(selector) ? 0 : 1;
+    // Read as a byte: a pred from outside may hold any non-zero value.
+    branch = *static_cast<const uint8_t*>(selector) != 0 ? 0 : 1;
   } else {
     const int32_t index = *static_cast<const int32_t*>(selector);
     const int32_t last = static_cast<int32_t>(cf.subs.size()) - 1;
@@ -513,6 +517,7 @@ std::shared_ptr<const Executable> CompileVerified(const ir::Function& function) 
     for (const auto& sub : inst.subfunctions) cf.subs.push_back(CompileVerified(*sub));
     cf.shapes = ir::ResultShapes(inst);
     cf.offsets = ir::ResultOffsets(cf.shapes);
+    cf.is_while = inst.op == OpKind::kWhile;
   }
   return std::make_shared<CpuExecutable>(function, std::move(plan), std::move(control_flow));
 }

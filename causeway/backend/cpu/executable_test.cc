@@ -766,7 +766,7 @@ TEST(CpuExecutableTest, AConditionalRunsOnlyTheBranchItsSelectorPicks) {
       p, {BuildOrDie(tb, {td}), BuildOrDie(eb, {eb.Div(eb.ConstantF32(1), ed)})}, {d});
   const auto guarded = CompileOrDie(BuildOrDie(pb, {r[0]}));
   Literal yes(Shape(DType::kPred, {}));
-  yes.mutable_values<uint8_t>()[0] = 1;
+  yes.mutable_values<uint8_t>()[0] = 2;  // any non-zero byte is true (bytes from outside)
   ASSERT_OK_AND_ASSIGN(std::vector<Literal> res, RunExe(*guarded, {yes, Literal::ScalarF32(0)}));
   EXPECT_EQ(res[0].values<float>()[0], 0.0f);
 }
