@@ -134,6 +134,13 @@ def test_a_distributed_cluster_from_python(tmp_path, monkeypatch):
         f = cw.compile(lambda x: cw.all_reduce(x.sum(), "data"), in_shardings=s,
                        out_shardings=cw.NamedSharding(m, cw.P()))
         assert float(np.asarray(f(np.arange(8, dtype=np.float32)))) == 28.0
+        # Control flow travels to the workers with its sub-functions and runs
+        # there: each device doubles its shard's sum until it passes 100.
+        g = cw.compile(lambda x: cw.while_loop(lambda v: v.sum() < 100.0, lambda v: v * 2.0,
+                                               x.sum(keepdims=True)),
+                       in_shardings=s, out_shardings=s)
+        np.testing.assert_array_equal(np.asarray(g(np.arange(8, dtype=np.float32))),
+                                      [128.0, 160.0, 144.0, 104.0])
         with pytest.raises(cw.UnimplementedError):
             c.device_memory_in_use()
         c.disconnect()
