@@ -354,17 +354,10 @@ void Reverse::ConditionalRule(int i, const Instruction& inst) {
                                                   " (conditional), branch ", k));
       return;
     }
-    // Grad returns (loss, grads...): keep the grads.
-    FunctionBuilder wb(absl::StrCat(branch.name(), "_vjp"));
-    std::vector<Value> params;
-    for (int p = 0; p < gh->num_parameters(); ++p) params.push_back(wb.Parameter(gh->parameter_shape(p)));
-    std::vector<Value> r = wb.Call(*gh, params);
-    absl::StatusOr<Function> vjp = wb.Build(std::vector<Value>(r.begin() + 1, r.end()));
-    if (!vjp.ok()) {
-      error_ = vjp.status();
-      return;
-    }
-    vjps.push_back(*std::move(vjp));
+    // Grad returns (loss, grads...): the branch returns the grads (the loss
+    // is left unread, so it is not computed).
+    vjps.emplace_back(absl::StrCat(branch.name(), "_vjp"), gh->instructions(), gh->parameters(),
+                      std::vector<int>(gh->outputs().begin() + 1, gh->outputs().end()));
   }
   std::vector<Value> cargs;
   for (size_t a = 0; a < nargs; ++a) cargs.push_back(X(inst, static_cast<int>(a) + 1));

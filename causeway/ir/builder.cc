@@ -138,13 +138,10 @@ Value FunctionBuilder::Add(Instruction inst) {
   operand_shapes.reserve(inst.operands.size());
   for (int o : inst.operands) operand_shapes.push_back(instructions_[o].shape);
   if (inst.op == OpKind::kGetResult && inst.operands.size() == 1) {
-    const std::vector<Shape> results = ResultShapes(instructions_[inst.operands[0]]);
-    if (inst.result_index < 0 || inst.result_index >= static_cast<int64_t>(results.size())) {
-      return Fail(inst.op, absl::InvalidArgumentError(
-                               absl::StrCat("result_index ", inst.result_index,
-                                            " out of range [0, ", results.size(), ")")));
-    }
-    inst.shape = results[inst.result_index];
+    absl::StatusOr<Shape> result =
+        GetResultShape(instructions_[inst.operands[0]], inst.result_index);
+    if (!result.ok()) return Fail(inst.op, result.status());
+    inst.shape = *std::move(result);
   }
   absl::StatusOr<Shape> shape = InferShapeNoContext(inst, operand_shapes);
   if (!shape.ok()) {

@@ -421,8 +421,6 @@ absl::StatusOr<Shape> InferDotGeneral(const Instruction& inst, const Shape& lhs,
   return result;
 }
 
-}  // namespace
-
 // The parameter and result shapes of a sub-function, with its indices
 // range-checked (it may come from untrusted input and not be verified yet).
 absl::Status Signature(const Function* f, absl::string_view what, std::vector<Shape>* params,
@@ -523,6 +521,20 @@ absl::StatusOr<Shape> InferConditional(const Instruction& inst,
     }
   }
   return Packed(first);
+}
+
+}  // namespace
+
+absl::StatusOr<Shape> GetResultShape(const Instruction& from, int64_t index) {
+  if (!IsMultiResult(from.op)) {
+    return Invalid(absl::StrCat("reads a ", OpName(from.op), ", which has one result"));
+  }
+  const std::vector<Shape> results = ResultShapes(from);
+  if (index < 0 || index >= static_cast<int64_t>(results.size())) {
+    return Invalid(
+        absl::StrCat("result_index ", index, " out of range [0, ", results.size(), ")"));
+  }
+  return results[static_cast<size_t>(index)];
 }
 
 absl::StatusOr<Shape> InferShapeNoContext(const Instruction& inst,

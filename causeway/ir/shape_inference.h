@@ -19,6 +19,11 @@ inline constexpr int64_t kMaxPackedBytes = kMaxElements;
 // Longest delay a kDelay instruction may ask for: 60 s.
 inline constexpr int64_t kMaxDelayMicros = 60'000'000;
 
+// The shape of result `index` of `from`: INVALID_ARGUMENT if `from` has one
+// result or `index` is out of range. (A get_result's shape depends on the
+// instruction it reads, not on that instruction's packed shape.)
+absl::StatusOr<Shape> GetResultShape(const Instruction& from, int64_t index);
+
 // Like InferShape, with messages that do not name the op.
 absl::StatusOr<Shape> InferShapeNoContext(const Instruction& inst,
                                           const std::vector<Shape>& operand_shapes);

@@ -89,20 +89,11 @@ absl::Status VerifyAt(const Function& function, int depth) {
       if (absl::Status s = VerifySubfunctions(inst, depth); !s.ok()) return error(s.message());
     }
     if (inst.op == OpKind::kGetResult && inst.operands.size() == 1) {
-      const Instruction& from = insts[inst.operands[0]];
-      if (!IsMultiResult(from.op)) {
-        return error(absl::StrCat("reads instruction ", inst.operands[0], " (",
-                                  OpName(from.op), "), which has one result"));
-      }
-      const std::vector<Shape> results = ResultShapes(from);
-      if (inst.result_index < 0 || inst.result_index >= static_cast<int64_t>(results.size())) {
-        return error(absl::StrCat("result_index ", inst.result_index, " out of range [0, ",
-                                  results.size(), ")"));
-      }
-      if (results[inst.result_index] != inst.shape) {
+      absl::StatusOr<Shape> result = GetResultShape(insts[inst.operands[0]], inst.result_index);
+      if (!result.ok()) return error(result.status().message());
+      if (*result != inst.shape) {
         return error(absl::StrCat("declared shape ", inst.shape.ToString(), " but result ",
-                                  inst.result_index, " is ",
-                                  results[inst.result_index].ToString()));
+                                  inst.result_index, " is ", result->ToString()));
       }
     }
     absl::StatusOr<Shape> inferred = InferShapeNoContext(inst, operand_shapes);

@@ -79,12 +79,13 @@ absl::StatusOr<Tokenizer> ParseTokenizer(const std::string& text, const std::str
 
 // The tensor groups of a checkpoint, by name prefix.
 struct Group {
+  const char* name;
   const char* prefix;
   std::vector<ir::Literal> LmCheckpoint::*tensors;
 };
-constexpr Group kGroups[] = {{"param/", &LmCheckpoint::params},
-                             {"adam_m/", &LmCheckpoint::adam_m},
-                             {"adam_v/", &LmCheckpoint::adam_v}};
+constexpr Group kGroups[] = {{"params", "param/", &LmCheckpoint::params},
+                             {"adam_m", "adam_m/", &LmCheckpoint::adam_m},
+                             {"adam_v", "adam_v/", &LmCheckpoint::adam_v}};
 
 std::string Describe(const GptConfig& c) {
   return absl::StrCat(c.layers, " layers, ", c.heads, " heads, embedding ", c.embed,
@@ -95,13 +96,32 @@ std::string Describe(const GptConfig& c) {
 }  // namespace
 
 absl::StatusOr<std::string> WriteLmCheckpoint(const std::string& dir, const LmCheckpoint& c) {
+  const std::vector<ParamSpec> specs = GptParams(c.config);
+  // What ReadLmCheckpoint will ask of the file: every parameter of the
+  // config, in its shape, and the moments complete or absent.
+  for (const Group& g : kGroups) {
+    const std::vector<ir::Literal>& group = c.*g.tensors;
+    const bool optional = g.tensors != &LmCheckpoint::params;
+    if (optional && c.adam_m.empty() && c.adam_v.empty()) continue;
+    if (group.size() != specs.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          g.name, ": ", group.size(), " arrays for a model of ", specs.size(), " parameters"));
+    }
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const ir::Shape want(ir::DType::kF32, specs[i].dims);
+      if (group[i].shape() != want) {
+        return absl::InvalidArgumentError(absl::StrCat(g.name, ": ", specs[i].name, " is ",
+                                                       group[i].shape().ToString(),
+                                                       ", the model's is ", want.ToString()));
+      }
+    }
+  }
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot create checkpoint directory ", dir, ": ", ec.message()));
   }
-  const std::vector<ParamSpec> specs = GptParams(c.config);
   TensorFile f;
   f.metadata = {{"format", kCheckpointFormat},
                 {"config", ConfigJson(c.config)},
@@ -116,7 +136,7 @@ absl::StatusOr<std::string> WriteLmCheckpoint(const std::string& dir, const LmCh
   }
   for (const Group& g : kGroups) {
     const std::vector<ir::Literal>& group = c.*g.tensors;
-    for (size_t i = 0; i < group.size() && i < specs.size(); ++i) {
+    for (size_t i = 0; i < group.size(); ++i) {
       f.tensors.emplace_back(g.prefix + specs[i].name, group[i]);
     }
   }

@@ -14,7 +14,9 @@ inline constexpr char kCheckpointFile[] = "model.safetensors";
 inline constexpr char kCheckpointFormat[] = "causeway-lm/1";
 
 // Writes `checkpoint` to `dir`/model.safetensors atomically, creating `dir`
-// if needed. Returns the path written.
+// if needed. Returns the path written. INVALID_ARGUMENT naming the group and
+// parameter if the tensors do not fit the config (a count, a shape, moments
+// given for one of m and v only), so nothing unreadable is written.
 absl::StatusOr<std::string> WriteLmCheckpoint(const std::string& dir,
                                               const LmCheckpoint& checkpoint);
 

@@ -292,6 +292,28 @@ def _building(builder: FunctionBuilder):
         _C.set_tracing(stack[-1] if stack else None)
 
 
+@contextlib.contextmanager
+def _capturing(b: FunctionBuilder):
+    """Traces into ``b``: a value of an enclosing function used there (or
+    returned, at ``b.build``) becomes a further parameter of ``b``. Yields the
+    list of those values, in the order of their parameters."""
+    captured: List[Value] = []
+    stand_ins: Dict[tuple, Value] = {}
+
+    def capture(v: Value) -> Value:
+        if v.key not in stand_ins:
+            captured.append(v)
+            stand_ins[v.key] = b.parameter(list(v.shape), v.dtype)
+        return stand_ins[v.key]
+
+    b.capture = capture
+    try:
+        with _building(b):
+            yield captured
+    finally:
+        b.capture = None
+
+
 def _current_builder() -> FunctionBuilder:
     stack = getattr(_tracing, "stack", None)
     if not stack:
@@ -348,25 +370,11 @@ def value_and_grad(fn: Callable, argnums: Union[int, Sequence[int]] = 0) -> Call
         inner_args = [r(params[s:e]) for r, (s, e) in zip(rebuilders, spans)]
         # Values of enclosing functions that fn closes over become further
         # parameters of the inner function (constants of the gradient).
-        captured: list = []
-        stand_ins: Dict[tuple, Value] = {}
-
-        def capture(v: Value) -> Value:
-            key = v.key
-            if key not in stand_ins:
-                captured.append(v)
-                stand_ins[key] = inner.parameter(list(v.shape), v.dtype)
-            return stand_ins[key]
-
-        inner.capture = capture
-        try:
-            with _building(inner):
-                out = fn(*inner_args)
+        with _capturing(inner) as captured:
+            out = fn(*inner_args)
             if not isinstance(out, Value):
                 out = _lift(inner, out)
             built = inner.build([out])
-        finally:
-            inner.capture = None
         wrt = [k for n in nums for k in range(*spans[n])]
         gf = _C.grad_function(built, wrt)
         res = outer.call(gf, leaves + captured)

@@ -86,42 +86,28 @@ def _trace_subs(fns: Sequence[Callable[[List[Value]], Any]], avals, names: Seque
     Each function is traced once, capturing in its own order; then each is
     wrapped in a function over ``avals`` and every capture of any of them,
     which inlines it with its own captures picked out."""
-    from . import _building
+    from . import _capturing
     passthrough = list(passthrough or [False] * len(fns))
-    captured: List[Value] = []
+    captured: List[Value] = []  # of all the functions, in first-use order
     index = {}
     traced = []  # (function, positions of its captures in `captured`)
     trees, outs_avals = [], []
     for fn, name in zip(fns, names):
         b = FunctionBuilder(name)
         params = [b.parameter(list(s), d) for s, d in avals]
-        own: List[int] = []
-        stand_ins = {}
-
-        def capture(v: Value, b=b, own=own, stand_ins=stand_ins) -> Value:
-            if v.key not in stand_ins:
-                if v.key not in index:
-                    index[v.key] = len(captured)
-                    captured.append(v)
-                own.append(index[v.key])
-                stand_ins[v.key] = b.parameter(list(v.shape), v.dtype)
-            return stand_ins[v.key]
-
-        b.capture = capture
-        try:
-            with _building(b):
-                out = fn(params)
-            leaves, treedef = tree.flatten(out)
+        with _capturing(b) as own_captures:
+            leaves, treedef = tree.flatten(fn(params))
             leaves = _as_values(b, leaves, name)
-            for k, v in enumerate(leaves):
-                if v.builder is not b:
-                    # A value of an enclosing function returned as is.
-                    leaves[k] = capture(v)
-            traced.append((b.build(leaves), own))
-            trees.append(treedef)
-            outs_avals.append([_aval(v) for v in leaves])
-        finally:
-            b.capture = None
+            function = b.build(leaves)  # captures values returned as they are
+        own = []
+        for v in own_captures:
+            if v.key not in index:
+                index[v.key] = len(captured)
+                captured.append(v)
+            own.append(index[v.key])
+        traced.append((function, own))
+        trees.append(treedef)
+        outs_avals.append([_aval(v) for v in leaves])
 
     built = []
     for (f, own), name, through in zip(traced, names, passthrough):

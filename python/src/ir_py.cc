@@ -26,6 +26,14 @@ PyValue Checked(const std::shared_ptr<PyBuilder>& owner, Value v) {
   return PyValue{owner, v};
 }
 
+std::vector<PyValue> Checked(const std::shared_ptr<PyBuilder>& owner,
+                             const std::vector<Value>& vs) {
+  ThrowIfError(owner->builder.status());
+  std::vector<PyValue> out;
+  for (Value v : vs) out.push_back(PyValue{owner, v});
+  return out;
+}
+
 // The function being traced on this thread, innermost first (set by the
 // Python layer around every trace); null outside tracing.
 thread_local PyBuilder* g_tracing = nullptr;
@@ -43,6 +51,14 @@ PyValue Into(const std::shared_ptr<PyBuilder>& owner, const PyValue& v) {
   throw StatusError(absl::InvalidArgumentError(
       "values of two different functions were combined (a value traced for one compiled "
       "function used in another)"));
+}
+
+// `vs` as values of `owner`'s function (Into each).
+std::vector<Value> Values(const std::shared_ptr<PyBuilder>& owner,
+                          const std::vector<PyValue>& vs) {
+  std::vector<Value> out;
+  for (const PyValue& v : vs) out.push_back(Into(owner, v).value);
+  return out;
 }
 
 // An operand of an op: a value of an enclosing function used while a nested
@@ -417,26 +433,14 @@ void RegisterIr(py::module_& m) {
           "call",
           [](const std::shared_ptr<PyBuilder>& self, const ir::Function& f,
              const std::vector<PyValue>& args) {
-            std::vector<Value> vs;
-            for (const PyValue& a : args) vs.push_back(Into(self, a).value);
-            std::vector<Value> out = self->builder.Call(f, vs);
-            ThrowIfError(self->builder.status());
-            std::vector<PyValue> res;
-            for (Value v : out) res.push_back(PyValue{self, v});
-            return res;
+            return Checked(self, self->builder.Call(f, Values(self, args)));
           },
           py::arg("function"), py::arg("args"), "Inlines `function` on `args`; its results")
       .def(
           "while_loop",
           [](const std::shared_ptr<PyBuilder>& self, const ir::Function& cond,
              const ir::Function& body, const std::vector<PyValue>& init) {
-            std::vector<Value> vs;
-            for (const PyValue& a : init) vs.push_back(Into(self, a).value);
-            std::vector<Value> out = self->builder.While(cond, body, vs);
-            ThrowIfError(self->builder.status());
-            std::vector<PyValue> res;
-            for (Value v : out) res.push_back(PyValue{self, v});
-            return res;
+            return Checked(self, self->builder.While(cond, body, Values(self, init)));
           },
           py::arg("cond"), py::arg("body"), py::arg("init"),
           "A while loop over the carry `init`: the final carry")
@@ -445,22 +449,14 @@ void RegisterIr(py::module_& m) {
           [](const std::shared_ptr<PyBuilder>& self, const PyValue& selector,
              const std::vector<ir::Function>& branches, const std::vector<PyValue>& args) {
             const Value sel = Into(self, selector).value;
-            std::vector<Value> vs;
-            for (const PyValue& a : args) vs.push_back(Into(self, a).value);
-            std::vector<Value> out = self->builder.Conditional(sel, branches, vs);
-            ThrowIfError(self->builder.status());
-            std::vector<PyValue> res;
-            for (Value v : out) res.push_back(PyValue{self, v});
-            return res;
+            return Checked(self, self->builder.Conditional(sel, branches, Values(self, args)));
           },
           py::arg("selector"), py::arg("branches"), py::arg("args"),
           "Runs branches[selector] (pred: true is branch 0) on `args`: its results")
       .def(
           "build",
           [](const std::shared_ptr<PyBuilder>& self, const std::vector<PyValue>& outputs) {
-            std::vector<Value> vs;
-            for (const PyValue& o : outputs) vs.push_back(Into(self, o).value);
-            return Unwrap(self->builder.Build(vs));
+            return Unwrap(self->builder.Build(Values(self, outputs)));
           },
           py::arg("outputs"), "Verifies and returns the function with these results");
 

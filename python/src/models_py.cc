@@ -82,24 +82,9 @@ py::list NumpyList(const std::vector<ir::Literal>& literals) {
   return out;
 }
 
-// `arrays` as literals of the model's parameter shapes; `what` names them.
-std::vector<ir::Literal> ParamLiterals(const std::vector<models::ParamSpec>& specs,
-                                       const std::vector<py::array>& arrays,
-                                       const std::string& what) {
-  if (arrays.size() != specs.size()) {
-    throw StatusError(absl::InvalidArgumentError(absl::StrCat(
-        what, ": ", arrays.size(), " arrays for a model of ", specs.size(), " parameters")));
-  }
+std::vector<ir::Literal> Literals(const std::vector<py::array>& arrays) {
   std::vector<ir::Literal> out;
-  for (size_t i = 0; i < specs.size(); ++i) {
-    ir::Literal l = LiteralFromNumpy(arrays[i]);
-    if (l.shape() != ir::Shape(ir::DType::kF32, specs[i].dims)) {
-      throw StatusError(absl::InvalidArgumentError(
-          absl::StrCat(what, ": ", specs[i].name, " is ", l.shape().ToString(), ", the model's is ",
-                       ir::Shape(ir::DType::kF32, specs[i].dims).ToString())));
-    }
-    out.push_back(std::move(l));
-  }
+  for (const py::array& a : arrays) out.push_back(LiteralFromNumpy(a));
   return out;
 }
 
@@ -287,12 +272,10 @@ void RegisterModels(py::module_& m) {
               absl::StrCat("iteration ", iteration, " is negative")));
         }
         c.iteration = iteration;
-        const std::vector<models::ParamSpec> specs = models::GptParams(c.config);
-        c.params = ParamLiterals(specs, params, "params");
-        if (!adam_m.empty() || !adam_v.empty()) {
-          c.adam_m = ParamLiterals(specs, adam_m, "adam_m");
-          c.adam_v = ParamLiterals(specs, adam_v, "adam_v");
-        }
+        // WriteLmCheckpoint checks them against the config.
+        c.params = Literals(params);
+        c.adam_m = Literals(adam_m);
+        c.adam_v = Literals(adam_v);
         absl::StatusOr<std::string> written;
         {
           py::gil_scoped_release release;

@@ -274,6 +274,7 @@ def test_gpt_checkpoints_save_load_resume_and_sample(tmp_path):
         cw.models.load_checkpoint(str(broken))
     with pytest.raises(cw.InvalidArgumentError, match="params: 1 arrays"):
         cw.models.write_checkpoint(str(tmp_path / "bad"), cfg, data, 0, [np.zeros(3, np.float32)])
+    assert not (tmp_path / "bad").exists()  # refused before anything is written
     c.disconnect()
 
 

@@ -80,8 +80,9 @@ class CpuExecutable final : public Executable {
     for (const ControlFlow& cf : control_flow_) {
       int64_t sub = 0;
       for (const auto& e : cf.subs) sub = std::max(sub, e->temporary_bytes());
-      // A loop's two carry buffers; a conditional's results are in the arena.
-      const int64_t carry = cf.is_while ? 2 * cf.offsets.back() : 0;
+      // A loop's second carry buffer (the first is its packed result, in
+      // the arena, as a conditional's results are).
+      const int64_t carry = cf.is_while ? cf.offsets.back() : 0;
       if (!cf.subs.empty()) nested = std::max(nested, carry + sub);
     }
     temporary_bytes_ += nested;
@@ -360,20 +361,23 @@ absl::Status CpuExecutable::RunStep(const Step& step, const Buffers& buffers,
 }
 
 // The carry lives in two packed sets, the current one and the one the body
-// writes; they swap after each iteration, so no iteration copies.
+// writes; they swap after each iteration, so no iteration copies. One set is
+// the instruction's own packed result, so the final carry is copied only
+// when it ends up in the other.
 absl::Status CpuExecutable::RunWhile(const Step& step, const Buffers& buffers,
                                      const RunContext& context) const {
   const ControlFlow& cf = control_flow_[step.instruction];
   const size_t n = cf.shapes.size();
   const int64_t total = cf.offsets.back();
-  ArenaPtr carry(static_cast<std::byte*>(
-      ::operator new[](static_cast<size_t>(2 * total + 1), kArenaAlignment, std::nothrow)));
-  if (carry == nullptr) {
+  ArenaPtr spare(static_cast<std::byte*>(
+      ::operator new[](static_cast<size_t>(total), kArenaAlignment, std::nothrow)));
+  if (spare == nullptr) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("while: cannot allocate ", 2 * total, " bytes of loop carry"));
+        absl::StrCat("while: cannot allocate ", total, " bytes of loop carry"));
   }
-  std::byte* cur = carry.get();
-  std::byte* next = cur + total;
+  auto* const packed = static_cast<std::byte*>(ResolveMutable(step.result, buffers));
+  std::byte* cur = packed;
+  std::byte* next = spare.get();
   for (size_t k = 0; k < n; ++k) {
     CopyBytes(cur + cf.offsets[k], Resolve(step.operands[k], buffers),
               cf.shapes[k].byte_size());
@@ -396,7 +400,7 @@ absl::Status CpuExecutable::RunWhile(const Step& step, const Buffers& buffers,
     if (!s.ok()) return Annotate(s, absl::StrCat("while, body of iteration ", iteration));
     std::swap(cur, next);
   }
-  CopyBytes(ResolveMutable(step.result, buffers), cur, total);
+  CopyBytes(packed, cur, total);  // nothing when the carry is already there
   return absl::OkStatus();
 }
 

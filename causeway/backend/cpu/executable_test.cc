@@ -701,7 +701,8 @@ TEST(CpuExecutableTest, AWhileLoopRunsAsManyIterationsAsItsDataSays) {
         << "n = " << n;
     EXPECT_EQ(out[1].values<int32_t>()[0], 0);
   }
-  // The carry's two buffers and the sub-functions' temporaries count.
+  // The packed result, the carry's second buffer and the sub-functions'
+  // temporaries count.
   EXPECT_GE(exe->temporary_bytes(), 2 * 3 * 64);
 }
 
