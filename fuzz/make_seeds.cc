@@ -7,7 +7,6 @@
 #include <fstream>
 #include <string>
 
-#include "causeway/backend/cpu/executable.h"
 #include "causeway/base/check.h"
 #include "causeway/base/ids.h"
 #include "causeway/ir/builder.h"
@@ -73,7 +72,8 @@ ProgramPlan Plan(ClientId client, int devices) {
   call.inputs = {0};
   call.outputs = {1};
   call.has_collectives = true;
-  call.executable = *backend::cpu::Compile(Neg(4 / devices, true));
+  call.function = std::make_shared<const ir::Function>(Neg(4 / devices, true));
+  call.device_kind = "cpu";
   PlanNode reshard;
   reshard.kind = PlanNodeKind::kReshard;
   reshard.name = "reshard";

@@ -413,6 +413,8 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
           nlohmann::json dj = {{"device", d.value()}};
           if (absl::StatusOr<DeviceInfo> di = t.device(d); di.ok()) {
             dj["memory_capacity"] = di->memory_bytes;
+            dj["kind"] = di->kind;
+            dj["description"] = di->description;
           }
           auto a = after.find(d.value());
           if (a != after.end()) {
@@ -462,7 +464,13 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
         for (const auto& h : i["hosts"]) {
           std::printf("    host %lld\n", static_cast<long long>(h["host"].get<int64_t>()));
           for (const auto& d : h["devices"]) {
-            std::printf("      device %lld:", static_cast<long long>(d["device"].get<int64_t>()));
+            std::printf("      device %lld", static_cast<long long>(d["device"].get<int64_t>()));
+            if (d.contains("kind")) {
+              const std::string what = d["description"].get<std::string>();
+              std::printf(" (%s%s%s)", d["kind"].get<std::string>().c_str(),
+                          what.empty() ? "" : ": ", what.c_str());
+            }
+            std::printf(":");
             if (d.contains("compute_fraction")) {
               std::printf(" compute %5.1f %%", 100 * d["compute_fraction"].get<double>());
             }

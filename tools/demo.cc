@@ -275,40 +275,31 @@ int RunDemo(const DemoOptions& options) {
   const bool ok = max_err < 1e-3 && total_err < 1e-3;
 
   const Topology topology = connection->resources()->GetTopology();
-  std::vector<DeviceReport> report;
-  if (cluster != nullptr) {
-    report = cluster->Report();
-  } else {
-    // A distributed cluster's workers report their devices' counters.
-    auto counters = ClusterCounters(*connection, /*reset=*/false);
-    if (!counters.ok()) return Fail(counters.status());
-    for (const DeviceCounters& c : *counters) {
-      DeviceReport r;
-      if (auto info = topology.device(c.device); info.ok()) r.device = *info;
-      r.stats.launches = c.launches;
-      r.stats.failed = c.failed;
-      r.stats.busy_us = c.busy_us;
-      r.stats.collective_us = c.busy_us - c.compute_us();  // clamped into range
-      r.memory_in_use = c.memory_in_use;
-      r.memory_peak = c.memory_peak;
-      report.push_back(r);
-    }
-  }
+  // Every host reports its devices' counters, embedded or distributed.
+  auto counters = ClusterCounters(*connection, /*reset=*/false);
+  if (!counters.ok()) return Fail(counters.status());
+  const std::vector<DeviceCounters>& report = *counters;
+  auto info_of = [&](const DeviceCounters& c) {
+    absl::StatusOr<DeviceInfo> info = topology.device(c.device);
+    return info.ok() ? *info : DeviceInfo{};
+  };
   const int64_t wall_us = static_cast<int64_t>(seconds * 1e6);
   nlohmann::json devices = nlohmann::json::array();
   double util_sum = 0;
   double compute_sum = 0;
-  for (const DeviceReport& r : report) {
-    const double util = wall_us > 0 ? double(r.stats.busy_us) / wall_us : 0;
+  for (const DeviceCounters& r : report) {
+    const DeviceInfo d = info_of(r);
+    const double util = wall_us > 0 ? double(r.busy_us) / wall_us : 0;
     // The device's own work: busy time outside collectives.
-    const double compute = wall_us > 0 ? double(r.stats.compute_us()) / wall_us : 0;
+    const double compute = wall_us > 0 ? double(r.compute_us()) / wall_us : 0;
     util_sum += util;
     compute_sum += compute;
-    devices.push_back({{"device", r.device.id.value()},
-                       {"host", r.device.host.value()},
-                       {"island", r.device.island.value()},
-                       {"launches", r.stats.launches},
-                       {"busy_us", r.stats.busy_us},
+    devices.push_back({{"device", r.device.value()},
+                       {"host", d.host.value()},
+                       {"island", d.island.value()},
+                       {"kind", d.kind},
+                       {"launches", r.launches},
+                       {"busy_us", r.busy_us},
                        {"compute_fraction", compute},
                        {"busy_fraction_including_collective_waits", util},
                        {"memory_peak_bytes", r.memory_peak}});
@@ -367,14 +358,14 @@ int RunDemo(const DemoOptions& options) {
     }
     std::printf("%-8s %-6s %-7s %-9s %-10s %-14s %s\n", "device", "host", "island",
                 "launches", "busy_ms", "compute (own)", "busy (incl. collective waits)");
-    for (const DeviceReport& r : report) {
-      const int64_t own = r.stats.compute_us();
+    for (const DeviceCounters& r : report) {
+      const DeviceInfo d = info_of(r);
+      const int64_t own = r.compute_us();
       std::printf("%-8lld %-6lld %-7lld %-9lld %-10.2f %-14s %.1f%%\n",
-                  (long long)r.device.id.value(), (long long)r.device.host.value(),
-                  (long long)r.device.island.value(), (long long)r.stats.launches,
-                  r.stats.busy_us / 1000.0,
+                  (long long)r.device.value(), (long long)d.host.value(),
+                  (long long)d.island.value(), (long long)r.launches, r.busy_us / 1000.0,
                   absl::StrFormat("%.1f%%", wall_us > 0 ? 100.0 * own / wall_us : 0.0).c_str(),
-                  wall_us > 0 ? 100.0 * r.stats.busy_us / wall_us : 0.0);
+                  wall_us > 0 ? 100.0 * r.busy_us / wall_us : 0.0);
     }
     std::printf("check against host computation: max relative error %.2e -> %s\n",
                 std::max(max_err, total_err), ok ? "OK" : "MISMATCH");

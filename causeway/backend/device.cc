@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "causeway/base/mutex.h"
 #include "causeway/base/status_macros.h"
@@ -120,6 +121,21 @@ void Device::CopyToPeer(const DeviceAllocation& src, Device& peer, DeviceAllocat
                           std::move(done)(s);
                         });
           });
+}
+
+std::string FormatDescription(const DeviceDescription& d) {
+  std::string out = d.name.empty() ? d.kind : d.name;
+  if (!d.driver.empty()) absl::StrAppend(&out, ", driver ", d.driver);
+  if (d.memory_bytes > 0) {
+    absl::StrAppend(&out, ", ",
+                    absl::StrFormat("%.1f GiB", static_cast<double>(d.memory_bytes) / (1 << 30)));
+  }
+  return out;
+}
+
+absl::StatusOr<DeviceDescription> DeviceKind::Describe(const DeviceSpec& spec) const {
+  CW_ASSIGN_OR_RETURN(std::unique_ptr<Device> device, CreateDevice(spec));
+  return device->description();
 }
 
 absl::Status CheckLaunchOperands(const Executable& executable,

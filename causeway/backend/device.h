@@ -157,6 +157,11 @@ absl::Status CheckLaunchOperands(const Executable& executable,
                                  absl::Span<const DeviceAllocation* const> inputs,
                                  absl::Span<DeviceAllocation* const> outputs, DeviceId device);
 
+// One line for people and the topology (DeviceInfo::description): the name,
+// then the driver and memory where known, e.g. "NVIDIA H200, driver
+// 550.54.15, 139.8 GiB" or "host CPU".
+std::string FormatDescription(const DeviceDescription& description);
+
 // Runs `op` with a Completion and waits for it: the synchronous form of any
 // of the operations above, for tests and tools.
 absl::Status Await(absl::AnyInvocable<void(Completion) &&> op);

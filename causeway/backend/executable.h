@@ -112,6 +112,7 @@ class Executable {
 
 class Device;        // causeway/backend/device.h
 struct DeviceSpec;
+struct DeviceDescription;
 
 // A kind of device: compiles functions into its executables and makes its
 // devices. Thread-safe.
@@ -128,6 +129,11 @@ class DeviceKind {
   // cannot serve; UNAVAILABLE, naming what is missing, when the hardware or
   // its driver is not there.
   virtual absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceSpec& spec) const = 0;
+  // What the device `spec` describes would say of itself, before it is made
+  // (a worker says it when it joins, before its devices have ids). The
+  // default makes the device and asks it; a kind whose devices are costly
+  // to make answers from what it knows.
+  virtual absl::StatusOr<DeviceDescription> Describe(const DeviceSpec& spec) const;
 };
 
 // Makes `kind` findable by its name for the rest of the process. Registering

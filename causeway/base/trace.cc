@@ -107,6 +107,12 @@ void TraceRecorder::NameHost(HostId host, std::string name) {
   host_names_.emplace_back(host, std::move(name));
 }
 
+void TraceRecorder::NameDevice(DeviceId device, std::string name) {
+  if (name.size() > kMaxTraceName) name.resize(kMaxTraceName);
+  MutexLock lock(&mu_);
+  device_names_[device.value()] = std::move(name);
+}
+
 std::vector<TraceEvent> TraceRecorder::Events() const {
   MutexLock lock(&mu_);
   return events_;
@@ -120,9 +126,11 @@ void TraceRecorder::Clear() {
 
 std::string TraceRecorder::ToChromeJson() const {
   std::vector<std::pair<HostId, std::string>> names;
+  absl::flat_hash_map<int64_t, std::string> device_names;
   {
     MutexLock lock(&mu_);
     names = host_names_;
+    device_names = device_names_;
   }
   const std::vector<TraceEvent> recorded = Events();
   nlohmann::json events = nlohmann::json::array();
@@ -181,7 +189,13 @@ std::string TraceRecorder::ToChromeJson() const {
     if (devices.insert(e.device.value()).second) {
       events.push_back({{"ph", "M"}, {"cat", "__metadata"}, {"name", "thread_name"}, {"pid", e.host.value()},
                         {"tid", e.device.value()},
-                        {"args", {{"name", absl::StrCat("device ", e.device.value())}}}});
+                        {"args", {{"name", [&] {
+                          auto it = device_names.find(e.device.value());
+                          return it == device_names.end()
+                                     ? absl::StrCat("device ", e.device.value())
+                                     : absl::StrCat("device ", e.device.value(), " (",
+                                                    it->second, ")");
+                        }()}}}});
     }
   }
   // Sends by piece, to draw each transfer from its send.

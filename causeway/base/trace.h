@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "causeway/base/ids.h"
@@ -94,6 +95,9 @@ class TraceRecorder {
   int64_t dropped() const;
   // The name of a host's group of tracks (e.g. "island 0 / host 1").
   void NameHost(HostId host, std::string name);
+  // What a device's track says besides "device N" (its kind and what it
+  // is, e.g. "vulkan: NVIDIA H200"); the latest name of a device wins.
+  void NameDevice(DeviceId device, std::string name);
 
   // Chrome trace JSON: one process per host (named), one thread per device
   // ("device N"); a "scheduler" process with a thread per island (runs
@@ -111,6 +115,7 @@ class TraceRecorder {
   std::vector<TraceEvent> events_ ABSL_GUARDED_BY(mu_);
   int64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::pair<HostId, std::string>> host_names_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int64_t, std::string> device_names_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::flat_hash_set<ClientId>> only_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -44,7 +44,7 @@ void Array::Release() {
   });
 }
 
-const ir::Function& CompiledFunction::function() const { return state_->function; }
+const ir::Function& CompiledFunction::function() const { return *state_->function; }
 const Mesh& CompiledFunction::mesh() const { return state_->mesh; }
 const std::vector<ir::Shape>& CompiledFunction::in_shapes() const { return state_->in_shapes; }
 const std::vector<ir::Shape>& CompiledFunction::out_shapes() const { return state_->out_shapes; }

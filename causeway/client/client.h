@@ -52,18 +52,8 @@ struct TraceState;
 // buys.
 enum class DispatchMode { kParallel, kSequential };
 
-// kBypassForTesting skips the island schedulers: runs go straight to the
-// hosts in an order the client picks, as a system without gang scheduling
-// would. Collectives may then deadlock (and the watchdog report it).
-enum class SchedulerPath { kIslandScheduler, kBypassForTesting };
-
 struct ClientOptions {
   DispatchMode dispatch = DispatchMode::kParallel;
-  SchedulerPath scheduling = SchedulerPath::kIslandScheduler;
-  // Bypass only: hosts are visited in descending id order instead of
-  // ascending, and `bypass_hook(i)` runs after the i-th host got the run.
-  bool bypass_reverse_host_order = false;
-  std::function<void(int)> bypass_hook;
   // This client's claim on each island's device time, against the other
   // clients with work queued there (docs/SCHEDULING.md).
   ClientShare share;

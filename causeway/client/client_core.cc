@@ -208,7 +208,7 @@ absl::StatusOr<CompiledFunction> ClientCore::Compile(const ir::Function& functio
   auto state = std::make_shared<CompiledState>();
   state->id = next_compiled_++;
   state->client = id_;
-  state->function = function;
+  state->function = std::make_shared<const ir::Function>(function);
   state->mesh = mesh;
   state->in_shardings = options.in_shardings;
   state->out_shardings = options.out_shardings;
@@ -282,10 +282,8 @@ absl::StatusOr<CompiledFunction> ClientCore::Compile(const ir::Function& functio
       }
     }
   }
-  // Compiled by the backend of the mesh's devices (the device seam,
-  // causeway/backend/executable.h).
-  CW_ASSIGN_OR_RETURN(const backend::DeviceKind* kind, backend::FindDeviceKind(state->device_kind));
-  CW_ASSIGN_OR_RETURN(state->executable, kind->Compile(function));
+  // No code is made here: the hosts of the mesh compile the function for
+  // their devices when a program calling it is registered with them.
   return CompiledFunction(std::move(state));
 }
 
@@ -301,7 +299,7 @@ absl::StatusOr<std::vector<Array>> ClientCore::Call(const CompiledFunction& func
   CW_RETURN_IF_ERROR(CheckConnected());
   const CompiledState& f = *function.state_;
   if (args.size() != f.in_shapes.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("function ", f.function.name(), " takes ",
+    return absl::InvalidArgumentError(absl::StrCat("function ", f.function->name(), " takes ",
                                                    f.in_shapes.size(), " arguments, given ",
                                                    args.size()));
   }
@@ -309,7 +307,7 @@ absl::StatusOr<std::vector<Array>> ClientCore::Call(const CompiledFunction& func
   std::string key = absl::StrCat(f.id);
   for (size_t i = 0; i < args.size(); ++i) {
     CW_RETURN_IF_ERROR(
-        CheckArgument(args[i], absl::StrCat("argument ", i, " of ", f.function.name())));
+        CheckArgument(args[i], absl::StrCat("argument ", i, " of ", f.function->name())));
     absl::StrAppend(&key, "|", args[i].mesh().id().value(), args[i].sharding().ToString(),
                     args[i].shape().ToString());
   }
@@ -320,7 +318,7 @@ absl::StatusOr<std::vector<Array>> ClientCore::Call(const CompiledFunction& func
     if (it != call_cache_.end()) program = it->second;
   }
   if (!program.state_) {
-    ProgramBuilder builder = NewProgram(f.function.name());
+    ProgramBuilder builder = NewProgram(f.function->name());
     std::vector<TracedArray> params;
     for (const Array& a : args) {
       CW_ASSIGN_OR_RETURN(TracedArray p, builder.Parameter(a.shape(), a.mesh(), a.sharding()));
@@ -340,17 +338,7 @@ absl::Status ClientCore::Submit(const RunRequest& run, const ProgramPlan& plan,
     trace->Record(TraceEvent{TraceKind::kSubmit, HostId(), DeviceId(), run.run, -1, plan.name,
                              Clock::Real()->NowMicros()});
   }
-  if (options_.scheduling == SchedulerPath::kIslandScheduler) {
-    return cluster_->SubmitRun(run, plan.islands, std::move(forwarded));
-  }
-  std::vector<HostId> hosts = plan.hosts;
-  if (options_.bypass_reverse_host_order) std::reverse(hosts.begin(), hosts.end());
-  for (size_t i = 0; i < hosts.size(); ++i) {
-    cluster_->host(hosts[i])->EnqueueRun(run);
-    if (options_.bypass_hook) options_.bypass_hook(static_cast<int>(i));
-  }
-  if (forwarded) forwarded(absl::OkStatus());
-  return absl::OkStatus();
+  return cluster_->SubmitRun(run, plan.islands, std::move(forwarded));
 }
 
 absl::Status ClientCore::SetShare(const ClientShare& share) {

@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "causeway/backend/executable.h"
 #include "causeway/base/mutex.h"
 #include "causeway/client/client.h"
 
@@ -46,9 +45,10 @@ struct ArrayState {
 struct CompiledState {
   int64_t id = 0;
   ClientId client;
-  ir::Function function;
-  std::shared_ptr<const backend::Executable> executable;
-  std::string device_kind;  // what `executable` was compiled for
+  // Shared with the plans that call it, which carry it to the hosts; each
+  // host compiles it for its devices (HostExecutor::RegisterProgram).
+  std::shared_ptr<const ir::Function> function;
+  std::string device_kind;  // of every device of `mesh`
   Mesh mesh;
   std::vector<ir::Shape> in_shapes;
   std::vector<ir::Shape> out_shapes;

@@ -467,8 +467,7 @@ void ClientCore::SendBatch(std::vector<OutboxItem>& batch) {
       }
       continue;
     }
-    const bool groupable = options_.scheduling == SchedulerPath::kIslandScheduler &&
-                           item.plan->islands.size() == 1;
+    const bool groupable = item.plan->islands.size() == 1;
     if (groupable && (group.empty() || group[0]->plan->islands[0] == item.plan->islands[0])) {
       group.push_back(&item);
       continue;

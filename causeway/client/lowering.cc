@@ -32,11 +32,11 @@ absl::StatusOr<std::vector<TracedArray>> ProgramBuilder::Call(
     const CompiledFunction& function, absl::Span<const TracedArray> args) {
   const internal::CompiledState& f = *function.state_;
   if (f.client != state_->core->id()) {
-    return absl::InvalidArgumentError(absl::StrCat("function ", f.function.name(),
+    return absl::InvalidArgumentError(absl::StrCat("function ", f.function->name(),
                                                    " was compiled by ", f.client.ToString()));
   }
   if (args.size() != f.in_shapes.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("function ", f.function.name(), " takes ",
+    return absl::InvalidArgumentError(absl::StrCat("function ", f.function->name(), " takes ",
                                                    f.in_shapes.size(), " arguments, given ",
                                                    args.size()));
   }
@@ -46,12 +46,12 @@ absl::StatusOr<std::vector<TracedArray>> ProgramBuilder::Call(
     const TracedArray& a = args[i];
     if (a.value < 0 || a.value >= static_cast<int>(state_->values.size())) {
       return absl::InvalidArgumentError(
-          absl::StrCat("argument ", i, " of ", f.function.name(), " is not a traced value"));
+          absl::StrCat("argument ", i, " of ", f.function->name(), " is not a traced value"));
     }
     const ir::Shape& have = state_->values[a.value].shape;
     if (have != f.in_shapes[i]) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "argument ", i, " of ", f.function.name(), ": expected ", f.in_shapes[i].ToString(),
+          "argument ", i, " of ", f.function->name(), ": expected ", f.in_shapes[i].ToString(),
           " (global), given ", have.ToString()));
     }
     node.inputs.push_back(a.value);
@@ -165,7 +165,6 @@ std::shared_ptr<ProgramPlan> SingleNodePlan(const Topology& topology, const Prog
   plan->id = id;
   plan->client = full.client;
   plan->name = absl::StrCat(full.name, "/", node);
-  plan->device_kind = full.device_kind;
   PlanNode n = full.nodes[node];
   std::vector<int> remap;
   for (int& v : n.inputs) {
@@ -204,15 +203,10 @@ absl::StatusOr<Program> ClientCore::Lower(const TraceState& trace, absl::Span<co
   for (const TracedNode& tn : trace.nodes) {
     PlanNode node;
     node.kind = PlanNodeKind::kCall;
-    node.name = tn.function->function.name();
-    node.executable = tn.function->executable;
-    if (&tn == &trace.nodes.front()) plan->device_kind = tn.function->device_kind;
-    if (tn.function->device_kind != plan->device_kind) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "program '", trace.name, "' calls functions compiled for device kinds ",
-          plan->device_kind, " and ", tn.function->device_kind, "; a program runs on one kind"));
-    }
-    for (const ir::Instruction& inst : tn.function->function.instructions()) {
+    node.name = tn.function->function->name();
+    node.function = tn.function->function;
+    node.device_kind = tn.function->device_kind;
+    for (const ir::Instruction& inst : tn.function->function->instructions()) {
       node.has_collectives = node.has_collectives || ir::IsCollective(inst.op);
     }
     node.outputs = tn.outputs;

@@ -631,6 +631,18 @@ grpc::Status CoordinatorServer::Impl::Join(
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         absl::StrCat("bad worker hello: ", s.message()));
   }
+  if (hello.device_descriptions_size() > hello.devices()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("bad worker hello: ", hello.device_descriptions_size(),
+                                     " device descriptions for ", hello.devices(), " devices"));
+  }
+  for (const std::string& d : hello.device_descriptions()) {
+    if (d.size() > kMaxDeviceDescription) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("bad worker hello: a device description of ", d.size(),
+                                       " bytes (at most ", kMaxDeviceDescription, ")"));
+    }
+  }
   absl::StatusOr<std::pair<std::string, int>> data_address =
       grpc_transport::SplitHostPort(hello.data_address());
   if (!data_address.ok()) {
@@ -661,7 +673,8 @@ grpc::Status CoordinatorServer::Impl::Join(
     host->Send(std::move(welcome));
     hosts_[id] = host;
     contexts_.push_back(context);
-    resources_.AddHost(id, island, devices, hello.memory_bytes(), device_kind);
+    resources_.AddHost(id, island, devices, hello.memory_bytes(), device_kind,
+                       {hello.device_descriptions().begin(), hello.device_descriptions().end()});
     if (!schedulers_.contains(island)) {
       IslandSchedulerOptions so;
       so.island = island;
@@ -1177,7 +1190,7 @@ void CoordinatorServer::Impl::HandleScheduler(ClientSession& session,
   switch (call.call_case()) {
     case cluster::SchedulerCall::kRegisterProgram: {
       absl::StatusOr<std::shared_ptr<const ProgramPlan>> plan =
-          wire::DecodePlan(call.register_program(), wire::CompileMode::kSkip);
+          wire::DecodePlan(call.register_program(), wire::FunctionMode::kSkip);
       absl::Status status = plan.status();
       if (status.ok() && !session.clients.contains((*plan)->client)) {
         status = absl::PermissionDeniedError(

@@ -68,8 +68,18 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Create(
   }
   CW_RETURN_IF_ERROR(CheckReportFanout(options.report_fanout));
   backend::RegisterBuiltinKinds();  // the built-in kinds, registered
-  CW_RETURN_IF_ERROR(CheckDeviceKindName(options.device_kind));
-  CW_RETURN_IF_ERROR(backend::FindDeviceKind(options.device_kind).status());
+  if (!options.island_device_kinds.empty() &&
+      static_cast<int>(options.island_device_kinds.size()) != options.islands) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(options.island_device_kinds.size(), " island device kinds given for ",
+                     options.islands, " islands"));
+  }
+  for (const std::string& kind : options.island_device_kinds.empty()
+                                     ? std::vector<std::string>{options.device_kind}
+                                     : options.island_device_kinds) {
+    CW_RETURN_IF_ERROR(CheckDeviceKindName(kind));
+    CW_RETURN_IF_ERROR(backend::FindDeviceKind(kind).status());
+  }
   auto cluster = std::unique_ptr<LocalCluster>(new LocalCluster(options));
   CW_RETURN_IF_ERROR(cluster->s_->made);
   return cluster;
@@ -89,7 +99,8 @@ LocalCluster::LocalCluster(const LocalClusterOptions& options)
       topology.AddHost(host, island);
       for (int d = 0; d < options.devices_per_host; ++d) {
         topology.AddDevice(DeviceId(next_device++), host, options.device_memory_bytes,
-                           options.device_kind);
+                           options.island_device_kinds.empty() ? options.device_kind
+                                                               : options.island_device_kinds[i]);
       }
     }
   }
@@ -125,6 +136,11 @@ LocalCluster::LocalCluster(const LocalClusterOptions& options)
       if (!executor.ok()) {
         s_->made = executor.status();
         return;
+      }
+      for (int i = 0; i < (*executor)->num_devices(); ++i) {
+        const DeviceInfo& d = (*executor)->stream(i).device();
+        topology.SetDescription(d.id, d.description);
+        s_->trace.NameDevice(d.id, absl::StrCat(d.kind, ": ", d.description));
       }
       s_->host_island.push_back(island);
       s_->hosts.push_back(*std::move(executor));
@@ -237,16 +253,14 @@ absl::Status LocalCluster::SubmitRun(const RunRequest& run, const std::vector<Is
   return SubmitToIslands(run, islands, schedulers, std::move(forwarded));
 }
 
-std::vector<DeviceReport> LocalCluster::Report() const {
-  std::vector<DeviceReport> out;
+std::vector<DeviceCounters> LocalCluster::Counters() const {
+  std::vector<DeviceCounters> out;
   for (const auto& h : s_->hosts) {
     for (int i = 0; i < h->num_devices(); ++i) {
-      DeviceReport r;
-      r.device = h->stream(i).device();
-      r.stats = h->stream(i).stats();
-      r.memory_in_use = h->store().memory(i)->in_use();
-      r.memory_peak = h->store().memory(i)->peak();
-      out.push_back(r);
+      DeviceCounters c = h->stream(i).stats();
+      c.memory_in_use = h->store().memory(i)->in_use();
+      c.memory_peak = h->store().memory(i)->peak();
+      out.push_back(std::move(c));
     }
   }
   return out;

@@ -36,6 +36,10 @@ struct LocalClusterOptions {
   // Which backend runs the devices' code: a registered DeviceKind's name
   // (causeway/backend/executable.h; the CPU backend registers itself).
   std::string device_kind = std::string(kDefaultDeviceKind);
+  // If not empty, the kind of each island's devices instead (one name per
+  // island): a program may then span meshes of different kinds, each call
+  // compiled by its hosts for theirs.
+  std::vector<std::string> island_device_kinds;
   // Emulated data-center network between islands.
   DcnOptions dcn;
   // Record per-device timelines (see TraceRecorder).
@@ -61,13 +65,6 @@ struct LocalClusterOptions {
   // so that a wait parks a fiber, not a thread: how more devices than cores
   // are emulated without a kernel context switch per wait.
   int device_threads = 0;
-};
-
-struct DeviceReport {
-  DeviceInfo device;
-  DeviceStreamStats stats;
-  int64_t memory_in_use = 0;
-  int64_t memory_peak = 0;
 };
 
 // Thread-safe. Outlives every client connected to it.
@@ -98,8 +95,9 @@ class LocalCluster final : public ClusterConnection {
   InProcessDataTransport& transport();
   const LocalClusterOptions& options() const { return options_; }
 
-  // Every device's counters and memory, in device id order.
-  std::vector<DeviceReport> Report() const;
+  // Every device's counters and memory, in device id order (what each
+  // host's GetCounters reports, read directly).
+  std::vector<DeviceCounters> Counters() const;
   void ResetStats();
   // Sum of memory in use over every device.
   int64_t MemoryInUse() const;

@@ -15,7 +15,6 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "causeway/backend/builtin_kinds.h"
 #include "causeway/base/check.h"
 #include "causeway/base/clock.h"
 #include "causeway/base/status_macros.h"
@@ -606,7 +605,6 @@ HostService* RemoteCluster::Impl::host(HostId host) {
 
 absl::StatusOr<std::unique_ptr<RemoteCluster>> RemoteCluster::Connect(
     const RemoteClusterOptions& options) {
-  backend::RegisterBuiltinKinds();  // the built-in kinds, registered for the client's compiler
   auto impl = std::make_unique<Impl>(options);
   CW_RETURN_IF_ERROR(impl->Connect());
   return std::unique_ptr<RemoteCluster>(new RemoteCluster(std::move(impl)));
@@ -752,6 +750,13 @@ absl::Status RemoteCluster::CollectTrace() {
     if (!info.ok()) continue;
     for (HostId h : info->hosts) {
       trace_.NameHost(h, absl::StrCat("island ", island.value(), " / host ", h.value()));
+    }
+    for (DeviceId d : info->devices) {
+      if (absl::StatusOr<DeviceInfo> device = topology.device(d); device.ok()) {
+        trace_.NameDevice(d, device->description.empty()
+                                 ? device->kind
+                                 : absl::StrCat(device->kind, ": ", device->description));
+      }
     }
   }
   return absl::OkStatus();

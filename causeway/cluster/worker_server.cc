@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "causeway/backend/builtin_kinds.h"
+#include "causeway/backend/device.h"
 #include "causeway/base/check.h"
 #include "causeway/base/clock.h"
 #include "causeway/base/limits.h"
@@ -111,6 +112,7 @@ class WorkerServer::Impl {
 
   const WorkerServerOptions options_;
   std::string token_;
+  std::vector<std::string> descriptions_;  // of each local device
   HostId host_;
   int data_port_ = 0;
   std::shared_ptr<grpc::ChannelCredentials> channel_creds_;
@@ -162,7 +164,17 @@ absl::Status WorkerServer::Impl::Start() {
   }
   backend::RegisterBuiltinKinds();  // the built-in kinds, registered
   CW_RETURN_IF_ERROR(CheckDeviceKindName(options_.device_kind));
-  CW_RETURN_IF_ERROR(backend::FindDeviceKind(options_.device_kind).status());
+  CW_ASSIGN_OR_RETURN(const backend::DeviceKind* kind,
+                      backend::FindDeviceKind(options_.device_kind));
+  // What each device is, said in the hello (before the devices have ids).
+  for (int i = 0; i < options_.devices; ++i) {
+    backend::DeviceSpec spec;
+    spec.local_index = i;
+    spec.memory_bytes = options_.memory_bytes;
+    absl::StatusOr<backend::DeviceDescription> d = kind->Describe(spec);
+    if (!d.ok()) return Annotate(d.status(), absl::StrCat("describing local device ", i));
+    descriptions_.push_back(backend::FormatDescription(*d).substr(0, kMaxDeviceDescription));
+  }
   token_ = grpc_transport::WorkerTokenFromEnvironment(options_.token);
   const grpc_transport::TlsFiles tls = grpc_transport::TlsFromEnvironment(options_.tls);
   CW_ASSIGN_OR_RETURN(channel_creds_, grpc_transport::MakeChannelCredentials(tls));
@@ -200,6 +212,7 @@ absl::Status WorkerServer::Impl::Start() {
   h.set_island(options_.island);
   h.set_devices(options_.devices);
   h.set_device_kind(options_.device_kind);
+  for (const std::string& d : descriptions_) h.add_device_descriptions(d);
   h.set_memory_bytes(options_.memory_bytes);
   h.set_data_address(absl::StrCat(options_.advertise, ":", data_port_));
   cluster::ToWorkerBatch first;
@@ -229,6 +242,7 @@ absl::Status WorkerServer::Impl::Start() {
     d.local_index = i;
     d.memory_bytes = options_.memory_bytes;
     d.kind = options_.device_kind;
+    d.description = descriptions_[i];
     ho.host.devices.push_back(d.id);
     ho.devices.push_back(d);
   }
@@ -370,18 +384,10 @@ void WorkerServer::Impl::Handle(cluster::ToWorker& message) {
 void WorkerServer::Impl::HandleCall(uint64_t id, cluster::HostCall& call) {
   switch (call.call_case()) {
     case cluster::HostCall::kRegisterProgram: {
-      // Code for another kind of device is refused before it is compiled.
-      const std::string& named = call.register_program().device_kind();
-      const std::string kind = named.empty() ? std::string(kDefaultDeviceKind) : named;
-      if (kind != options_.device_kind) {
-        Reply(id, absl::InvalidArgumentError(absl::StrCat(
-                      "plan '", call.register_program().name().substr(0, 256),
-                      "' was compiled for device kind ", kind.substr(0, 64), ", but ",
-                      host_.ToString(), "'s devices are of kind ", options_.device_kind)));
-        break;
-      }
+      // The executor compiles the nodes it runs, for its devices' kind, and
+      // refuses a node for another kind.
       absl::StatusOr<std::shared_ptr<const ProgramPlan>> plan =
-          wire::DecodePlan(call.register_program(), wire::CompileMode::kCompile);
+          wire::DecodePlan(call.register_program(), wire::FunctionMode::kParse);
       Reply(id, plan.ok() ? executor_->RegisterProgram(*std::move(plan)) : plan.status());
       break;
     }

@@ -105,11 +105,15 @@ Topology ResourceManager::GetTopology() const {
 }
 
 void ResourceManager::AddHost(HostId host, IslandId island, const std::vector<DeviceId>& devices,
-                              int64_t memory_bytes, absl::string_view kind) {
+                              int64_t memory_bytes, absl::string_view kind,
+                              const std::vector<std::string>& descriptions) {
   MutexLock lock(&mu_);
   if (!topology_.island(island).ok()) topology_.AddIsland(island);
   topology_.AddHost(host, island);
-  for (DeviceId d : devices) topology_.AddDevice(d, host, memory_bytes, kind);
+  for (size_t i = 0; i < devices.size(); ++i) {
+    topology_.AddDevice(devices[i], host, memory_bytes, kind,
+                        i < descriptions.size() ? descriptions[i] : "");
+  }
 }
 
 absl::Status ResourceManager::RemoveHost(HostId host, const std::string& reason) {

@@ -7,6 +7,8 @@
 #define CAUSEWAY_RESOURCE_RESOURCE_MANAGER_H_
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "causeway/base/mutex.h"
@@ -31,8 +33,10 @@ class ResourceManager final : public ResourceService {
   Topology GetTopology() const override;
 
   // Adds a host (and its devices) to a known island.
+  // `descriptions[i]` (where given) says what device i is.
   void AddHost(HostId host, IslandId island, const std::vector<DeviceId>& devices,
-               int64_t memory_bytes, absl::string_view kind = kDefaultDeviceKind);
+               int64_t memory_bytes, absl::string_view kind = kDefaultDeviceKind,
+               const std::vector<std::string>& descriptions = {});
   // Removes a host and its devices; later meshes will not use them.
   absl::Status RemoveHost(HostId host, const std::string& reason = "");
 

@@ -196,8 +196,8 @@ class SimDevice final : public LaunchQueue {
                           device_.id.ToString(), " shut down with the launch queued")));
     }
   }
-  DeviceStreamStats stats() const override { return stats_; }
-  void ResetStats() override { stats_ = DeviceStreamStats{}; }
+  DeviceCounters stats() const override { return stats_; }
+  void ResetStats() override { stats_ = DeviceCounters{}; }
 
  private:
   void Kick() {
@@ -256,7 +256,7 @@ class SimDevice final : public LaunchQueue {
   bool kick_pending_ = false;
   bool waiting_ = false;
   bool stopping_ = false;
-  DeviceStreamStats stats_;
+  DeviceCounters stats_;
 };
 
 void SimDevice::Pump() {
@@ -1027,13 +1027,13 @@ void SimCluster::NotePlan(const ProgramPlan& plan) {
   if (plans_.contains(plan.id)) return;
   PlanCost pc;
   for (const PlanNode& node : plan.nodes) {
-    if (node.kind != PlanNodeKind::kCall || node.executable == nullptr || node.outputs.empty()) {
+    if (node.kind != PlanNodeKind::kCall || node.function == nullptr || node.outputs.empty()) {
       pc.nodes.push_back(NodeCost{});
       continue;
     }
     const PlanValue& out = plan.values[node.outputs[0]];
     const int gang = static_cast<int>(out.mesh.devices().size());
-    pc.nodes.push_back(FunctionCost(node.executable->function(), gang, costs()));
+    pc.nodes.push_back(FunctionCost(*node.function, gang, costs()));
     for (const HostId h : out.shard_hosts) ++pc.launches[h];
   }
   plans_.emplace(plan.id, std::move(pc));

@@ -36,9 +36,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "causeway/sim/event_loop.h"
+#include "causeway/plan/plan.h"
 #include "causeway/scheduler/island_scheduler.h"
-#include "causeway/transport/plan.h"
+#include "causeway/sim/event_loop.h"
 #include "causeway/transport/services.h"
 
 namespace causeway {

@@ -1,6 +1,6 @@
 // A small ProgramPlan built by hand, for tests and benchmarks of code that
 // handles plans without a client to lower them: f32[4,4] row-sharded on
-// host 0's two devices, scaled twice (one shared executable), resharded by
+// host 0's two devices, scaled twice (one shared function), resharded by
 // columns onto host 1's two devices, negated. Needs causeway::transport and
 // causeway::ir linked.
 #ifndef CAUSEWAY_TESTING_TWO_MESH_PLAN_H_
@@ -9,32 +9,28 @@
 #include <memory>
 #include <utility>
 
-#include "causeway/backend/cpu/executable.h"
 #include "causeway/base/check.h"
 #include "causeway/ir/builder.h"
-#include "causeway/transport/plan.h"
+#include "causeway/plan/plan.h"
 
 namespace causeway::testing {
 
-inline std::shared_ptr<const backend::cpu::Executable> CompileOrDie(
-    absl::StatusOr<ir::Function> f) {
+inline std::shared_ptr<const ir::Function> FunctionOrDie(absl::StatusOr<ir::Function> f) {
   CW_CHECK_OK(f.status());
-  auto exe = backend::cpu::Compile(*f);
-  CW_CHECK_OK(exe.status());
-  return *exe;
+  return std::make_shared<const ir::Function>(*std::move(f));
 }
 
 // x * 2 over f32[2,4] shards.
-inline std::shared_ptr<const backend::cpu::Executable> ScaleExecutable() {
+inline std::shared_ptr<const ir::Function> ScaleFunction() {
   ir::FunctionBuilder b("scale");
   ir::Value x = b.Parameter(ir::Shape(ir::DType::kF32, {2, 4}));
-  return CompileOrDie(b.Build({b.Mul(x, b.Full(2, {2, 4}))}));
+  return FunctionOrDie(b.Build({b.Mul(x, b.Full(2, {2, 4}))}));
 }
 
 // -x over f32[4,2] shards.
-inline std::shared_ptr<const backend::cpu::Executable> NegateExecutable() {
+inline std::shared_ptr<const ir::Function> NegateFunction() {
   ir::FunctionBuilder b("negate");
-  return CompileOrDie(b.Build({b.Neg(b.Parameter(ir::Shape(ir::DType::kF32, {4, 2})))}));
+  return FunctionOrDie(b.Build({b.Neg(b.Parameter(ir::Shape(ir::DType::kF32, {4, 2})))}));
 }
 
 // An f32[4,4] value on `mesh` with `sharding`, both shards on `host`.
@@ -62,13 +58,12 @@ inline ProgramPlan TwoMeshPlan() {
                  TwoShardValue(b, cols, 1), TwoShardValue(b, cols, 1)};
   plan.parameters = {0};
   plan.outputs = {4};
-  auto scale = ScaleExecutable();
-  PlanNode call{PlanNodeKind::kCall, "scale", {0}, {1}, scale, false, {}};
+  PlanNode call{PlanNodeKind::kCall, "scale", {0}, {1}, ScaleFunction(), "cpu", false, {}};
   plan.nodes.push_back(call);
   call.inputs = {1};
   call.outputs = {2};
   plan.nodes.push_back(call);
-  PlanNode reshard{PlanNodeKind::kReshard, "reshard", {2}, {3}, nullptr, false, {}};
+  PlanNode reshard{PlanNodeKind::kReshard, "reshard", {2}, {3}, nullptr, "", false, {}};
   for (int d = 0; d < 2; ++d) {
     reshard.pieces.emplace_back();
     for (int s = 0; s < 2; ++s) {
@@ -76,8 +71,8 @@ inline ProgramPlan TwoMeshPlan() {
     }
   }
   plan.nodes.push_back(reshard);
-  plan.nodes.push_back(PlanNode{PlanNodeKind::kCall, "negate", {3}, {4}, NegateExecutable(),
-                                false, {}});
+  plan.nodes.push_back(
+      PlanNode{PlanNodeKind::kCall, "negate", {3}, {4}, NegateFunction(), "cpu", false, {}});
   plan.islands = {IslandId(0)};
   plan.hosts = {HostId(0), HostId(1)};
   plan.hosts_by_island = {{HostId(0), HostId(1)}};

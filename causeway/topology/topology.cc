@@ -33,14 +33,27 @@ absl::Status CheckDeviceKindName(absl::string_view kind) {
       "\" is not 1 to 32 characters of a-z, 0-9, _ and -"));
 }
 
-void Topology::AddDevice(DeviceId id, HostId host, int64_t memory_bytes, absl::string_view kind) {
+void Topology::AddDevice(DeviceId id, HostId host, int64_t memory_bytes, absl::string_view kind,
+                         absl::string_view description) {
   CW_CHECK(hosts_.contains(host)) << host;
   CW_CHECK(!devices_.contains(id)) << id;
   HostInfo& h = hosts_[host];
-  devices_[id] = DeviceInfo{id, host, h.island, static_cast<int>(h.devices.size()),
-                            memory_bytes, std::string(kind)};
+  devices_[id] = DeviceInfo{id,
+                            host,
+                            h.island,
+                            static_cast<int>(h.devices.size()),
+                            memory_bytes,
+                            std::string(kind),
+                            std::string(description.substr(0, kMaxDeviceDescription))};
   h.devices.push_back(id);
   islands_[h.island].devices.push_back(id);
+}
+
+void Topology::SetDescription(DeviceId id, absl::string_view description) {
+  auto it = devices_.find(id);
+  if (it != devices_.end()) {
+    it->second.description = std::string(description.substr(0, kMaxDeviceDescription));
+  }
 }
 
 void Topology::MarkGone(DeviceId id, std::string reason) {

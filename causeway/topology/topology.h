@@ -27,7 +27,12 @@ struct DeviceInfo {
   int64_t memory_bytes = 0;
   // Which backend runs its code (backend::DeviceKind::name()).
   std::string kind = std::string(kDefaultDeviceKind);
+  // What the device says it is (backend::FormatDescription: its name,
+  // driver and memory), at most kMaxDeviceDescription bytes; empty when
+  // unknown.
+  std::string description;
 };
+inline constexpr size_t kMaxDeviceDescription = 256;
 
 struct HostInfo {
   HostId id;
@@ -50,7 +55,9 @@ class Topology {
   void AddHost(HostId id, IslandId island);
   // REQUIRES: the host exists, the device does not.
   void AddDevice(DeviceId id, HostId host, int64_t memory_bytes,
-                 absl::string_view kind = kDefaultDeviceKind);
+                 absl::string_view kind = kDefaultDeviceKind, absl::string_view description = "");
+  // Sets a known device's description (cut to kMaxDeviceDescription).
+  void SetDescription(DeviceId id, absl::string_view description);
   // Removes the host and its devices, and its island if it was the last
   // host there. NOT_FOUND if unknown. `reason` (why the host left) is kept
   // for its devices: a later device() lookup of one is UNAVAILABLE naming

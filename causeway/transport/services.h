@@ -1,5 +1,7 @@
-// The coordination layer's interfaces: what hosts, island schedulers and the
-// resource manager offer each other and clients. Every component talks to
+// The coordination layer's contracts: what hosts, island schedulers and the
+// resource manager offer each other and clients. What they exchange lives
+// beside: the program plan (causeway/plan/plan.h), configuration
+// (transport/config.h) and statistics (transport/stats.h). Every component talks to
 // the others only through these, so the in-process transport (direct calls)
 // and a network transport (stubs behind the same interfaces) are
 // interchangeable.
@@ -23,54 +25,15 @@
 #include "causeway/async/future.h"
 #include "causeway/base/ids.h"
 #include "causeway/ir/literal.h"
+#include "causeway/plan/plan.h"
 #include "causeway/topology/mesh.h"
 #include "causeway/topology/topology.h"
-#include "causeway/transport/plan.h"
+#include "causeway/transport/config.h"
+#include "causeway/transport/stats.h"
 
 namespace causeway {
 
 class TraceRecorder;
-
-// Identifies a launch to fault injectors and in error messages.
-struct LaunchInfo {
-  RunId run;
-  int node = -1;
-  // The function's name, a view into the launch's program plan: valid while
-  // the launch exists. Fault injectors must not keep it.
-  absl::string_view name;
-  DeviceId device;
-  HostId host;
-};
-
-// Returns a non-OK status to make a launch fail as if its kernel had. For
-// tests and fault drills. Runs on the device thread.
-using FaultInjector = std::function<absl::Status(const LaunchInfo&)>;
-
-// A device stream's counters (DeviceStream::stats()).
-struct DeviceStreamStats {
-  int64_t launches = 0;
-  int64_t failed = 0;
-  int64_t busy_us = 0;         // time spent running kernels
-  // Of busy_us, the time inside collectives (waiting for peers and
-  // exchanging data); busy_us - collective_us is the devices' own work.
-  int64_t collective_us = 0;
-  int64_t queued = 0;          // launches waiting in the queue (stats() fills it)
-  // The device's own work: busy_us outside collectives.
-  int64_t compute_us() const { return busy_us - collective_us; }
-  int64_t first_start_us = -1; // clock micros
-  int64_t last_end_us = -1;
-};
-
-// The emulated data-center network between an embedded cluster's islands.
-struct DcnOptions {
-  absl::Duration latency = absl::ZeroDuration();
-  // Bytes per second per link; 0 means unlimited.
-  double bytes_per_second = 0;
-};
-
-// How an island scheduler orders runs (docs/SCHEDULING.md).
-enum class SchedulingPolicy { kFifo, kProportionalShare };
-
 
 // A piece that stays in its process: where its box lies in the source
 // shard's memory, instead of a copy of it. The receiver copies the box
@@ -126,62 +89,6 @@ struct SpmdLoop {
 // (id_base + first .. id_base + first + count - 1) do not overflow. Checked
 // by whoever receives a loop from a peer.
 absl::Status CheckSpmdLoopRange(int64_t id_base, int64_t first, int64_t count);
-
-// Where `host` sits in the tree a program's hosts of one island report its
-// runs up (HostExecutorOptions::report_fanout): the distinct `hosts`, in
-// order, laid out as a complete `fanout`-ary tree (position p's children are
-// p·fanout + 1 .. p·fanout + fanout). The first host is the root, the one
-// that reports to the island's scheduler. Each host and the scheduler work
-// the tree out from the plan alone, so nothing about it is sent.
-struct ReportTreeNode {
-  bool member = false;  // `host` is one of `hosts`
-  HostId parent;        // invalid: the root
-  std::vector<HostId> children;
-};
-ReportTreeNode ReportTreeOf(absl::Span<const HostId> hosts, HostId host, int fanout);
-// OK if `fanout` is a report tree's fanout: 0 (no tree) to
-// limits::kMaxReportFanout. Checked wherever one is configured or received.
-absl::Status CheckReportFanout(int64_t fanout);
-
-// A host's report of its subtree's part of a run, to its parent in the
-// report tree: the device time and launches of the run on the reporting
-// host and every host below it.
-struct SubtreeReport {
-  HostId child;
-  ProgramId program;
-  RunId run;
-  int64_t device_us = 0;
-  int launches = 0;
-};
-
-// One device's counters, as its host reports them.
-// One client's part of a device.
-struct ClientUsage {
-  ClientId client;
-  int64_t memory_bytes = 0;   // granted to the client's buffers and launches
-  int64_t waiting_bytes = 0;  // requested, not yet granted (quota or memory full)
-  int64_t arrays = 0;         // its arrays with a shard on the device
-};
-
-struct DeviceCounters {
-  DeviceId device;
-  int64_t launches = 0;
-  int64_t failed = 0;
-  int64_t busy_us = 0;  // time spent running kernels
-  // Of busy_us, the time inside collectives (waiting for peers, exchanging
-  // data): busy_us - collective_us is the device's own computation.
-  int64_t collective_us = 0;
-  int64_t queued = 0;  // launches waiting in the device's queue now
-  // busy_us outside collectives (a peer's figures are clamped into range).
-  int64_t compute_us() const {
-    return busy_us - std::clamp<int64_t>(collective_us, 0, std::max<int64_t>(busy_us, 0));
-  }
-  int64_t memory_in_use = 0;
-  int64_t memory_peak = 0;
-  // Every client with memory or arrays on the device, by id: filled only
-  // when asked for (a worker, for the coordinator's HostCall.by_client).
-  std::vector<ClientUsage> clients;
-};
 
 // A host: its executor and object store. Thread-safe.
 class HostService {
@@ -266,24 +173,6 @@ class SchedulerService {
     return out;
   }
 };
-
-// A client's claim on an island's device time (docs/SCHEDULING.md).
-struct ClientShare {
-  // Relative share of device time among the clients of its priority class
-  // that have work queued. Finite and > 0.
-  double weight = 1.0;
-  // Higher classes are served first: a client of class 1 with work queued
-  // always goes before every client of class 0.
-  int priority = 0;
-  // Bytes the client may hold on each device (0: no limit). Beyond, its
-  // allocations wait for its own frees, never holding other clients'
-  // allocations back; one larger than the quota fails at once.
-  int64_t memory_quota_bytes = 0;
-  friend bool operator==(const ClientShare&, const ClientShare&) = default;
-};
-// INVALID_ARGUMENT unless the weight is finite, > 0 and <= 1e6, the class
-// in [0, 7] and the quota in [0, 2^50].
-absl::Status CheckClientShare(const ClientShare& share);
 
 struct MeshRequest {
   std::vector<MeshAxis> axes;

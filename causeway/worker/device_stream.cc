@@ -308,16 +308,17 @@ void DeviceStream::Shutdown() {
   }
 }
 
-DeviceStreamStats DeviceStream::stats() const {
+DeviceCounters DeviceStream::stats() const {
   MutexLock lock(&mu_);
-  DeviceStreamStats s = stats_;
+  DeviceCounters s = stats_;
+  s.device = device_.id;
   s.queued = static_cast<int64_t>(queue_.size());
   return s;
 }
 
 void DeviceStream::ResetStats() {
   MutexLock lock(&mu_);
-  stats_ = DeviceStreamStats{};
+  stats_ = DeviceCounters{};
 }
 
 }  // namespace causeway

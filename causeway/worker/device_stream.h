@@ -97,7 +97,8 @@ class LaunchQueue {
   virtual void EnqueueBatch(std::vector<Launch> launches) = 0;
   // Runs or fails what is queued; later launches fail with UNAVAILABLE.
   virtual void Shutdown() = 0;
-  virtual DeviceStreamStats stats() const = 0;
+  // Its launch and time counters (DeviceCounters without memory).
+  virtual DeviceCounters stats() const = 0;
   virtual void ResetStats() = 0;
 };
 
@@ -137,7 +138,7 @@ class DeviceStream final : public LaunchQueue {
   // inputs' producers are running or failed).
   void Shutdown() override;
 
-  DeviceStreamStats stats() const override;
+  DeviceCounters stats() const override;
   void ResetStats() override;
 
  private:
@@ -164,7 +165,7 @@ class DeviceStream final : public LaunchQueue {
   // Set by Shutdown, read by the launch in flight (RunContext::stop), which
   // may then end early instead of running on.
   std::atomic<bool> stop_launch_{false};
-  DeviceStreamStats stats_ ABSL_GUARDED_BY(mu_);
+  DeviceCounters stats_ ABSL_GUARDED_BY(mu_);
   // The loop waits for work on `signal_` (fiber::WaitWhileEqual), after
   // saying so in `waiting_`.
   bool waiting_ ABSL_GUARDED_BY(mu_) = false;

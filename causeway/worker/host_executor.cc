@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "causeway/backend/compile_cache.h"
 #include "causeway/backend/device.h"
 #include "causeway/base/check.h"
 #include "causeway/base/limits.h"
@@ -18,7 +19,7 @@ namespace causeway {
 absl::StatusOr<std::unique_ptr<HostExecutor>> HostExecutor::Create(
     HostExecutorOptions options) {
   std::vector<std::unique_ptr<backend::Device>> devices;
-  for (const DeviceInfo& d : options.devices) {
+  for (DeviceInfo& d : options.devices) {
     const std::string where =
         absl::StrCat(d.id.ToString(), " of ", options.host.id.ToString());
     absl::StatusOr<const backend::DeviceKind*> kind = backend::FindDeviceKind(d.kind);
@@ -29,6 +30,9 @@ absl::StatusOr<std::unique_ptr<HostExecutor>> HostExecutor::Create(
     spec.memory_bytes = options.device_memory_bytes;
     absl::StatusOr<std::unique_ptr<backend::Device>> device = (*kind)->CreateDevice(spec);
     if (!device.ok()) return Annotate(device.status(), absl::StrCat("making ", where));
+    // What the device says it is, for the topology, status and traces.
+    d.description = backend::FormatDescription((*device)->description())
+                        .substr(0, kMaxDeviceDescription);
     devices.push_back(*std::move(device));
   }
   return std::unique_ptr<HostExecutor>(new HostExecutor(std::move(options), std::move(devices)));
@@ -142,15 +146,71 @@ void HostExecutor::Shutdown() {
   for (auto& s : streams_) s->Shutdown();
 }
 
-absl::Status HostExecutor::RegisterProgram(std::shared_ptr<const ProgramPlan> plan) {
-  // Its code must be for this host's kind of device.
-  for (const DeviceInfo& d : options_.devices) {
-    if (d.kind != plan->device_kind) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "plan '", plan->name, "' was compiled for device kind ", plan->device_kind, ", but ",
-          d.id.ToString(), " of ", id().ToString(), " is of kind ", d.kind));
+absl::StatusOr<std::shared_ptr<const HostExecutor::Code>> HostExecutor::CompileNodes(
+    const std::shared_ptr<const ProgramPlan>& plan, const Registered& reg) {
+  auto code = std::make_shared<Code>();
+  code->plan = plan;
+  code->executables.resize(plan->nodes.size());
+  const int64_t capacity = store_.memory(0)->capacity();
+  for (int n : reg.nodes) {
+    const PlanNode& node = plan->nodes[n];
+    if (node.kind != PlanNodeKind::kCall || (node.inputs.empty() && node.outputs.empty())) {
+      continue;
+    }
+    if (node.function == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("plan '", plan->name, "': call node ", node.name, " has no function"));
+    }
+    // Its code must be for the kind of the devices it runs on here.
+    const int first = node.outputs.empty() ? node.inputs[0] : node.outputs[0];
+    const PlanValue& value = plan->values[first];
+    for (int s : reg.local[first]) {
+      const DeviceInfo& d = options_.devices[value.shard_local_device[s]];
+      if (d.kind != node.device_kind) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "plan '", plan->name, "': node ", node.name, " is for device kind ",
+            node.device_kind.substr(0, 64), ", but ", d.id.ToString(), " of ", id().ToString(),
+            " is of kind ", d.kind));
+      }
+    }
+    // Nodes calling one function share its executable (and so does every
+    // host of this process: backend::CompileShared).
+    if (n > 0) {
+      for (int m : reg.nodes) {
+        if (m >= n) break;
+        if (plan->nodes[m].function == node.function && code->executables[m] != nullptr) {
+          code->executables[n] = code->executables[m];
+          break;
+        }
+      }
+    }
+    if (code->executables[n] == nullptr) {
+      CW_ASSIGN_OR_RETURN(const backend::DeviceKind* kind,
+                          backend::FindDeviceKind(node.device_kind));
+      absl::StatusOr<std::shared_ptr<const backend::Executable>> exe =
+          backend::CompileShared(*kind, node.function);
+      if (!exe.ok()) {
+        return Annotate(exe.status(), absl::StrCat("plan '", plan->name, "': compiling ",
+                                                   node.name, " for ", node.device_kind,
+                                                   " on ", id().ToString()));
+      }
+      code->executables[n] = *std::move(exe);
+    }
+    // A call that cannot fit on a device even alone would wait for memory
+    // forever: refuse it now, naming it.
+    int64_t bytes = code->executables[n]->temporary_bytes();
+    for (int v : node.outputs) bytes += plan->values[v].shard_shape.byte_size();
+    if (bytes > capacity) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "plan '", plan->name, "': node ", node.name, " needs ", bytes,
+          " bytes of device memory for its outputs and temporaries; a device of ",
+          id().ToString(), " has ", capacity));
     }
   }
+  return code;
+}
+
+absl::Status HostExecutor::RegisterProgram(std::shared_ptr<const ProgramPlan> plan) {
   // A plan may come from another process: every shard placed here must name
   // one of this host's devices.
   for (const PlanValue& v : plan->values) {
@@ -161,25 +221,6 @@ absl::Status HostExecutor::RegisterProgram(std::shared_ptr<const ProgramPlan> pl
             "plan '", plan->name, "' places a shard on local device ", v.shard_local_device[s],
             " of ", id().ToString(), ", which has ", num_devices()));
       }
-    }
-  }
-  // A call that cannot fit on a device even alone would wait for memory
-  // forever: refuse it now, naming it.
-  for (const PlanNode& node : plan->nodes) {
-    if (node.kind != PlanNodeKind::kCall || node.executable == nullptr) continue;
-    const PlanValue& first = plan->values[node.outputs.empty() ? node.inputs[0] : node.outputs[0]];
-    if (std::find(first.shard_hosts.begin(), first.shard_hosts.end(), id()) ==
-        first.shard_hosts.end()) {
-      continue;
-    }
-    int64_t bytes = node.executable->temporary_bytes();
-    for (int v : node.outputs) bytes += plan->values[v].shard_shape.byte_size();
-    const int64_t capacity = store_.memory(0)->capacity();
-    if (bytes > capacity) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "plan '", plan->name, "': node ", node.name, " needs ", bytes,
-          " bytes of device memory for its outputs and temporaries; a device of ",
-          id().ToString(), " has ", capacity));
     }
   }
   auto reg = std::make_shared<Registered>();
@@ -229,6 +270,7 @@ absl::Status HostExecutor::RegisterProgram(std::shared_ptr<const ProgramPlan> pl
     }
     if (here) reg->nodes.push_back(static_cast<int>(n));
   }
+  CW_ASSIGN_OR_RETURN(reg->code, CompileNodes(plan, *reg));
   if (options_.report_fanout > 0) {
     for (const std::vector<HostId>& island : plan->hosts_by_island) {
       ReportTreeNode node = ReportTreeOf(island, id(), options_.report_fanout);
@@ -390,15 +432,9 @@ Future<Unit> HostExecutor::DriveSpmd(const SpmdLoop& loop) {
 Future<std::vector<DeviceCounters>> HostExecutor::GetCounters(bool reset) {
   std::vector<DeviceCounters> out;
   for (int i = 0; i < num_devices(); ++i) {
-    const DeviceStreamStats s = streams_[i]->stats();
+    DeviceCounters c = streams_[i]->stats();
     if (reset) streams_[i]->ResetStats();
-    DeviceCounters c;
     c.device = options_.devices[i].id;
-    c.launches = s.launches;
-    c.failed = s.failed;
-    c.busy_us = s.busy_us;
-    c.collective_us = s.collective_us;
-    c.queued = s.queued;
     c.memory_in_use = store_.memory(i)->in_use();
     c.memory_peak = store_.memory(i)->peak();
     out.push_back(std::move(c));
@@ -607,8 +643,9 @@ void HostExecutor::EnqueueCall(const RunRequest& run, const Registered& reg, int
     Launch launch;
     launch.info = LaunchInfo{run.run, node_index, node.name, options_.devices[local].id,
                              options_.host.id};
-    launch.keep_alive = plan;  // `node.name` and `mesh` live in the plan
-    launch.executable = node.executable.get();
+    // `node.name` and `mesh` live in the plan, which the code holds.
+    launch.keep_alive = reg.code;
+    launch.executable = reg.code->executables[node_index].get();
     launch.inputs.reserve(node.inputs.size());
     launch.outputs.reserve(node.outputs.size());
     for (int v : node.inputs) launch.inputs.push_back(values[v][i]);
@@ -617,7 +654,7 @@ void HostExecutor::EnqueueCall(const RunRequest& run, const Registered& reg, int
       values[v][i] = out;
       launch.outputs.push_back(std::move(out));
     }
-    if (const int64_t temporaries = node.executable->temporary_bytes(); temporaries > 0) {
+    if (const int64_t temporaries = launch.executable->temporary_bytes(); temporaries > 0) {
       DeviceMemory* memory = store_.memory(local);
       if (memory->TryReserve(temporaries, run.client)) {
         launch.scratch_hold = MemoryHold(memory, temporaries, run.client);

@@ -21,7 +21,6 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
-#include "causeway/backend/cpu/executable.h"
 #include "causeway/base/limits.h"
 #include "causeway/base/status_macros.h"
 #include "causeway/cluster/coordinator_server.h"
@@ -237,7 +236,8 @@ class AdversarialTest : public ::testing::Test {
     node.name = "neg";
     node.inputs = {0};
     node.outputs = {1};
-    node.executable = *backend::cpu::Compile(f);
+    node.function = std::make_shared<const ir::Function>(f);
+    node.device_kind = "cpu";
     plan.nodes = {node};
     plan.parameters = {0};
     plan.outputs = {1};

@@ -274,12 +274,15 @@ TEST(ClientTest, TraceExportsChromeJsonWithOneTimelinePerDevice) {
     }
   }
   EXPECT_EQ(run_tids.size(), 4u);
-  // Tracks are named by island, host and device; the scheduler's by island,
-  // the client's by what it records.
+  // Tracks are named by island, host and device (with its kind and what
+  // the device says it is); the scheduler's by island, the client's by what
+  // it records.
   EXPECT_TRUE(process_names.count("island 0 / host 0")) << process_names.size();
   EXPECT_TRUE(process_names.count("scheduler"));
-  EXPECT_EQ(thread_names, (std::set<std::string>{"device 0", "device 1", "device 2", "device 3",
-                                                 "island 0", "runs submitted"}));
+  EXPECT_EQ(thread_names,
+            (std::set<std::string>{"device 0 (cpu: host CPU)", "device 1 (cpu: host CPU)",
+                                   "device 2 (cpu: host CPU)", "device 3 (cpu: host CPU)",
+                                   "island 0", "runs submitted"}));
 }
 
 }  // namespace

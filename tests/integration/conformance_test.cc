@@ -12,6 +12,7 @@
 #include "causeway/cluster/counters.h"
 #include "tests/integration/cluster_kinds.h"
 #include "tests/integration/wrapped_kind.h"
+#include "causeway/testing/two_mesh_plan.h"
 
 namespace causeway::testing {
 namespace {
@@ -22,6 +23,7 @@ using ir::Literal;
 using ir::Shape;
 using ir::Value;
 using ::testing::ElementsAreArray;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 constexpr int64_t kDeviceMemory = int64_t{8} << 20;
@@ -521,6 +523,72 @@ INSTANTIATE_TEST_SUITE_P(Clusters, ConformanceTest,
                                            ClusterKind::kEmbeddedFibers,
                                            ClusterKind::kEmbeddedVulkan),
                          KindName);
+
+// One program over two kinds: x * 2 on island 0's cpu devices, then + 1 on
+// island 1's devices of the arena test kind, with the value moved between
+// them. Each host compiles only its own nodes, for its own kind.
+TEST(MixedKindsTest, AProgramSpansMeshesOfDifferentKinds) {
+  LocalClusterOptions lo;
+  lo.islands = 2;
+  lo.hosts_per_island = 1;
+  lo.devices_per_host = 2;
+  lo.device_memory_bytes = kDeviceMemory;
+  lo.island_device_kinds = {"cpu", std::string(RegisterWrappedArenaKind())};
+  auto cluster = MakeCluster(lo);
+  auto client = Connect(cluster.get());
+  const Topology topology = cluster->resources()->GetTopology();
+  EXPECT_EQ(topology.device(DeviceId(0))->kind, "cpu");
+  EXPECT_EQ(topology.device(DeviceId(0))->description, "host CPU");
+  EXPECT_EQ(topology.device(DeviceId(2))->kind, lo.island_device_kinds[1]);
+  EXPECT_FALSE(topology.device(DeviceId(2))->description.empty());
+  auto mesh_of = [&](int island) {
+    MeshRequest request;
+    request.axes = {{"x", 2}};
+    request.island = IslandId(island);
+    return *client->AllocateMesh(request);
+  };
+  const Mesh cpu = mesh_of(0);
+  const Mesh other = mesh_of(1);
+  const Sharding split({{"x"}});
+  FunctionBuilder twice("twice");
+  Value a = twice.Parameter(Shape(DType::kF32, {2}));
+  ASSERT_OK_AND_ASSIGN(CompiledFunction f,
+                       client->Compile(*twice.Build({twice.Mul(a, twice.Full(2, {2}))}), cpu,
+                                       {{split}, {split}}));
+  FunctionBuilder plus("plus_one");
+  Value b = plus.Parameter(Shape(DType::kF32, {2}));
+  ASSERT_OK_AND_ASSIGN(CompiledFunction g,
+                       client->Compile(*plus.Build({plus.Add(b, plus.Full(1, {2}))}), other,
+                                       {{split}, {split}}));
+  ProgramBuilder builder = client->NewProgram("two_kinds");
+  ASSERT_OK_AND_ASSIGN(TracedArray x, builder.Parameter(Shape(DType::kF32, {4}), cpu, split));
+  ASSERT_OK_AND_ASSIGN(std::vector<TracedArray> y, builder.Call(f, {x}));
+  ASSERT_OK_AND_ASSIGN(std::vector<TracedArray> z, builder.Call(g, y));
+  ASSERT_OK_AND_ASSIGN(Program program, builder.Build(z));
+  ASSERT_OK_AND_ASSIGN(Array in, client->Put(Literal::F32({4}, {1, 2, 3, 4}), cpu, split));
+  ASSERT_OK_AND_ASSIGN(std::vector<Array> out, program.Run({in}));
+  ASSERT_OK_AND_ASSIGN(Literal result, AwaitOrHang(out[0].Fetch()));
+  EXPECT_THAT(result.values<float>(), ElementsAreArray({3.0f, 5.0f, 7.0f, 9.0f}));
+}
+
+// A host refuses a call node of another kind than its devices', naming it.
+TEST(MixedKindsTest, AHostRefusesANodeForAnotherKind) {
+  LocalClusterOptions lo;
+  lo.islands = 1;
+  lo.hosts_per_island = 2;
+  lo.devices_per_host = 2;
+  auto cluster = MakeCluster(lo);
+  ProgramPlan plan = TwoMeshPlan();
+  ASSERT_OK(cluster->executor(HostId(0))->RegisterProgram(std::make_shared<ProgramPlan>(plan)));
+  plan.id = ProgramId(8);
+  plan.nodes[0].device_kind = "vulkan";
+  EXPECT_THAT(cluster->executor(HostId(0))->RegisterProgram(std::make_shared<ProgramPlan>(plan)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("node scale is for device kind vulkan"),
+                             HasSubstr("is of kind cpu"))));
+  // Host 1 runs only the node of its own kind.
+  EXPECT_OK(cluster->executor(HostId(1))->RegisterProgram(std::make_shared<ProgramPlan>(plan)));
+}
 
 }  // namespace
 }  // namespace causeway::testing

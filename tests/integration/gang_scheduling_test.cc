@@ -2,7 +2,13 @@
 // all of its devices, so collectives of many clients on overlapping meshes
 // never deadlock. Without it (the bypass) they can, and the collective
 // watchdog reports the deadlock instead of hanging.
+#include <algorithm>
+#include <functional>
 #include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "causeway/base/mutex.h"
 
 #include "causeway/worker/collective_hub.h"
 #include "gmock/gmock.h"
@@ -13,6 +19,77 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+
+// A system without gang scheduling: a connection that hands each run
+// straight to its hosts, one after another, in an order of its own (hosts
+// in descending id order when `reverse`), running `hook(i)` after the i-th
+// host got it. Everything else goes to the embedded cluster.
+class BypassingConnection final : public ClusterConnection {
+ public:
+  BypassingConnection(LocalCluster* cluster, bool reverse, std::function<void(int)> hook)
+      : cluster_(cluster), scheduler_(this, reverse, std::move(hook)) {}
+
+  ResourceService* resources() override { return cluster_->resources(); }
+  SchedulerService* scheduler(IslandId island) override {
+    return cluster_->scheduler(island) != nullptr ? &scheduler_ : nullptr;
+  }
+  HostService* host(HostId host) override { return cluster_->host(host); }
+  using ClusterConnection::SubmitRun;
+  absl::Status SubmitRun(const RunRequest& run, const std::vector<IslandId>& islands,
+                         std::function<void(const absl::Status&)> forwarded) override {
+    (void)islands;
+    absl::Status status = scheduler_.SubmitRun(run);
+    if (forwarded) forwarded(status);
+    return status;
+  }
+  void ReleaseArrays(ClientId client, const std::vector<HostId>& hosts,
+                     std::vector<ArrayId> arrays) override {
+    cluster_->ReleaseArrays(client, hosts, std::move(arrays));
+  }
+  void DropClient(ClientId client) override { cluster_->DropClient(client); }
+
+ private:
+  // Takes the plans (to learn their hosts) and sends each run to them.
+  class Scheduler final : public SchedulerService {
+   public:
+    Scheduler(BypassingConnection* owner, bool reverse, std::function<void(int)> hook)
+        : owner_(owner), reverse_(reverse), hook_(std::move(hook)) {}
+    absl::Status RegisterProgram(std::shared_ptr<const ProgramPlan> plan) override {
+      MutexLock lock(&mu_);
+      hosts_[plan->id] = plan->hosts;
+      return absl::OkStatus();
+    }
+    void UnregisterProgram(ProgramId program) override {
+      MutexLock lock(&mu_);
+      hosts_.erase(program);
+    }
+    absl::Status SubmitRun(RunRequest run) override {
+      std::vector<HostId> hosts;
+      {
+        MutexLock lock(&mu_);
+        auto it = hosts_.find(run.program);
+        if (it == hosts_.end()) return absl::NotFoundError("unknown program");
+        hosts = it->second;
+      }
+      if (reverse_) std::reverse(hosts.begin(), hosts.end());
+      for (size_t i = 0; i < hosts.size(); ++i) {
+        owner_->host(hosts[i])->EnqueueRun(run);
+        if (hook_) hook_(static_cast<int>(i));
+      }
+      return absl::OkStatus();
+    }
+
+   private:
+    BypassingConnection* const owner_;
+    const bool reverse_;
+    const std::function<void(int)> hook_;
+    Mutex mu_;
+    absl::flat_hash_map<ProgramId, std::vector<HostId>> hosts_ ABSL_GUARDED_BY(mu_);
+  };
+
+  LocalCluster* const cluster_;
+  Scheduler scheduler_;
+};
 
 LocalClusterOptions OneIslandTwoHosts(int devices_per_host) {
   LocalClusterOptions o;
@@ -84,23 +161,20 @@ TEST(GangSchedulingTest, FourClientsRunningAllReducesOnOverlappingMeshesNeverDea
 TEST(GangSchedulingTest, BypassingTheSchedulerDeadlocksAndTheWatchdogReportsIt) {
   auto cluster = MakeCluster(OneIslandTwoHosts(1));
   Notification a_first, b_first;
-  ClientOptions a_options, b_options;
-  a_options.scheduling = b_options.scheduling = SchedulerPath::kBypassForTesting;
-  b_options.bypass_reverse_host_order = true;
-  a_options.bypass_hook = [&](int i) {
+  BypassingConnection a_path(cluster.get(), /*reverse=*/false, [&](int i) {
     if (i == 0) {
       a_first.Notify();
       b_first.WaitForNotification();
     }
-  };
-  b_options.bypass_hook = [&](int i) {
+  });
+  BypassingConnection b_path(cluster.get(), /*reverse=*/true, [&](int i) {
     if (i == 0) {
       b_first.Notify();
       a_first.WaitForNotification();
     }
-  };
-  auto a = Connect(cluster.get(), a_options);
-  auto b = Connect(cluster.get(), b_options);
+  });
+  auto a = Connect(&a_path);
+  auto b = Connect(&b_path);
   const Mesh mesh_a = MeshOf(*a, {0, 1});
   const Mesh mesh_b = MeshOf(*b, {0, 1});
   auto fa = *a->Compile(AllReduceSum(1, {"x"}, "reduce_a"), mesh_a, {});

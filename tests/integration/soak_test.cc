@@ -146,7 +146,7 @@ TEST(SoakTest, ClientsAcrossIslandsUnderBackPressureAndFaultsStayCorrectAndLeakN
   EXPECT_TRUE(drained);
   EXPECT_EQ(cluster->MemoryInUse(), 0);
   int64_t peak = 0;
-  for (const DeviceReport& r : cluster->Report()) peak = std::max(peak, r.memory_peak);
+  for (const DeviceCounters& r : cluster->Counters()) peak = std::max(peak, r.memory_peak);
   EXPECT_EQ(peak, o.device_memory_bytes) << "memory never filled: no back-pressure exercised";
   EXPECT_EQ(cluster->collective_hub().deadlocks_detected(), 0);
 }

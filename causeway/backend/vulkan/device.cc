@@ -644,6 +644,24 @@ class VulkanKind final : public DeviceKind {
     return std::shared_ptr<const Executable>(std::move(exe));
   }
   absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceSpec& spec) const override {
+    CW_ASSIGN_OR_RETURN(Gpu * gpu, GpuFor(spec));
+    auto device = std::make_unique<VulkanDevice>(spec, gpu);
+    CW_RETURN_IF_ERROR(device->Init());
+    return std::unique_ptr<Device>(std::move(device));
+  }
+  // The GPU's own description: making a device for it would take a queue
+  // and memory.
+  absl::StatusOr<DeviceDescription> Describe(const DeviceSpec& spec) const override {
+    CW_ASSIGN_OR_RETURN(Gpu * gpu, GpuFor(spec));
+    DeviceDescription d = gpu->description();
+    d.kind = std::string(kKindName);
+    return d;
+  }
+
+ private:
+  // The physical GPU device `spec` runs on: --gpu N, CAUSEWAY_VULKAN_GPU=N,
+  // or the devices spread over every GPU by local index.
+  static absl::StatusOr<Gpu*> GpuFor(const DeviceSpec& spec) {
     int index = g_selected_gpu.load();
     if (index < 0) {
       // CAUSEWAY_VULKAN_GPU=N: the default of SelectGpu for processes
@@ -661,10 +679,7 @@ class VulkanKind final : public DeviceKind {
       const int n = GpuCount();
       index = n > 0 ? spec.local_index % n : 0;
     }
-    CW_ASSIGN_OR_RETURN(Gpu * gpu, Gpu::Get(index));
-    auto device = std::make_unique<VulkanDevice>(spec, gpu);
-    CW_RETURN_IF_ERROR(device->Init());
-    return std::unique_ptr<Device>(std::move(device));
+    return Gpu::Get(index);
   }
 };
 

@@ -16,7 +16,6 @@
 namespace causeway::wire {
 namespace {
 
-using backend::Executable;
 using google::protobuf::RepeatedField;
 
 template <typename... Args>
@@ -175,8 +174,8 @@ absl::Status CheckCall(const causeway::PlanNode& node,
       }
     }
   }
-  if (node.executable == nullptr) return absl::OkStatus();
-  const ir::Function& f = node.executable->function();
+  if (node.function == nullptr) return absl::OkStatus();
+  const ir::Function& f = *node.function;
   if (f.num_parameters() != static_cast<int>(node.inputs.size()) ||
       f.num_outputs() != static_cast<int>(node.outputs.size())) {
     return Invalid(where, "function ", f.name(), " takes ", f.num_parameters(), " and returns ",
@@ -197,16 +196,10 @@ absl::Status CheckCall(const causeway::PlanNode& node,
   return absl::OkStatus();
 }
 
-absl::Status DecodePlanInto(const Plan& in, CompileMode mode, ProgramPlan& plan) {
+absl::Status DecodePlanInto(const Plan& in, FunctionMode mode, ProgramPlan& plan) {
   plan.id = ProgramId(in.id());
   plan.client = ClientId(in.client());
   plan.name = in.name();
-  plan.device_kind = in.device_kind().empty() ? std::string(kDefaultDeviceKind) : in.device_kind();
-  CW_RETURN_IF_ERROR(CheckDeviceKindName(plan.device_kind));
-  const backend::DeviceKind* kind = nullptr;
-  if (mode == CompileMode::kCompile) {
-    CW_ASSIGN_OR_RETURN(kind, backend::FindDeviceKind(plan.device_kind));
-  }
   for (int v = 0; v < in.values_size(); ++v) {
     absl::StatusOr<causeway::PlanValue> value = DecodeValue(in.values(v));
     if (!value.ok()) return Annotate(value.status(), absl::StrCat("value ", v));
@@ -224,7 +217,7 @@ absl::Status DecodePlanInto(const Plan& in, CompileMode mode, ProgramPlan& plan)
     if (defined[v]) return Invalid("parameter ", v, " listed twice");
     defined[v] = true;
   }
-  std::vector<std::shared_ptr<const Executable>> compiled(in.functions_size());
+  std::vector<std::shared_ptr<const ir::Function>> parsed(in.functions_size());
   for (int n = 0; n < in.nodes_size(); ++n) {
     const PlanNode& p = in.nodes(n);
     causeway::PlanNode node;
@@ -252,17 +245,18 @@ absl::Status DecodePlanInto(const Plan& in, CompileMode mode, ProgramPlan& plan)
     } else {
       const int f = p.function();
       CW_RETURN_IF_ERROR(
-          InRange(f, compiled.size(), absl::StrCat("node ", n, " function"), "functions"));
-      std::shared_ptr<const Executable>& exe = compiled[f];
-      if (mode == CompileMode::kCompile && exe == nullptr) {
+          InRange(f, parsed.size(), absl::StrCat("node ", n, " function"), "functions"));
+      node.device_kind = p.device_kind().empty() ? std::string(kDefaultDeviceKind)
+                                                 : p.device_kind();
+      CW_RETURN_IF_ERROR(Annotate(CheckDeviceKindName(node.device_kind), where));
+      std::shared_ptr<const ir::Function>& function = parsed[f];
+      if (mode == FunctionMode::kParse && function == nullptr) {
         const std::string context = absl::StrCat(where, "function ", f);
-        absl::StatusOr<ir::Function> function = ir::Deserialize(in.functions(f));
-        if (!function.ok()) return Annotate(function.status(), context);
-        absl::StatusOr<std::shared_ptr<const Executable>> made = kind->Compile(*function);
+        absl::StatusOr<ir::Function> made = ir::Deserialize(in.functions(f));
         if (!made.ok()) return Annotate(made.status(), context);
-        exe = *std::move(made);
+        function = std::make_shared<const ir::Function>(*std::move(made));
       }
-      node.executable = exe;
+      node.function = function;
       CW_RETURN_IF_ERROR(CheckCall(node, plan.values, where));
     }
     plan.nodes.push_back(std::move(node));
@@ -432,6 +426,7 @@ void EncodeTopology(const causeway::Topology& t, Topology* out) {
       p->set_host(info.host.value());
       p->set_memory_bytes(info.memory_bytes);
       if (info.kind != kDefaultDeviceKind) p->set_kind(info.kind);
+      if (!info.description.empty()) p->set_description(info.description);
     }
   }
   for (const auto& [device, reason] : t.gone()) {
@@ -470,7 +465,11 @@ absl::StatusOr<causeway::Topology> DecodeTopology(const Topology& in) {
       if (absl::Status s = CheckDeviceKindName(kind); !s.ok()) {
         return Invalid("topology: device ", d.id(), ": ", s.message());
       }
-      t.AddDevice(DeviceId(d.id()), HostId(d.host()), d.memory_bytes(), kind);
+      if (d.description().size() > kMaxDeviceDescription) {
+        return Invalid("topology: device ", d.id(), "'s description has ",
+                       d.description().size(), " bytes (at most ", kMaxDeviceDescription, ")");
+      }
+      t.AddDevice(DeviceId(d.id()), HostId(d.host()), d.memory_bytes(), kind, d.description());
     }
   }
   if (static_cast<size_t>(in.gone_size()) > causeway::Topology::kGoneRemembered) {
@@ -508,12 +507,11 @@ void EncodePlan(const ProgramPlan& plan, Plan* out) {
   out->set_id(plan.id.value());
   out->set_client(plan.client.value());
   out->set_name(plan.name);
-  if (plan.device_kind != kDefaultDeviceKind) out->set_device_kind(plan.device_kind);
   for (const causeway::PlanValue& v : plan.values) EncodeValue(v, out->add_values());
   out->mutable_parameters()->Add(plan.parameters.begin(), plan.parameters.end());
   out->mutable_outputs()->Add(plan.outputs.begin(), plan.outputs.end());
-  // Distinct executables, then distinct function bytes, share a table entry.
-  absl::flat_hash_map<const Executable*, int> by_executable;
+  // Distinct functions, then distinct function bytes, share a table entry.
+  absl::flat_hash_map<const ir::Function*, int> by_function;
   absl::flat_hash_map<std::string, int> by_bytes;
   for (const causeway::PlanNode& node : plan.nodes) {
     PlanNode* p = out->add_nodes();
@@ -533,13 +531,14 @@ void EncodePlan(const ProgramPlan& plan, Plan* out) {
       }
     }
     if (node.kind != PlanNodeKind::kCall) continue;
-    if (node.executable == nullptr) {
+    if (node.device_kind != kDefaultDeviceKind) p->set_device_kind(node.device_kind);
+    if (node.function == nullptr) {
       p->set_function(-1);  // decoding rejects it
       continue;
     }
-    auto [it, added] = by_executable.try_emplace(node.executable.get(), 0);
+    auto [it, added] = by_function.try_emplace(node.function.get(), 0);
     if (added) {
-      std::string bytes = ir::Serialize(node.executable->function());
+      std::string bytes = ir::Serialize(*node.function);
       auto [b, new_bytes] = by_bytes.try_emplace(bytes, out->functions_size());
       if (new_bytes) out->add_functions(std::move(bytes));
       it->second = b->second;
@@ -553,7 +552,7 @@ void EncodePlan(const ProgramPlan& plan, Plan* out) {
   }
 }
 
-absl::StatusOr<std::shared_ptr<const ProgramPlan>> DecodePlan(const Plan& in, CompileMode mode) {
+absl::StatusOr<std::shared_ptr<const ProgramPlan>> DecodePlan(const Plan& in, FunctionMode mode) {
   auto plan = std::make_shared<ProgramPlan>();
   CW_RETURN_IF_ERROR(
       Annotate(DecodePlanInto(in, mode, *plan), absl::StrCat("plan '", in.name(), "'")));

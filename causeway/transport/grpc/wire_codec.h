@@ -18,38 +18,40 @@
 #include "absl/status/statusor.h"
 #include "causeway/ir/literal.h"
 #include "causeway/ir/shape.h"
+#include "causeway/plan/plan.h"
 #include "causeway/topology/mesh.h"
 #include "causeway/topology/topology.h"
 #include "causeway/transport/grpc/wire.pb.h"
-#include "causeway/transport/plan.h"
 #include "causeway/transport/services.h"
 
 namespace causeway::wire {
 
-// Whether DecodePlan compiles the plan's functions.
-enum class CompileMode {
-  kCompile,  // every call node gets its Executable (hosts run code)
-  kSkip,     // executables stay nullptr and function bytes are not parsed
-             // (schedulers do not run code)
+// Whether DecodePlan parses the plan's functions.
+enum class FunctionMode {
+  kParse,  // every call node gets its ir::Function (hosts compile them)
+  kSkip,   // functions stay null and their bytes are not parsed
+           // (schedulers run no code)
 };
 
 // Functions travel once per plan: a table of ir::Serialize bytes, one entry
-// per distinct function, that nodes refer to by index. A call node without
-// an executable (from a plan decoded with kSkip) is encoded without a
-// function, which DecodePlan rejects.
+// per distinct function, that nodes refer to by index; each call node names
+// its device kind. A call node without a function (from a plan decoded with
+// kSkip) is encoded without one, which DecodePlan rejects.
 void EncodePlan(const ProgramPlan& plan, Plan* out);
 // Validates the plan's structure: indices of values, parameters, outputs,
 // node inputs and outputs and functions in range; values defined once and
 // before use; every value's sharding valid on its mesh with the matching
 // shard shape and one host and local device per shard; the values of a call
-// node all on one placement; reshard nodes with one input and one output of
-// one global shape, one piece list per destination shard, pieces whose
-// source shard exists and whose boxes fit both shards. With kCompile also
-// deserialises and compiles each function once (nodes calling the same one
-// share its Executable) and checks each call node's value shard shapes
-// against the function's signature. Errors are INVALID_ARGUMENT, prefixed
-// "plan 'name': " and naming the node ("node 3 (matmul): ...").
-absl::StatusOr<std::shared_ptr<const ProgramPlan>> DecodePlan(const Plan& in, CompileMode mode);
+// node all on one placement; each call node's device kind a valid name;
+// reshard nodes with one input and one output of one global shape, one piece
+// list per destination shard, pieces whose source shard exists and whose
+// boxes fit both shards. With kParse also deserialises and verifies each
+// function once (nodes calling the same one share it) and checks each call
+// node's value shard shapes against the function's signature. Nothing is
+// compiled here: the host that runs a node compiles it. Errors are
+// INVALID_ARGUMENT, prefixed "plan 'name': " and naming the node
+// ("node 3 (matmul): ...").
+absl::StatusOr<std::shared_ptr<const ProgramPlan>> DecodePlan(const Plan& in, FunctionMode mode);
 
 // INVALID_ARGUMENT for an invalid program or run id; the argument and output
 // counts are checked against the plan by whoever runs it.

@@ -18,10 +18,6 @@
 namespace causeway::wire {
 namespace {
 
-// A worker registers its device kind before it decodes plans; so do these
-// tests.
-const bool kCpuRegistered = (backend::cpu::Kind(), true);
-
 using ::causeway::testing::StatusIs;
 using ::testing::HasSubstr;
 
@@ -33,11 +29,13 @@ Plan Encoded() {
   return p;
 }
 
-std::vector<float> RunExecutable(const backend::cpu::Executable& exe, const ir::Literal& in) {
-  ir::Literal out(exe.function().output_shape(0));
+std::vector<float> RunFunction(const ir::Function& f, const ir::Literal& in) {
+  auto exe = backend::cpu::Compile(f);
+  CW_CHECK_OK(exe.status());
+  ir::Literal out(f.output_shape(0));
   const void* inputs[] = {in.data()};
   void* outputs[] = {out.data()};
-  CW_CHECK_OK(exe.Run(inputs, outputs, {}));
+  CW_CHECK_OK((*exe)->Run(inputs, outputs, {}));
   auto v = out.values<float>();
   return {v.begin(), v.end()};
 }
@@ -47,7 +45,7 @@ TEST(WireCodecTest, PlanRoundTripsWithSharedFunctions) {
   Plan wire;
   EncodePlan(original, &wire);
   EXPECT_EQ(wire.functions_size(), 2);  // scale once, negate once
-  ASSERT_OK_AND_ASSIGN(auto decoded, DecodePlan(wire, CompileMode::kCompile));
+  ASSERT_OK_AND_ASSIGN(auto decoded, DecodePlan(wire, FunctionMode::kParse));
 
   EXPECT_EQ(decoded->id, original.id);
   EXPECT_EQ(decoded->client, original.client);
@@ -80,50 +78,65 @@ TEST(WireCodecTest, PlanRoundTripsWithSharedFunctions) {
   EXPECT_EQ(piece.src_offset, (std::vector<int64_t>{0, 2}));
   EXPECT_EQ(piece.dst_offset, (std::vector<int64_t>{2, 0}));
   EXPECT_EQ(piece.extent, (std::vector<int64_t>{2, 2}));
-  // Nodes calling one function share one compiled executable.
-  ASSERT_NE(decoded->nodes[0].executable, nullptr);
-  EXPECT_EQ(decoded->nodes[0].executable, decoded->nodes[1].executable);
-  EXPECT_EQ(decoded->nodes[2].executable, nullptr);
-  EXPECT_EQ(ir::Serialize(decoded->nodes[3].executable->function()),
-            ir::Serialize(original.nodes[3].executable->function()));
+  // Nodes calling one function share one parsed function, and each call
+  // node keeps its device kind.
+  ASSERT_NE(decoded->nodes[0].function, nullptr);
+  EXPECT_EQ(decoded->nodes[0].function, decoded->nodes[1].function);
+  EXPECT_EQ(decoded->nodes[2].function, nullptr);
+  EXPECT_EQ(ir::Serialize(*decoded->nodes[3].function), ir::Serialize(*original.nodes[3].function));
+  EXPECT_EQ(decoded->nodes[0].device_kind, "cpu");
   // Everything else: encoding the decoded plan gives the same bytes.
   Plan again;
   EncodePlan(*decoded, &again);
   EXPECT_EQ(again.SerializeAsString(), wire.SerializeAsString());
 }
 
-TEST(WireCodecTest, DecodedExecutablesComputeWhatTheOriginalsDo) {
+TEST(WireCodecTest, DecodedFunctionsComputeWhatTheOriginalsDo) {
   const ProgramPlan original = TwoMeshPlan();
-  ASSERT_OK_AND_ASSIGN(auto decoded, DecodePlan(Encoded(), CompileMode::kCompile));
+  ASSERT_OK_AND_ASSIGN(auto decoded, DecodePlan(Encoded(), FunctionMode::kParse));
   const ir::Literal rows = ir::Literal::F32({2, 4}, {1, -2, 3, 4.5f, 0, 6, -7, 8});
   const ir::Literal cols = ir::Literal::F32({4, 2}, {1, -2, 3, 4.5f, 0, 6, -7, 8});
-  EXPECT_EQ(RunExecutable(*decoded->nodes[0].executable, rows),
+  EXPECT_EQ(RunFunction(*decoded->nodes[0].function, rows),
             (std::vector<float>{2, -4, 6, 9, 0, 12, -14, 16}));
-  EXPECT_EQ(RunExecutable(*decoded->nodes[0].executable, rows),
-            RunExecutable(*original.nodes[0].executable, rows));
-  EXPECT_EQ(RunExecutable(*decoded->nodes[3].executable, cols),
-            RunExecutable(*original.nodes[3].executable, cols));
+  EXPECT_EQ(RunFunction(*decoded->nodes[0].function, rows),
+            RunFunction(*original.nodes[0].function, rows));
+  EXPECT_EQ(RunFunction(*decoded->nodes[3].function, cols),
+            RunFunction(*original.nodes[3].function, cols));
 }
 
-TEST(WireCodecTest, SkipModeLeavesExecutablesNullAndSkipsFunctionBytes) {
+TEST(WireCodecTest, EachCallNodeCarriesItsDeviceKind) {
+  ProgramPlan plan = TwoMeshPlan();
+  plan.nodes[3].device_kind = "vulkan";
+  Plan wire;
+  EncodePlan(plan, &wire);
+  ASSERT_OK_AND_ASSIGN(auto decoded, DecodePlan(wire, FunctionMode::kSkip));
+  EXPECT_EQ(decoded->nodes[0].device_kind, "cpu");
+  EXPECT_EQ(decoded->nodes[1].device_kind, "cpu");
+  EXPECT_EQ(decoded->nodes[3].device_kind, "vulkan");
+  wire.mutable_nodes(3)->set_device_kind("no such kind!");
+  EXPECT_THAT(DecodePlan(wire, FunctionMode::kSkip),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("node 3 (negate)")));
+}
+
+TEST(WireCodecTest, SkipModeLeavesFunctionsNullAndSkipsTheirBytes) {
   Plan wire = Encoded();
   wire.set_functions(1, "not a function");
-  ASSERT_OK_AND_ASSIGN(auto decoded, DecodePlan(wire, CompileMode::kSkip));
+  ASSERT_OK_AND_ASSIGN(auto decoded, DecodePlan(wire, FunctionMode::kSkip));
   ASSERT_EQ(decoded->nodes.size(), 4u);
-  for (const causeway::PlanNode& n : decoded->nodes) EXPECT_EQ(n.executable, nullptr);
+  for (const causeway::PlanNode& n : decoded->nodes) EXPECT_EQ(n.function, nullptr);
   EXPECT_EQ(decoded->nodes[3].name, "negate");
   EXPECT_EQ(decoded->nodes[2].pieces.size(), 2u);
   // Such a plan cannot be sent on to a host: its functions are gone.
   Plan forwarded;
   EncodePlan(*decoded, &forwarded);
-  EXPECT_THAT(DecodePlan(forwarded, CompileMode::kCompile),
+  EXPECT_THAT(DecodePlan(forwarded, FunctionMode::kParse),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("node 0 function -1 out of range (0 functions)")));
 }
 
 // Decodes `wire` with kCompile and expects INVALID_ARGUMENT containing `message`.
 void ExpectInvalid(const Plan& wire, const std::string& message) {
-  EXPECT_THAT(DecodePlan(wire, CompileMode::kCompile),
+  EXPECT_THAT(DecodePlan(wire, FunctionMode::kParse),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(message)));
 }
 
@@ -233,7 +246,7 @@ TEST(WireCodecTest, MutatedPlansDecodeOrFailCleanly) {
     Plan p;
     if (!p.ParseFromString(mutant)) continue;
     ++parsed;
-    for (CompileMode mode : {CompileMode::kCompile, CompileMode::kSkip}) {
+    for (FunctionMode mode : {FunctionMode::kParse, FunctionMode::kSkip}) {
       auto decoded = DecodePlan(p, mode);
       if (decoded.ok()) continue;
       ++rejected;
@@ -467,19 +480,6 @@ TEST(ClusterCodecTest, ClocksThatAgreeWithinTheRoundTripAreNotShifted) {
   EXPECT_EQ(grpc_transport::ClockShift(1000, 3000, 500), 1500);
 }
 
-TEST(WireCodecTest, APlanForADeviceKindThisProcessLacksIsRefusedNamingIt) {
-  ASSERT_TRUE(kCpuRegistered);
-  Plan wire;
-  EncodePlan(TwoMeshPlan(), &wire);
-  wire.set_device_kind("tpu");
-  EXPECT_THAT(DecodePlan(wire, CompileMode::kCompile),
-              StatusIs(absl::StatusCode::kNotFound, HasSubstr("device kind \"tpu\"")));
-  // A coordinator, which compiles nothing, passes it on.
-  EXPECT_OK(DecodePlan(wire, CompileMode::kSkip).status());
-  wire.set_device_kind("no such kind!");
-  EXPECT_THAT(DecodePlan(wire, CompileMode::kSkip),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("device kind")));
-}
 
 }  // namespace
 }  // namespace causeway::wire

@@ -1,6 +1,9 @@
 // ProgramPlan: a program lowered onto physical devices. Made once by the
 // client, registered once with every scheduler and host it touches; a run
 // then only names the plan, its run id and its argument and output arrays.
+// A plan carries IR, not code: each host compiles the call nodes it runs for
+// its own devices' kind when the plan is registered (HostExecutor), so the
+// client and the transports link no device backend.
 //
 // A plan is a DAG of nodes in topological order. Values are logical arrays
 // (global shape, mesh, sharding). A call node runs one compiled function on
@@ -8,15 +11,15 @@
 // own mesh with the sharding it was compiled for, because lowering inserts
 // reshard nodes wherever a value must move between meshes (and so between
 // hosts or islands) or change sharding.
-#ifndef CAUSEWAY_TRANSPORT_PLAN_H_
-#define CAUSEWAY_TRANSPORT_PLAN_H_
+#ifndef CAUSEWAY_PLAN_PLAN_H_
+#define CAUSEWAY_PLAN_PLAN_H_
 
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "causeway/backend/executable.h"
 #include "causeway/base/ids.h"
+#include "causeway/ir/function.h"
 #include "causeway/ir/shape.h"
 #include "causeway/topology/mesh.h"
 #include "causeway/topology/topology.h"
@@ -49,8 +52,12 @@ struct PlanNode {
   std::string name;  // function name, or "reshard"
   std::vector<int> inputs;   // value ids
   std::vector<int> outputs;  // value ids
-  // kCall.
-  std::shared_ptr<const backend::Executable> executable;
+  // kCall: the function every device of the node's mesh runs (per shard),
+  // and the kind of those devices, which every host of the mesh compiles it
+  // for. Nodes of one plan may be of different kinds (meshes on islands of
+  // different devices); one node's mesh is of one kind.
+  std::shared_ptr<const ir::Function> function;
+  std::string device_kind;
   // Whether the function contains collectives (its launches then meet their
   // gang in the hub). Fixed at lowering, so runs need not rescan it.
   bool has_collectives = false;
@@ -62,9 +69,6 @@ struct ProgramPlan {
   ProgramId id;
   ClientId client;
   std::string name;
-  // The device kind its executables were compiled for (every device of
-  // every mesh of the plan is of it).
-  std::string device_kind = std::string(kDefaultDeviceKind);
   std::vector<PlanValue> values;
   std::vector<int> parameters;  // value ids, in argument order
   std::vector<int> outputs;     // value ids, in result order
@@ -88,4 +92,4 @@ struct RunRequest {
 
 }  // namespace causeway
 
-#endif  // CAUSEWAY_TRANSPORT_PLAN_H_
+#endif  // CAUSEWAY_PLAN_PLAN_H_
