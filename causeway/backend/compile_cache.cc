@@ -62,10 +62,4 @@ absl::StatusOr<std::shared_ptr<const Executable>> CompileShared(
   return made;
 }
 
-int64_t CompileCacheEntries() {
-  Cache& c = TheCache();
-  MutexLock lock(&c.mu);
-  return static_cast<int64_t>(c.entries.size());
-}
-
 }  // namespace causeway::backend

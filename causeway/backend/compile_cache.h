@@ -22,9 +22,6 @@ namespace causeway::backend {
 absl::StatusOr<std::shared_ptr<const Executable>> CompileShared(
     const DeviceKind& kind, const std::shared_ptr<const ir::Function>& function);
 
-// Entries the cache keeps now, live or waiting to be swept; for tests.
-int64_t CompileCacheEntries();
-
 }  // namespace causeway::backend
 
 #endif  // CAUSEWAY_BACKEND_COMPILE_CACHE_H_

@@ -15,6 +15,7 @@
 #include "causeway/backend/cpu/executable.h"
 #if CAUSEWAY_HAVE_VULKAN
 #include "causeway/backend/builtin_kinds.h"
+#include "causeway/backend/compile_cache.h"
 #include "causeway/backend/vulkan/device.h"
 #endif
 #include "causeway/base/mutex.h"
@@ -219,6 +220,34 @@ TEST_P(DeviceTest, ConcurrentCopiesFromManyThreadsEachReadBackWhatTheyWrote) {
 }
 
 // The arena's memory is finite and comes back when an allocation goes.
+// One executable per function object and kind while someone holds it; an
+// equal copy of the function is another object, and the cache itself keeps
+// nothing alive.
+TEST(CompileSharedTest, SharesWhileHeldAndKeepsNothingAlive) {
+  ir::FunctionBuilder b("neg");
+  auto f = std::make_shared<const ir::Function>(
+      *b.Build({b.Neg(b.Parameter(ir::Shape(ir::DType::kF32, {4})))}));
+  const DeviceKind& kind = cpu::Kind();
+  absl::StatusOr<std::shared_ptr<const Executable>> first = CompileShared(kind, f);
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::StatusOr<std::shared_ptr<const Executable>> again = CompileShared(kind, f);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(first->get(), again->get());
+  auto copy = std::make_shared<const ir::Function>(*f);
+  absl::StatusOr<std::shared_ptr<const Executable>> other = CompileShared(kind, copy);
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE(first->get(), other->get());
+  std::weak_ptr<const Executable> watched = *first;
+  first->reset();
+  again->reset();
+  EXPECT_TRUE(watched.expired());
+  // Compiled again once nobody held the first: a live executable again.
+  absl::StatusOr<std::shared_ptr<const Executable>> later = CompileShared(kind, f);
+  ASSERT_TRUE(later.ok());
+  ASSERT_NE(*later, nullptr);
+  EXPECT_EQ((*later)->function().name(), "neg");
+}
+
 TEST(ArenaDeviceTest, MemoryIsFiniteAndReturnedOnFree) {
   DeviceSpec spec;
   spec.id = DeviceId(3);

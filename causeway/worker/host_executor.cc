@@ -146,68 +146,53 @@ void HostExecutor::Shutdown() {
   for (auto& s : streams_) s->Shutdown();
 }
 
-absl::StatusOr<std::shared_ptr<const HostExecutor::Code>> HostExecutor::CompileNodes(
-    const std::shared_ptr<const ProgramPlan>& plan, const Registered& reg) {
-  auto code = std::make_shared<Code>();
-  code->plan = plan;
-  code->executables.resize(plan->nodes.size());
+absl::Status HostExecutor::CompileNodes(const ProgramPlan& plan, Registered& reg) {
+  reg.executables.resize(plan.nodes.size());
   const int64_t capacity = store_.memory(0)->capacity();
   for (int n : reg.nodes) {
-    const PlanNode& node = plan->nodes[n];
+    const PlanNode& node = plan.nodes[n];
     if (node.kind != PlanNodeKind::kCall || (node.inputs.empty() && node.outputs.empty())) {
       continue;
     }
     if (node.function == nullptr) {
       return absl::InvalidArgumentError(
-          absl::StrCat("plan '", plan->name, "': call node ", node.name, " has no function"));
+          absl::StrCat("plan '", plan.name, "': call node ", node.name, " has no function"));
     }
     // Its code must be for the kind of the devices it runs on here.
     const int first = node.outputs.empty() ? node.inputs[0] : node.outputs[0];
-    const PlanValue& value = plan->values[first];
+    const PlanValue& value = plan.values[first];
     for (int s : reg.local[first]) {
       const DeviceInfo& d = options_.devices[value.shard_local_device[s]];
       if (d.kind != node.device_kind) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "plan '", plan->name, "': node ", node.name, " is for device kind ",
+            "plan '", plan.name, "': node ", node.name, " is for device kind ",
             node.device_kind.substr(0, 64), ", but ", d.id.ToString(), " of ", id().ToString(),
             " is of kind ", d.kind));
       }
     }
-    // Nodes calling one function share its executable (and so does every
-    // host of this process: backend::CompileShared).
-    if (n > 0) {
-      for (int m : reg.nodes) {
-        if (m >= n) break;
-        if (plan->nodes[m].function == node.function && code->executables[m] != nullptr) {
-          code->executables[n] = code->executables[m];
-          break;
-        }
-      }
-    }
-    if (code->executables[n] == nullptr) {
-      CW_ASSIGN_OR_RETURN(const backend::DeviceKind* kind,
-                          backend::FindDeviceKind(node.device_kind));
-      absl::StatusOr<std::shared_ptr<const backend::Executable>> exe =
-          backend::CompileShared(*kind, node.function);
-      if (!exe.ok()) {
-        return Annotate(exe.status(), absl::StrCat("plan '", plan->name, "': compiling ",
-                                                   node.name, " for ", node.device_kind,
-                                                   " on ", id().ToString()));
-      }
-      code->executables[n] = *std::move(exe);
+    // Nodes calling one function share its executable, as do the hosts of
+    // this process (backend::CompileShared).
+    CW_ASSIGN_OR_RETURN(const backend::DeviceKind* kind, backend::FindDeviceKind(node.device_kind));
+    absl::StatusOr<std::shared_ptr<const backend::Executable>> exe =
+        backend::CompileShared(*kind, node.function);
+    if (!exe.ok()) {
+      return Annotate(exe.status(), absl::StrCat("plan '", plan.name, "': compiling ", node.name,
+                                                 " for ", node.device_kind, " on ",
+                                                 id().ToString()));
     }
     // A call that cannot fit on a device even alone would wait for memory
     // forever: refuse it now, naming it.
-    int64_t bytes = code->executables[n]->temporary_bytes();
-    for (int v : node.outputs) bytes += plan->values[v].shard_shape.byte_size();
+    int64_t bytes = (*exe)->temporary_bytes();
+    for (int v : node.outputs) bytes += plan.values[v].shard_shape.byte_size();
     if (bytes > capacity) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "plan '", plan->name, "': node ", node.name, " needs ", bytes,
+          "plan '", plan.name, "': node ", node.name, " needs ", bytes,
           " bytes of device memory for its outputs and temporaries; a device of ",
           id().ToString(), " has ", capacity));
     }
+    reg.executables[n] = *std::move(exe);
   }
-  return code;
+  return absl::OkStatus();
 }
 
 absl::Status HostExecutor::RegisterProgram(std::shared_ptr<const ProgramPlan> plan) {
@@ -270,7 +255,7 @@ absl::Status HostExecutor::RegisterProgram(std::shared_ptr<const ProgramPlan> pl
     }
     if (here) reg->nodes.push_back(static_cast<int>(n));
   }
-  CW_ASSIGN_OR_RETURN(reg->code, CompileNodes(plan, *reg));
+  CW_RETURN_IF_ERROR(CompileNodes(*plan, *reg));
   if (options_.report_fanout > 0) {
     for (const std::vector<HostId>& island : plan->hosts_by_island) {
       ReportTreeNode node = ReportTreeOf(island, id(), options_.report_fanout);
@@ -612,7 +597,7 @@ std::shared_ptr<const HostExecutor::Registered> HostExecutor::PrepareRun(
   }
   for (const int n : reg->nodes) {
     if (plan->nodes[n].kind == PlanNodeKind::kCall) {
-      EnqueueCall(run, *reg, n, values, launches);
+      EnqueueCall(run, reg, n, values, launches);
     } else {
       EnqueueReshard(run, *reg, n, values);
     }
@@ -628,8 +613,10 @@ std::shared_ptr<const HostExecutor::Registered> HostExecutor::PrepareRun(
   return reg;
 }
 
-void HostExecutor::EnqueueCall(const RunRequest& run, const Registered& reg, int node_index,
-                               RunValues& values, std::vector<std::vector<Launch>>& launches) {
+void HostExecutor::EnqueueCall(const RunRequest& run, const std::shared_ptr<const Registered>& code,
+                               int node_index, RunValues& values,
+                               std::vector<std::vector<Launch>>& launches) {
+  const Registered& reg = *code;
   const std::shared_ptr<const ProgramPlan>& plan = reg.plan;
   const PlanNode& node = plan->nodes[node_index];
   const int first = node.outputs.empty() ? node.inputs[0] : node.outputs[0];
@@ -643,9 +630,9 @@ void HostExecutor::EnqueueCall(const RunRequest& run, const Registered& reg, int
     Launch launch;
     launch.info = LaunchInfo{run.run, node_index, node.name, options_.devices[local].id,
                              options_.host.id};
-    // `node.name` and `mesh` live in the plan, which the code holds.
-    launch.keep_alive = reg.code;
-    launch.executable = reg.code->executables[node_index].get();
+    // `node.name` and `mesh` live in the plan, and the executable with it.
+    launch.keep_alive = code;
+    launch.executable = reg.executables[node_index].get();
     launch.inputs.reserve(node.inputs.size());
     launch.outputs.reserve(node.outputs.size());
     for (int v : node.inputs) launch.inputs.push_back(values[v][i]);

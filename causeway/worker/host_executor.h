@@ -183,16 +183,10 @@ class HostExecutor final : public HostService {
   void PieceDone(const SlotKey& key, int piece_index, const absl::Status& status,
                  const DeviceBuffer* buffer = nullptr);
   struct Registered;
-  // A plan and the executables of its call nodes with work here, compiled
-  // for this host's kind of device (by node index; null elsewhere).
-  struct Code {
-    std::shared_ptr<const ProgramPlan> plan;
-    std::vector<std::shared_ptr<const backend::Executable>> executables;
-  };
   // Checks each call node with work here is for this host's kind of device,
-  // compiles it, and refuses one that could never fit a device's memory.
-  absl::StatusOr<std::shared_ptr<const Code>> CompileNodes(
-      const std::shared_ptr<const ProgramPlan>& plan, const Registered& reg);
+  // compiles it into reg.executables, and refuses one that could never fit a
+  // device's memory.
+  absl::Status CompileNodes(const ProgramPlan& plan, Registered& reg);
   // Prepares `run`, appending its launches to launches[local device].
   // Returns its program, or null if the run was dropped (unregistered, or
   // after shutdown).
@@ -207,8 +201,8 @@ class HostExecutor final : public HostService {
                       RunValues& values);
   // Prepares the node's launch on each local device of its mesh and appends
   // it to launches[local device]; the caller hands each device its batch.
-  void EnqueueCall(const RunRequest& run, const Registered& reg, int node_index,
-                   RunValues& values, std::vector<std::vector<Launch>>& launches);
+  void EnqueueCall(const RunRequest& run, const std::shared_ptr<const Registered>& reg,
+                   int node_index, RunValues& values, std::vector<std::vector<Launch>>& launches);
 
   const HostExecutorOptions options_;
   ObjectStore store_;
@@ -220,9 +214,10 @@ class HostExecutor final : public HostService {
   // the whole mesh's).
   struct Registered {
     std::shared_ptr<const ProgramPlan> plan;
-    // The plan with its call nodes compiled for this host's devices; what a
-    // launch keeps alive.
-    std::shared_ptr<const Code> code;
+    // By node index: the executables of the call nodes with work here,
+    // compiled for this host's devices (null elsewhere). A launch keeps its
+    // Registered alive, and with it its plan and executable.
+    std::vector<std::shared_ptr<const backend::Executable>> executables;
     // A run's values[v][i] is the buffer of shard local[v][i] of value v.
     // local[v]: the positions of value v's shards on this host, ascending.
     std::vector<std::vector<int>> local;
