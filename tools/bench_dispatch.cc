@@ -252,7 +252,7 @@ void AddBenchDispatchCommands(CLI::App* bench, int* exit_code) {
       ->check(CLI::IsMember({"share", "fifo"}))
       ->capture_default_str();
   cmd->add_option("--device-kind", d->device_kind,
-                  "Embedded cluster: the kind of its devices (this build has: cpu)")
+                  DeviceKindHelp("Embedded cluster: the kind of its devices"))
       ->capture_default_str();
   cmd->add_option("--device-threads", d->device_threads,
                   "Embedded cluster: 0 (default) runs each device on a thread of its own; N runs every device as a fiber of one pool of N threads, so a device that waits (a delay, a collective) parks a fiber instead of switching threads")
@@ -298,7 +298,7 @@ void AddBenchDispatchCommands(CLI::App* bench, int* exit_code) {
   ucmd->add_option("--target", u->target,
                    "Compute fraction to reach (the smallest computation reaching it is reported)")->check(CLI::Range(0.0, 1.0))->check(Finite());
   ucmd->add_option("--device-kind", u->device_kind,
-                   "Embedded cluster: the kind of its devices (this build has: cpu)")
+                   DeviceKindHelp("Embedded cluster: the kind of its devices"))
       ->capture_default_str();
   ucmd->add_option("--device-threads", u->device_threads,
                    "Embedded cluster: 0 (default) runs each device on a thread of its own; N runs every device as a fiber of one pool of N threads, so a device that waits (a delay, a collective) parks a fiber instead of switching threads")

@@ -197,8 +197,8 @@ void AddBenchMatmulCommand(CLI::App* bench, int* exit_code) {
       ->check(CLI::PositiveNumber)->check(Finite());
   cmd->add_flag("--json", options->json, "One JSON object per size");
   cmd->add_option("--device-kind", options->device_kind,
-                  "Kind of the device the function runs on (cpu, or vulkan where built); "
-                  "the baselines stay single-threaded OpenBLAS and Eigen on this host");
+                  DeviceKindHelp("Kind of the device the function runs on; the baselines stay "
+                                 "single-threaded OpenBLAS and Eigen on this host"));
   cmd->callback([options, exit_code] { *exit_code = RunBenchMatmul(*options); });
 }
 

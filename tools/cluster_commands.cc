@@ -198,7 +198,7 @@ void AddWorkerCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(int64_t{0}, limits::kMaxIsland));
   cmd->add_option("--devices", o->devices, "Devices on this host")->check(CLI::Range(1, 4096));
   cmd->add_option("--device-kind", o->device_kind,
-                  "The kind of this host's devices (this build has: cpu)")
+                  DeviceKindHelp("The kind of this host's devices"))
       ->default_val("cpu");
   cmd->add_option("--memory", o->memory_bytes, "Memory per device, bytes")
       ->check(CLI::Range(int64_t{1}, limits::kMaxDeviceMemoryBytes));
@@ -313,7 +313,7 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
   up->add_option("--devices-per-host", o->devices_per_host, "Devices per worker")
       ->check(CLI::Range(1, 4096));
   up->add_option("--device-kind", o->device_kind,
-                 "The kind of every worker's devices (this build has: cpu)")
+                 DeviceKindHelp("The kind of every worker's devices"))
       ->capture_default_str();
   up->add_option("--memory", o->memory_bytes, "Memory per device, bytes")
       ->check(CLI::PositiveNumber)->check(Finite());

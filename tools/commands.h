@@ -91,6 +91,10 @@ void AddBenchLmCommand(CLI::App* bench, int* exit_code);
 // `causeway bench tenancy` (tools/bench_tenancy.cc).
 void AddBenchTenancyCommand(CLI::App* bench, int* exit_code);
 
+// The help of a --device-kind flag: `what`, then the kinds this build has
+// ("(this build has: cpu, vulkan)"), from the registry (tools/gpus.cc).
+std::string DeviceKindHelp(const std::string& what);
+
 // `causeway gpus` and the root flag `--gpu N` (tools/gpus.cc).
 void AddGpusCommand(CLI::App& app, int* exit_code);
 void AddGpuFlag(CLI::App& app);

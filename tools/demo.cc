@@ -391,7 +391,7 @@ void AddDemoCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--devices-per-host", demo.devices_per_host, "Devices per host")
       ->check(CLI::Range(1, 64));
   cmd->add_option("--device-kind", demo.device_kind,
-                  "Embedded cluster: the kind of its devices (this build has: cpu)")
+                  DeviceKindHelp("Embedded cluster: the kind of its devices"))
       ->capture_default_str();
   cmd->add_option("--memory", demo.memory_bytes, "Memory per device, bytes")
       ->check(CLI::PositiveNumber)->check(Finite());

@@ -5,11 +5,18 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_join.h"
 #include "causeway/backend/builtin_kinds.h"
+#include "causeway/backend/executable.h"
 #include "nlohmann/json.hpp"
 #include "tools/commands.h"
 
 namespace causeway::tools {
+
+std::string DeviceKindHelp(const std::string& what) {
+  backend::RegisterBuiltinKinds();
+  return what + " (this build has: " + absl::StrJoin(backend::DeviceKindNames(), ", ") + ")";
+}
 
 void AddGpuFlag(CLI::App& app) {
   app.add_option_function<int>(

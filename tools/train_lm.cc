@@ -628,7 +628,7 @@ void AddTrainLmCommand(CLI::App* train, int* exit_code) {
                  "hosts)")
       ->check(CLI::Range(1, 1024));
   lm->add_option("--device-kind", f->device_kind,
-                 "Embedded cluster: kind of its devices (cpu, or vulkan where built)");
+                 DeviceKindHelp("Embedded cluster: kind of its devices"));
   lm->add_option("--memory", f->memory_bytes,
                  "Embedded cluster: memory per device, bytes (0: the default budget of 1 GiB; "
                  "a GPU's devices may be given up to its own memory, which `causeway gpus` "

@@ -33,7 +33,7 @@
 #include "causeway/base/status_macros.h"
 #include "causeway/cluster/metrics_http.h"
 #include "causeway/cluster/remote_host.h"
-#include "causeway/resource/resource_manager.h"
+#include "causeway/control/control_plane.h"
 #include "causeway/scheduler/island_scheduler.h"
 #include "causeway/transport/grpc/cluster.grpc.pb.h"
 #include "causeway/transport/grpc/cluster_codec.h"
@@ -75,14 +75,14 @@ struct ClientSession {
 class CoordinatorServer::Impl final : public cluster::Coordinator::Service {
  public:
   explicit Impl(const CoordinatorOptions& options)
-      : options_(options), resources_(Topology()) {}
+      : options_(options), control_(Topology(), ControlOptions()) {}
 
   absl::Status Start();
   void Shutdown();
   void Wait() { stopped_.WaitForNotification(); }
   std::string address() const { return address_; }
   std::string metrics_address() const { return metrics_address_; }
-  Topology topology() const { return resources_.GetTopology(); }
+  Topology topology() const { return control_.resources().GetTopology(); }
 
   grpc::Status Connect(
       grpc::ServerContext* context,
@@ -99,11 +99,9 @@ class CoordinatorServer::Impl final : public cluster::Coordinator::Service {
     auto it = hosts_.find(h);
     return it == hosts_.end() ? nullptr : it->second.get();
   }
-  IslandScheduler* Scheduler(IslandId island) {
-    MutexLock lock(&mu_);
-    auto it = schedulers_.find(island);
-    return it == schedulers_.end() ? nullptr : it->second.get();
-  }
+  IslandScheduler* Scheduler(IslandId island) { return control_.scheduler(island); }
+  // The island schedulers' options, how they reach hosts and quotas.
+  ControlPlaneOptions ControlOptions();
   std::vector<std::shared_ptr<RemoteHost>> LiveHosts() {
     std::vector<std::shared_ptr<RemoteHost>> out;
     MutexLock lock(&mu_);
@@ -159,12 +157,9 @@ class CoordinatorServer::Impl final : public cluster::Coordinator::Service {
   grpc_transport::StartedServer server_;
   std::unique_ptr<MetricsHttpServer> metrics_;
   std::string metrics_address_;
-  ResourceManager resources_;
   std::thread monitor_;
   Notification stop_;
   Notification stopped_;
-  // Serialises submissions of runs that span islands.
-  Mutex multi_island_mu_;
 
   // The island schedulers' tracks; recording while any session traces.
   TraceRecorder trace_{false, size_t{1} << 19};
@@ -176,12 +171,9 @@ class CoordinatorServer::Impl final : public cluster::Coordinator::Service {
   Mutex trace_switch_mu_;
   Mutex mu_;
   absl::flat_hash_map<HostId, std::shared_ptr<RemoteHost>> hosts_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<IslandId, std::unique_ptr<IslandScheduler>> schedulers_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<ClientSession*, std::shared_ptr<ClientSession>> sessions_
       ABSL_GUARDED_BY(mu_);
   std::vector<grpc::ServerContext*> contexts_ ABSL_GUARDED_BY(mu_);
-  // Shares of connected clients that set one, for schedulers made later.
-  absl::flat_hash_map<ClientId, ClientShare> shares_ ABSL_GUARDED_BY(mu_);
   // The latest runs accounted by the island schedulers, for operators
   // (`causeway bench tenancy --cluster` measures shares from them).
   struct Accounted {
@@ -211,6 +203,9 @@ class CoordinatorServer::Impl final : public cluster::Coordinator::Service {
   // Changed with trace_switch_mu_ held too.
   std::set<ClientId> traced_clients_ ABSL_GUARDED_BY(mu_);
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  // Resources, island schedulers (one per island with a host), shares.
+  // Last: its schedulers reach hosts_ (under mu_), trace_ and share_log_.
+  ControlPlane control_;
 };
 
 

@@ -55,7 +55,7 @@ void CoordinatorServer::Impl::BroadcastPeers() {
 
 void CoordinatorServer::Impl::BroadcastTopology() {
   cluster::ClientEvent event;
-  wire::EncodeTopology(resources_.GetTopology(), event.mutable_topology());
+  wire::EncodeTopology(control_.resources().GetTopology(), event.mutable_topology());
   MutexLock lock(&mu_);
   for (auto& [p, s] : sessions_) s->writer.Post(event);
 }
@@ -65,8 +65,7 @@ void CoordinatorServer::Impl::HostLost(const std::shared_ptr<RemoteHost>& host,
   const absl::Status status =
       absl::UnavailableError(absl::StrCat(host->Name(), " lost: ", reason));
   host->Lose(status);
-  resources_.RemoveHost(host->id(), std::string(status.message())).IgnoreError();
-  if (IslandScheduler* s = Scheduler(host->island())) s->HostLost(host->id());
+  control_.RemoveHost(host->id(), host->island(), std::string(status.message()));
   {
     MutexLock lock(&mu_);
     lost_order_.push_back(host->id());

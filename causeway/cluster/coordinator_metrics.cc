@@ -41,14 +41,13 @@ class Family {
 }  // namespace
 
 std::string CoordinatorServer::Impl::Metrics() {
-  const Topology topology = resources_.GetTopology();
+  const Topology topology = control_.resources().GetTopology();
   const std::vector<std::shared_ptr<RemoteHost>> hosts = LiveHosts();
-  std::vector<std::pair<IslandId, IslandScheduler*>> schedulers;
+  const std::vector<std::pair<IslandId, IslandScheduler*>> schedulers = control_.schedulers();
   int64_t sessions = 0;
   grpc_transport::WriterStats to_clients;
   {
     MutexLock lock(&mu_);
-    for (const auto& [island, s] : schedulers_) schedulers.emplace_back(island, s.get());
     sessions = static_cast<int64_t>(sessions_.size());
     to_clients = ended_sessions_sent_;
     for (const auto& [p, s] : sessions_) {

@@ -35,6 +35,32 @@ absl::Status CoordinatorServer::Impl::Start() {
   return StartMetrics();
 }
 
+ControlPlaneOptions CoordinatorServer::Impl::ControlOptions() {
+  ControlPlaneOptions o;
+  o.scheduler.policy = SchedulingPolicy::kProportionalShare;
+  o.scheduler.report_fanout = options_.report_fanout;
+  o.scheduler.trace = &trace_;
+  o.scheduler.on_run_accounted = [this](ClientId client, int64_t device_us, int launches) {
+    timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    MutexLock lock(&log_mu_);
+    share_log_.push_back(Accounted{int64_t{now.tv_sec} * 1'000'000'000 + now.tv_nsec, client,
+                                   device_us, launches});
+    if (share_log_.size() > kShareLogSize) share_log_.pop_front();
+  };
+  // Only this island's live hosts: a plan that places island work on a host
+  // of another island is refused at registration, and a run that needs a
+  // lost host is refused rather than half-run on the survivors.
+  o.host_lookup = [this](IslandId island, HostId h) -> HostService* {
+    RemoteHost* host = Host(h);
+    return host != nullptr && host->island() == island && !host->lost() ? host : nullptr;
+  };
+  o.for_each_host = [this](const std::function<void(HostService&)>& apply) {
+    for (const auto& h : LiveHosts()) apply(*h);
+  };
+  return o;
+}
+
 void CoordinatorServer::Impl::Shutdown() {
   {
     MutexLock lock(&mu_);
@@ -133,11 +159,11 @@ grpc::Status CoordinatorServer::Impl::Join(
   const std::string address = absl::StrCat(host_part, ":", data_port);
   const IslandId island(hello.island());
   std::shared_ptr<RemoteHost> host;
+  std::vector<DeviceId> devices;
   {
     MutexLock lock(&mu_);
     if (shut_down_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "coordinator stopping");
     const HostId id(next_host_++);
-    std::vector<DeviceId> devices;
     for (int i = 0; i < hello.devices(); ++i) devices.push_back(DeviceId(next_device_++));
     host = std::make_shared<RemoteHost>(id, island, address, devices, context, stream);
     cluster::ToWorker welcome;
@@ -149,39 +175,7 @@ grpc::Status CoordinatorServer::Impl::Join(
     host->Send(std::move(welcome));
     hosts_[id] = host;
     contexts_.push_back(context);
-    resources_.AddHost(id, island, devices, hello.memory_bytes(), device_kind,
-                       {hello.device_descriptions().begin(), hello.device_descriptions().end()});
-    if (!schedulers_.contains(island)) {
-      IslandSchedulerOptions so;
-      so.island = island;
-      so.policy = SchedulingPolicy::kProportionalShare;
-      so.report_fanout = options_.report_fanout;
-      so.trace = &trace_;
-      so.on_run_accounted = [this](ClientId client, int64_t device_us, int launches) {
-        timespec now;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        MutexLock lock(&log_mu_);
-        share_log_.push_back(
-            Accounted{int64_t{now.tv_sec} * 1'000'000'000 + now.tv_nsec, client, device_us,
-                      launches});
-        if (share_log_.size() > kShareLogSize) share_log_.pop_front();
-      };
-      // Only this island's live hosts: a plan that places island work on a
-      // host of another island is refused at registration, and a run that
-      // needs a lost host is refused rather than half-run on the survivors.
-      so.host_lookup = [this, island](HostId h) -> HostService* {
-        RemoteHost* host = Host(h);
-        return host != nullptr && host->island() == island && !host->lost() ? host : nullptr;
-      };
-      auto scheduler = std::make_unique<IslandScheduler>(std::move(so));
-      for (const auto& [client, share] : shares_) scheduler->SetShare(client, share);
-      schedulers_[island] = std::move(scheduler);
-    }
-    // Quotas of clients already connected hold on the new host too.
-    for (const auto& [client, share] : shares_) {
-      if (share.memory_quota_bytes > 0) host->SetMemoryQuota(client, share.memory_quota_bytes);
-    }
-    // So does a trace in progress.
+    // A trace in progress records the new host too.
     if (!traced_clients_.empty()) {
       cluster::TraceCall start;
       start.set_enable(true);
@@ -189,6 +183,14 @@ grpc::Status CoordinatorServer::Impl::Join(
       host->Trace(start);
     }
   }
+  // Its island's scheduler (made if it is the island's first host), its
+  // devices in the topology, the quotas of clients already connected. Not
+  // under mu_: the schedulers reach hosts through it.
+  control_.AddHost(host->id(), island, devices, hello.memory_bytes(), device_kind,
+                   {hello.device_descriptions().begin(), hello.device_descriptions().end()},
+                   host.get());
+  // Lost meanwhile (missed heartbeats): it leaves the topology again.
+  if (host->lost()) control_.RemoveHost(host->id(), island, "lost while joining");
   CW_LOG(kInfo) << host->Name() << " joined " << island.ToString() << " with " << hello.devices()
                << " devices";
   BroadcastPeers();
@@ -239,7 +241,7 @@ grpc::Status CoordinatorServer::Impl::Connect(
     contexts_.push_back(context);
   }
   cluster::ClientEvent hello;
-  wire::EncodeTopology(resources_.GetTopology(), hello.mutable_topology());
+  wire::EncodeTopology(control_.resources().GetTopology(), hello.mutable_topology());
   session->writer.Post(std::move(hello));
   cluster::ClientBatch batch;
   while (stream->Read(&batch)) {

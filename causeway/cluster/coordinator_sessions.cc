@@ -29,36 +29,20 @@ void CoordinatorServer::Impl::Reclaim(ClientSession& session) {
   for (const auto& [h, program] : session.host_programs) {
     if (RemoteHost* host = Host(h)) host->UnregisterProgram(program);
   }
-  std::vector<IslandScheduler*> schedulers;
-  {
-    MutexLock lock(&mu_);
-    for (auto& [island, s] : schedulers_) schedulers.push_back(s.get());
-    for (ClientId c : session.clients) shares_.erase(c);
-  }
-  // Held runs never reach a host; then everything the clients own goes.
-  for (ClientId c : session.clients) {
-    for (IslandScheduler* s : schedulers) s->DropClient(c);
-  }
+  // Held runs never reach a host (and the shares go); then everything the
+  // clients own goes.
+  for (ClientId c : session.clients) control_.DropClient(c);
   const std::vector<std::shared_ptr<RemoteHost>> live = LiveHosts();
   for (ClientId c : session.clients) {
     for (const auto& h : live) h->ReleaseOwner(c);
-    resources_.UnregisterClient(c);
+    control_.resources().UnregisterClient(c);
   }
   session.clients.clear();
 }
 
 absl::Status CoordinatorServer::Impl::SetShare(ClientId client, const cluster::ClientShare& wire) {
-  const ClientShare share{wire.weight(), wire.priority(), wire.memory_quota_bytes()};
-  CW_RETURN_IF_ERROR(CheckClientShare(share));
-  std::vector<IslandScheduler*> schedulers;
-  {
-    MutexLock lock(&mu_);
-    shares_[client] = share;
-    for (auto& [island, s] : schedulers_) schedulers.push_back(s.get());
-  }
-  for (IslandScheduler* s : schedulers) s->SetShare(client, share);
-  for (const auto& h : LiveHosts()) h->SetMemoryQuota(client, share.memory_quota_bytes);
-  return absl::OkStatus();
+  return control_.SetShare(client,
+                           ClientShare{wire.weight(), wire.priority(), wire.memory_quota_bytes()});
 }
 
 void CoordinatorServer::Impl::RunsDone(RemoteHost& host, const cluster::RunsDone& done) {
@@ -127,7 +111,7 @@ void CoordinatorServer::Impl::HandleClient(ClientSession& session,
   const uint64_t id = message.id();
   switch (message.body_case()) {
     case cluster::ClientMessage::kRegisterClient: {
-      absl::StatusOr<ClientId> client = resources_.RegisterClient();
+      absl::StatusOr<ClientId> client = control_.resources().RegisterClient();
       if (client.ok()) session.clients.insert(*client);
       if (client.ok() && session.tracing) TraceClient(*client, true);
       ReplyTo(session, id, client.status(),
@@ -138,11 +122,10 @@ void CoordinatorServer::Impl::HandleClient(ClientSession& session,
       const ClientId client(message.unregister_client());
       if (session.tracing && session.clients.contains(client)) TraceClient(client, false);
       if (session.clients.erase(client) > 0) {
-        resources_.UnregisterClient(client);
+        control_.resources().UnregisterClient(client);
         // Its share goes with it (else a connection that makes and ends
-        // many clients would grow this table without bound).
-        MutexLock lock(&mu_);
-        shares_.erase(client);
+        // many clients would grow the table of shares without bound).
+        control_.ForgetClient(client);
       }
       return;
     }
@@ -155,7 +138,7 @@ void CoordinatorServer::Impl::HandleClient(ClientSession& session,
       }
       absl::StatusOr<MeshRequest> request = wire::DecodeMeshRequest(message.allocate_mesh());
       absl::StatusOr<Mesh> mesh =
-          request.ok() ? resources_.AllocateMesh(client, *request) : request.status();
+          request.ok() ? control_.resources().AllocateMesh(client, *request) : request.status();
       ReplyTo(session, id, mesh.status(),
               [&](cluster::Reply& r) { wire::EncodeMesh(*mesh, r.mutable_mesh()); });
       return;
@@ -168,13 +151,8 @@ void CoordinatorServer::Impl::HandleClient(ClientSession& session,
       absl::Status status = run.ok() ? CheckRun(session, *run) : run.status();
       if (status.ok()) {
         std::vector<IslandId> islands;
-        std::vector<IslandScheduler*> schedulers;
-        for (int64_t i : message.submit_run().islands()) {
-          islands.push_back(IslandId(i));
-          schedulers.push_back(Scheduler(IslandId(i)));
-        }
-        MutexLock lock(&multi_island_mu_);
-        status = SubmitToIslands(*run, islands, schedulers, TellForwarded(shared, run->run));
+        for (int64_t i : message.submit_run().islands()) islands.push_back(IslandId(i));
+        status = control_.SubmitRun(*run, islands, TellForwarded(shared, run->run));
       }
       ReplyTo(session, id, status);
       return;
@@ -182,12 +160,7 @@ void CoordinatorServer::Impl::HandleClient(ClientSession& session,
     case cluster::ClientMessage::kDropClient: {
       const ClientId client(message.drop_client());
       if (!session.clients.contains(client)) return;
-      std::vector<IslandScheduler*> schedulers;
-      {
-        MutexLock lock(&mu_);
-        for (auto& [island, s] : schedulers_) schedulers.push_back(s.get());
-      }
-      for (IslandScheduler* s : schedulers) s->DropClient(client);
+      control_.DropClient(client);
       return;
     }
     case cluster::ClientMessage::kSetShare: {
@@ -232,7 +205,7 @@ void CoordinatorServer::Impl::HandleClient(ClientSession& session,
       if (!session.operator_) {
         status = absl::PermissionDeniedError(
             "setting another client's share needs the operators' credential, the workers' token");
-      } else if (!resources_.HasClient(client)) {
+      } else if (!control_.resources().HasClient(client)) {
         status = absl::NotFoundError(absl::StrCat(client.ToString(), " is not connected"));
       }
       if (status.ok()) status = SetShare(client, message.admin_set_share());

@@ -8,8 +8,7 @@
 #include "causeway/backend/builtin_kinds.h"
 #include "causeway/base/mutex.h"
 #include "causeway/base/status_macros.h"
-#include "causeway/resource/resource_manager.h"
-#include "causeway/scheduler/island_scheduler.h"
+#include "causeway/control/control_plane.h"
 #include "causeway/transport/inproc/inproc_transport.h"
 #include "causeway/worker/collective_hub.h"
 #include "causeway/worker/host_executor.h"
@@ -29,13 +28,13 @@ struct LocalCluster::State {
   TraceRecorder trace;
   CollectiveHub hub;
   InProcessDataTransport transport;
-  std::unique_ptr<ResourceManager> resources;
-  std::vector<std::unique_ptr<IslandScheduler>> schedulers;
+  // Resources, schedulers, shares; made after the hosts, never replaced.
+  std::unique_ptr<ControlPlane> control;
+  // Each island's scheduler by island id, for the devices' reports of
+  // finished runs (filled once, before any run).
+  std::vector<IslandScheduler*> by_island;
   std::vector<std::unique_ptr<HostExecutor>> hosts;
   std::vector<IslandId> host_island;  // by host id
-  // Serialises submissions of runs that span islands (see
-  // ClusterConnection::SubmitRun).
-  Mutex multi_island_mu;
   // One housekeeping thread for every host (HostExecutor::Housekeep).
   std::thread housekeeper;
   // Whether every host and its devices were made (the first error if not:
@@ -123,9 +122,7 @@ LocalCluster::LocalCluster(const LocalClusterOptions& options)
       ho.housekeeping_period = absl::ZeroDuration();  // one thread below, for all hosts
       ho.device_pool = s_->pool.get();
       ho.on_run_done = [this, island](HostId h, RunId run, int64_t device_us, int launches) {
-        if (IslandScheduler* s = island_scheduler(island)) {
-          s->RunFinished(h, run, device_us, launches);
-        }
+        s_->by_island[island.value()]->RunFinished(h, run, device_us, launches);
       };
       ho.report_fanout = options.report_fanout;
       ho.report_to_parent = [this](HostId parent, const SubtreeReport& report) {
@@ -146,18 +143,27 @@ LocalCluster::LocalCluster(const LocalClusterOptions& options)
       s_->hosts.push_back(*std::move(executor));
       s_->transport.RegisterHost(s_->hosts.back().get(), island);
     }
-    IslandSchedulerOptions so;
-    so.island = island;
-    so.host_lookup = [this](HostId h) -> HostService* { return host(h); };
-    so.policy = options.scheduling;
-    so.run_ahead = options.run_ahead;
-    so.on_run_accounted = options.on_run_accounted;
-    so.report_fanout = options.report_fanout;
-    so.trace = &s_->trace;
-    so.clock = options.clock;
-    s_->schedulers.push_back(std::make_unique<IslandScheduler>(std::move(so)));
   }
-  s_->resources = std::make_unique<ResourceManager>(std::move(topology));
+  ControlPlaneOptions co;
+  co.scheduler.policy = options.scheduling;
+  co.scheduler.run_ahead = options.run_ahead;
+  co.scheduler.on_run_accounted = options.on_run_accounted;
+  co.scheduler.report_fanout = options.report_fanout;
+  co.scheduler.trace = &s_->trace;
+  co.scheduler.clock = options.clock;
+  // Only the island's own hosts: a plan that places island work on a host
+  // of another island is refused at registration.
+  co.host_lookup = [this](IslandId island, HostId h) -> HostService* {
+    HostExecutor* e = executor(h);
+    return e != nullptr && s_->host_island[h.value()] == island ? e : nullptr;
+  };
+  co.for_each_host = [this](const std::function<void(HostService&)>& apply) {
+    for (auto& h : s_->hosts) apply(*h);
+  };
+  s_->control = std::make_unique<ControlPlane>(std::move(topology), std::move(co));
+  for (const auto& [island, scheduler] : s_->control->schedulers()) {
+    s_->by_island.push_back(scheduler);
+  }
   s_->housekeeper = std::thread([this] {
     while (!s_->stop_housekeeping.WaitForNotificationWithTimeout(absl::Seconds(1))) {
       for (auto& h : s_->hosts) h->Housekeep(absl::Now());
@@ -179,9 +185,9 @@ void LocalCluster::Shutdown() {
 }
 
 SchedulerService* LocalCluster::scheduler(IslandId island) { return island_scheduler(island); }
-ResourceService* LocalCluster::resources() { return s_->resources.get(); }
+ResourceService* LocalCluster::resources() { return &s_->control->resources(); }
 TraceRecorder* LocalCluster::client_trace() { return &s_->trace; }
-ResourceManager& LocalCluster::resource_manager() { return *s_->resources; }
+ResourceManager& LocalCluster::resource_manager() { return s_->control->resources(); }
 const std::vector<std::unique_ptr<HostExecutor>>& LocalCluster::executors() const {
   return s_->hosts;
 }
@@ -190,46 +196,19 @@ CollectiveHub& LocalCluster::collective_hub() { return s_->hub; }
 InProcessDataTransport& LocalCluster::transport() { return s_->transport; }
 
 IslandScheduler* LocalCluster::island_scheduler(IslandId island) {
-  for (auto& s : s_->schedulers) {
-    if (s->island() == island) return s.get();
-  }
-  return nullptr;
+  return s_->control->scheduler(island);
 }
 
 void LocalCluster::ReleaseArrays(ClientId client, const std::vector<HostId>& hosts,
                                  std::vector<ArrayId> arrays) {
-  // An array lives on one island; its release queues behind the client's
-  // runs there.
-  absl::InlinedVector<IslandId, 2> islands;
-  for (HostId h : hosts) {
-    if (h.value() < 0 || h.value() >= static_cast<int64_t>(s_->host_island.size())) continue;
-    const IslandId island = s_->host_island[h.value()];
-    if (std::find(islands.begin(), islands.end(), island) == islands.end()) {
-      islands.push_back(island);
-    }
-  }
-  for (IslandId island : islands) {
-    std::vector<HostId> mine;
-    for (HostId h : hosts) {
-      if (h.value() >= 0 && h.value() < static_cast<int64_t>(s_->host_island.size()) &&
-          s_->host_island[h.value()] == island) {
-        mine.push_back(h);
-      }
-    }
-    if (IslandScheduler* s = island_scheduler(island)) s->ReleaseArrays(client, mine, arrays);
-  }
+  s_->control->ReleaseArrays(client, hosts, std::move(arrays));
 }
 
 absl::Status LocalCluster::SetClientShare(ClientId client, const ClientShare& share) {
-  CW_RETURN_IF_ERROR(CheckClientShare(share));
-  for (auto& s : s_->schedulers) s->SetShare(client, share);
-  for (auto& h : s_->hosts) h->SetMemoryQuota(client, share.memory_quota_bytes);
-  return absl::OkStatus();
+  return s_->control->SetShare(client, share);
 }
 
-void LocalCluster::DropClient(ClientId client) {
-  for (auto& s : s_->schedulers) s->DropClient(client);
-}
+void LocalCluster::DropClient(ClientId client) { s_->control->DropClient(client); }
 
 HostService* LocalCluster::host(HostId host) { return executor(host); }
 
@@ -240,17 +219,7 @@ HostExecutor* LocalCluster::executor(HostId host) {
 
 absl::Status LocalCluster::SubmitRun(const RunRequest& run, const std::vector<IslandId>& islands,
                                      std::function<void(const absl::Status&)> forwarded) {
-  std::vector<IslandScheduler*> schedulers;
-  for (IslandId island : islands) {
-    IslandScheduler* found = nullptr;
-    for (auto& s : s_->schedulers) {
-      if (s->island() == island) found = s.get();
-    }
-    schedulers.push_back(found);
-  }
-  if (islands.size() <= 1) return SubmitToIslands(run, islands, schedulers, std::move(forwarded));
-  MutexLock lock(&s_->multi_island_mu);
-  return SubmitToIslands(run, islands, schedulers, std::move(forwarded));
+  return s_->control->SubmitRun(run, islands, std::move(forwarded));
 }
 
 std::vector<DeviceCounters> LocalCluster::Counters() const {

@@ -20,7 +20,7 @@ int64_t SimCluster::CpuNow() const {
   return options_.cpu_clock ? options_.cpu_clock() : ThreadCpuNanos();
 }
 
-ResourceService* SimCluster::resources() { return resources_.get(); }
+ResourceService* SimCluster::resources() { return &control_->resources(); }
 
 HostExecutor* SimCluster::executor(HostId host) {
   if (host.value() < 0 || host.value() >= static_cast<int64_t>(hosts_.size())) return nullptr;
@@ -31,23 +31,21 @@ IslandScheduler* SimCluster::island_scheduler(IslandId island) {
   if (island.value() < 0 || island.value() >= static_cast<int64_t>(schedulers_.size())) {
     return nullptr;
   }
-  return schedulers_[island.value()].get();
+  return schedulers_[island.value()];
 }
 
 absl::Status SimCluster::SubmitRun(const RunRequest& run, const std::vector<IslandId>& islands,
                                    std::function<void(const absl::Status&)> forwarded) {
-  std::vector<IslandScheduler*> schedulers;
   for (IslandId island : islands) {
     IslandScheduler* s = island_scheduler(island);
     if (s == nullptr) return absl::NotFoundError(absl::StrCat("no ", island.ToString()));
     CW_RETURN_IF_ERROR(s->CheckRun(run));
-    schedulers.push_back(s);
   }
   if (islands.empty()) return absl::InvalidArgumentError("a run on no island");
   Message(SenderOf(run.client), scheduler_threads_[islands[0].value()],
           Ns(costs().host.scheduler_run_us * static_cast<double>(islands.size())),
-          [run, islands, schedulers, forwarded = std::move(forwarded)]() mutable {
-            const absl::Status s = SubmitToIslands(run, islands, schedulers, forwarded);
+          [this, run, islands, forwarded = std::move(forwarded)]() mutable {
+            const absl::Status s = control_->SubmitRun(run, islands, forwarded);
             if (!s.ok() && forwarded) forwarded(s);
           });
   return absl::OkStatus();
@@ -55,31 +53,20 @@ absl::Status SimCluster::SubmitRun(const RunRequest& run, const std::vector<Isla
 
 void SimCluster::ReleaseArrays(ClientId client, const std::vector<HostId>& hosts,
                                std::vector<ArrayId> arrays) {
-  absl::flat_hash_map<int64_t, std::vector<HostId>> by_island;
-  std::vector<int64_t> order;
-  for (HostId h : hosts) {
-    if (h.value() < 0 || h.value() >= static_cast<int64_t>(host_island_.size())) continue;
-    const int64_t island = host_island_[h.value()].value();
-    if (!by_island.contains(island)) order.push_back(island);
-    by_island[island].push_back(h);
-  }
-  for (int64_t island : order) {
-    Message(SenderOf(client), scheduler_threads_[island], 0,
-            [this, client, island, mine = by_island[island], arrays] {
-              schedulers_[island]->ReleaseArrays(client, mine, arrays);
+  for (auto& [island, mine] : control_->GroupByIsland(hosts)) {
+    Message(SenderOf(client), scheduler_threads_[island.value()], 0,
+            [this, client, island = island, mine = std::move(mine), arrays] {
+              schedulers_[island.value()]->ReleaseArrays(client, mine, arrays);
             });
   }
 }
 
 absl::Status SimCluster::SetClientShare(ClientId client, const ClientShare& share) {
-  CW_RETURN_IF_ERROR(CheckClientShare(share));
-  for (auto& s : schedulers_) s->SetShare(client, share);
-  for (auto& h : hosts_) h->SetMemoryQuota(client, share.memory_quota_bytes);
-  return absl::OkStatus();
+  return control_->SetShare(client, share);
 }
 
 void SimCluster::DropClient(ClientId client) {
-  for (auto& s : schedulers_) s->DropClient(client);
+  control_->DropClient(client);
 }
 
 int SimCluster::AddClient() {

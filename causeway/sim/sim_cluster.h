@@ -45,6 +45,7 @@ namespace causeway {
 class CollectiveHub;
 class HostExecutor;
 class IslandScheduler;
+class ControlPlane;
 class ResourceManager;
 class TraceRecorder;
 }  // namespace causeway
@@ -375,8 +376,9 @@ class SimCluster final : public ClusterConnection {
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<CollectiveHub> hub_;
   std::unique_ptr<TraceRecorder> trace_;
-  std::unique_ptr<ResourceManager> resources_;
-  std::vector<std::unique_ptr<IslandScheduler>> schedulers_;
+  // The real control plane (resources, island schedulers, shares).
+  std::unique_ptr<ControlPlane> control_;
+  std::vector<IslandScheduler*> schedulers_;  // control_'s, by island
   std::vector<std::unique_ptr<HostExecutor>> hosts_;
   std::vector<std::unique_ptr<SchedulerProxy>> scheduler_proxies_;
   std::vector<std::unique_ptr<HostProxy>> host_proxies_;            // the client's

@@ -24,6 +24,7 @@
 #include "causeway/base/status_macros.h"
 #include "causeway/base/trace.h"
 #include "causeway/ir/function.h"
+#include "causeway/control/control_plane.h"
 #include "causeway/resource/resource_manager.h"
 #include "causeway/scheduler/island_scheduler.h"
 #include "causeway/worker/collective_hub.h"

@@ -159,7 +159,7 @@ class SimCluster::SchedulerProxy final : public SchedulerService {
   }
 
  private:
-  IslandScheduler* real() { return c_->schedulers_[island_.value()].get(); }
+  IslandScheduler* real() { return c_->schedulers_[island_.value()]; }
   SimCluster* const c_;
   const IslandId island_;
 };
@@ -306,24 +306,28 @@ void SimCluster::Build() {
       host_proxies_.push_back(std::make_unique<HostProxy>(this, host, false));
       scheduler_host_proxies_.push_back(std::make_unique<HostProxy>(this, host, true));
     }
-    IslandSchedulerOptions so;
-    so.island = island;
-    so.policy = o.scheduling;
-    so.run_ahead = o.run_ahead;
-    so.deliver_on_own_thread = false;
-    so.on_run_accounted = o.on_run_accounted;
-    so.report_fanout = o.report_fanout;
-    so.clock = loop_.clock();
-    so.host_lookup = [this](HostId h) -> HostService* {
-      if (h.value() < 0 || h.value() >= static_cast<int64_t>(scheduler_host_proxies_.size())) {
-        return nullptr;
-      }
-      return scheduler_host_proxies_[h.value()].get();
-    };
-    schedulers_.push_back(std::make_unique<IslandScheduler>(std::move(so)));
     scheduler_proxies_.push_back(std::make_unique<SchedulerProxy>(this, island));
   }
-  resources_ = std::make_unique<ResourceManager>(std::move(topology));
+  ControlPlaneOptions co;
+  co.scheduler.policy = o.scheduling;
+  co.scheduler.run_ahead = o.run_ahead;
+  co.scheduler.deliver_on_own_thread = false;
+  co.scheduler.on_run_accounted = o.on_run_accounted;
+  co.scheduler.report_fanout = o.report_fanout;
+  co.scheduler.clock = loop_.clock();
+  // The island's own hosts, as a scheduler's messages reach them.
+  co.host_lookup = [this](IslandId island, HostId h) -> HostService* {
+    if (h.value() < 0 || h.value() >= static_cast<int64_t>(scheduler_host_proxies_.size()) ||
+        host_island_[h.value()] != island) {
+      return nullptr;
+    }
+    return scheduler_host_proxies_[h.value()].get();
+  };
+  co.for_each_host = [this](const std::function<void(HostService&)>& apply) {
+    for (auto& h : hosts_) apply(*h);
+  };
+  control_ = std::make_unique<ControlPlane>(std::move(topology), std::move(co));
+  for (const auto& [island, scheduler] : control_->schedulers()) schedulers_.push_back(scheduler);
 }
 
 // The client reaches schedulers and hosts through their proxies.
@@ -349,6 +353,7 @@ SimCluster::~SimCluster() {
   for (auto& h : hosts_) h->store().Shutdown();
   for (auto& h : hosts_) h->Shutdown();
   schedulers_.clear();
+  control_.reset();
   hosts_.clear();
 }
 

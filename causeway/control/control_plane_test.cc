@@ -1,0 +1,202 @@
+// Tests for causeway/control/control_plane.h: a scheduler per island (of the
+// first topology and of hosts added later), shares recorded for islands and
+// hosts that come later and forgotten with their client, runs and releases
+// routed to their islands, and bad input refused.
+#include "causeway/control/control_plane.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "causeway/base/mutex.h"
+#include "causeway/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace causeway {
+namespace {
+
+using ::causeway::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Pair;
+
+// Records the memory quotas it is given; nothing else reaches it here.
+class QuotaHost final : public HostService {
+ public:
+  explicit QuotaHost(HostId id) : id_(id) {}
+  HostId id() const override { return id_; }
+  absl::Status RegisterProgram(std::shared_ptr<const ProgramPlan>) override {
+    return absl::OkStatus();
+  }
+  void UnregisterProgram(ProgramId) override {}
+  void EnqueueRun(const RunRequest&) override {}
+  absl::Status PutShard(ArrayId, int, int, ClientId, ir::Literal) override {
+    return absl::OkStatus();
+  }
+  Future<ir::Literal> FetchShard(ArrayId, int) override {
+    return Future<ir::Literal>::Ready(absl::UnimplementedError("fake"));
+  }
+  Future<Unit> AwaitShard(ArrayId, int) override { return Future<Unit>::Ready(Unit{}); }
+  void ReleaseArrays(absl::Span<const ArrayId>) override {}
+  void ReleaseOwner(ClientId) override {}
+  void SetMemoryQuota(ClientId owner, int64_t bytes) override {
+    MutexLock lock(&mu_);
+    quotas_[owner.value()] = bytes;
+  }
+  void DeliverPiece(ShardPieceMessage) override {}
+  Future<Unit> DriveSpmd(const SpmdLoop&) override { return Future<Unit>::Ready(Unit{}); }
+  Future<std::vector<DeviceCounters>> GetCounters(bool) override {
+    return Future<std::vector<DeviceCounters>>::Ready(std::vector<DeviceCounters>{});
+  }
+  std::map<int64_t, int64_t> quotas() const {
+    MutexLock lock(&mu_);
+    return quotas_;
+  }
+
+ private:
+  const HostId id_;
+  mutable Mutex mu_;
+  std::map<int64_t, int64_t> quotas_ ABSL_GUARDED_BY(mu_);
+};
+
+// Island i has host i with one device.
+Topology Islands(int n) {
+  Topology t;
+  for (int i = 0; i < n; ++i) {
+    t.AddIsland(IslandId(i));
+    t.AddHost(HostId(i), IslandId(i));
+    t.AddDevice(DeviceId(i), HostId(i), int64_t{1} << 20);
+  }
+  return t;
+}
+
+class ControlPlaneTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<ControlPlane> Make(Topology topology) {
+    ControlPlaneOptions o;
+    o.scheduler.deliver_on_own_thread = false;
+    o.host_lookup = [this](IslandId island, HostId h) -> HostService* {
+      auto it = hosts_.find(h.value());
+      return it != hosts_.end() && h.value() == island.value() ? it->second.get() : nullptr;
+    };
+    o.for_each_host = [this](const std::function<void(HostService&)>& apply) {
+      for (auto& [id, h] : hosts_) apply(*h);
+    };
+    return std::make_unique<ControlPlane>(std::move(topology), std::move(o));
+  }
+  QuotaHost* AddFake(int id) {
+    hosts_[id] = std::make_unique<QuotaHost>(HostId(id));
+    return hosts_[id].get();
+  }
+
+  std::map<int64_t, std::unique_ptr<QuotaHost>> hosts_;
+};
+
+TEST_F(ControlPlaneTest, MakesASchedulerForEveryIslandOfTheTopologyInIslandOrder) {
+  auto control = Make(Islands(3));
+  const auto schedulers = control->schedulers();
+  ASSERT_EQ(schedulers.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(schedulers[i].first, IslandId(i));
+    EXPECT_EQ(schedulers[i].second, control->scheduler(IslandId(i)));
+    EXPECT_EQ(schedulers[i].second->island(), IslandId(i));
+    EXPECT_EQ(control->IslandOf(HostId(i)), IslandId(i));
+  }
+  EXPECT_EQ(control->scheduler(IslandId(3)), nullptr);
+  EXPECT_EQ(control->IslandOf(HostId(7)), IslandId(-1));
+  EXPECT_EQ(control->resources().GetTopology().islands().size(), 3u);
+}
+
+TEST_F(ControlPlaneTest, AnIslandOrHostAddedLaterGetsTheSharesSetBefore) {
+  auto control = Make(Topology());
+  AddFake(0);
+  const ClientShare share{4.0, 1, 1 << 20};
+  ASSERT_OK(control->SetShare(ClientId(5), share));
+  EXPECT_TRUE(hosts_[0]->quotas().contains(5));  // every host, through for_each_host
+
+  QuotaHost* late = AddFake(1);
+  control->AddHost(HostId(1), IslandId(1), {DeviceId(0), DeviceId(1)}, 1 << 20, "cpu", {}, late);
+  IslandScheduler* s = control->scheduler(IslandId(1));
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->client_stats(ClientId(5)).share, share);
+  EXPECT_THAT(late->quotas(), ElementsAre(Pair(5, 1 << 20)));
+  EXPECT_EQ(control->IslandOf(HostId(1)), IslandId(1));
+  EXPECT_EQ(control->resources().GetTopology().island(IslandId(1))->hosts.size(), 1u);
+
+  // A second host of the same island reuses its scheduler.
+  control->AddHost(HostId(2), IslandId(1), {DeviceId(2)}, 1 << 20, "cpu", {}, nullptr);
+  EXPECT_EQ(control->scheduler(IslandId(1)), s);
+  EXPECT_EQ(control->schedulers().size(), 1u);
+}
+
+TEST_F(ControlPlaneTest, AShareReachesEverySchedulerAndIsForgottenWithItsClient) {
+  auto control = Make(Islands(2));
+  const ClientShare share{2.5, 0, 0};
+  ASSERT_OK(control->SetShare(ClientId(1), share));
+  for (const auto& [island, s] : control->schedulers()) {
+    EXPECT_EQ(s->client_stats(ClientId(1)).share, share) << island.ToString();
+  }
+  control->DropClient(ClientId(1));
+  control->AddHost(HostId(9), IslandId(9), {DeviceId(9)}, 1 << 20, "cpu", {}, nullptr);
+  EXPECT_EQ(control->scheduler(IslandId(9))->client_stats(ClientId(1)).share, ClientShare{});
+
+  ASSERT_OK(control->SetShare(ClientId(2), share));
+  control->ForgetClient(ClientId(2));
+  control->AddHost(HostId(10), IslandId(10), {DeviceId(10)}, 1 << 20, "cpu", {}, nullptr);
+  EXPECT_EQ(control->scheduler(IslandId(10))->client_stats(ClientId(2)).share, ClientShare{});
+}
+
+TEST_F(ControlPlaneTest, RefusesAMalformedShare) {
+  auto control = Make(Islands(1));
+  EXPECT_THAT(control->SetShare(ClientId(1), ClientShare{0.0, 0, 0}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("weight")));
+  EXPECT_THAT(control->SetShare(ClientId(1), ClientShare{1.0, 99, 0}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("class")));
+  EXPECT_EQ(control->scheduler(IslandId(0))->client_stats(ClientId(1)).share, ClientShare{});
+}
+
+TEST_F(ControlPlaneTest, ARunOnNoIslandOrAnUnknownOneIsRefusedNamingIt) {
+  auto control = Make(Islands(2));
+  RunRequest run;
+  run.run = RunId(1);
+  run.client = ClientId(1);
+  EXPECT_THAT(control->SubmitRun(run, {}, nullptr),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("names no island")));
+  EXPECT_THAT(control->SubmitRun(run, {IslandId(4), IslandId(0)}, nullptr),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("island 4")));
+  EXPECT_THAT(control->SubmitRun(run, {IslandId(7)}, nullptr),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("island 7")));
+  // A known island whose scheduler does not know the program.
+  EXPECT_THAT(control->SubmitRun(run, {IslandId(0), IslandId(1)}, nullptr),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("not registered with island 0")));
+}
+
+TEST_F(ControlPlaneTest, GroupsHostsByIslandInOrderOfFirstAppearanceAndSkipsUnknownOnes) {
+  Topology t;
+  t.AddIsland(IslandId(0));
+  t.AddIsland(IslandId(1));
+  t.AddHost(HostId(0), IslandId(0));
+  t.AddHost(HostId(1), IslandId(1));
+  t.AddHost(HostId(2), IslandId(0));
+  auto control = Make(std::move(t));
+  const auto groups = control->GroupByIsland({HostId(1), HostId(0), HostId(5), HostId(2)});
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(groups[0].first, IslandId(1));
+  EXPECT_THAT(groups[0].second, ElementsAre(HostId(1)));
+  EXPECT_EQ(groups[1].first, IslandId(0));
+  EXPECT_THAT(groups[1].second, ElementsAre(HostId(0), HostId(2)));
+}
+
+TEST_F(ControlPlaneTest, ARemovedHostLeavesTheTopologyAndItsIsland) {
+  auto control = Make(Islands(2));
+  control->RemoveHost(HostId(1), IslandId(1), "gone");
+  EXPECT_EQ(control->IslandOf(HostId(1)), IslandId(-1));
+  EXPECT_TRUE(control->GroupByIsland({HostId(1)}).empty());
+  // Its island had no other host, so it left the topology too.
+  EXPECT_THAT(control->resources().GetTopology().islands(), ElementsAre(IslandId(0)));
+}
+
+}  // namespace
+}  // namespace causeway
