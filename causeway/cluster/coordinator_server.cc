@@ -189,8 +189,6 @@ grpc::Status CoordinatorServer::Impl::Join(
   control_.AddHost(host->id(), island, devices, hello.memory_bytes(), device_kind,
                    {hello.device_descriptions().begin(), hello.device_descriptions().end()},
                    host.get());
-  // Lost meanwhile (missed heartbeats): it leaves the topology again.
-  if (host->lost()) control_.RemoveHost(host->id(), island, "lost while joining");
   CW_LOG(kInfo) << host->Name() << " joined " << island.ToString() << " with " << hello.devices()
                << " devices";
   BroadcastPeers();

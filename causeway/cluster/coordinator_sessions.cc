@@ -122,10 +122,12 @@ void CoordinatorServer::Impl::HandleClient(ClientSession& session,
       const ClientId client(message.unregister_client());
       if (session.tracing && session.clients.contains(client)) TraceClient(client, false);
       if (session.clients.erase(client) > 0) {
+        // Its share, queues and quotas go with it (else a connection that
+        // makes and ends many clients would grow those tables without
+        // bound); a client ending cleanly has released them already.
+        control_.DropClient(client);
+        for (const auto& h : LiveHosts()) h->ReleaseOwner(client);
         control_.resources().UnregisterClient(client);
-        // Its share goes with it (else a connection that makes and ends
-        // many clients would grow the table of shares without bound).
-        control_.ForgetClient(client);
       }
       return;
     }

@@ -157,13 +157,16 @@ absl::Status ControlPlane::SetShare(ClientId client, const ClientShare& share) {
 }
 
 void ControlPlane::DropClient(ClientId client) {
-  for (const auto& [island, s] : schedulers()) s->DropClient(client);
-  ForgetClient(client);
-}
-
-void ControlPlane::ForgetClient(ClientId client) {
-  MutexLock lock(&mu_);
-  shares_.erase(client);
+  // Under share_mu_, its share gone first: an island added meanwhile gets
+  // neither the share nor a stale copy of it.
+  MutexLock share_lock(&share_mu_);
+  std::vector<IslandScheduler*> schedulers;
+  {
+    MutexLock lock(&mu_);
+    shares_.erase(client);
+    for (const auto& [island, s] : schedulers_) schedulers.push_back(s.get());
+  }
+  for (IslandScheduler* s : schedulers) s->DropClient(client);
 }
 
 void ControlPlane::RunFinished(IslandId island, HostId host, RunId run, int64_t device_us,

@@ -88,12 +88,9 @@ class ControlPlane {
   // added later get it too) and applies it to every scheduler and, as a
   // memory quota, to every host.
   absl::Status SetShare(ClientId client, const ClientShare& share);
-  // The client is ending: its runs not yet forwarded are dropped on every
-  // island, and its share is forgotten.
+  // The client is ending: its share is forgotten, and its runs not yet
+  // forwarded and its place in every island's queue are dropped.
   void DropClient(ClientId client);
-  // The client is gone without dropping (a connection that ended): its
-  // share is forgotten.
-  void ForgetClient(ClientId client);
   // A host finished its part of a run: for its island's scheduler.
   void RunFinished(IslandId island, HostId host, RunId run, int64_t device_us, int launches);
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "causeway/base/mutex.h"
+#include "causeway/testing/two_mesh_plan.h"
 #include "causeway/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -22,7 +23,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Pair;
 
-// Records the memory quotas it is given; nothing else reaches it here.
+// Records the runs and memory quotas it is given.
 class QuotaHost final : public HostService {
  public:
   explicit QuotaHost(HostId id) : id_(id) {}
@@ -31,7 +32,10 @@ class QuotaHost final : public HostService {
     return absl::OkStatus();
   }
   void UnregisterProgram(ProgramId) override {}
-  void EnqueueRun(const RunRequest&) override {}
+  void EnqueueRun(const RunRequest& run) override {
+    MutexLock lock(&mu_);
+    runs_.push_back(run.run.value());
+  }
   absl::Status PutShard(ArrayId, int, int, ClientId, ir::Literal) override {
     return absl::OkStatus();
   }
@@ -54,11 +58,16 @@ class QuotaHost final : public HostService {
     MutexLock lock(&mu_);
     return quotas_;
   }
+  std::vector<int64_t> runs() const {
+    MutexLock lock(&mu_);
+    return runs_;
+  }
 
  private:
   const HostId id_;
   mutable Mutex mu_;
   std::map<int64_t, int64_t> quotas_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> runs_ ABSL_GUARDED_BY(mu_);
 };
 
 // Island i has host i with one device.
@@ -77,9 +86,12 @@ class ControlPlaneTest : public ::testing::Test {
   std::unique_ptr<ControlPlane> Make(Topology topology) {
     ControlPlaneOptions o;
     o.scheduler.deliver_on_own_thread = false;
+    // Host h is on island h unless island_of_ says otherwise.
     o.host_lookup = [this](IslandId island, HostId h) -> HostService* {
       auto it = hosts_.find(h.value());
-      return it != hosts_.end() && h.value() == island.value() ? it->second.get() : nullptr;
+      auto home = island_of_.find(h.value());
+      const int64_t own = home == island_of_.end() ? h.value() : home->second;
+      return it != hosts_.end() && own == island.value() ? it->second.get() : nullptr;
     };
     o.for_each_host = [this](const std::function<void(HostService&)>& apply) {
       for (auto& [id, h] : hosts_) apply(*h);
@@ -92,6 +104,7 @@ class ControlPlaneTest : public ::testing::Test {
   }
 
   std::map<int64_t, std::unique_ptr<QuotaHost>> hosts_;
+  std::map<int64_t, int64_t> island_of_;
 };
 
 TEST_F(ControlPlaneTest, MakesASchedulerForEveryIslandOfTheTopologyInIslandOrder) {
@@ -114,7 +127,7 @@ TEST_F(ControlPlaneTest, AnIslandOrHostAddedLaterGetsTheSharesSetBefore) {
   AddFake(0);
   const ClientShare share{4.0, 1, 1 << 20};
   ASSERT_OK(control->SetShare(ClientId(5), share));
-  EXPECT_TRUE(hosts_[0]->quotas().contains(5));  // every host, through for_each_host
+  EXPECT_THAT(hosts_[0]->quotas(), ElementsAre(Pair(5, 1 << 20)));  // through for_each_host
 
   QuotaHost* late = AddFake(1);
   control->AddHost(HostId(1), IslandId(1), {DeviceId(0), DeviceId(1)}, 1 << 20, "cpu", {}, late);
@@ -141,11 +154,6 @@ TEST_F(ControlPlaneTest, AShareReachesEverySchedulerAndIsForgottenWithItsClient)
   control->DropClient(ClientId(1));
   control->AddHost(HostId(9), IslandId(9), {DeviceId(9)}, 1 << 20, "cpu", {}, nullptr);
   EXPECT_EQ(control->scheduler(IslandId(9))->client_stats(ClientId(1)).share, ClientShare{});
-
-  ASSERT_OK(control->SetShare(ClientId(2), share));
-  control->ForgetClient(ClientId(2));
-  control->AddHost(HostId(10), IslandId(10), {DeviceId(10)}, 1 << 20, "cpu", {}, nullptr);
-  EXPECT_EQ(control->scheduler(IslandId(10))->client_stats(ClientId(2)).share, ClientShare{});
 }
 
 TEST_F(ControlPlaneTest, RefusesAMalformedShare) {
@@ -171,6 +179,46 @@ TEST_F(ControlPlaneTest, ARunOnNoIslandOrAnUnknownOneIsRefusedNamingIt) {
   // A known island whose scheduler does not know the program.
   EXPECT_THAT(control->SubmitRun(run, {IslandId(0), IslandId(1)}, nullptr),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("not registered with island 0")));
+}
+
+// Island 0 has hosts 0 and 1, island 1 has host 2.
+TEST_F(ControlPlaneTest, EachSchedulerReachesOnlyItsIslandsHostsAndARunReachesThem) {
+  Topology t;
+  t.AddIsland(IslandId(0));
+  t.AddIsland(IslandId(1));
+  t.AddHost(HostId(0), IslandId(0));
+  t.AddHost(HostId(1), IslandId(0));
+  t.AddHost(HostId(2), IslandId(1));
+  for (int h = 0; h < 3; ++h) AddFake(h);
+  island_of_ = {{0, 0}, {1, 0}, {2, 1}};
+  auto control = Make(std::move(t));
+
+  const ProgramPlan two = testing::TwoMeshPlan();  // hosts 0 and 1, on island 0
+  ASSERT_OK(control->scheduler(IslandId(0))->RegisterProgram(std::make_shared<ProgramPlan>(two)));
+  // Island 0's hosts named for island 1, or island 1's host for island 0,
+  // are refused: each scheduler sees only its own island's hosts.
+  ProgramPlan moved = two;
+  moved.id = ProgramId(9);
+  moved.islands = {IslandId(1)};
+  EXPECT_THAT(
+      control->scheduler(IslandId(1))->RegisterProgram(std::make_shared<ProgramPlan>(moved)),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a host of island 1")));
+  ProgramPlan stray = two;
+  stray.id = ProgramId(8);
+  stray.hosts_by_island = {{HostId(0), HostId(2)}};
+  EXPECT_THAT(control->scheduler(IslandId(0))->RegisterProgram(std::make_shared<ProgramPlan>(stray)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("host 2")));
+
+  RunRequest run;
+  run.program = two.id;
+  run.run = RunId(21);
+  run.client = two.client;
+  run.arguments = {ArrayId(100)};
+  run.outputs = {ArrayId(101)};
+  ASSERT_OK(control->SubmitRun(run, {IslandId(0)}, nullptr));
+  EXPECT_THAT(hosts_[0]->runs(), ElementsAre(21));
+  EXPECT_THAT(hosts_[1]->runs(), ElementsAre(21));
+  EXPECT_TRUE(hosts_[2]->runs().empty());
 }
 
 TEST_F(ControlPlaneTest, GroupsHostsByIslandInOrderOfFirstAppearanceAndSkipsUnknownOnes) {
