@@ -85,12 +85,15 @@ expect 1 "unreachable cluster (demo)" -- env CAUSEWAY_TOKEN=t \
   "$bin" demo --cluster grpc://127.0.0.1:1 --timeout 2 --steps 1
 # A refused connection fails at once, naming the address, however long the
 # timeout (it once waited all of it). The bound leaves room for a sanitized
-# binary's start; distributed_test holds the connection itself to 1 s.
+# binary's start on a loaded machine (TSan, idle: 1.7 s for the whole command;
+# the test once failed under TSan beside the rest of the suite on 2 cores and
+# never alone, and this 5 s bound was its only timed check); distributed_test
+# holds the connection itself to 1 s.
 start=$(date +%s%N)
 env CAUSEWAY_TOKEN=t "$bin" cluster status --cluster grpc://127.0.0.1:1 --timeout 30 \
   >/dev/null 2>/tmp/cli_test_out.$$ && { echo "FAIL: a refused connection succeeded"; fail=1; }
 elapsed_ms=$((($(date +%s%N) - start) / 1000000))
-if [ "$elapsed_ms" -ge 5000 ] || ! grep -q "127.0.0.1:1" /tmp/cli_test_out.$$; then
+if [ "$elapsed_ms" -ge 10000 ] || ! grep -q "127.0.0.1:1" /tmp/cli_test_out.$$; then
   echo "FAIL: a refused connection took ${elapsed_ms} ms:"; cat /tmp/cli_test_out.$$; fail=1
 fi
 expect 1 "unreachable cluster (bench)" -- env CAUSEWAY_TOKEN=t \
