@@ -92,12 +92,6 @@ std::vector<std::pair<IslandId, IslandScheduler*>> ControlPlane::schedulers() co
   return out;
 }
 
-IslandId ControlPlane::IslandOf(HostId host) const {
-  MutexLock lock(&mu_);
-  auto it = host_island_.find(host);
-  return it == host_island_.end() ? IslandId(-1) : it->second;
-}
-
 absl::Status ControlPlane::SubmitRun(const RunRequest& run, const std::vector<IslandId>& islands,
                                      std::function<void(const absl::Status&)> forwarded) {
   std::vector<IslandScheduler*> schedulers;
@@ -167,11 +161,6 @@ void ControlPlane::DropClient(ClientId client) {
     for (const auto& [island, s] : schedulers_) schedulers.push_back(s.get());
   }
   for (IslandScheduler* s : schedulers) s->DropClient(client);
-}
-
-void ControlPlane::RunFinished(IslandId island, HostId host, RunId run, int64_t device_us,
-                               int launches) {
-  if (IslandScheduler* s = scheduler(island)) s->RunFinished(host, run, device_us, launches);
 }
 
 }  // namespace causeway

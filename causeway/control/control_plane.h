@@ -68,9 +68,6 @@ class ControlPlane {
   IslandScheduler* scheduler(IslandId island) const;
   // Every island's scheduler, by ascending island id.
   std::vector<std::pair<IslandId, IslandScheduler*>> schedulers() const;
-  // The island of a host added (or of the first topology); IslandId(-1)
-  // if unknown.
-  IslandId IslandOf(HostId host) const;
 
   // ClusterConnection::SubmitRun: the run goes to the scheduler of each of
   // `islands`; runs spanning islands are submitted one at a time.
@@ -91,8 +88,6 @@ class ControlPlane {
   // The client is ending: its share is forgotten, and its runs not yet
   // forwarded and its place in every island's queue are dropped.
   void DropClient(ClientId client);
-  // A host finished its part of a run: for its island's scheduler.
-  void RunFinished(IslandId island, HostId host, RunId run, int64_t device_us, int launches);
 
  private:
   IslandScheduler& AddIsland(IslandId island) ABSL_EXCLUSIVE_LOCKS_REQUIRED(share_mu_);

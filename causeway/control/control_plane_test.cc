@@ -115,10 +115,12 @@ TEST_F(ControlPlaneTest, MakesASchedulerForEveryIslandOfTheTopologyInIslandOrder
     EXPECT_EQ(schedulers[i].first, IslandId(i));
     EXPECT_EQ(schedulers[i].second, control->scheduler(IslandId(i)));
     EXPECT_EQ(schedulers[i].second->island(), IslandId(i));
-    EXPECT_EQ(control->IslandOf(HostId(i)), IslandId(i));
+    const auto group = control->GroupByIsland({HostId(i)});
+    ASSERT_EQ(group.size(), 1u);
+    EXPECT_EQ(group[0].first, IslandId(i));
   }
   EXPECT_EQ(control->scheduler(IslandId(3)), nullptr);
-  EXPECT_EQ(control->IslandOf(HostId(7)), IslandId(-1));
+  EXPECT_TRUE(control->GroupByIsland({HostId(7)}).empty());
   EXPECT_EQ(control->resources().GetTopology().islands().size(), 3u);
 }
 
@@ -135,7 +137,8 @@ TEST_F(ControlPlaneTest, AnIslandOrHostAddedLaterGetsTheSharesSetBefore) {
   ASSERT_NE(s, nullptr);
   EXPECT_EQ(s->client_stats(ClientId(5)).share, share);
   EXPECT_THAT(late->quotas(), ElementsAre(Pair(5, 1 << 20)));
-  EXPECT_EQ(control->IslandOf(HostId(1)), IslandId(1));
+  EXPECT_THAT(control->GroupByIsland({HostId(1)}),
+              ElementsAre(Pair(IslandId(1), ElementsAre(HostId(1)))));
   EXPECT_EQ(control->resources().GetTopology().island(IslandId(1))->hosts.size(), 1u);
 
   // A second host of the same island reuses its scheduler.
@@ -240,7 +243,6 @@ TEST_F(ControlPlaneTest, GroupsHostsByIslandInOrderOfFirstAppearanceAndSkipsUnkn
 TEST_F(ControlPlaneTest, ARemovedHostLeavesTheTopologyAndItsIsland) {
   auto control = Make(Islands(2));
   control->RemoveHost(HostId(1), IslandId(1), "gone");
-  EXPECT_EQ(control->IslandOf(HostId(1)), IslandId(-1));
   EXPECT_TRUE(control->GroupByIsland({HostId(1)}).empty());
   // Its island had no other host, so it left the topology too.
   EXPECT_THAT(control->resources().GetTopology().islands(), ElementsAre(IslandId(0)));

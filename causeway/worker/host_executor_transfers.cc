@@ -3,18 +3,13 @@
 #include "causeway/worker/host_executor.h"
 
 #include <algorithm>
-#include <cstring>
-#include <deque>
 #include <tuple>
 #include <utility>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "causeway/backend/compile_cache.h"
 #include "causeway/backend/device.h"
 #include "causeway/base/check.h"
 #include "causeway/base/limits.h"
-#include "causeway/base/status_macros.h"
 
 namespace causeway {
 
