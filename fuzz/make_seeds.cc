@@ -244,14 +244,6 @@ void Seeds() {
   cluster::ClientMessage& fetch = message();
   fetch.mutable_host()->set_host(0);
   fetch.mutable_host()->mutable_fetch_shard()->set_array(base + 11);
-  cluster::ClientMessage& loop = message();
-  loop.mutable_host()->set_host(0);
-  cluster::SpmdLoop& l = *loop.mutable_host()->mutable_drive_spmd();
-  l.set_program(plan.id.value());
-  l.set_client(client.value());
-  l.set_id_base(base + 1000);
-  l.set_input(base + 10);
-  l.set_count(3);
   Write("fuzz_coordinator", "session", b.SerializeAsString());
 }
 

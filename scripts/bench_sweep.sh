@@ -65,11 +65,11 @@ read -r -t 60 -u 3 line
 address=$(/usr/bin/python3 -c 'import json,sys; print(json.loads(sys.argv[1])["address"])' "$line")
 export CAUSEWAY_TOKEN=$(/usr/bin/python3 -c 'import json,sys; print(json.loads(sys.argv[1])["token"])' "$line")
 export CAUSEWAY_WORKER_TOKEN=$(/usr/bin/python3 -c 'import json,sys; print(json.loads(sys.argv[1])["worker_token"])' "$line")
+# The single controller only: the multi-controller baseline's loops run beside
+# their hosts, on the embedded cluster (tools/spmd_loop.h).
 for mode in opbyop chained fused; do
-  for controller in single multi; do
-    run bench dispatch --cluster "$address" --mode "$mode" --controller "$controller" \
-      --devices 8 --seconds "$secs" --repeat 3
-  done
+  run bench dispatch --cluster "$address" --mode "$mode" --controller single \
+    --devices 8 --seconds "$secs" --repeat 3
 done
 # Four weighted clients, each a process of its own (docs/BENCHMARKS.md, "Multi-tenancy").
 run bench tenancy --cluster "$address" --clients 4 --weights 1,2,4,8 --compute-us 330 \

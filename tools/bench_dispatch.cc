@@ -38,6 +38,12 @@ const std::map<std::string, DispatchGranularity> kModes = {
     {"fused", DispatchGranularity::kFused}};
 const std::map<std::string, Controller> kControllers = {{"single", Controller::kSingle},
                                                         {"multi", Controller::kMulti}};
+// The multi-controller baseline's loops run beside their hosts
+// (tools/spmd_loop.h); driving a worker process through the coordinator
+// would measure the coordinator's hop, not a multi-controller system.
+constexpr char kMultiIsLocal[] =
+    "--controller multi runs on the embedded cluster only: its loop per host must run in the "
+    "host's own process, and a distributed cluster's hosts are worker processes";
 const std::map<std::string, Computation> kComputations = {
     {"add", Computation::kAdd}, {"allreduce-add", Computation::kAllReduceAdd}};
 
@@ -229,7 +235,7 @@ void AddBenchDispatchCommands(CLI::App* bench, int* exit_code) {
       ->check(CLI::IsMember(Keys(kModes)))
       ->capture_default_str();
   cmd->add_option("--controller", d->controller,
-                  "single (client + island scheduler) | multi (one dispatch loop per host)")
+                  "single (client + island scheduler) | multi (one dispatch loop per host; embedded cluster only)")
       ->check(CLI::IsMember(Keys(kControllers)));
   cmd->add_option("--computation", d->computation, "allreduce-add | add")
       ->check(CLI::IsMember(Keys(kComputations)));
@@ -270,6 +276,11 @@ void AddBenchDispatchCommands(CLI::App* bench, int* exit_code) {
           return;
         }
       }
+      if (d->controller == "multi") {
+        std::fprintf(stderr, "causeway bench dispatch: %s\n", kMultiIsLocal);
+        *exit_code = kExitUsage;
+        return;
+      }
     }
     *exit_code = RunDispatch(*d);
   });
@@ -283,7 +294,8 @@ void AddBenchDispatchCommands(CLI::App* bench, int* exit_code) {
   ucmd->add_option("--compute-us", u->compute_us, "Comma-separated computation lengths, us");
   ucmd->add_option("--mode", u->mode, "opbyop | chained | fused")
       ->check(CLI::IsMember(Keys(kModes)));
-  ucmd->add_option("--controller", u->controller, "single | multi | both")
+  ucmd->add_option("--controller", u->controller,
+                   "single | multi | both (multi: embedded cluster only)")
       ->check(CLI::IsMember({"single", "multi", "both"}));
   ucmd->add_option("--devices", u->devices, "Devices in the mesh")->check(CLI::Range(1, 1024));
   ucmd->add_option("--hosts", u->hosts, "Hosts")->check(CLI::Range(1, 256));
@@ -315,6 +327,11 @@ void AddBenchDispatchCommands(CLI::App* bench, int* exit_code) {
         *exit_code = kExitUsage;
         return;
       }
+    }
+    if (u->cluster != "local" && u->controller != "single") {
+      std::fprintf(stderr, "causeway bench utilization: %s\n", kMultiIsLocal);
+      *exit_code = kExitUsage;
+      return;
     }
     *exit_code = RunUtilization(*u);
   });

@@ -13,6 +13,7 @@
 #include "causeway/cluster/local_cluster.h"
 #include "causeway/cluster/remote_cluster.h"
 #include "causeway/ir/builder.h"
+#include "tools/spmd_loop.h"
 
 namespace causeway::tools {
 namespace {
@@ -35,6 +36,10 @@ struct Bench {
 };
 
 absl::StatusOr<Bench> Setup(const DispatchBenchOptions& o) {
+  if (o.controller == Controller::kMulti && o.cluster != "local") {
+    return absl::InvalidArgumentError(
+        "the multi-controller baseline runs on the embedded cluster only (tools/spmd_loop.h)");
+  }
   if (o.hosts < 1 || o.devices < o.hosts || o.devices % o.hosts != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--devices (", o.devices, ") must be a positive multiple of --hosts (", o.hosts, ")"));
@@ -89,10 +94,8 @@ absl::Status RunSingle(Bench& bench, const DispatchBenchOptions& o, int64_t unit
 }
 
 // Multi-controller baseline: every host runs the same loop over the same
-// registered plan, enqueuing straight onto its own devices
-// (HostService::DriveSpmd); run and array ids come from the step number, so
-// the hosts agree without talking — as SPMD programs do. Only the start and
-// the end of each loop cross the control plane.
+// registered plan, enqueuing straight onto its own devices (spmd_loop.h).
+// Only the start and the end of each loop involve this thread.
 absl::Status RunMulti(Bench& bench, int64_t units, int64_t* next_step) {
   const std::shared_ptr<const ProgramPlan> plan = bench.program.plan();
   SpmdLoop loop;
@@ -103,13 +106,9 @@ absl::Status RunMulti(Bench& bench, int64_t units, int64_t* next_step) {
   loop.first = *next_step;
   loop.count = units;
   *next_step += units;
-  std::vector<Future<Unit>> done;
-  for (HostId h : plan->hosts) {
-    HostService* host = bench.connection->host(h);
-    if (host == nullptr) return absl::UnavailableError(absl::StrCat(h.ToString(), " is gone"));
-    done.push_back(host->DriveSpmd(loop));
-  }
-  return WhenAll(done).Await().status();
+  std::vector<HostService*> hosts;
+  for (HostId h : plan->hosts) hosts.push_back(bench.connection->host(h));
+  return RunSpmdLoop(*plan, hosts, loop);
 }
 
 }  // namespace

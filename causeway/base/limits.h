@@ -18,16 +18,10 @@ inline constexpr int kMaxDevicesPerHost = 4096;
 inline constexpr int64_t kMaxIsland = 4095;
 // Memory of one device: 1 PiB.
 inline constexpr int64_t kMaxDeviceMemoryBytes = int64_t{1} << 50;
-// Steps of one DriveSpmd loop, and loops running at once on one host.
-inline constexpr int64_t kMaxSpmdLoopSteps = int64_t{1} << 24;
-inline constexpr int kMaxSpmdLoopsPerHost = 64;
 // A report tree's fanout (HostExecutorOptions::report_fanout), and the runs
 // one host gathers reports of at once.
 inline constexpr int kMaxReportFanout = 62;
 inline constexpr size_t kMaxPendingReports = size_t{1} << 16;
-// How far (in the devices' time) one DriveSpmd loop prepares steps ahead of
-// its host's devices: the island scheduler's default run-ahead.
-inline constexpr double kSpmdLoopRunAheadUs = 10'000;
 // One payload (reshard piece or collective contribution) on the data plane.
 inline constexpr int64_t kMaxPayloadBytes = int64_t{1} << 32;
 // Streams (client connections and worker joins) open at once from one

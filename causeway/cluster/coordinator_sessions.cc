@@ -417,24 +417,6 @@ void CoordinatorServer::Impl::HandleHostCall(ClientSession& session,
           "hosts' traces are started and collected through the coordinator (a trace request), "
           "which hands a connection its own runs' events only");
       break;
-    case cluster::HostCall::kDriveSpmd: {
-      const cluster::SpmdLoop& l = call.drive_spmd();
-      status = CheckOwned(session, l.program(), "program");
-      // Every id the loop will make (id_base + first .. id_base + first +
-      // count - 1) must be this client's: the ids of one client are one
-      // contiguous range, so checking both ends checks them all.
-      if (status.ok()) status = CheckSpmdLoopRange(l.id_base(), l.first(), l.count());
-      if (status.ok()) status = CheckOwned(session, l.id_base() + l.first(), "run");
-      if (status.ok()) status = CheckOwned(session, l.id_base() + l.first() + l.count() - 1, "run");
-      if (status.ok() && l.first() > 0) {
-        status = CheckOwned(session, l.id_base() + l.first() - 1, "array");
-      }
-      if (status.ok()) status = CheckOwned(session, l.input(), "array");
-      if (status.ok() && !session.clients.contains(ClientId(l.client()))) {
-        status = absl::PermissionDeniedError("a loop on behalf of another client");
-      }
-      break;
-    }
     case cluster::HostCall::CALL_NOT_SET:
       status = absl::InvalidArgumentError("empty host call");
       break;

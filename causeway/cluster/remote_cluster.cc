@@ -349,11 +349,6 @@ class RemoteCluster::Impl::Host final : public HostService {
   void DeliverPiece(ShardPieceMessage) override {
     CW_CHECK(false) << "pieces move between workers, never through a client";
   }
-  Future<Unit> DriveSpmd(const SpmdLoop& loop) override {
-    cluster::ClientMessage m = Message();
-    grpc_transport::EncodeSpmdLoop(loop, m.mutable_host()->mutable_drive_spmd());
-    return impl_->Call(std::move(m)).Then(grpc_transport::ReplyToUnit);
-  }
   Future<std::vector<DeviceCounters>> GetCounters(bool reset) override {
     cluster::ClientMessage m = Message();
     m.mutable_host()->set_get_counters(reset);

@@ -239,11 +239,6 @@ class RemoteHost final : public HostService {
   void DeliverPiece(ShardPieceMessage) override {
     CW_CHECK(false) << "pieces move between workers, never through the coordinator";
   }
-  Future<Unit> DriveSpmd(const SpmdLoop& loop) override {
-    cluster::HostCall call;
-    grpc_transport::EncodeSpmdLoop(loop, call.mutable_drive_spmd());
-    return Call(std::move(call)).Then(grpc_transport::ReplyToUnit);
-  }
   // Starts, stops or collects the host's trace (cluster::TraceCall).
   Future<cluster::Reply> Trace(const cluster::TraceCall& trace) {
     cluster::HostCall call;

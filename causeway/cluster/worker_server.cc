@@ -461,10 +461,6 @@ void WorkerServer::Impl::HandleCall(uint64_t id, cluster::HostCall& call) {
       Reply(id, absl::OkStatus());
       break;
     }
-    case cluster::HostCall::kDriveSpmd:
-      executor_->DriveSpmd(grpc_transport::DecodeSpmdLoop(call.drive_spmd()))
-          .OnReady([this, id](const absl::StatusOr<Unit>& done) { Reply(id, done.status()); });
-      break;
     case cluster::HostCall::kGetCounters:
       executor_->GetCounters(call.get_counters())
           .OnReady([this, id, by_client = call.by_client()](

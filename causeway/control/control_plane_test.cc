@@ -50,7 +50,6 @@ class QuotaHost final : public HostService {
     quotas_[owner.value()] = bytes;
   }
   void DeliverPiece(ShardPieceMessage) override {}
-  Future<Unit> DriveSpmd(const SpmdLoop&) override { return Future<Unit>::Ready(Unit{}); }
   Future<std::vector<DeviceCounters>> GetCounters(bool) override {
     return Future<std::vector<DeviceCounters>>::Ready(std::vector<DeviceCounters>{});
   }

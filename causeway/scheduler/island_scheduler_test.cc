@@ -60,7 +60,6 @@ class FakeHost final : public HostService {
   void ReleaseOwner(ClientId) override {}
   void SetMemoryQuota(ClientId, int64_t) override {}
   void DeliverPiece(ShardPieceMessage) override {}
-  Future<Unit> DriveSpmd(const SpmdLoop&) override { return Future<Unit>::Ready(Unit{}); }
   Future<std::vector<DeviceCounters>> GetCounters(bool) override {
     return Future<std::vector<DeviceCounters>>::Ready(std::vector<DeviceCounters>{});
   }

@@ -62,10 +62,6 @@ class SimCluster::HostProxy final : public HostService {
     exec()->SetMemoryQuota(owner, bytes);
   }
   void DeliverPiece(ShardPieceMessage piece) override { exec()->DeliverPiece(std::move(piece)); }
-  Future<Unit> DriveSpmd(const SpmdLoop&) override {
-    return Future<Unit>::Ready(absl::UnimplementedError(
-        "the simulator drives SPMD loops itself (SimCluster::HostEnqueue)"));
-  }
   Future<std::vector<DeviceCounters>> GetCounters(bool reset) override {
     return exec()->GetCounters(reset);
   }

@@ -68,28 +68,6 @@ struct ShardPieceMessage {
   }
 };
 
-// The multi-controller baseline (`causeway bench dispatch --controller
-// multi`): one host runs `count` steps of a registered plan with one
-// parameter and one output, enqueuing straight onto its own devices with no
-// scheduler in the path. Step k (run id `id_base + k`, output array
-// `id_base + k`) consumes the output of step k - 1, or `input` for the first
-// step of the first loop. Every host of the plan runs the same loop, and
-// they agree on ids without talking — as SPMD programs do.
-struct SpmdLoop {
-  ProgramId program;
-  ClientId client;
-  int64_t id_base = 0;  // in the client's id space
-  ArrayId input;
-  int64_t first = 0;
-  int64_t count = 0;
-};
-
-// INVALID_ARGUMENT unless a loop of `count` steps from step `first` has 1
-// to limits::kMaxSpmdLoopSteps steps, starts at 0 or later, and its ids
-// (id_base + first .. id_base + first + count - 1) do not overflow. Checked
-// by whoever receives a loop from a peer.
-absl::Status CheckSpmdLoopRange(int64_t id_base, int64_t first, int64_t count);
-
 // A host: its executor and object store. Thread-safe.
 class HostService {
  public:
@@ -133,12 +111,6 @@ class HostService {
 
   // Data plane: a piece of a reshard from another host.
   virtual void DeliverPiece(ShardPieceMessage piece) = 0;
-
-  // Runs `loop` on a thread of the host's own; ready when this host's shard
-  // of the last step's output is (or with the first error). Each step's
-  // input is released once the next step is enqueued. INVALID_ARGUMENT for
-  // an unknown plan or one that is not single-input, single-output.
-  virtual Future<Unit> DriveSpmd(const SpmdLoop& loop) = 0;
 
   // Every device's counters, in local order; then, if `reset`, zeroes the
   // launch and busy-time counters (memory is never reset).

@@ -88,7 +88,6 @@ void HostExecutor::Housekeep(absl::Time now) {
     }
   }
   options_.collectives->Housekeep(now);
-  ReapLoops();
 }
 
 int64_t HostExecutor::early_piece_bytes() const {
@@ -116,17 +115,13 @@ void HostExecutor::DropEarlyLocked(const SlotKey& key, const absl::Status& why) 
 HostExecutor::~HostExecutor() { Shutdown(); }
 
 void HostExecutor::Shutdown() {
-  stop_loops_ = true;
   stop_housekeeping_.Notify();
   if (housekeeper_.joinable()) housekeeper_.join();
-  std::vector<Loop> loops;
   {
     MutexLock lock(&mu_);
     if (shut_down_) return;
     shut_down_ = true;
-    loops.swap(loops_);
   }
-  for (Loop& l : loops) l.thread.join();
   store_.Shutdown();
   // Slots never filled (their source is gone or shutting down too) fail
   // before the streams drain, so that no launch waits on them forever.
@@ -686,12 +681,6 @@ Future<Unit> HostExecutor::AwaitShard(ArrayId array, int shard) {
 void HostExecutor::ReleaseArrays(absl::Span<const ArrayId> arrays) { store_.Release(arrays); }
 
 void HostExecutor::ReleaseOwner(ClientId owner) {
-  {
-    MutexLock lock(&mu_);
-    for (Loop& l : loops_) {
-      if (l.client == owner) l.stop->store(true);
-    }
-  }
   store_.ReleaseOwner(owner);
   SetMemoryQuota(owner, 0);
 }

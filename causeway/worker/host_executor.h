@@ -103,7 +103,6 @@ class HostExecutor final : public HostService {
   void ReleaseOwner(ClientId owner) override;
   void SetMemoryQuota(ClientId owner, int64_t bytes) override;
   void DeliverPiece(ShardPieceMessage piece) override;
-  Future<Unit> DriveSpmd(const SpmdLoop& loop) override;
   // Counters only: the per-client view below walks every shard of the
   // store under its lock, so it is computed only when asked for.
   Future<std::vector<DeviceCounters>> GetCounters(bool reset) override;
@@ -278,20 +277,6 @@ class HostExecutor final : public HostService {
   std::thread housekeeper_;
   Notification stop_housekeeping_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
-  // A thread running an SpmdLoop. It stops enqueuing when `stop` is set
-  // (shutdown, or its client's arrays are released) and sets `finished`
-  // last; finished loops are joined by the next DriveSpmd or Shutdown().
-  struct Loop {
-    std::thread thread;
-    ClientId client;
-    std::shared_ptr<std::atomic<bool>> stop;
-    std::shared_ptr<std::atomic<bool>> finished;
-  };
-  // Joins loops that finished; returns how many still run. REQUIRES: mu_
-  // not held (joining may wait for a loop's last EnqueueRun).
-  int ReapLoops();
-  std::vector<Loop> loops_ ABSL_GUARDED_BY(mu_);
-  std::atomic<bool> stop_loops_{false};
   absl::flat_hash_map<HostId, absl::Status> lost_peers_ ABSL_GUARDED_BY(mu_);
 };
 

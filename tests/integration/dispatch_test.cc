@@ -13,6 +13,7 @@
 #include "causeway/worker/host_executor.h"
 #include "gmock/gmock.h"
 #include "tests/integration/test_util.h"
+#include "tools/spmd_loop.h"
 
 namespace causeway::testing {
 namespace {
@@ -237,11 +238,11 @@ TEST(DispatchTest, ParallelDispatchBeatsSequentialForShortComputations) {
   EXPECT_LT(best_p, best_s) << "parallel " << best_p << " us vs sequential " << best_s << " us";
 }
 
-// A multi-controller loop (HostService::DriveSpmd) prepares its steps a
-// bounded way ahead of its devices, as the island scheduler bounds a single
-// controller's: when an early step fails, the loop stops within its window
-// of it, and the loop's last step is never prepared. (Unbounded, the loop
-// prepared all 5000 steps at once, and the last one's output existed,
+// The multi-controller baseline's loop (tools/spmd_loop.h) prepares its
+// steps a bounded way ahead of its devices, as the island scheduler bounds a
+// single controller's: when an early step fails, the loop stops within its
+// window of it, and the loop's last step is never prepared. (Unbounded, the
+// loop prepared all 5000 steps at once, and the last one's output existed,
 // poisoned.)
 TEST(DispatchTest, AnSpmdLoopStopsWithinItsRunAheadOfAFailedStep) {
   constexpr int64_t kSteps = 5000;
@@ -263,7 +264,7 @@ TEST(DispatchTest, AnSpmdLoopStopsWithinItsRunAheadOfAFailedStep) {
   const Program program = *pb.Build({(*pb.Call(f, {x}))[0]});
   const Array input = *client->Put(ir::Literal::F32({1}, {0.0f}), mesh, Sharding::Replicated(1));
 
-  SpmdLoop loop;
+  tools::SpmdLoop loop;
   loop.program = program.plan()->id;
   loop.client = client->id();
   loop.id_base = ClientIdBase(client->id()) | (int64_t{1} << 38);
@@ -273,11 +274,42 @@ TEST(DispatchTest, AnSpmdLoopStopsWithinItsRunAheadOfAFailedStep) {
   failing->store(loop.id_base + 5);
   HostService* host = cluster->host(program.plan()->hosts[0]);
   ASSERT_NE(host, nullptr);
-  const absl::StatusOr<Unit> done = AwaitOrHang(host->DriveSpmd(loop));
-  EXPECT_THAT(done.status().message(), ::testing::HasSubstr("step 5 fails"));
+  const absl::Status done = tools::RunSpmdLoop(*program.plan(), {host}, loop);
+  EXPECT_THAT(done.message(), ::testing::HasSubstr("step 5 fails"));
   const absl::StatusOr<Unit> last =
       AwaitOrHang(host->AwaitShard(ArrayId(loop.id_base + kSteps - 1), 0));
   EXPECT_EQ(last.status().code(), absl::StatusCode::kNotFound) << last.status();
+}
+
+// The loop's refusals name what is wrong: a plan of two outputs, and hosts
+// that do not match the plan's.
+TEST(DispatchTest, AnSpmdLoopRefusesAPlanItCannotDrive) {
+  auto cluster = MakeCluster(HostsOfOneDevice(1));
+  auto client = Connect(cluster.get());
+  MeshRequest request;
+  request.axes = {{"x", 1}};
+  request.devices = {DeviceId(0)};
+  const Mesh mesh = *client->AllocateMesh(request);
+  ProgramBuilder pb = client->NewProgram("two");
+  TracedArray x = *pb.Parameter(ir::Shape(ir::DType::kF32, {1}), mesh, Sharding::Replicated(1));
+  const CompiledFunction f = *client->Compile(DelayAddOne(1, 0, "step"), mesh, {});
+  const Program program = *pb.Build({(*pb.Call(f, {x}))[0], (*pb.Call(f, {x}))[0]});
+  tools::SpmdLoop loop;
+  loop.program = program.plan()->id;
+  loop.client = client->id();
+  loop.count = 3;
+  HostService* host = cluster->host(program.plan()->hosts[0]);
+  EXPECT_THAT(tools::RunSpmdLoop(*program.plan(), {host}, loop).message(),
+              ::testing::HasSubstr("2 outputs, not one of each"));
+
+  ProgramBuilder one = client->NewProgram("one");
+  TracedArray y = *one.Parameter(ir::Shape(ir::DType::kF32, {1}), mesh, Sharding::Replicated(1));
+  const Program single = *one.Build({(*one.Call(f, {y}))[0]});
+  loop.program = single.plan()->id;
+  EXPECT_THAT(tools::RunSpmdLoop(*single.plan(), {host, host}, loop).message(),
+              ::testing::HasSubstr("over 2 hosts (the plan spans 1)"));
+  EXPECT_THAT(tools::RunSpmdLoop(*single.plan(), {nullptr}, loop).message(),
+              ::testing::HasSubstr("is gone"));
 }
 
 // Hosts reporting up a binary tree on real threads: every run is accounted

@@ -14,26 +14,6 @@
 
 namespace causeway::grpc_transport {
 
-inline void EncodeSpmdLoop(const SpmdLoop& loop, cluster::SpmdLoop* out) {
-  out->set_program(loop.program.value());
-  out->set_client(loop.client.value());
-  out->set_id_base(loop.id_base);
-  out->set_input(loop.input.value());
-  out->set_first(loop.first);
-  out->set_count(loop.count);
-}
-
-inline SpmdLoop DecodeSpmdLoop(const cluster::SpmdLoop& in) {
-  SpmdLoop loop;
-  loop.program = ProgramId(in.program());
-  loop.client = ClientId(in.client());
-  loop.id_base = in.id_base();
-  loop.input = ArrayId(in.input());
-  loop.first = in.first();
-  loop.count = in.count();
-  return loop;
-}
-
 // `by_client`: with each device's per-client usage.
 inline void EncodeCounters(const std::vector<DeviceCounters>& counters, bool by_client,
                            cluster::CounterList* out) {

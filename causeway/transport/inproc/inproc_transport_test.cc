@@ -94,9 +94,6 @@ class RecordingHost final : public HostService {
   void ReleaseOwner(ClientId) override {}
   void SetMemoryQuota(ClientId, int64_t) override {}
 
-  Future<Unit> DriveSpmd(const SpmdLoop&) override {
-    return Future<Unit>::Ready(absl::UnimplementedError("not used by these tests"));
-  }
   Future<std::vector<DeviceCounters>> GetCounters(bool) override {
     return Future<std::vector<DeviceCounters>>::Ready(
         absl::UnimplementedError("not used by these tests"));
