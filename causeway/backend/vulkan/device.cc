@@ -364,6 +364,15 @@ class VulkanDevice final : public Device {
 
   absl::Status RunHostStep(const VulkanExecutable& exe, const HostStep& h, const Operands& ops,
                            const RunContext& context);
+  // A loop or conditional (ControlFlow): launches of its sub-functions on
+  // this device, over views of the caller's buffers, waited for here.
+  absl::Status RunControlFlow(const ControlFlow& cf, const Operands& ops,
+                              const RunContext& context);
+  // Views of `bytes[k]` of `base` at `base_offset + offsets[k]`, kept in `keep`.
+  std::vector<DeviceAllocation*> Views(const VulkanAllocation& base, uint64_t base_offset,
+                                       absl::Span<const int64_t> offsets,
+                                       absl::Span<const ir::Shape> shapes,
+                                       std::vector<std::unique_ptr<VulkanAllocation>>& keep);
 
   // Records with `record` and submits one command buffer; `done` runs on the
   // completion thread when the GPU finished it (or at once with the error
@@ -515,8 +524,105 @@ class VulkanDevice final : public Device {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+std::vector<DeviceAllocation*> VulkanDevice::Views(
+    const VulkanAllocation& base, uint64_t base_offset, absl::Span<const int64_t> offsets,
+    absl::Span<const ir::Shape> shapes, std::vector<std::unique_ptr<VulkanAllocation>>& keep) {
+  std::vector<DeviceAllocation*> views;
+  for (size_t k = 0; k < shapes.size(); ++k) {
+    keep.push_back(gpu_->View(base, base_offset + static_cast<uint64_t>(offsets[k]),
+                              shapes[k].byte_size()));
+    views.push_back(keep.back().get());
+  }
+  return views;
+}
+
+// The carry lives in two packed sets, the instruction's own result and a
+// spare; the body writes the other one and they swap, so no iteration
+// copies, and the final carry is copied only when it ends in the spare. The
+// host reads one byte per iteration: the condition.
+absl::Status VulkanDevice::RunControlFlow(const ControlFlow& cf, const Operands& ops,
+                                          const RunContext& context) {
+  auto launch = [&](const VulkanExecutable& sub, absl::Span<DeviceAllocation* const> in,
+                    absl::Span<DeviceAllocation* const> out) {
+    std::vector<const DeviceAllocation*> inputs(in.begin(), in.end());
+    return Await([&](Completion c) { Launch(sub, inputs, out, context, std::move(c)); });
+  };
+  const auto [packed, packed_offset] = Place(cf.out, ops);
+  const int64_t total = cf.offsets.back();
+  std::vector<std::unique_ptr<VulkanAllocation>> keep;
+  // Each operand as an allocation of its own.
+  std::vector<DeviceAllocation*> args;
+  for (size_t k = 0; k < cf.operands.size(); ++k) {
+    const auto [a, off] = Place(cf.operands[k], ops);
+    keep.push_back(gpu_->View(*a, off, cf.operand_bytes[k]));
+    args.push_back(keep.back().get());
+  }
+  if (!cf.is_while) {
+    // The selector: a pred (any non-zero byte is true: branch 0) or an i32
+    // clamped to the branches.
+    int32_t selector = 0;
+    const int64_t selector_bytes = cf.operand_bytes[0];
+    CW_RETURN_IF_ERROR(ReadRef(cf.operands[0], ops, &selector, selector_bytes));
+    size_t branch;
+    if (selector_bytes == 1) {
+      branch = (selector & 0xff) != 0 ? 0 : 1;
+    } else {
+      branch = static_cast<size_t>(
+          std::clamp<int32_t>(selector, 0, static_cast<int32_t>(cf.subs.size()) - 1));
+    }
+    std::vector<DeviceAllocation*> out =
+        Views(*packed, packed_offset, cf.offsets, cf.shapes, keep);
+    absl::Status s = launch(*cf.subs[branch], absl::MakeSpan(args).subspan(1), out);
+    return s.ok() ? s : Annotate(s, absl::StrCat("conditional, branch ", branch));
+  }
+  CW_ASSIGN_OR_RETURN(
+      std::unique_ptr<VulkanAllocation> spare,
+      gpu_->Allocate(total, false, absl::StrCat("the loop carry on ", id_.ToString())));
+  CW_ASSIGN_OR_RETURN(std::unique_ptr<VulkanAllocation> go,
+                      gpu_->Allocate(4, false, absl::StrCat("a loop condition on ", id_.ToString())));
+  std::vector<DeviceAllocation*> sets[2] = {
+      Views(*packed, packed_offset, cf.offsets, cf.shapes, keep),
+      Views(*spare, 0, cf.offsets, cf.shapes, keep)};
+  for (size_t k = 0; k < args.size(); ++k) {
+    const int64_t bytes = cf.shapes[k].byte_size();
+    const BoxCopy box = BoxCopy::Flat(0, bytes, 0, bytes, bytes);
+    CW_RETURN_IF_ERROR(
+        Await([&](Completion c) { CopyWithin(*args[k], *sets[0][k], box, std::move(c)); }));
+  }
+  DeviceAllocation* const go_out[] = {go.get()};
+  const BoxCopy go_box = BoxCopy::Flat(0, 4, 0, 1, 1);
+  int cur = 0;
+  for (int64_t iteration = 0;; ++iteration) {
+    if (context.stop != nullptr && context.stop->load(std::memory_order_relaxed)) {
+      return absl::CancelledError(absl::StrCat("while: stopped at iteration ", iteration,
+                                               ": the device is shutting down"));
+    }
+    absl::Status s = launch(*cf.subs[0], sets[cur], go_out);
+    uint8_t more = 0;
+    if (s.ok()) {
+      s = Await([&](Completion c) { CopyOut(*go, &more, go_box, std::move(c)); });
+    }
+    if (!s.ok()) return Annotate(s, absl::StrCat("while, cond of iteration ", iteration));
+    if (more == 0) break;
+    s = launch(*cf.subs[1], sets[cur], sets[1 - cur]);
+    if (!s.ok()) return Annotate(s, absl::StrCat("while, body of iteration ", iteration));
+    cur = 1 - cur;
+  }
+  if (cur == 1) {
+    const BoxCopy box = BoxCopy::Flat(0, total, static_cast<int64_t>(packed_offset),
+                                      packed->bytes(), total);
+    auto& to = *const_cast<VulkanAllocation*>(packed);  // see ReadRef
+    const VulkanAllocation& from = *spare;
+    CW_RETURN_IF_ERROR(Await([&](Completion c) { CopyWithin(from, to, box, std::move(c)); }));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status VulkanDevice::RunHostStep(const VulkanExecutable& exe, const HostStep& h,
                                        const Operands& ops, const RunContext& context) {
+  if (h.control >= 0) {
+    return RunControlFlow(exe.control()[static_cast<size_t>(h.control)], ops, context);
+  }
   const ir::Instruction& inst = exe.function().instructions()[static_cast<size_t>(h.instruction)];
   std::vector<std::byte> in(static_cast<size_t>(h.in_bytes));
   CW_RETURN_IF_ERROR(ReadRef(h.in, ops, in.data(), h.in_bytes));

@@ -487,9 +487,43 @@ class Lowering {
         return absl::OkStatus();
       }
       case OpKind::kWhile:
-      case OpKind::kConditional:
-      case OpKind::kGetResult:
-        return Unsupported(inst, "control flow runs on the cpu kind only so far");
+      case OpKind::kConditional: {
+        ControlFlow cf;
+        cf.is_while = inst.op == OpKind::kWhile;
+        for (const auto& sub : inst.subfunctions) {
+          absl::StatusOr<std::shared_ptr<const VulkanExecutable>> compiled =
+              VulkanExecutable::Compile(*sub);
+          if (!compiled.ok()) {
+            return Annotate(compiled.status(),
+                            absl::StrCat("in ", ir::OpName(inst.op), " sub-function ", sub->name()));
+          }
+          cf.subs.push_back(*std::move(compiled));
+        }
+        cf.operands = ops;
+        for (size_t k = 0; k < inst.operands.size(); ++k) {
+          cf.operand_bytes.push_back(OperandShape(inst, k).byte_size());
+        }
+        cf.shapes = ir::ResultShapes(inst);
+        cf.offsets = ir::ResultOffsets(cf.shapes);
+        cf.out = out;
+        Segment& seg = exe_.segments_.back();
+        seg.has_host_step = true;
+        seg.host.instruction = step.instruction;
+        seg.host.control = static_cast<int>(exe_.control_.size());
+        exe_.control_.push_back(std::move(cf));
+        exe_.segments_.emplace_back();
+        return absl::OkStatus();
+      }
+      case OpKind::kGetResult: {
+        // A packed value lies in the temporaries (never a parameter or a
+        // result): its k-th result is a copy from its offset.
+        const std::vector<int64_t> offsets =
+            ir::ResultOffsets(ir::ResultShapes(f_.instructions()[static_cast<size_t>(inst.operands[0])]));
+        Ref from = a;
+        from.offset += static_cast<uint64_t>(offsets[static_cast<size_t>(inst.result_index)]);
+        CopyBytes(from, out, inst.shape.byte_size());
+        return absl::OkStatus();
+      }
       case OpKind::kParameter:
       case OpKind::kConstant:
         return absl::OkStatus();

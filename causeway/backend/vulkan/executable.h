@@ -4,9 +4,12 @@
 // order, where each value lives) and lowers each step to one or more
 // dispatches of the embedded kernels (kernels.h). Parameter blocks and
 // constants are gathered into one `resident` image, uploaded once per GPU
-// and kept with the executable. Collectives and delays are host steps: the
-// dispatches before one are a segment submitted and waited for, then the
-// host step runs on staged host memory (the host-staged collective hub).
+// and kept with the executable. Collectives, delays, loops and conditionals
+// are host steps: the dispatches before one are a segment submitted and
+// waited for, then the host step runs: a collective or delay on staged host
+// memory (the host-staged collective hub), a loop or conditional as
+// launches of its compiled sub-functions on this device, the host reading
+// only the loop's condition or the branch's selector.
 #ifndef CAUSEWAY_BACKEND_VULKAN_EXECUTABLE_H_
 #define CAUSEWAY_BACKEND_VULKAN_EXECUTABLE_H_
 
@@ -47,10 +50,26 @@ struct Dispatch {
 
 // Runs on the host between segments.
 struct HostStep {
-  int instruction = 0;        // the collective or delay
+  int instruction = 0;        // the collective, delay, loop or conditional
   int collective_index = -1;  // as the cpu plan's
+  int control = -1;           // a loop or conditional: its VulkanExecutable::control()
   Ref in, out;
   int64_t in_bytes = 0, out_bytes = 0;
+};
+
+class VulkanExecutable;
+
+// A loop or conditional: its sub-functions, compiled, run from the host
+// (one launch each per iteration or branch), over views of the caller's
+// buffers. Its results are packed into one value (ir::ResultOffsets).
+struct ControlFlow {
+  bool is_while = false;
+  std::vector<std::shared_ptr<const VulkanExecutable>> subs;  // {cond, body} or branches
+  std::vector<Ref> operands;              // while: the carry; conditional: selector, args
+  std::vector<int64_t> operand_bytes;
+  std::vector<ir::Shape> shapes;          // the results
+  std::vector<int64_t> offsets;           // one per result, then the total
+  Ref out;                                // the packed results
 };
 
 struct Segment {
@@ -70,6 +89,7 @@ class VulkanExecutable final : public Executable {
 
   int64_t temporary_bytes() const override { return temp_bytes_; }
   const std::vector<Segment>& segments() const { return segments_; }
+  const std::vector<ControlFlow>& control() const { return control_; }
 
   // The executable's resident image on `gpu`, uploaded on first use by
   // `upload` (which copies the image's bytes into the allocation and
@@ -86,6 +106,7 @@ class VulkanExecutable final : public Executable {
   explicit VulkanExecutable(ir::Function function) : Executable(std::move(function)) {}
 
   std::vector<Segment> segments_;
+  std::vector<ControlFlow> control_;
   std::vector<std::byte> resident_;
   int64_t temp_bytes_ = 0;
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "causeway/base/check.h"
 #include "causeway/base/status_macros.h"
 
 namespace causeway::backend::vulkan {
@@ -75,7 +76,9 @@ void QueryProperties(VkPhysicalDevice physical, VkPhysicalDeviceProperties2* pro
 
 }  // namespace
 
-VulkanAllocation::~VulkanAllocation() { gpu_->Free(block_, offset_, reserved_); }
+VulkanAllocation::~VulkanAllocation() {
+  if (block_ >= 0) gpu_->Free(block_, offset_, reserved_);
+}
 
 absl::StatusOr<std::vector<std::string>> Gpu::List() {
   Instance& in = TheInstance();
@@ -305,6 +308,16 @@ absl::StatusOr<int> Gpu::NewBlock(uint64_t bytes, bool staging, bool dedicated) 
   }
   blocks_.push_back(std::move(b));
   return static_cast<int>(blocks_.size() - 1);
+}
+
+std::unique_ptr<VulkanAllocation> Gpu::View(const VulkanAllocation& base, uint64_t offset,
+                                            int64_t bytes) {
+  CW_CHECK(&base.gpu() == this && bytes >= 0 &&
+           offset + static_cast<uint64_t>(bytes) <= static_cast<uint64_t>(base.bytes()))
+      << "a view of " << bytes << " bytes at " << offset << " of " << base.bytes();
+  return std::unique_ptr<VulkanAllocation>(new VulkanAllocation(
+      this, /*block=*/-1, bytes, /*reserved=*/0, base.buffer(), base.offset() + offset,
+      base.address() + offset, base.host() == nullptr ? nullptr : base.host() + offset));
 }
 
 absl::StatusOr<std::unique_ptr<VulkanAllocation>> Gpu::Allocate(int64_t bytes, bool staging,

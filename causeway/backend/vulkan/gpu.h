@@ -46,7 +46,7 @@ class VulkanAllocation final : public DeviceAllocation {
       : DeviceAllocation(bytes), gpu_(gpu), block_(block), reserved_(reserved), buffer_(buffer),
         offset_(offset), address_(address), host_(host) {}
   Gpu* const gpu_;
-  const int block_;
+  const int block_;  // -1: a view (Gpu::View), which frees nothing
   const uint64_t reserved_;
   const VkBuffer buffer_;
   const uint64_t offset_;
@@ -88,6 +88,12 @@ class Gpu {
   // `staging`). RESOURCE_EXHAUSTED naming `who` when the driver has none.
   absl::StatusOr<std::unique_ptr<VulkanAllocation>> Allocate(int64_t bytes, bool staging,
                                                              const std::string& who);
+  // `bytes` of `base` from byte `offset`, as an allocation of its own (a
+  // sub-function's operands and results inside its caller's buffers). The
+  // memory stays `base`'s: the view frees nothing and must not outlive it.
+  // REQUIRES: offset + bytes <= base.bytes().
+  std::unique_ptr<VulkanAllocation> View(const VulkanAllocation& base, uint64_t offset,
+                                         int64_t bytes);
 
   // The compute pipeline of `kernel`, made on first use; its layout takes
   // the 64-byte Push constants and no descriptor sets.

@@ -6,6 +6,7 @@
 // tolerance for f32 arithmetic (GPU transcendentals and summation orders
 // differ). Each case also runs with the staged copy path
 // (CAUSEWAY_VULKAN_STAGING) in vulkan_staging_ops_test.
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -17,6 +18,7 @@
 #include "causeway/backend/cpu/executable.h"
 #include "causeway/backend/device.h"
 #include "causeway/backend/vulkan/device.h"
+#include "causeway/base/check.h"
 #include "causeway/ir/builder.h"
 #include "causeway/testing/status_matchers.h"
 #include "gmock/gmock.h"
@@ -378,6 +380,152 @@ TEST_F(VulkanOpsTest, ResultsThatAreParametersOrConstants) {
   const Literal a = RandomF32({10}, rng_);
   Check({"identity", {a}, [](auto&, auto& v) { return v[0]; }});
   Check({"constant", {}, [](auto& f, auto&) { return f.Constant(Literal::F32({3}, {1, 2, 3})); }});
+}
+
+Function Built(FunctionBuilder& b, const std::vector<Value>& outputs) {
+  absl::StatusOr<Function> f = b.Build(outputs);
+  CW_CHECK_OK(f.status());
+  return *std::move(f);
+}
+
+// A loop over (n: i32[], acc: f32[2], x: f32[2]): while n > 0, n -= 1 and
+// acc *= x.
+Function PowerLoop() {
+  const Shape v(DType::kF32, {2});
+  FunctionBuilder cb("n_positive");
+  Value cn = cb.Parameter(Shape(DType::kI32, {}));
+  cb.Parameter(v);
+  cb.Parameter(v);
+  const Function cond = Built(cb, {cb.Compare(cn, cb.ConstantI32(0), Comparison::kGt)});
+  FunctionBuilder bb("step");
+  Value bn = bb.Parameter(Shape(DType::kI32, {}));
+  Value bacc = bb.Parameter(v);
+  Value bx = bb.Parameter(v);
+  const Function body = Built(bb, {bb.Sub(bn, bb.ConstantI32(1)), bb.Mul(bacc, bx), bx});
+  FunctionBuilder b("power");
+  Value n = b.Parameter(Shape(DType::kI32, {}));
+  Value x = b.Parameter(v);
+  std::vector<Value> out = b.While(cond, body, {n, b.Full(1.0f, {2}), x});
+  return Built(b, {out[1]});
+}
+
+TEST_F(VulkanOpsTest, WhileLoopsRunAsManyIterationsAsTheirDataSays) {
+  const Function power = PowerLoop();
+  const Literal x = Literal::F32({2}, {2.0f, -3.0f});
+  for (int32_t n : {0, 1, 2, 7}) {
+    Check({"power " + std::to_string(n), {Literal::I32({}, {n}), x},
+           [&](FunctionBuilder& f, const std::vector<Value>& v) { return f.Call(power, v)[0]; }});
+  }
+  // The counter itself, an i32 result read out of the packed carry.
+  FunctionBuilder cb("below");
+  Value ci = cb.Parameter(Shape(DType::kI32, {}));
+  const Function cond = Built(cb, {cb.Compare(ci, cb.ConstantI32(5), Comparison::kLt)});
+  FunctionBuilder bb("inc");
+  Value bi = bb.Parameter(Shape(DType::kI32, {}));
+  const Function body = Built(bb, {bb.Add(bi, bb.ConstantI32(1))});
+  Check({"count", {Literal::I32({}, {-3})}, [&](FunctionBuilder& f, const std::vector<Value>& v) {
+           return f.While(cond, body, {v[0]})[0];
+         }});
+}
+
+TEST_F(VulkanOpsTest, ConditionalsRunTheBranchTheirSelectorPicks) {
+  const Shape v(DType::kF32, {3});
+  auto branch = [&](const char* name, float scale) {
+    FunctionBuilder fb(name);
+    Value a = fb.Parameter(v);
+    return Built(fb, {fb.Mul(a, fb.Full(scale, {3}))});
+  };
+  const std::vector<Function> branches = {branch("zero", 0), branch("one", 1), branch("ten", 10)};
+  const Literal a = RandomF32({3}, rng_);
+  for (int32_t i : {-7, 0, 1, 2, 99}) {
+    Check({"switch " + std::to_string(i), {Literal::I32({}, {i}), a},
+           [&](FunctionBuilder& f, const std::vector<Value>& p) {
+             return f.Conditional(p[0], branches, {p[1]})[0];
+           }});
+  }
+  // A pred selector: any non-zero byte is true (branch 0); branch 1 would
+  // divide by zero.
+  FunctionBuilder tb("keep");
+  Value td = tb.Parameter(Shape(DType::kF32, {}));
+  FunctionBuilder eb("invert");
+  Value ed = eb.Parameter(Shape(DType::kF32, {}));
+  const std::vector<Function> guarded = {Built(tb, {td}),
+                                         Built(eb, {eb.Div(eb.ConstantF32(1), ed)})};
+  for (uint8_t byte : {0, 1, 2}) {
+    Literal p{Shape(DType::kPred, {})};
+    p.mutable_values<uint8_t>()[0] = byte;
+    Check({"guarded " + std::to_string(byte), {p, Literal::ScalarF32(0)},
+           [&](FunctionBuilder& f, const std::vector<Value>& q) {
+             return f.Conditional(q[0], guarded, {q[1]})[0];
+           }});
+  }
+}
+
+TEST_F(VulkanOpsTest, LoopsNestInsideConditionalsAndLoops) {
+  // Three iterations summing x^(i+1) for even i, through a conditional
+  // whose branch runs the power loop.
+  const Function power = PowerLoop();
+  const Shape v(DType::kF32, {2});
+  const Shape i32(DType::kI32, {});
+  FunctionBuilder then_b("then");
+  Value tn = then_b.Parameter(i32);
+  Value tx = then_b.Parameter(v);
+  const Function then_f = Built(then_b, {then_b.Call(power, {tn, tx})[0]});
+  FunctionBuilder else_b("else");
+  else_b.Parameter(i32);
+  else_b.Parameter(v);
+  const Function else_f = Built(else_b, {else_b.Full(0.0f, {2})});
+  FunctionBuilder cb("three");
+  Value ci = cb.Parameter(i32);
+  cb.Parameter(v);
+  cb.Parameter(v);
+  const Function cond = Built(cb, {cb.Compare(ci, cb.ConstantI32(3), Comparison::kLt)});
+  FunctionBuilder bb("accumulate");
+  Value bi = bb.Parameter(i32);
+  Value bsum = bb.Parameter(v);
+  Value bx = bb.Parameter(v);
+  Value half = bb.Convert(bb.Floor(bb.Div(bb.Convert(bi, DType::kF32), bb.ConstantF32(2))),
+                          DType::kI32);
+  Value even = bb.Compare(bb.Sub(bi, bb.Mul(half, bb.ConstantI32(2))), bb.ConstantI32(0),
+                          Comparison::kEq);
+  std::vector<Value> term =
+      bb.Conditional(even, {then_f, else_f}, {bb.Add(bi, bb.ConstantI32(1)), bx});
+  const Function body =
+      Built(bb, {bb.Add(bi, bb.ConstantI32(1)), bb.Add(bsum, term[0]), bx});
+  Check({"nested", {Literal::F32({2}, {2, 3})}, [&](FunctionBuilder& f, const std::vector<Value>& p) {
+           return f.While(cond, body, {f.ConstantI32(0), f.Full(0.0f, {2}), p[0]})[1];
+         }});
+}
+
+TEST_F(VulkanOpsTest, ALoopThatNeverEndsStopsWhenTheDeviceShutsDown) {
+  FunctionBuilder cb("forever");
+  Value cx = cb.Parameter(Shape(DType::kF32, {}));
+  const Function cond = Built(cb, {cb.Compare(cx, cx, Comparison::kEq)});
+  FunctionBuilder bb("count");
+  Value bx = bb.Parameter(Shape(DType::kF32, {}));
+  const Function body = Built(bb, {bb.Add(bx, bb.ConstantF32(1))});
+  FunctionBuilder b("spin");
+  Value p = b.Parameter(Shape(DType::kF32, {}));
+  const Function spin = Built(b, {b.While(cond, body, {p})[0]});
+  auto exe = Kind().Compile(spin);
+  ASSERT_OK(exe.status());
+  auto in = device_->Allocate(4);
+  auto out = device_->Allocate(4);
+  ASSERT_OK(in.status());
+  ASSERT_OK(out.status());
+  const float zero = 0;
+  ASSERT_OK(Await([&](Completion done) {
+    device_->CopyIn(&zero, **in, BoxCopy::Flat(0, 4, 0, 4, 4), std::move(done));
+  }));
+  const std::atomic<bool> stop{true};  // what DeviceStream::Shutdown sets
+  RunContext context;
+  context.stop = &stop;
+  const DeviceAllocation* ins[] = {in->get()};
+  DeviceAllocation* outs[] = {out->get()};
+  const absl::Status s =
+      Await([&](Completion done) { device_->Launch(**exe, ins, outs, context, std::move(done)); });
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kCancelled,
+                          ::testing::HasSubstr("the device is shutting down")));
 }
 
 TEST_F(VulkanOpsTest, CompilingNeedsNoDeviceAndNamesWhatItCannotRun) {
