@@ -1,8 +1,20 @@
-"""cond, switch, while_loop, fori_loop and scan against numpy."""
+"""cond, switch, while_loop, fori_loop and scan against numpy, on the cpu and vulkan kinds."""
 import numpy as np
 import pytest
 
 import causeway as cw
+
+
+@pytest.fixture(scope="module", params=["cpu", "vulkan"])
+def mesh(request):
+    """Every case on both kinds: one island of two hosts with two devices each."""
+    try:
+        c = cw.local_cluster(islands=1, hosts_per_island=2, devices_per_host=2,
+                             device_kind=request.param)
+    except cw.NotFoundError:
+        pytest.skip(f"this build has no {request.param} kind")
+    yield cw.make_mesh({"data": 4}, client=c)
+    c.disconnect()
 
 
 def rep(mesh):
