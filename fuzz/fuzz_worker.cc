@@ -1,5 +1,5 @@
 // libFuzzer target: every message a coordinator can send a worker (host
-// calls: plans, runs, puts, fetches, releases, SPMD loops, counters; peer
+// calls: plans, runs, puts, fetches, releases, counters; peer
 // tables), delivered over the worker's real control stream. The worker must
 // answer or refuse each and stay up.
 #include <cstddef>

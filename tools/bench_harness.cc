@@ -99,9 +99,8 @@ absl::Status RunSingle(Bench& bench, const DispatchBenchOptions& o, int64_t unit
 absl::Status RunMulti(Bench& bench, int64_t units, int64_t* next_step) {
   const std::shared_ptr<const ProgramPlan> plan = bench.program.plan();
   SpmdLoop loop;
-  loop.program = plan->id;
   loop.client = bench.client->id();
-  loop.id_base = ClientIdBase(bench.client->id()) | (int64_t{1} << 38);
+  loop.id_base = SpmdLoopIdBase(bench.client->id());
   loop.input = bench.input.id();
   loop.first = *next_step;
   loop.count = units;

@@ -29,7 +29,6 @@ namespace causeway::tools {
 // the plan runs the same steps, and the hosts agree on ids without talking
 // — as SPMD programs do.
 struct SpmdLoop {
-  ProgramId program;
   ClientId client;
   int64_t id_base = 0;  // in the client's id space, clear of its own ids
   ArrayId input;
@@ -42,12 +41,26 @@ struct SpmdLoop {
   absl::Duration step_timeout = absl::Seconds(60);
 };
 
+// Steps of one call of RunSpmdLoop, at most.
+inline constexpr int64_t kMaxSpmdLoopSteps = int64_t{1} << 24;
+
+// An id base for `client`'s loops: in its id range, 2^38 ids above where its
+// own counter starts, so a loop's ids never meet the ones it makes itself.
+inline int64_t SpmdLoopIdBase(ClientId client) {
+  return ClientIdBase(client) | (int64_t{1} << 38);
+}
+
 // Runs `loop` on every host of `plan` (one thread per host, hosts[i] for
 // plan.hosts[i]) and returns when each host's shard of the last step is
-// ready, or the first error: a failed step (the loop stops within its
-// run-ahead window of it), a step not done within `step_timeout`, a plan
-// that is not one parameter and one output, or a host holding no shard of
-// the output. The plan must be registered on every host.
+// ready, or the first error, the step that failed first: every host stops
+// enqueuing at once (a host whose peers stopped would otherwise wait for
+// them in a collective), within its run-ahead window of that step.
+// INVALID_ARGUMENT, before any step, for a plan that is not one parameter
+// and one output, hosts that are not the plan's, a host holding no shard of
+// the output, or a loop whose ids leave the client's range (1 to
+// kMaxSpmdLoopSteps steps from `first` >= 0). A step not done within
+// `step_timeout` is DEADLINE_EXCEEDED. The plan must be registered on every
+// host.
 absl::Status RunSpmdLoop(const ProgramPlan& plan, const std::vector<HostService*>& hosts,
                          const SpmdLoop& loop);
 

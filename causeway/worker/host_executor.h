@@ -133,7 +133,7 @@ class HostExecutor final : public HostService {
   void Shutdown();
 
   // Reclaims what nothing else will: fails memory waits that stalled,
-  // drops early pieces past their time to live, joins finished SPMD loops.
+  // drops early pieces past their time to live.
   // `now` is real time (absl::Now() in production).
   void Housekeep(absl::Time now);
   int64_t early_piece_bytes() const;

@@ -360,8 +360,10 @@ TEST_F(AdversarialTest, ARunNamingAnArrayOfAnotherShapeFailsInsteadOfReadingPast
 }
 
 // Field 10 of a host call was a multi-controller loop run by the worker; the
-// loop now belongs to the benchmarks (tools/spmd_loop.h). A client of an
-// older build that still sends one gets a clear refusal, not silence.
+// loop now belongs to the benchmarks (tools/spmd_loop.h) and the field is
+// reserved. (A client of an older build is refused at connection by the
+// protocol version.) A peer that sends it anyway gets a clear refusal, not
+// silence.
 TEST_F(AdversarialTest, ARetiredSpmdLoopCallIsRefused) {
   const Mesh mesh = OneDeviceMesh(0);
   const HostId h = HostOf(mesh.devices()[0]);

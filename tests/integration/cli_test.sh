@@ -53,6 +53,10 @@ expect 2 "flag of the embedded cluster with --cluster" -- \
 expect 2 "train lm --memory with --cluster" -- \
   "$bin" train lm --data /usr/share/common-licenses/GPL-3 --memory 1000000 --cluster grpc://127.0.0.1:1
 expect 2 "--hosts with --cluster" -- "$bin" bench dispatch --hosts 2 --cluster grpc://127.0.0.1:1
+expect 2 "the multi-controller baseline with --cluster" -- \
+  "$bin" bench dispatch --controller multi --cluster grpc://127.0.0.1:1
+expect 2 "utilization of both controllers with --cluster" -- \
+  "$bin" bench utilization --controller both --cluster grpc://127.0.0.1:1
 expect 2 "pipeline flags without --parallel pipeline" -- \
   "$bin" train lm --data /usr/share/common-licenses/GPL-3 --stages 2
 expect 2 "a pipeline of one stage" -- \

@@ -265,9 +265,8 @@ TEST(DispatchTest, AnSpmdLoopStopsWithinItsRunAheadOfAFailedStep) {
   const Array input = *client->Put(ir::Literal::F32({1}, {0.0f}), mesh, Sharding::Replicated(1));
 
   tools::SpmdLoop loop;
-  loop.program = program.plan()->id;
   loop.client = client->id();
-  loop.id_base = ClientIdBase(client->id()) | (int64_t{1} << 38);
+  loop.id_base = tools::SpmdLoopIdBase(client->id());
   loop.input = input.id();
   loop.first = 0;
   loop.count = kSteps;
@@ -281,8 +280,8 @@ TEST(DispatchTest, AnSpmdLoopStopsWithinItsRunAheadOfAFailedStep) {
   EXPECT_EQ(last.status().code(), absl::StatusCode::kNotFound) << last.status();
 }
 
-// The loop's refusals name what is wrong: a plan of two outputs, and hosts
-// that do not match the plan's.
+// The loop's refusals name what is wrong: a plan of two outputs, hosts that
+// do not match the plan's, ids outside the client's range.
 TEST(DispatchTest, AnSpmdLoopRefusesAPlanItCannotDrive) {
   auto cluster = MakeCluster(HostsOfOneDevice(1));
   auto client = Connect(cluster.get());
@@ -295,8 +294,8 @@ TEST(DispatchTest, AnSpmdLoopRefusesAPlanItCannotDrive) {
   const CompiledFunction f = *client->Compile(DelayAddOne(1, 0, "step"), mesh, {});
   const Program program = *pb.Build({(*pb.Call(f, {x}))[0], (*pb.Call(f, {x}))[0]});
   tools::SpmdLoop loop;
-  loop.program = program.plan()->id;
   loop.client = client->id();
+  loop.id_base = tools::SpmdLoopIdBase(client->id());
   loop.count = 3;
   HostService* host = cluster->host(program.plan()->hosts[0]);
   EXPECT_THAT(tools::RunSpmdLoop(*program.plan(), {host}, loop).message(),
@@ -305,11 +304,23 @@ TEST(DispatchTest, AnSpmdLoopRefusesAPlanItCannotDrive) {
   ProgramBuilder one = client->NewProgram("one");
   TracedArray y = *one.Parameter(ir::Shape(ir::DType::kF32, {1}), mesh, Sharding::Replicated(1));
   const Program single = *one.Build({(*one.Call(f, {y}))[0]});
-  loop.program = single.plan()->id;
   EXPECT_THAT(tools::RunSpmdLoop(*single.plan(), {host, host}, loop).message(),
               ::testing::HasSubstr("over 2 hosts (the plan spans 1)"));
   EXPECT_THAT(tools::RunSpmdLoop(*single.plan(), {nullptr}, loop).message(),
               ::testing::HasSubstr("is gone"));
+  // Ids running into the next client's range, 2^62 steps, a negative start.
+  tools::SpmdLoop bad = loop;
+  bad.id_base = ClientIdBase(ClientId(client->id().value() + 1)) - 2;
+  EXPECT_THAT(tools::RunSpmdLoop(*single.plan(), {host}, bad).message(),
+              ::testing::HasSubstr("range"));
+  bad = loop;
+  bad.count = int64_t{1} << 62;
+  EXPECT_EQ(tools::RunSpmdLoop(*single.plan(), {host}, bad).code(),
+            absl::StatusCode::kInvalidArgument);
+  bad = loop;
+  bad.first = -1;
+  EXPECT_EQ(tools::RunSpmdLoop(*single.plan(), {host}, bad).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 // Hosts reporting up a binary tree on real threads: every run is accounted

@@ -1,5 +1,6 @@
 #include "causeway/backend/vulkan/device.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -16,6 +17,7 @@
 #include "causeway/backend/vulkan/executable.h"
 #include "causeway/backend/vulkan/gpu.h"
 #include "causeway/backend/vulkan/profile.h"
+#include "causeway/base/check.h"
 #include "causeway/base/fiber.h"
 #include "causeway/base/mutex.h"
 #include "causeway/base/status_macros.h"
@@ -364,15 +366,17 @@ class VulkanDevice final : public Device {
 
   absl::Status RunHostStep(const VulkanExecutable& exe, const HostStep& h, const Operands& ops,
                            const RunContext& context);
+  // Launch after its checks; with `temp` (a view of the caller's
+  // temporaries, at least the executable's temporary_bytes()) instead of
+  // temporaries of its own when not null.
+  void LaunchOn(const VulkanExecutable& executable,
+                absl::Span<const DeviceAllocation* const> inputs,
+                absl::Span<DeviceAllocation* const> outputs, const RunContext& context,
+                const VulkanAllocation* temp, Completion done);
   // A loop or conditional (ControlFlow): launches of its sub-functions on
   // this device, over views of the caller's buffers, waited for here.
   absl::Status RunControlFlow(const ControlFlow& cf, const Operands& ops,
                               const RunContext& context);
-  // Views of `bytes[k]` of `base` at `base_offset + offsets[k]`, kept in `keep`.
-  std::vector<DeviceAllocation*> Views(const VulkanAllocation& base, uint64_t base_offset,
-                                       absl::Span<const int64_t> offsets,
-                                       absl::Span<const ir::Shape> shapes,
-                                       std::vector<std::unique_ptr<VulkanAllocation>>& keep);
 
   // Records with `record` and submits one command buffer; `done` runs on the
   // completion thread when the GPU finished it (or at once with the error
@@ -524,83 +528,80 @@ class VulkanDevice final : public Device {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-std::vector<DeviceAllocation*> VulkanDevice::Views(
-    const VulkanAllocation& base, uint64_t base_offset, absl::Span<const int64_t> offsets,
-    absl::Span<const ir::Shape> shapes, std::vector<std::unique_ptr<VulkanAllocation>>& keep) {
-  std::vector<DeviceAllocation*> views;
-  for (size_t k = 0; k < shapes.size(); ++k) {
-    keep.push_back(gpu_->View(base, base_offset + static_cast<uint64_t>(offsets[k]),
-                              shapes[k].byte_size()));
-    views.push_back(keep.back().get());
-  }
-  return views;
-}
-
 // The carry lives in two packed sets, the instruction's own result and a
 // spare; the body writes the other one and they swap, so no iteration
 // copies, and the final carry is copied only when it ends in the spare. The
-// host reads one byte per iteration: the condition.
+// host reads one byte per iteration: the condition. The spare, the
+// condition and the sub-functions' temporaries lie in the caller's
+// temporaries (ControlFlow), so the store's budget for the launch covers
+// them.
 absl::Status VulkanDevice::RunControlFlow(const ControlFlow& cf, const Operands& ops,
                                           const RunContext& context) {
+  std::vector<std::unique_ptr<VulkanAllocation>> keep;  // views, before what they view ends
+  auto view = [&](const Ref& r, int64_t bytes) {
+    const auto [a, off] = Place(r, ops);
+    CW_CHECK(a != nullptr) << "a control-flow operand outside the launch's buffers";
+    keep.push_back(gpu_->View(*a, off, bytes));
+    return keep.back().get();
+  };
+  VulkanAllocation* sub_temp = cf.sub_temp_bytes > 0 ? view(cf.sub_temp, cf.sub_temp_bytes)
+                                                      : nullptr;
   auto launch = [&](const VulkanExecutable& sub, absl::Span<DeviceAllocation* const> in,
                     absl::Span<DeviceAllocation* const> out) {
     std::vector<const DeviceAllocation*> inputs(in.begin(), in.end());
-    return Await([&](Completion c) { Launch(sub, inputs, out, context, std::move(c)); });
+    return Await(
+        [&](Completion c) { LaunchOn(sub, inputs, out, context, sub_temp, std::move(c)); });
   };
-  const auto [packed, packed_offset] = Place(cf.out, ops);
-  const int64_t total = cf.offsets.back();
-  std::vector<std::unique_ptr<VulkanAllocation>> keep;
-  // Each operand as an allocation of its own.
+  // The packed results, and each operand as an allocation of its own.
+  auto results = [&](const Ref& base) {
+    std::vector<DeviceAllocation*> v;
+    for (size_t k = 0; k < cf.shapes.size(); ++k) {
+      Ref r = base;
+      r.offset += static_cast<uint64_t>(cf.offsets[k]);
+      v.push_back(view(r, cf.shapes[k].byte_size()));
+    }
+    return v;
+  };
   std::vector<DeviceAllocation*> args;
   for (size_t k = 0; k < cf.operands.size(); ++k) {
-    const auto [a, off] = Place(cf.operands[k], ops);
-    keep.push_back(gpu_->View(*a, off, cf.operand_bytes[k]));
-    args.push_back(keep.back().get());
+    args.push_back(view(cf.operands[k], cf.operand_bytes[k]));
   }
   if (!cf.is_while) {
     // The selector: a pred (any non-zero byte is true: branch 0) or an i32
     // clamped to the branches.
-    int32_t selector = 0;
-    const int64_t selector_bytes = cf.operand_bytes[0];
-    CW_RETURN_IF_ERROR(ReadRef(cf.operands[0], ops, &selector, selector_bytes));
     size_t branch;
-    if (selector_bytes == 1) {
-      branch = (selector & 0xff) != 0 ? 0 : 1;
+    if (cf.operand_bytes[0] == 1) {
+      uint8_t pred = 0;
+      CW_RETURN_IF_ERROR(ReadRef(cf.operands[0], ops, &pred, 1));
+      branch = pred != 0 ? 0 : 1;
     } else {
+      int32_t index = 0;
+      CW_RETURN_IF_ERROR(ReadRef(cf.operands[0], ops, &index, 4));
       branch = static_cast<size_t>(
-          std::clamp<int32_t>(selector, 0, static_cast<int32_t>(cf.subs.size()) - 1));
+          std::clamp<int32_t>(index, 0, static_cast<int32_t>(cf.subs.size()) - 1));
     }
-    std::vector<DeviceAllocation*> out =
-        Views(*packed, packed_offset, cf.offsets, cf.shapes, keep);
-    absl::Status s = launch(*cf.subs[branch], absl::MakeSpan(args).subspan(1), out);
+    absl::Status s = launch(*cf.subs[branch], absl::MakeSpan(args).subspan(1), results(cf.out));
     return s.ok() ? s : Annotate(s, absl::StrCat("conditional, branch ", branch));
   }
-  CW_ASSIGN_OR_RETURN(
-      std::unique_ptr<VulkanAllocation> spare,
-      gpu_->Allocate(total, false, absl::StrCat("the loop carry on ", id_.ToString())));
-  CW_ASSIGN_OR_RETURN(std::unique_ptr<VulkanAllocation> go,
-                      gpu_->Allocate(4, false, absl::StrCat("a loop condition on ", id_.ToString())));
-  std::vector<DeviceAllocation*> sets[2] = {
-      Views(*packed, packed_offset, cf.offsets, cf.shapes, keep),
-      Views(*spare, 0, cf.offsets, cf.shapes, keep)};
+  std::vector<DeviceAllocation*> sets[2] = {results(cf.out), results(cf.spare)};
   for (size_t k = 0; k < args.size(); ++k) {
     const int64_t bytes = cf.shapes[k].byte_size();
     const BoxCopy box = BoxCopy::Flat(0, bytes, 0, bytes, bytes);
     CW_RETURN_IF_ERROR(
         Await([&](Completion c) { CopyWithin(*args[k], *sets[0][k], box, std::move(c)); }));
   }
-  DeviceAllocation* const go_out[] = {go.get()};
-  const BoxCopy go_box = BoxCopy::Flat(0, 4, 0, 1, 1);
+  DeviceAllocation* const go[] = {view(cf.go, 1)};
+  const BoxCopy go_box = BoxCopy::Flat(0, 1, 0, 1, 1);
   int cur = 0;
   for (int64_t iteration = 0;; ++iteration) {
     if (context.stop != nullptr && context.stop->load(std::memory_order_relaxed)) {
       return absl::CancelledError(absl::StrCat("while: stopped at iteration ", iteration,
                                                ": the device is shutting down"));
     }
-    absl::Status s = launch(*cf.subs[0], sets[cur], go_out);
+    absl::Status s = launch(*cf.subs[0], sets[cur], go);
     uint8_t more = 0;
     if (s.ok()) {
-      s = Await([&](Completion c) { CopyOut(*go, &more, go_box, std::move(c)); });
+      s = Await([&](Completion c) { CopyOut(*go[0], &more, go_box, std::move(c)); });
     }
     if (!s.ok()) return Annotate(s, absl::StrCat("while, cond of iteration ", iteration));
     if (more == 0) break;
@@ -609,11 +610,11 @@ absl::Status VulkanDevice::RunControlFlow(const ControlFlow& cf, const Operands&
     cur = 1 - cur;
   }
   if (cur == 1) {
-    const BoxCopy box = BoxCopy::Flat(0, total, static_cast<int64_t>(packed_offset),
-                                      packed->bytes(), total);
-    auto& to = *const_cast<VulkanAllocation*>(packed);  // see ReadRef
-    const VulkanAllocation& from = *spare;
-    CW_RETURN_IF_ERROR(Await([&](Completion c) { CopyWithin(from, to, box, std::move(c)); }));
+    const int64_t total = cf.offsets.back();
+    DeviceAllocation* from = view(cf.spare, total);
+    DeviceAllocation* to = view(cf.out, total);
+    const BoxCopy box = BoxCopy::Flat(0, total, 0, total, total);
+    CW_RETURN_IF_ERROR(Await([&](Completion c) { CopyWithin(*from, *to, box, std::move(c)); }));
   }
   return absl::OkStatus();
 }
@@ -692,6 +693,15 @@ void VulkanDevice::Launch(const Executable& executable,
   for (const DeviceAllocation* a : outputs) {
     if (absl::Status s = Mine(*a); !s.ok()) return std::move(done)(std::move(s));
   }
+  LaunchOn(*exe, inputs, outputs, context, nullptr, std::move(done));
+}
+
+void VulkanDevice::LaunchOn(const VulkanExecutable& executable,
+                            absl::Span<const DeviceAllocation* const> inputs,
+                            absl::Span<DeviceAllocation* const> outputs,
+                            const RunContext& context, const VulkanAllocation* temp,
+                            Completion done) {
+  const VulkanExecutable* const exe = &executable;
   absl::StatusOr<const VulkanAllocation*> resident =
       exe->Resident(*gpu_, [this](const std::vector<std::byte>& image, VulkanAllocation& to) {
         const int64_t n = static_cast<int64_t>(image.size());
@@ -700,8 +710,8 @@ void VulkanDevice::Launch(const Executable& executable,
       });
   if (!resident.ok()) return std::move(done)(resident.status());
   std::vector<std::unique_ptr<VulkanAllocation>> keep;
-  Operands ops{inputs, outputs, nullptr, *resident};
-  if (exe->temporary_bytes() > 0) {
+  Operands ops{inputs, outputs, temp, *resident};
+  if (ops.temp == nullptr && exe->temporary_bytes() > 0) {
     absl::StatusOr<std::unique_ptr<VulkanAllocation>> temp = gpu_->Allocate(
         exe->temporary_bytes(), false,
         absl::StrCat("the temporaries of ", exe->function().name(), " on ", id_.ToString()));

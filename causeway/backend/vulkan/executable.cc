@@ -93,6 +93,9 @@ class Lowering {
     for (const cpu::FinalCopy& copy : plan.final_copies) {
       CopyBytes(Resolve(copy.source), Ref{Ref::Kind::kOutput, copy.output, 0}, copy.bytes);
     }
+    // A loop or conditional views the temporaries (RunControlFlow), even
+    // where all it holds is empty.
+    if (!exe_.control_.empty()) temp_top_ = std::max<int64_t>(temp_top_, 1);
     exe_.temp_bytes_ = AlignUp(temp_top_, kTempAlignment);
     return absl::OkStatus();
   }
@@ -506,6 +509,14 @@ class Lowering {
         cf.shapes = ir::ResultShapes(inst);
         cf.offsets = ir::ResultOffsets(cf.shapes);
         cf.out = out;
+        if (cf.is_while) {
+          cf.spare = Temp(cf.offsets.back());
+          cf.go = Temp(1);
+        }
+        for (const auto& sub : cf.subs) {
+          cf.sub_temp_bytes = std::max(cf.sub_temp_bytes, sub->temporary_bytes());
+        }
+        if (cf.sub_temp_bytes > 0) cf.sub_temp = Temp(cf.sub_temp_bytes);
         Segment& seg = exe_.segments_.back();
         seg.has_host_step = true;
         seg.host.instruction = step.instruction;

@@ -61,7 +61,9 @@ class VulkanExecutable;
 
 // A loop or conditional: its sub-functions, compiled, run from the host
 // (one launch each per iteration or branch), over views of the caller's
-// buffers. Its results are packed into one value (ir::ResultOffsets).
+// buffers. Its results are packed into one value (ir::ResultOffsets). What
+// it needs besides lies in the caller's temporaries, so that the
+// executable's temporary_bytes() counts it.
 struct ControlFlow {
   bool is_while = false;
   std::vector<std::shared_ptr<const VulkanExecutable>> subs;  // {cond, body} or branches
@@ -70,6 +72,10 @@ struct ControlFlow {
   std::vector<ir::Shape> shapes;          // the results
   std::vector<int64_t> offsets;           // one per result, then the total
   Ref out;                                // the packed results
+  Ref spare;                              // while: the carry's second set
+  Ref go;                                 // while: the condition (one byte)
+  Ref sub_temp;                           // the sub-functions' temporaries,
+  int64_t sub_temp_bytes = 0;             // the most any of them takes
 };
 
 struct Segment {

@@ -13,6 +13,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "causeway/backend/cpu/executable.h"
@@ -517,15 +518,49 @@ TEST_F(VulkanOpsTest, ALoopThatNeverEndsStopsWhenTheDeviceShutsDown) {
   ASSERT_OK(Await([&](Completion done) {
     device_->CopyIn(&zero, **in, BoxCopy::Flat(0, 4, 0, 4, 4), std::move(done));
   }));
-  const std::atomic<bool> stop{true};  // what DeviceStream::Shutdown sets
+  // What DeviceStream::Shutdown sets, here from another thread while the
+  // launch runs (or before its first iteration: either must end it).
+  std::atomic<bool> stop{false};
   RunContext context;
   context.stop = &stop;
   const DeviceAllocation* ins[] = {in->get()};
   DeviceAllocation* outs[] = {out->get()};
-  const absl::Status s =
-      Await([&](Completion done) { device_->Launch(**exe, ins, outs, context, std::move(done)); });
+  absl::Status s;
+  std::thread launcher([&] {
+    s = Await(
+        [&](Completion done) { device_->Launch(**exe, ins, outs, context, std::move(done)); });
+  });
+  stop.store(true);
+  launcher.join();
   EXPECT_THAT(s, StatusIs(absl::StatusCode::kCancelled,
                           ::testing::HasSubstr("the device is shutting down")));
+}
+
+TEST_F(VulkanOpsTest, ALoopsCarryConditionAndSubFunctionsCountAsTemporaries) {
+  // The store reserves temporary_bytes() for a launch: the packed carry (3
+  // results at 64-byte offsets) twice, and the condition's byte.
+  auto exe = Kind().Compile(PowerLoop());
+  ASSERT_OK(exe.status());
+  EXPECT_GT((*exe)->temporary_bytes(), 2 * 3 * 64);
+}
+
+TEST_F(VulkanOpsTest, ControlFlowOverEmptyArrays) {
+  const Shape e(DType::kF32, {0});
+  FunctionBuilder cb("never");
+  Value ce = cb.Parameter(e);
+  const Function cond =
+      Built(cb, {cb.Compare(cb.ReduceSum(ce, {0}), cb.ConstantF32(1), Comparison::kGt)});
+  FunctionBuilder bb("negate");
+  Value be = bb.Parameter(e);
+  const Function body = Built(bb, {bb.Neg(be)});
+  const Literal empty = Literal::F32({0}, {});
+  Check({"empty loop", {empty}, [&](FunctionBuilder& f, const std::vector<Value>& v) {
+           return f.While(cond, body, {v[0]})[0];
+         }});
+  Check({"empty branch", {Literal::I32({}, {1}), empty},
+         [&](FunctionBuilder& f, const std::vector<Value>& v) {
+           return f.Conditional(v[0], {body, body}, {v[1]})[0];
+         }});
 }
 
 TEST_F(VulkanOpsTest, CompilingNeedsNoDeviceAndNamesWhatItCannotRun) {
