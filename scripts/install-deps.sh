@@ -29,6 +29,7 @@ PACKAGES=(
   libgrpc++-dev
   protobuf-compiler-grpc
   libgloo-dev           # collectives between worker processes (ring / halving-doubling)
+  zlib1g-dev            # CRC-32 of checkpoint files (causeway/checkpoint)
   libvulkan-dev         # the vulkan device kind: loader and headers
   glslc                 # its compute shaders, GLSL -> SPIR-V at build time
   mesa-vulkan-drivers   # lavapipe: a Vulkan 1.3 device on the CPU, so the kind is tested everywhere

@@ -1,0 +1,224 @@
+#include "causeway/checkpoint/format.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "causeway/base/check.h"
+#include "causeway/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace causeway::checkpoint {
+namespace {
+
+namespace fs = std::filesystem;
+using ::causeway::testing::StatusIs;
+using ::testing::HasSubstr;
+
+// This process's scratch folder, removed when the tests end.
+fs::path ScratchRoot() {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  return fs::path(tmp != nullptr ? tmp : "/tmp") /
+         ("checkpoint_format_test." + std::to_string(getpid()));
+}
+
+class RemoveScratch : public ::testing::Environment {
+ public:
+  void TearDown() override { fs::remove_all(ScratchRoot()); }
+};
+const ::testing::Environment* const kRemoveScratch =
+    ::testing::AddGlobalTestEnvironment(new RemoveScratch);
+
+// A fresh folder under the scratch folder.
+std::string Scratch(const std::string& name) {
+  const fs::path root = ScratchRoot() / name;
+  fs::remove_all(root);
+  fs::create_directories(root);
+  return root.string();
+}
+
+// A [4, 6] f32 array 0, 1, 2, ... saved as two row halves, the way two
+// hosts would each write the shard they hold.
+struct Saved {
+  std::string root;
+  Manifest manifest;
+  std::vector<float> values;
+};
+
+Saved SaveRowHalves(const std::string& name, int64_t step, int keep) {
+  Saved s;
+  s.root = Scratch(name);
+  s.values.resize(24);
+  std::iota(s.values.begin(), s.values.end(), 0.0f);
+  absl::StatusOr<std::string> folder = BeginSave(s.root, step);
+  CW_CHECK_OK(folder.status());
+  ArrayEntry a;
+  a.name = "w";
+  a.dtype = ir::DType::kF32;
+  a.shape = {4, 6};
+  a.sharding = "mesh data=2, P(data)";
+  for (int64_t half = 0; half < 2; ++half) {
+    absl::StatusOr<Piece> p = WritePiece(*folder, "w." + std::to_string(half), a.shape,
+                                         a.dtype, {2 * half, 0}, {2, 6},
+                                         s.values.data() + 12 * half);
+    CW_CHECK_OK(p.status());
+    a.pieces.push_back(*p);
+  }
+  s.manifest.step = step;
+  s.manifest.arrays.push_back(a);
+  CW_CHECK_OK(Commit(s.root, s.manifest, keep));
+  return s;
+}
+
+TEST(CheckpointFormatTest, AnArraySavedInPiecesReadsBackWholeOrAsAnyBox) {
+  const Saved s = SaveRowHalves("roundtrip", 7, 3);
+  ASSERT_OK_AND_ASSIGN(std::vector<int64_t> steps, CommittedSteps(s.root));
+  EXPECT_THAT(steps, ::testing::ElementsAre(7));
+  ASSERT_OK_AND_ASSIGN(Manifest m, ReadManifest(StepFolder(s.root, 7)));
+  EXPECT_EQ(m.step, 7);
+  const ArrayEntry* w = m.Find("w");
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w->sharding, "mesh data=2, P(data)");
+  std::vector<float> whole(24, -1);
+  ASSERT_OK(ReadBox(StepFolder(s.root, 7), *w, {0, 0}, {4, 6}, whole.data()));
+  EXPECT_EQ(whole, s.values);
+  // Another sharding: columns 2..4 of rows 1..2, across both pieces.
+  std::vector<float> box(2 * 3, -1);
+  ASSERT_OK(ReadBox(StepFolder(s.root, 7), *w, {1, 2}, {2, 3}, box.data()));
+  EXPECT_THAT(box, ::testing::ElementsAre(8, 9, 10, 14, 15, 16));
+}
+
+TEST(CheckpointFormatTest, ABoxReadsOnlyThePiecesItOverlaps) {
+  const Saved s = SaveRowHalves("only_needed", 1, 1);
+  const std::string folder = StepFolder(s.root, 1);
+  ASSERT_OK_AND_ASSIGN(Manifest m, ReadManifest(folder));
+  // The second half is gone: the first half still reads.
+  fs::remove(folder + "/w.1");
+  std::vector<float> top(12, -1);
+  ASSERT_OK(ReadBox(folder, *m.Find("w"), {0, 0}, {2, 6}, top.data()));
+  EXPECT_EQ(top, std::vector<float>(s.values.begin(), s.values.begin() + 12));
+  std::vector<float> all(24);
+  EXPECT_THAT(ReadBox(folder, *m.Find("w"), {0, 0}, {4, 6}, all.data()),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("w.1")));
+}
+
+TEST(CheckpointFormatTest, ACorruptOrTruncatedFileIsAnErrorNamingItNeverNumbers) {
+  const Saved s = SaveRowHalves("corrupt", 2, 1);
+  const std::string folder = StepFolder(s.root, 2);
+  ASSERT_OK_AND_ASSIGN(Manifest m, ReadManifest(folder));
+  {
+    std::fstream f(folder + "/w.0", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(5);
+    f.put('\x7f');
+  }
+  std::vector<float> all(24, -1);
+  EXPECT_THAT(ReadBox(folder, *m.Find("w"), {0, 0}, {4, 6}, all.data()),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("w.0 does not match its checksum")));
+  fs::resize_file(folder + "/w.1", 40);
+  EXPECT_THAT(ReadBox(folder, *m.Find("w"), {2, 0}, {2, 6}, all.data() + 12),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("w.1 is shorter")));
+  // A manifest cut short is not a manifest.
+  fs::resize_file(folder + "/manifest.json", 30);
+  EXPECT_THAT(ReadManifest(folder), StatusIs(absl::StatusCode::kDataLoss, HasSubstr("manifest")));
+}
+
+TEST(CheckpointFormatTest, ASaveCutShortLeavesThePreviousCheckpointAndIsNotOne) {
+  const Saved s = SaveRowHalves("cut_short", 10, 2);
+  // A later save that never committed: files written, no manifest.
+  ASSERT_OK_AND_ASSIGN(std::string partial, BeginSave(s.root, 20));
+  std::vector<float> v(12, 1.0f);
+  ASSERT_OK(WritePiece(partial, "w.0", {4, 6}, ir::DType::kF32, {0, 0}, {2, 6}, v.data())
+                .status());
+  ASSERT_OK_AND_ASSIGN(std::vector<int64_t> steps, CommittedSteps(s.root));
+  EXPECT_THAT(steps, ::testing::ElementsAre(10));
+  ASSERT_OK_AND_ASSIGN(Manifest m, ReadManifest(StepFolder(s.root, 10)));
+  std::vector<float> all(24);
+  ASSERT_OK(ReadBox(StepFolder(s.root, 10), *m.Find("w"), {0, 0}, {4, 6}, all.data()));
+  EXPECT_EQ(all, s.values);
+  // Saving step 20 again starts from an empty folder.
+  ASSERT_OK_AND_ASSIGN(partial, BeginSave(s.root, 20));
+  EXPECT_TRUE(fs::is_empty(partial));
+}
+
+TEST(CheckpointFormatTest, OnlyTheNewestKeepCheckpointsAreKept) {
+  const std::string root = Scratch("keep");
+  for (int64_t step : {5, 10, 15, 20}) {
+    ASSERT_OK_AND_ASSIGN(std::string folder, BeginSave(root, step));
+    const int32_t x = static_cast<int32_t>(step);
+    ASSERT_OK_AND_ASSIGN(Piece p, WritePiece(folder, "x", {}, ir::DType::kI32, {}, {}, &x));
+    Manifest m;
+    m.step = step;
+    m.arrays.push_back(ArrayEntry{"x", ir::DType::kI32, {}, "replicated", {p}});
+    ASSERT_OK(Commit(root, m, 2));
+  }
+  ASSERT_OK_AND_ASSIGN(std::vector<int64_t> steps, CommittedSteps(root));
+  EXPECT_THAT(steps, ::testing::ElementsAre(15, 20));
+  ASSERT_OK_AND_ASSIGN(Manifest m, ReadManifest(StepFolder(root, 20)));
+  int32_t x = 0;
+  ASSERT_OK(ReadBox(StepFolder(root, 20), *m.Find("x"), {}, {}, &x));
+  EXPECT_EQ(x, 20);
+}
+
+// With CAUSEWAY_CHECKPOINT_SAMPLE=DIR: a sample checkpoint left in DIR for
+// scripts/read_checkpoint.py to read (checkpoint_reader_test): "w", f32
+// [4, 6] holding 0 .. 23 in two row halves, and "step", i32 [] holding 7.
+TEST(CheckpointFormatTest, WritesASampleForTheReaderScript) {
+  const char* dir = std::getenv("CAUSEWAY_CHECKPOINT_SAMPLE");
+  if (dir == nullptr) GTEST_SKIP() << "CAUSEWAY_CHECKPOINT_SAMPLE is not set";
+  Saved s = SaveRowHalves("sample", 7, 1);
+  ASSERT_OK_AND_ASSIGN(std::string folder, BeginSave(dir, 7));
+  for (const Piece& p : s.manifest.arrays[0].pieces) {
+    fs::copy_file(StepFolder(s.root, 7) + "/" + p.file, folder + "/" + p.file);
+  }
+  const int32_t step = 7;
+  ASSERT_OK_AND_ASSIGN(Piece p, WritePiece(folder, "step", {}, ir::DType::kI32, {}, {}, &step));
+  s.manifest.arrays.push_back(ArrayEntry{"step", ir::DType::kI32, {}, "replicated", {p}});
+  ASSERT_OK(Commit(dir, s.manifest, 1));
+}
+
+TEST(CheckpointFormatTest, MalformedManifestsAreRefusedNamingWhatIsWrong) {
+  Manifest good;
+  good.step = 3;
+  good.arrays.push_back(ArrayEntry{"a", ir::DType::kF32, {4}, "", {}});
+  good.arrays[0].pieces.push_back(Piece{"a.0", {0}, {2}, 8, 1});
+  good.arrays[0].pieces.push_back(Piece{"a.1", {2}, {2}, 8, 2});
+  ASSERT_OK_AND_ASSIGN(Manifest back, FromJson(ToJson(good)));
+  EXPECT_EQ(back.arrays[0].pieces[1].crc32, 2u);
+
+  auto refused = [&](const std::function<void(Manifest&)>& spoil, const std::string& what) {
+    Manifest m = good;
+    spoil(m);
+    EXPECT_THAT(FromJson(ToJson(m)), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(what)))
+        << what;
+  };
+  refused([](Manifest& m) { m.arrays[0].pieces[1].offset = {1}; }, "overlap");
+  refused([](Manifest& m) { m.arrays[0].pieces.pop_back(); }, "hold 2 of its 4 elements");
+  refused([](Manifest& m) { m.arrays[0].pieces[0].file = "../etc/passwd"; }, "plain file name");
+  refused([](Manifest& m) { m.arrays[0].pieces[0].file = "manifest.json"; }, "plain file name");
+  refused([](Manifest& m) { m.arrays[0].pieces[0].bytes = 7; }, "7 bytes for 2 elements");
+  refused([](Manifest& m) { m.arrays[0].pieces[1].extent = {5}; }, "not inside");
+  refused([](Manifest& m) { m.arrays.push_back(m.arrays[0]); }, "appears twice");
+  refused([](Manifest& m) { m.arrays[0].name = ""; }, "without a name");
+  EXPECT_THAT(FromJson("{\"format\": \"causeway-checkpoint\", \"version\": 9}"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("version 1")));
+  EXPECT_THAT(FromJson("[1, 2"), StatusIs(absl::StatusCode::kInvalidArgument,
+                                          HasSubstr("not a JSON object")));
+  EXPECT_THAT(FromJson("{\"format\": \"causeway-checkpoint\", \"version\": 1, \"step\": 1}"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("missing or mistyped")));
+  // A write is held to the same rules.
+  const std::string folder = Scratch("bad_write");
+  float v[2] = {0, 0};
+  EXPECT_THAT(WritePiece(folder, "a/b", {4}, ir::DType::kF32, {0}, {2}, v).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plain file name")));
+  EXPECT_THAT(WritePiece(folder, "a", {4}, ir::DType::kF32, {3}, {2}, v).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not inside")));
+}
+
+}  // namespace
+}  // namespace causeway::checkpoint

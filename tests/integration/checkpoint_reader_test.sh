@@ -1,0 +1,23 @@
+#!/bin/bash
+# scripts/read_checkpoint.py reads what causeway/checkpoint writes, without
+# Causeway: the sample checkpoint of checkpoint_format_test, then the same
+# with a piece corrupted (refused, naming it).
+# Usage: checkpoint_reader_test.sh path/to/checkpoint_format_test path/to/read_checkpoint.py
+set -euo pipefail
+test_bin=$1
+reader=$2
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+CAUSEWAY_CHECKPOINT_SAMPLE="$dir" "$test_bin" --gtest_filter='*WritesASample*' >/dev/null
+out=$(/usr/bin/python3 "$reader" "$dir")
+echo "$out"
+grep -qx "step 7: step-00000007" <<<"$out"
+grep -qx "w float32 \[4, 6\] sum=276.0" <<<"$out"
+grep -qx "step int32 \[\] sum=7" <<<"$out"
+printf '\x7f' | dd of="$dir/step-00000007/w.1" bs=1 seek=3 conv=notrunc status=none
+if err=$(/usr/bin/python3 "$reader" "$dir" 2>&1); then
+  echo "FAIL: a corrupt piece was read: $err"
+  exit 1
+fi
+grep -q "w.1 does not match its checksum" <<<"$err" || { echo "FAIL: $err"; exit 1; }
+echo "ok"
