@@ -1,6 +1,7 @@
 #include "causeway/checkpoint/format.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -11,11 +12,14 @@
 #include <limits>
 #include <system_error>
 
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "causeway/backend/cpu/device.h"
 #include "causeway/backend/device.h"
+#include "causeway/base/check.h"
 #include "nlohmann/json.hpp"
 
 namespace causeway::checkpoint {
@@ -29,7 +33,9 @@ constexpr char kPartial[] = ".partial";
 absl::Status Errno(absl::string_view what, const std::string& path) {
   const int e = errno;
   const std::string message = absl::StrCat(what, " ", path, ": ", std::strerror(e));
-  return e == ENOENT ? absl::NotFoundError(message) : absl::UnavailableError(message);
+  // An I/O error reading a file is lost data, not a moment's unavailability.
+  if (e == EIO) return absl::DataLossError(message);
+  return absl::Status(absl::ErrnoToStatusCode(e), message);
 }
 
 absl::Status FsError(absl::string_view what, const std::string& path, const std::error_code& e) {
@@ -48,9 +54,10 @@ uint32_t Crc(const void* data, int64_t bytes) {
   return static_cast<uint32_t>(crc);
 }
 
-// Writes `bytes` to `path` (created or truncated) and flushes it to disk.
+// Writes `bytes` to `path`, a new file (ALREADY_EXISTS if it is there), and
+// flushes it to disk.
 absl::Status WriteFile(const std::string& path, const void* data, int64_t bytes) {
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return Errno("cannot create", path);
   const auto* p = static_cast<const char*>(data);
   while (bytes > 0) {
@@ -82,10 +89,26 @@ absl::Status SyncFolder(const std::string& path) {
   return r == 0 ? absl::OkStatus() : Errno("cannot flush", path);
 }
 
-// The whole of `path`, which must hold exactly `expected` bytes.
+// The whole of `path`, which must be a regular file of exactly `expected`
+// bytes: checked before anything is allocated, so a manifest cannot make a
+// reader allocate more than the file holds.
 absl::StatusOr<std::string> ReadFile(const std::string& path, int64_t expected) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Not following a link, and not waiting on a FIFO put in a piece's place.
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) return Errno("cannot open", path);
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    absl::Status s = Errno("cannot read", path);
+    close(fd);
+    return s;
+  }
+  if (!S_ISREG(st.st_mode) || st.st_size != expected) {
+    close(fd);
+    return absl::DataLossError(absl::StrCat(
+        path, S_ISREG(st.st_mode) ? absl::StrCat(" is ", st.st_size, " bytes, not the ", expected,
+                                                 " expected (truncated or replaced)")
+                                  : std::string(" is not a regular file")));
+  }
   std::string out(static_cast<size_t>(expected), '\0');
   int64_t got = 0;
   while (got < expected) {
@@ -104,9 +127,9 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, int64_t expected) 
   const bool longer = got == expected && read(fd, &extra, 1) > 0;
   close(fd);
   if (got != expected || longer) {
-    return absl::DataLossError(absl::StrCat(path, " is ", longer ? "longer" : "shorter",
-                                            " than the ", expected,
-                                            " bytes its manifest gives (truncated or replaced)"));
+    return absl::DataLossError(absl::StrCat(path, " changed while read: ",
+                                            longer ? "longer" : "shorter", " than ", expected,
+                                            " bytes"));
   }
   return out;
 }
@@ -160,9 +183,20 @@ absl::StatusOr<ir::DType> ParseDType(const std::string& name) {
   return absl::InvalidArgumentError(absl::StrCat("unknown dtype \"", name, "\""));
 }
 
+bool PlainName(absl::string_view name) {
+  return !name.empty() && name.size() <= 256 &&
+         std::none_of(name.begin(), name.end(), [](char c) {
+           return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+         });
+}
+
 absl::Status CheckArray(const ArrayEntry& a) {
+  if (!PlainName(a.name)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "an array name that is empty, over 256 bytes or holds control characters: \"",
+        absl::CHexEscape(a.name.substr(0, 64)), "\""));
+  }
   const std::string what = absl::StrCat("array \"", a.name, "\"");
-  if (a.name.empty()) return absl::InvalidArgumentError("an array without a name");
   const int64_t volume = Volume(a.shape);
   if (a.shape.size() > static_cast<size_t>(kMaxRank) || volume < 0 ||
       volume > std::numeric_limits<int64_t>::max() / 8) {
@@ -177,8 +211,9 @@ absl::Status CheckArray(const ArrayEntry& a) {
   for (size_t i = 0; i < a.pieces.size(); ++i) {
     const Piece& p = a.pieces[i];
     if (!SafeFileName(p.file)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, ": a piece's file \"", p.file, "\" is not a plain file name"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": a piece's file \"", absl::CHexEscape(p.file.substr(0, 64)),
+          "\" is not a plain file name"));
     }
     if (absl::Status s = CheckBox(a.shape, p.offset, p.extent, absl::StrCat(what, ", ", p.file));
         !s.ok()) {
@@ -202,6 +237,112 @@ absl::Status CheckArray(const ArrayEntry& a) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": its pieces hold ", covered, " of its ",
                                                    volume, " elements"));
   }
+  return absl::OkStatus();
+}
+
+// What both a manifest read and one committed are held to.
+absl::Status CheckManifest(const Manifest& m) {
+  if (m.step < 0 || m.step > kMaxStep) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a checkpoint of step ", m.step, " (0 to ", kMaxStep, ")"));
+  }
+  if (m.arrays.size() > kMaxArrays) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(m.arrays.size(), " arrays in one checkpoint (at most ", kMaxArrays, ")"));
+  }
+  absl::flat_hash_set<absl::string_view> names, files;
+  size_t pieces = 0;
+  for (const ArrayEntry& a : m.arrays) {
+    if (absl::Status s = CheckArray(a); !s.ok()) return s;
+    if (!names.insert(a.name).second) {
+      return absl::InvalidArgumentError(absl::StrCat("array \"", a.name, "\" appears twice"));
+    }
+    pieces += a.pieces.size();
+    if (pieces > kMaxPieces) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("more than ", kMaxPieces, " pieces in one checkpoint"));
+    }
+    for (const Piece& p : a.pieces) {
+      if (!files.insert(p.file).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("two pieces are file ", p.file, " (array \"", a.name, "\")"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// A JSON integer in [lo, hi]; INVALID_ARGUMENT naming `what` for anything
+// else (a float, a boolean, a string, out of range).
+absl::StatusOr<int64_t> Integer(const nlohmann::json& j, int64_t lo, int64_t hi,
+                                absl::string_view what) {
+  bool ok = false;
+  int64_t v = 0;
+  if (j.is_number_unsigned()) {
+    const uint64_t u = j.get<uint64_t>();
+    ok = u <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+    v = static_cast<int64_t>(u);
+  } else if (j.is_number_integer()) {
+    v = j.get<int64_t>();
+    ok = true;
+  }
+  if (!ok || v < lo || v > hi) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " is ", j.dump(-1, ' ', true, nlohmann::json::error_handler_t::replace).substr(0, 40),
+        ", not an integer from ", lo, " to ", hi));
+  }
+  return v;
+}
+
+absl::StatusOr<std::vector<int64_t>> Integers(const nlohmann::json& j, absl::string_view what) {
+  if (!j.is_array() || j.size() > static_cast<size_t>(kMaxRank)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " is not a list of at most ", kMaxRank, " integers"));
+  }
+  std::vector<int64_t> v;
+  for (const nlohmann::json& e : j) {
+    absl::StatusOr<int64_t> x =
+        Integer(e, 0, std::numeric_limits<int64_t>::max(), what);
+    if (!x.ok()) return x.status();
+    v.push_back(*x);
+  }
+  return v;
+}
+
+// The step a folder named "step-NNNNNNNN" + `suffix` holds, or -1.
+int64_t StepOf(const std::string& name, absl::string_view suffix) {
+  constexpr size_t kDigits = 8;
+  if (name.size() != 5 + kDigits + suffix.size() || name.rfind("step-", 0) != 0 ||
+      name.compare(5 + kDigits, std::string::npos, suffix.data(), suffix.size()) != 0) {
+    return -1;
+  }
+  int64_t step = 0;
+  for (size_t k = 5; k < 5 + kDigits; ++k) {
+    if (name[k] < '0' || name[k] > '9') return -1;
+    step = step * 10 + (name[k] - '0');
+  }
+  return step;
+}
+
+// The entries of `root` (none when it does not exist).
+absl::StatusOr<std::vector<fs::path>> List(const std::string& root) {
+  std::vector<fs::path> out;
+  std::error_code e;
+  fs::directory_iterator it(root, e);
+  if (e == std::errc::no_such_file_or_directory) return out;
+  for (; !e && it != fs::directory_iterator(); it.increment(e)) out.push_back(it->path());
+  if (e) return FsError("cannot list", root, e);
+  return out;
+}
+
+// Removes a committed folder so that no moment of it looks committed: its
+// manifest first, then the rest.
+absl::Status RemoveCommitted(const fs::path& folder) {
+  std::error_code e;
+  fs::remove(folder / kManifest, e);
+  if (e) return FsError("cannot remove", (folder / kManifest).string(), e);
+  fs::remove_all(folder, e);
+  if (e) return FsError("cannot remove", folder.string(), e);
   return absl::OkStatus();
 }
 
@@ -237,63 +378,83 @@ std::string ToJson(const Manifest& manifest) {
                             {"layout", "row-major"},
                             {"step", manifest.step},
                             {"arrays", std::move(arrays)}};
-  return j.dump(1);
+  // Names are checked before a commit; bytes that are not UTF-8 in a
+  // manifest made otherwise are replaced rather than thrown over.
+  return j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 absl::StatusOr<Manifest> FromJson(absl::string_view json) {
+  if (json.size() > kMaxManifestBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("a checkpoint manifest of ", json.size(),
+                                                   " bytes (at most ", kMaxManifestBytes, ")"));
+  }
   const nlohmann::json j = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
     return absl::InvalidArgumentError("a checkpoint manifest that is not a JSON object");
   }
   Manifest m;
   try {
-    if (j.at("format").get<std::string>() != "causeway-checkpoint" ||
-        j.at("version").get<int>() != kFormatVersion) {
+    if (!j.contains("format") || j["format"] != "causeway-checkpoint" ||
+        !j.contains("version") || j["version"] != kFormatVersion || j.value("byte_order", "") != "little" ||
+        j.value("layout", "") != "row-major") {
       return absl::InvalidArgumentError(absl::StrCat(
-          "not a causeway-checkpoint manifest of version ", kFormatVersion, " (",
-          j.value("format", std::string("?")), " version ", j.value("version", -1), ")"));
+          "not a little-endian, row-major causeway-checkpoint manifest of version ",
+          kFormatVersion));
     }
-    m.step = j.at("step").get<int64_t>();
+    absl::StatusOr<int64_t> step = Integer(j.at("step"), 0, kMaxStep, "the step");
+    if (!step.ok()) return step.status();
+    m.step = *step;
     const nlohmann::json& arrays = j.at("arrays");
     if (!arrays.is_array() || arrays.size() > kMaxArrays) {
-      return absl::InvalidArgumentError("a manifest's arrays are not a list of at most 65536");
+      return absl::InvalidArgumentError(
+          absl::StrCat("a manifest's arrays are not a list of at most ", kMaxArrays));
     }
     for (const nlohmann::json& ja : arrays) {
       ArrayEntry a;
       a.name = ja.at("name").get<std::string>();
+      const std::string what = absl::StrCat("array \"", absl::CHexEscape(a.name.substr(0, 64)), "\"");
       absl::StatusOr<ir::DType> dtype = ParseDType(ja.at("dtype").get<std::string>());
       if (!dtype.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("array \"", a.name, "\": ", dtype.status().message()));
+        return absl::InvalidArgumentError(absl::StrCat(what, ": ", dtype.status().message()));
       }
       a.dtype = *dtype;
-      a.shape = ja.at("shape").get<std::vector<int64_t>>();
+      absl::StatusOr<std::vector<int64_t>> shape =
+          Integers(ja.at("shape"), absl::StrCat(what, "'s shape"));
+      if (!shape.ok()) return shape.status();
+      a.shape = *std::move(shape);
       a.sharding = ja.value("sharding", std::string());
       const nlohmann::json& pieces = ja.at("pieces");
       if (!pieces.is_array() || pieces.size() > kMaxPiecesPerArray) {
         return absl::InvalidArgumentError(
-            absl::StrCat("array \"", a.name, "\": its pieces are not a list of at most ",
-                         kMaxPiecesPerArray));
+            absl::StrCat(what, ": its pieces are not a list of at most ", kMaxPiecesPerArray));
       }
       for (const nlohmann::json& jp : pieces) {
         Piece p;
         p.file = jp.at("file").get<std::string>();
-        p.offset = jp.at("offset").get<std::vector<int64_t>>();
-        p.extent = jp.at("extent").get<std::vector<int64_t>>();
-        p.bytes = jp.at("bytes").get<int64_t>();
-        p.crc32 = jp.at("crc32").get<uint32_t>();
+        const std::string of = absl::StrCat(what, ", piece ", absl::CHexEscape(p.file.substr(0, 64)));
+        absl::StatusOr<std::vector<int64_t>> offset = Integers(jp.at("offset"), of + "'s offset");
+        if (!offset.ok()) return offset.status();
+        absl::StatusOr<std::vector<int64_t>> extent = Integers(jp.at("extent"), of + "'s extent");
+        if (!extent.ok()) return extent.status();
+        absl::StatusOr<int64_t> bytes =
+            Integer(jp.at("bytes"), 0, std::numeric_limits<int64_t>::max(), of + "'s bytes");
+        if (!bytes.ok()) return bytes.status();
+        absl::StatusOr<int64_t> crc =
+            Integer(jp.at("crc32"), 0, std::numeric_limits<uint32_t>::max(), of + "'s crc32");
+        if (!crc.ok()) return crc.status();
+        p.offset = *std::move(offset);
+        p.extent = *std::move(extent);
+        p.bytes = *bytes;
+        p.crc32 = static_cast<uint32_t>(*crc);
         a.pieces.push_back(std::move(p));
       }
-      if (m.Find(a.name) != nullptr) {
-        return absl::InvalidArgumentError(absl::StrCat("array \"", a.name, "\" appears twice"));
-      }
-      if (absl::Status s = CheckArray(a); !s.ok()) return s;
       m.arrays.push_back(std::move(a));
     }
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat("a checkpoint manifest with a missing or mistyped field: ", e.what()));
   }
+  if (absl::Status s = CheckManifest(m); !s.ok()) return s;
   return m;
 }
 
@@ -302,9 +463,15 @@ absl::StatusOr<Piece> WritePiece(const std::string& folder, const std::string& f
                                  const std::vector<int64_t>& offset,
                                  const std::vector<int64_t>& extent, const void* data) {
   if (!SafeFileName(file)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a checkpoint piece named \"", absl::CHexEscape(file.substr(0, 64)),
+        "\" (a plain file name, not ", kManifest, ")"));
+  }
+  const int64_t volume = Volume(shape);
+  if (shape.size() > static_cast<size_t>(kMaxRank) || volume < 0 ||
+      volume > std::numeric_limits<int64_t>::max() / 8) {
     return absl::InvalidArgumentError(
-        absl::StrCat("a checkpoint piece named \"", file, "\" (a plain file name, not ",
-                     kManifest, ")"));
+        absl::StrCat(file, ": a shape of [", absl::StrJoin(shape, ","), "]"));
   }
   if (absl::Status s = CheckBox(shape, offset, extent, file); !s.ok()) return s;
   Piece p;
@@ -325,6 +492,8 @@ absl::Status ReadBox(const std::string& folder, const ArrayEntry& array,
   if (absl::Status s = CheckBox(array.shape, offset, extent, array.name); !s.ok()) return s;
   const size_t rank = array.shape.size();
   for (const Piece& p : array.pieces) {
+    // An entry not read through FromJson is held to the same bounds here.
+    if (absl::Status s = CheckBox(array.shape, p.offset, p.extent, p.file); !s.ok()) return s;
     // The overlap of the piece and the box, in global coordinates.
     std::vector<int64_t> lo(rank), size(rank);
     bool empty = false;
@@ -336,6 +505,10 @@ absl::Status ReadBox(const std::string& folder, const ArrayEntry& array,
     }
     if (empty) continue;
     const std::string path = absl::StrCat(folder, "/", p.file);
+    if (p.bytes != Volume(p.extent) * ir::ByteSize(array.dtype)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": ", p.bytes, " bytes do not hold its box"));
+    }
     absl::StatusOr<std::string> bytes = ReadFile(path, p.bytes);
     if (!bytes.ok()) return bytes.status();
     if (Crc(bytes->data(), p.bytes) != p.crc32) {
@@ -361,8 +534,31 @@ std::string StepFolder(const std::string& root, int64_t step) {
   return absl::StrFormat("%s/step-%08d", root, step);
 }
 
+absl::StatusOr<std::vector<int64_t>> CommittedSteps(const std::string& root) {
+  absl::StatusOr<std::vector<fs::path>> entries = List(root);
+  if (!entries.ok()) return entries.status();
+  std::vector<int64_t> steps;
+  for (const fs::path& entry : *entries) {
+    const int64_t step = StepOf(entry.filename().string(), "");
+    std::error_code ignored;
+    if (step >= 0 && fs::exists(entry / kManifest, ignored)) steps.push_back(step);
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
 absl::StatusOr<std::string> BeginSave(const std::string& root, int64_t step) {
-  if (step < 0) return absl::InvalidArgumentError(absl::StrCat("a checkpoint of step ", step));
+  if (step < 0 || step > kMaxStep) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a checkpoint of step ", step, " (0 to ", kMaxStep, ")"));
+  }
+  absl::StatusOr<std::vector<int64_t>> steps = CommittedSteps(root);
+  if (!steps.ok()) return steps.status();
+  if (!steps->empty() && steps->back() >= step) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "step ", step, " is not after the newest checkpoint under ", root, " (step ",
+        steps->back(), "): save elsewhere, or remove the newer ones"));
+  }
   std::error_code e;
   fs::create_directories(root, e);
   if (e) return FsError("cannot create", root, e);
@@ -374,77 +570,59 @@ absl::StatusOr<std::string> BeginSave(const std::string& root, int64_t step) {
   return partial;
 }
 
-namespace {
-
-// The step a folder named "step-NNNNNNNN" + `suffix` holds, or -1.
-int64_t StepOf(const std::string& name, absl::string_view suffix) {
-  constexpr size_t kDigits = 8;
-  if (name.size() != 5 + kDigits + suffix.size() || name.rfind("step-", 0) != 0 ||
-      name.compare(5 + kDigits, std::string::npos, suffix.data(), suffix.size()) != 0) {
-    return -1;
-  }
-  int64_t step = 0;
-  for (size_t k = 5; k < 5 + kDigits; ++k) {
-    if (name[k] < '0' || name[k] > '9') return -1;
-    step = step * 10 + (name[k] - '0');
-  }
-  return step;
-}
-
-}  // namespace
-
-absl::StatusOr<std::vector<int64_t>> CommittedSteps(const std::string& root) {
-  std::vector<int64_t> steps;
-  std::error_code e;
-  fs::directory_iterator it(root, e);
-  if (e == std::errc::no_such_file_or_directory) return steps;
-  if (e) return FsError("cannot list", root, e);
-  for (const fs::directory_entry& entry : it) {
-    const int64_t step = StepOf(entry.path().filename().string(), "");
-    std::error_code ignored;
-    if (step >= 0 && fs::exists(entry.path() / kManifest, ignored)) steps.push_back(step);
-  }
-  std::sort(steps.begin(), steps.end());
-  return steps;
-}
-
 absl::Status Commit(const std::string& root, const Manifest& manifest, int keep) {
   if (keep < 1) return absl::InvalidArgumentError(absl::StrCat("keep ", keep, " checkpoints"));
-  for (const ArrayEntry& a : manifest.arrays) {
-    if (absl::Status s = CheckArray(a); !s.ok()) return s;
+  if (absl::Status s = CheckManifest(manifest); !s.ok()) return s;
+  absl::StatusOr<std::vector<int64_t>> before = CommittedSteps(root);
+  if (!before.ok()) return before.status();
+  if (!before->empty() && before->back() >= manifest.step) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "step ", manifest.step, " is not after the newest checkpoint under ", root, " (step ",
+        before->back(), ")"));
   }
   const std::string folder = StepFolder(root, manifest.step);
   const std::string partial = folder + kPartial;
+  // Every piece is there, whole: a folder with a manifest is a checkpoint.
+  for (const ArrayEntry& a : manifest.arrays) {
+    for (const Piece& p : a.pieces) {
+      const std::string path = absl::StrCat(partial, "/", p.file);
+      struct stat st {};
+      if (lstat(path.c_str(), &st) != 0) return Errno("cannot commit without", path);
+      if (!S_ISREG(st.st_mode) || st.st_size != p.bytes) {
+        return absl::DataLossError(absl::StrCat("cannot commit: ", path, " is not the ", p.bytes,
+                                                " bytes the manifest gives"));
+      }
+    }
+  }
   const std::string json = ToJson(manifest);
-  if (absl::Status s =
-          WriteFile(absl::StrCat(partial, "/", kManifest), json.data(),
-                    static_cast<int64_t>(json.size()));
+  if (absl::Status s = WriteFile(absl::StrCat(partial, "/", kManifest), json.data(),
+                                 static_cast<int64_t>(json.size()));
       !s.ok()) {
     return s;
   }
   if (absl::Status s = SyncFolder(partial); !s.ok()) return s;
   std::error_code e;
-  fs::remove_all(folder, e);  // the same step saved again
-  if (e) return FsError("cannot replace", folder, e);
   fs::rename(partial, folder, e);
   if (e) return FsError("cannot commit", folder, e);
   if (absl::Status s = SyncFolder(root); !s.ok()) return s;
+  // Committed. What follows only tidies: a failure is logged, not returned,
+  // since the step is a checkpoint whatever happens to the older ones.
   // Keep the newest `keep`; what a save cut short left of an older step goes
   // too.
-  absl::StatusOr<std::vector<int64_t>> steps = CommittedSteps(root);
-  if (!steps.ok()) return steps.status();
-  for (size_t i = 0; i + static_cast<size_t>(keep) < steps->size(); ++i) {
-    fs::remove_all(StepFolder(root, (*steps)[i]), e);
-    if (e) return FsError("cannot remove", StepFolder(root, (*steps)[i]), e);
+  std::vector<int64_t> steps = *std::move(before);
+  steps.push_back(manifest.step);
+  for (size_t i = 0; i + static_cast<size_t>(keep) < steps.size(); ++i) {
+    if (absl::Status s = RemoveCommitted(StepFolder(root, steps[i])); !s.ok()) {
+      CW_LOG(kWarning) << "checkpoint " << folder << " committed; " << s;
+    }
   }
-  std::vector<fs::path> stale;
-  for (const fs::directory_entry& entry : fs::directory_iterator(root, e)) {
-    const int64_t step = StepOf(entry.path().filename().string(), kPartial);
-    if (step >= 0 && step < manifest.step) stale.push_back(entry.path());
-  }
-  for (const fs::path& path : stale) {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
+  absl::StatusOr<std::vector<fs::path>> entries = List(root);
+  for (const fs::path& entry : entries.ok() ? *entries : std::vector<fs::path>{}) {
+    const int64_t step = StepOf(entry.filename().string(), kPartial);
+    if (step >= 0 && step < manifest.step) {
+      std::error_code ignored;
+      fs::remove_all(entry, ignored);
+    }
   }
   return absl::OkStatus();
 }
@@ -458,14 +636,20 @@ absl::StatusOr<Manifest> ReadManifest(const std::string& folder) {
                ? absl::NotFoundError(absl::StrCat("no checkpoint manifest ", path))
                : FsError("cannot read", path, e);
   }
-  if (size > (uintmax_t{1} << 30)) {
-    return absl::DataLossError(absl::StrCat(path, " is ", size, " bytes: not a manifest"));
+  if (size > kMaxManifestBytes) {
+    return absl::DataLossError(absl::StrCat(path, " is ", size, " bytes (a manifest has at most ",
+                                            kMaxManifestBytes, ")"));
   }
   absl::StatusOr<std::string> text = ReadFile(path, static_cast<int64_t>(size));
   if (!text.ok()) return text.status();
   absl::StatusOr<Manifest> m = FromJson(*text);
   if (!m.ok()) {
     return absl::DataLossError(absl::StrCat(path, ": ", m.status().message()));
+  }
+  const int64_t named = StepOf(fs::path(folder).filename().string(), "");
+  if (named >= 0 && named != m->step) {
+    return absl::DataLossError(
+        absl::StrCat(path, " is of step ", m->step, ", not the folder's ", named));
   }
   return m;
 }

@@ -28,6 +28,10 @@ inline constexpr int kFormatVersion = 1;
 inline constexpr int kMaxRank = 16;
 inline constexpr size_t kMaxArrays = 1 << 16;
 inline constexpr size_t kMaxPiecesPerArray = 4096;
+inline constexpr size_t kMaxPieces = 1 << 16;  // in one checkpoint
+inline constexpr size_t kMaxManifestBytes = size_t{64} << 20;
+// Folder names have 8 digits.
+inline constexpr int64_t kMaxStep = 99'999'999;
 
 // One file: the box [offset, offset + extent) of an array, row-major.
 struct Piece {
@@ -59,13 +63,15 @@ struct Manifest {
 
 std::string ToJson(const Manifest& manifest);
 // INVALID_ARGUMENT, in one line naming what is wrong, for anything but a
-// manifest of this version whose arrays have distinct non-empty names and
-// whose pieces are well-formed, disjoint and cover their arrays.
+// manifest of this version within the bounds above, whose arrays have
+// distinct plain names (no control characters) and whose pieces are
+// well-formed, each its own file, disjoint and covering their arrays.
 absl::StatusOr<Manifest> FromJson(absl::string_view json);
 
-// Writes `data` (the box's bytes, row-major) as `file` in `folder` and
-// flushes it to disk; its record. INVALID_ARGUMENT for an unsafe file name
-// or a box of another rank or outside `shape`.
+// Writes `data` (the box's bytes, row-major) as `file`, a new file in
+// `folder`, and flushes it to disk; its record. INVALID_ARGUMENT for an
+// unsafe file name or a box of another rank or outside `shape`;
+// ALREADY_EXISTS when another piece took the name.
 absl::StatusOr<Piece> WritePiece(const std::string& folder, const std::string& file,
                                  const std::vector<int64_t>& shape, ir::DType dtype,
                                  const std::vector<int64_t>& offset,
@@ -73,10 +79,12 @@ absl::StatusOr<Piece> WritePiece(const std::string& folder, const std::string& f
 
 // Reads the box [offset, offset + extent) of `array` into `dst` (row-major,
 // of `extent`'s shape). Reads only the pieces that overlap the box, each
-// whole: DATA_LOSS naming the file when its size or checksum is not the
-// manifest's (a corrupt or truncated file is never loaded as numbers),
-// NOT_FOUND naming it when it is missing, INVALID_ARGUMENT for a box outside
-// the array.
+// whole, after checking it is a regular file of the manifest's size:
+// DATA_LOSS naming the file when its size or checksum is not the
+// manifest's (a corrupt or truncated file is never loaded as numbers; what
+// `dst` holds after an error is unspecified), NOT_FOUND naming it when it
+// is missing, INVALID_ARGUMENT for a box outside the array. Memory: one
+// overlapping piece at a time.
 absl::Status ReadBox(const std::string& folder, const ArrayEntry& array,
                      const std::vector<int64_t>& offset, const std::vector<int64_t>& extent,
                      void* dst);
@@ -86,19 +94,28 @@ absl::Status ReadBox(const std::string& folder, const ArrayEntry& array,
 std::string StepFolder(const std::string& root, int64_t step);
 
 // Makes `root` (if needed) and an empty partial folder for `step`, removing
-// what a save cut short left there; returns the partial folder.
+// what a save cut short left there; returns the partial folder. One caller
+// begins and commits a save; the writers of its pieces (each host, on a
+// filesystem they share, with atomic renames) only write into the folder.
+// FAILED_PRECONDITION when `step` is not after the newest committed step:
+// a checkpoint is never replaced, and an older one restored on purpose is
+// saved elsewhere rather than behind newer ones a restart would pick.
 absl::StatusOr<std::string> BeginSave(const std::string& root, int64_t step);
 
-// Writes the manifest into the partial folder, flushes it, renames the
-// folder to its committed name and flushes `root`: from then on the step is
-// a checkpoint. Then keeps the `keep` newest committed steps (keep >= 1)
-// and removes the rest, and any partial folder of an older step.
+// Checks that every piece is in the partial folder at its size, writes the
+// manifest into it, flushes it, renames the folder to its committed name
+// and flushes `root`: from then on the step is a checkpoint. Then keeps the
+// `keep` newest committed steps (keep >= 1), removing each older one
+// manifest first (so none is ever half a checkpoint), and any partial
+// folder of an older step; a failure there is logged, not returned. The
+// same refusals as BeginSave and FromJson.
 absl::Status Commit(const std::string& root, const Manifest& manifest, int keep);
 
 // The committed steps under `root`, oldest first (none: empty).
 absl::StatusOr<std::vector<int64_t>> CommittedSteps(const std::string& root);
 
-// The manifest of a committed folder. DATA_LOSS naming it when unreadable.
+// The manifest of a committed folder. DATA_LOSS naming it when unreadable,
+// malformed, or of another step than the folder's name.
 absl::StatusOr<Manifest> ReadManifest(const std::string& folder);
 
 }  // namespace causeway::checkpoint

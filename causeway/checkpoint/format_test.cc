@@ -13,6 +13,7 @@
 #include "causeway/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 
 namespace causeway::checkpoint {
 namespace {
@@ -125,7 +126,8 @@ TEST(CheckpointFormatTest, ACorruptOrTruncatedFileIsAnErrorNamingItNeverNumbers)
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("w.1 is shorter")));
   // A manifest cut short is not a manifest.
   fs::resize_file(folder + "/manifest.json", 30);
-  EXPECT_THAT(ReadManifest(folder), StatusIs(absl::StatusCode::kDataLoss, HasSubstr("manifest")));
+  EXPECT_THAT(ReadManifest(folder),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("not a JSON object")));
 }
 
 TEST(CheckpointFormatTest, ASaveCutShortLeavesThePreviousCheckpointAndIsNotOne) {
@@ -144,6 +146,46 @@ TEST(CheckpointFormatTest, ASaveCutShortLeavesThePreviousCheckpointAndIsNotOne) 
   // Saving step 20 again starts from an empty folder.
   ASSERT_OK_AND_ASSIGN(partial, BeginSave(s.root, 20));
   EXPECT_TRUE(fs::is_empty(partial));
+}
+
+TEST(CheckpointFormatTest, ACheckpointIsNeverReplacedNorSavedBehindANewerOne) {
+  const Saved s = SaveRowHalves("never_replaced", 30, 3);
+  EXPECT_THAT(BeginSave(s.root, 30).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("newest checkpoint")));
+  EXPECT_THAT(BeginSave(s.root, 29).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("step 30")));
+  Manifest again = s.manifest;
+  EXPECT_THAT(Commit(s.root, again, 3), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(BeginSave(s.root, kMaxStep + 1).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("99999999")));
+  // A commit whose pieces are not all there commits nothing.
+  ASSERT_OK_AND_ASSIGN(std::string partial, BeginSave(s.root, 31));
+  again.step = 31;
+  EXPECT_THAT(Commit(s.root, again, 3), StatusIs(absl::StatusCode::kNotFound, HasSubstr("w.0")));
+  ASSERT_OK_AND_ASSIGN(std::vector<int64_t> steps, CommittedSteps(s.root));
+  EXPECT_THAT(steps, ::testing::ElementsAre(30));
+  // Two pieces may not share a file: the second write is refused.
+  std::vector<float> v(12, 0.0f);
+  ASSERT_OK(WritePiece(partial, "p", {4, 6}, ir::DType::kF32, {0, 0}, {2, 6}, v.data()).status());
+  EXPECT_THAT(WritePiece(partial, "p", {4, 6}, ir::DType::kF32, {2, 0}, {2, 6}, v.data()).status(),
+              StatusIs(absl::StatusCode::kAlreadyExists));
+}
+
+TEST(CheckpointFormatTest, AManifestCannotMakeAReaderAllocateWhatTheFileDoesNotHold) {
+  // 4 TiB claimed for a piece whose file holds 8 bytes: refused by its size,
+  // before anything is allocated.
+  const std::string folder = Scratch("huge");
+  const float two[2] = {1, 2};
+  ASSERT_OK_AND_ASSIGN(Piece p, WritePiece(folder, "h", {2}, ir::DType::kF32, {0}, {2}, two));
+  ArrayEntry huge{"h", ir::DType::kF32, {int64_t{1} << 40}, "", {p}};
+  huge.pieces[0].extent = {int64_t{1} << 40};
+  huge.pieces[0].bytes = int64_t{4} << 40;
+  Manifest m;
+  m.arrays.push_back(huge);
+  ASSERT_OK_AND_ASSIGN(Manifest back, FromJson(ToJson(m)));
+  float one = 0;
+  EXPECT_THAT(ReadBox(folder, back.arrays[0], {0}, {1}, &one),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("is 8 bytes, not the 4398046511104")));
 }
 
 TEST(CheckpointFormatTest, OnlyTheNewestKeepCheckpointsAreKept) {
@@ -204,7 +246,27 @@ TEST(CheckpointFormatTest, MalformedManifestsAreRefusedNamingWhatIsWrong) {
   refused([](Manifest& m) { m.arrays[0].pieces[0].bytes = 7; }, "7 bytes for 2 elements");
   refused([](Manifest& m) { m.arrays[0].pieces[1].extent = {5}; }, "not inside");
   refused([](Manifest& m) { m.arrays.push_back(m.arrays[0]); }, "appears twice");
-  refused([](Manifest& m) { m.arrays[0].name = ""; }, "without a name");
+  refused([](Manifest& m) { m.arrays[0].name = ""; }, "array name that is empty");
+  refused([](Manifest& m) { m.arrays[0].name = "a\nb"; }, "control characters");
+  refused([](Manifest& m) { m.arrays[0].pieces[1].file = "a.0"; }, "two pieces are file a.0");
+  refused([](Manifest& m) { m.step = kMaxStep + 1; }, "a checkpoint of step");
+  // Numbers that are not integers in range, however JSON spells them.
+  auto spelled = [&](const std::function<void(nlohmann::json&)>& spoil, const std::string& what) {
+    nlohmann::json j = nlohmann::json::parse(ToJson(good));
+    spoil(j);
+    EXPECT_THAT(FromJson(j.dump()), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(what)))
+        << j.dump();
+  };
+  spelled([](nlohmann::json& j) { j["step"] = 3.5; }, "the step is 3.5");
+  spelled([](nlohmann::json& j) { j["step"] = 1e300; }, "the step is");
+  spelled([](nlohmann::json& j) { j["arrays"][0]["pieces"][0]["bytes"] = true; }, "bytes is true");
+  spelled([](nlohmann::json& j) { j["arrays"][0]["pieces"][0]["crc32"] = 4294967296; },
+          "crc32 is 4294967296");
+  spelled([](nlohmann::json& j) { j["arrays"][0]["pieces"][0]["crc32"] = -1; }, "crc32 is -1");
+  spelled([](nlohmann::json& j) { j["arrays"][0]["shape"] = {1e19}; }, "shape is");
+  spelled([](nlohmann::json& j) { j["arrays"][0]["shape"] = std::vector<int>(17, 1); },
+          "at most 16 integers");
+  spelled([](nlohmann::json& j) { j["byte_order"] = "big"; }, "little-endian");
   EXPECT_THAT(FromJson("{\"format\": \"causeway-checkpoint\", \"version\": 9}"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("version 1")));
   EXPECT_THAT(FromJson("[1, 2"), StatusIs(absl::StatusCode::kInvalidArgument,

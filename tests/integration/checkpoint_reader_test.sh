@@ -20,4 +20,17 @@ if err=$(/usr/bin/python3 "$reader" "$dir" 2>&1); then
   exit 1
 fi
 grep -q "w.1 does not match its checksum" <<<"$err" || { echo "FAIL: $err"; exit 1; }
+# A manifest naming a file outside its folder, or pieces that overlap.
+manifest="$dir/step-00000007/manifest.json"
+for spoil in 'm["arrays"][0]["pieces"][0]["file"] = "../x"' \
+             'm["arrays"][0]["pieces"][1]["offset"] = [1, 0]'; do
+  cp "$manifest" "$dir/saved.json"
+  /usr/bin/python3 -c "import json,sys; m=json.load(open(sys.argv[1])); $spoil; json.dump(m, open(sys.argv[1], 'w'))" "$manifest"
+  if err=$(/usr/bin/python3 "$reader" "$dir" 2>&1); then
+    echo "FAIL: read despite $spoil: $err"
+    exit 1
+  fi
+  grep -q "not a plain file name\|overlaps another" <<<"$err" || { echo "FAIL: $spoil: $err"; exit 1; }
+  cp "$dir/saved.json" "$manifest"
+done
 echo "ok"
