@@ -123,7 +123,7 @@ TEST(CheckpointFormatTest, ACorruptOrTruncatedFileIsAnErrorNamingItNeverNumbers)
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("w.0 does not match its checksum")));
   fs::resize_file(folder + "/w.1", 40);
   EXPECT_THAT(ReadBox(folder, *m.Find("w"), {2, 0}, {2, 6}, all.data() + 12),
-              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("w.1 is shorter")));
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("w.1 is 40 bytes, not the 48 expected")));
   // A manifest cut short is not a manifest.
   fs::resize_file(folder + "/manifest.json", 30);
   EXPECT_THAT(ReadManifest(folder),
@@ -155,7 +155,7 @@ TEST(CheckpointFormatTest, ACheckpointIsNeverReplacedNorSavedBehindANewerOne) {
   EXPECT_THAT(BeginSave(s.root, 29).status(),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("step 30")));
   Manifest again = s.manifest;
-  EXPECT_THAT(Commit(s.root, again, 3), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(Commit(s.root, again, 3), StatusIs(absl::StatusCode::kFailedPrecondition, ::testing::_));
   EXPECT_THAT(BeginSave(s.root, kMaxStep + 1).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("99999999")));
   // A commit whose pieces are not all there commits nothing.
@@ -168,7 +168,7 @@ TEST(CheckpointFormatTest, ACheckpointIsNeverReplacedNorSavedBehindANewerOne) {
   std::vector<float> v(12, 0.0f);
   ASSERT_OK(WritePiece(partial, "p", {4, 6}, ir::DType::kF32, {0, 0}, {2, 6}, v.data()).status());
   EXPECT_THAT(WritePiece(partial, "p", {4, 6}, ir::DType::kF32, {2, 0}, {2, 6}, v.data()).status(),
-              StatusIs(absl::StatusCode::kAlreadyExists));
+              StatusIs(absl::StatusCode::kAlreadyExists, ::testing::_));
 }
 
 TEST(CheckpointFormatTest, AManifestCannotMakeAReaderAllocateWhatTheFileDoesNotHold) {
@@ -249,7 +249,7 @@ TEST(CheckpointFormatTest, MalformedManifestsAreRefusedNamingWhatIsWrong) {
   refused([](Manifest& m) { m.arrays[0].name = ""; }, "array name that is empty");
   refused([](Manifest& m) { m.arrays[0].name = "a\nb"; }, "control characters");
   refused([](Manifest& m) { m.arrays[0].pieces[1].file = "a.0"; }, "two pieces are file a.0");
-  refused([](Manifest& m) { m.step = kMaxStep + 1; }, "a checkpoint of step");
+  refused([](Manifest& m) { m.step = kMaxStep + 1; }, "the step is 100000000");
   // Numbers that are not integers in range, however JSON spells them.
   auto spelled = [&](const std::function<void(nlohmann::json&)>& spoil, const std::string& what) {
     nlohmann::json j = nlohmann::json::parse(ToJson(good));
@@ -271,7 +271,8 @@ TEST(CheckpointFormatTest, MalformedManifestsAreRefusedNamingWhatIsWrong) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("version 1")));
   EXPECT_THAT(FromJson("[1, 2"), StatusIs(absl::StatusCode::kInvalidArgument,
                                           HasSubstr("not a JSON object")));
-  EXPECT_THAT(FromJson("{\"format\": \"causeway-checkpoint\", \"version\": 1, \"step\": 1}"),
+  EXPECT_THAT(FromJson("{\"format\": \"causeway-checkpoint\", \"version\": 1, "
+                       "\"byte_order\": \"little\", \"layout\": \"row-major\", \"step\": 1}"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("missing or mistyped")));
   // A write is held to the same rules.
   const std::string folder = Scratch("bad_write");
