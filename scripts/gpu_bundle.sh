@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Packs what scripts/gpu_check.sh needs into one archive for a GPU machine
 # that has none of Debian's packages: the stripped `causeway`,
-# `conformance_test`, `vulkan_ops_test` and `device_test`, every shared library they load
+# `conformance_test`, `vulkan_ops_test`, `device_test` and
+# `control_flow_bench`, every shared library they load
 # (the Vulkan loader libvulkan.so.1, gRPC, protobuf, abseil, OpenBLAS, the
 # C++ runtime, and glibc with its dynamic loader in lib/glibc, so that the
 # binaries run whatever the machine's own libraries are), the check script
@@ -23,7 +24,7 @@ while (($#)); do
     --build) build=$2; shift 2 ;;
     --data) data=$2; shift 2 ;;
     -o) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_bundle.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -32,7 +33,7 @@ stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 root=$stage/causeway-gpu
 mkdir -p "$root/bin" "$root/lib" "$root/scripts" "$root/data"
-binaries=(causeway conformance_test vulkan_ops_test device_test)
+binaries=(causeway conformance_test vulkan_ops_test device_test control_flow_bench)
 for b in "${binaries[@]}"; do
   if [[ ! -x $build/bin/$b ]]; then
     echo "gpu_bundle.sh: $build/bin/$b is missing (build the release preset first)" >&2

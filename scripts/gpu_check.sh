@@ -3,9 +3,10 @@
 #   1. the GPUs the kind sees (`causeway gpus`);
 #   2. the kind's op tests, the device suite on vulkan devices, and the
 #      conformance suite on an embedded vulkan cluster;
-#   3. `bench matmul` on the vulkan kind at 1024 and 4096 (GFLOP/s, with
-#      single-threaded OpenBLAS and Eigen on the host as the baselines of
-#      the same run);
+#   3. a while loop's cost per iteration on the vulkan and the cpu kind
+#      (control_flow_bench), and `bench matmul` on the vulkan kind at 1024
+#      and 4096 (GFLOP/s, with single-threaded OpenBLAS and Eigen on the
+#      host as the baselines of the same run);
 #   4. a short `train lm` on one vulkan device and on the cpu kind with the
 #      same seed: tokens/s of each, and the largest difference of their
 #      logged losses.
@@ -28,7 +29,7 @@ while (($#)); do
     --gpu) gpu=$2; shift 2 ;;
     --data) data=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -135,6 +136,16 @@ if [[ -x "$bin/conformance_test" ]]; then
   step conformance 120 "${run[@]}" "$bin/conformance_test" --gtest_brief=1 \
     --gtest_filter='*EmbeddedVulkan*'
   tail -n3 "$out/conformance"
+fi
+
+echo "== a while loop's cost per iteration, vulkan and cpu (bench/control_flow_bench.cc)"
+if [[ -x "$bin/control_flow_bench" ]]; then
+  step loops 60 "${run[@]}" "$bin/control_flow_bench" --benchmark_filter='/100/' \
+    --benchmark_min_time=0.2
+  cat "$out/loops"
+  while read -r kind per; do
+    summary+=("while loop, per iteration: $kind $per")
+  done < <(sed -n 's|^BM_WhileLoop/\([a-z]*\)/100/.*per_iteration=\([0-9.]*[a-z]*s\).*|\1 \2|p' "$out/loops")
 fi
 
 echo "== bench matmul"
