@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "causeway/base/mutex.h"
+#include "causeway/testing/recording_host.h"
 #include "causeway/testing/two_mesh_plan.h"
 #include "causeway/testing/status_matchers.h"
 #include "gmock/gmock.h"
@@ -22,52 +23,6 @@ using ::causeway::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Pair;
-
-// Records the runs and memory quotas it is given.
-class QuotaHost final : public HostService {
- public:
-  explicit QuotaHost(HostId id) : id_(id) {}
-  HostId id() const override { return id_; }
-  absl::Status RegisterProgram(std::shared_ptr<const ProgramPlan>) override {
-    return absl::OkStatus();
-  }
-  void UnregisterProgram(ProgramId) override {}
-  void EnqueueRun(const RunRequest& run) override {
-    MutexLock lock(&mu_);
-    runs_.push_back(run.run.value());
-  }
-  absl::Status PutShard(ArrayId, int, int, ClientId, ir::Literal) override {
-    return absl::OkStatus();
-  }
-  Future<ir::Literal> FetchShard(ArrayId, int) override {
-    return Future<ir::Literal>::Ready(absl::UnimplementedError("fake"));
-  }
-  Future<Unit> AwaitShard(ArrayId, int) override { return Future<Unit>::Ready(Unit{}); }
-  void ReleaseArrays(absl::Span<const ArrayId>) override {}
-  void ReleaseOwner(ClientId) override {}
-  void SetMemoryQuota(ClientId owner, int64_t bytes) override {
-    MutexLock lock(&mu_);
-    quotas_[owner.value()] = bytes;
-  }
-  void DeliverPiece(ShardPieceMessage) override {}
-  Future<std::vector<DeviceCounters>> GetCounters(bool) override {
-    return Future<std::vector<DeviceCounters>>::Ready(std::vector<DeviceCounters>{});
-  }
-  std::map<int64_t, int64_t> quotas() const {
-    MutexLock lock(&mu_);
-    return quotas_;
-  }
-  std::vector<int64_t> runs() const {
-    MutexLock lock(&mu_);
-    return runs_;
-  }
-
- private:
-  const HostId id_;
-  mutable Mutex mu_;
-  std::map<int64_t, int64_t> quotas_ ABSL_GUARDED_BY(mu_);
-  std::vector<int64_t> runs_ ABSL_GUARDED_BY(mu_);
-};
 
 // Island i has host i with one device.
 Topology Islands(int n) {
@@ -97,12 +52,12 @@ class ControlPlaneTest : public ::testing::Test {
     };
     return std::make_unique<ControlPlane>(std::move(topology), std::move(o));
   }
-  QuotaHost* AddFake(int id) {
-    hosts_[id] = std::make_unique<QuotaHost>(HostId(id));
+  testing::RecordingHost* AddFake(int id) {
+    hosts_[id] = std::make_unique<testing::RecordingHost>(HostId(id));
     return hosts_[id].get();
   }
 
-  std::map<int64_t, std::unique_ptr<QuotaHost>> hosts_;
+  std::map<int64_t, std::unique_ptr<testing::RecordingHost>> hosts_;
   std::map<int64_t, int64_t> island_of_;
 };
 
@@ -130,7 +85,7 @@ TEST_F(ControlPlaneTest, AnIslandOrHostAddedLaterGetsTheSharesSetBefore) {
   ASSERT_OK(control->SetShare(ClientId(5), share));
   EXPECT_THAT(hosts_[0]->quotas(), ElementsAre(Pair(5, 1 << 20)));  // through for_each_host
 
-  QuotaHost* late = AddFake(1);
+  testing::RecordingHost* late = AddFake(1);
   control->AddHost(HostId(1), IslandId(1), {DeviceId(0), DeviceId(1)}, 1 << 20, "cpu", {}, late);
   IslandScheduler* s = control->scheduler(IslandId(1));
   ASSERT_NE(s, nullptr);
@@ -218,9 +173,9 @@ TEST_F(ControlPlaneTest, EachSchedulerReachesOnlyItsIslandsHostsAndARunReachesTh
   run.arguments = {ArrayId(100)};
   run.outputs = {ArrayId(101)};
   ASSERT_OK(control->SubmitRun(run, {IslandId(0)}, nullptr));
-  EXPECT_THAT(hosts_[0]->runs(), ElementsAre(21));
-  EXPECT_THAT(hosts_[1]->runs(), ElementsAre(21));
-  EXPECT_TRUE(hosts_[2]->runs().empty());
+  EXPECT_THAT(hosts_[0]->run_ids(), ElementsAre(21));
+  EXPECT_THAT(hosts_[1]->run_ids(), ElementsAre(21));
+  EXPECT_TRUE(hosts_[2]->run_ids().empty());
 }
 
 TEST_F(ControlPlaneTest, GroupsHostsByIslandInOrderOfFirstAppearanceAndSkipsUnknownOnes) {

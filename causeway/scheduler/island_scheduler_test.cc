@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "causeway/base/limits.h"
 #include "causeway/base/mutex.h"
+#include "causeway/testing/recording_host.h"
 #include "causeway/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -22,69 +23,6 @@ namespace {
 using ::causeway::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-// Records, in order, every run and release that reaches it.
-class FakeHost final : public HostService {
- public:
-  explicit FakeHost(HostId id) : id_(id) {}
-  HostId id() const override { return id_; }
-  absl::Status RegisterProgram(std::shared_ptr<const ProgramPlan>) override {
-    return absl::OkStatus();
-  }
-  void UnregisterProgram(ProgramId) override {}
-  void EnqueueRun(const RunRequest& run) override {
-    MutexLock lock(&mu_);
-    events_.push_back(absl::StrCat("run ", run.run.value()));
-    runs_.push_back(run);
-  }
-  void EnqueueRuns(const std::vector<RunRequest>& runs) override {
-    std::vector<int64_t> ids;
-    for (const RunRequest& r : runs) {
-      ids.push_back(r.run.value());
-      EnqueueRun(r);
-    }
-    MutexLock lock(&mu_);
-    messages_.push_back(std::move(ids));
-  }
-  absl::Status PutShard(ArrayId, int, int, ClientId, ir::Literal) override {
-    return absl::OkStatus();
-  }
-  Future<ir::Literal> FetchShard(ArrayId, int) override {
-    return Future<ir::Literal>::Ready(absl::UnimplementedError("fake"));
-  }
-  Future<Unit> AwaitShard(ArrayId, int) override { return Future<Unit>::Ready(Unit{}); }
-  void ReleaseArrays(absl::Span<const ArrayId> arrays) override {
-    MutexLock lock(&mu_);
-    for (ArrayId a : arrays) events_.push_back(absl::StrCat("release ", a.value()));
-  }
-  void ReleaseOwner(ClientId) override {}
-  void SetMemoryQuota(ClientId, int64_t) override {}
-  void DeliverPiece(ShardPieceMessage) override {}
-  Future<std::vector<DeviceCounters>> GetCounters(bool) override {
-    return Future<std::vector<DeviceCounters>>::Ready(std::vector<DeviceCounters>{});
-  }
-
-  std::vector<std::string> events() const {
-    MutexLock lock(&mu_);
-    return events_;
-  }
-  std::vector<RunRequest> runs() const {
-    MutexLock lock(&mu_);
-    return runs_;
-  }
-  // The runs of each message, by id.
-  std::vector<std::vector<int64_t>> messages() const {
-    MutexLock lock(&mu_);
-    return messages_;
-  }
-
- private:
-  const HostId id_;
-  mutable Mutex mu_;
-  std::vector<std::string> events_ ABSL_GUARDED_BY(mu_);
-  std::vector<RunRequest> runs_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::vector<int64_t>> messages_ ABSL_GUARDED_BY(mu_);
-};
 
 constexpr IslandId kIsland(0);
 
@@ -159,8 +97,9 @@ class IslandSchedulerTest : public ::testing::Test {
     return out;
   }
 
-  std::unique_ptr<FakeHost> hosts_[2] = {std::make_unique<FakeHost>(HostId(0)),
-                                         std::make_unique<FakeHost>(HostId(1))};
+  std::unique_ptr<testing::RecordingHost> hosts_[2] = {
+      std::make_unique<testing::RecordingHost>(HostId(0)),
+      std::make_unique<testing::RecordingHost>(HostId(1))};
 };
 
 TEST_F(IslandSchedulerTest, FifoForwardsEveryRunAtOnceInOrder) {
