@@ -138,17 +138,22 @@ TEST_F(ControlPlaneTest, ARunOnNoIslandOrAnUnknownOneIsRefusedNamingIt) {
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("not registered with island 0")));
 }
 
-// Island 0 has hosts 0 and 1, island 1 has host 2.
-TEST_F(ControlPlaneTest, EachSchedulerReachesOnlyItsIslandsHostsAndARunReachesThem) {
+// Islands 0 and 1, and host h on island island_of[h] (no devices).
+Topology HostsOnIslands(const std::vector<int>& island_of) {
   Topology t;
   t.AddIsland(IslandId(0));
   t.AddIsland(IslandId(1));
-  t.AddHost(HostId(0), IslandId(0));
-  t.AddHost(HostId(1), IslandId(0));
-  t.AddHost(HostId(2), IslandId(1));
+  for (size_t h = 0; h < island_of.size(); ++h) {
+    t.AddHost(HostId(static_cast<int64_t>(h)), IslandId(island_of[h]));
+  }
+  return t;
+}
+
+// Island 0 has hosts 0 and 1, island 1 has host 2.
+TEST_F(ControlPlaneTest, EachSchedulerReachesOnlyItsIslandsHostsAndARunReachesThem) {
   for (int h = 0; h < 3; ++h) AddFake(h);
   island_of_ = {{0, 0}, {1, 0}, {2, 1}};
-  auto control = Make(std::move(t));
+  auto control = Make(HostsOnIslands({0, 0, 1}));
 
   const ProgramPlan two = testing::TwoMeshPlan();  // hosts 0 and 1, on island 0
   ASSERT_OK(control->scheduler(IslandId(0))->RegisterProgram(std::make_shared<ProgramPlan>(two)));
@@ -179,13 +184,7 @@ TEST_F(ControlPlaneTest, EachSchedulerReachesOnlyItsIslandsHostsAndARunReachesTh
 }
 
 TEST_F(ControlPlaneTest, GroupsHostsByIslandInOrderOfFirstAppearanceAndSkipsUnknownOnes) {
-  Topology t;
-  t.AddIsland(IslandId(0));
-  t.AddIsland(IslandId(1));
-  t.AddHost(HostId(0), IslandId(0));
-  t.AddHost(HostId(1), IslandId(1));
-  t.AddHost(HostId(2), IslandId(0));
-  auto control = Make(std::move(t));
+  auto control = Make(HostsOnIslands({0, 1, 0}));
   const auto groups = control->GroupByIsland({HostId(1), HostId(0), HostId(5), HostId(2)});
   ASSERT_EQ(groups.size(), 2u);
   EXPECT_EQ(groups[0].first, IslandId(1));

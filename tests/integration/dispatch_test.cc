@@ -238,6 +238,17 @@ TEST(DispatchTest, ParallelDispatchBeatsSequentialForShortComputations) {
   EXPECT_LT(best_p, best_s) << "parallel " << best_p << " us vs sequential " << best_s << " us";
 }
 
+// A program on `mesh` whose one parameter feeds `outputs` calls of `step`,
+// each call an output.
+Program StepProgram(Client& client, const Mesh& mesh, const CompiledFunction& step,
+                    int outputs) {
+  ProgramBuilder pb = client.NewProgram("loop");
+  TracedArray x = *pb.Parameter(ir::Shape(ir::DType::kF32, {1}), mesh, Sharding::Replicated(1));
+  std::vector<TracedArray> out;
+  for (int k = 0; k < outputs; ++k) out.push_back((*pb.Call(step, {x}))[0]);
+  return *pb.Build(out);
+}
+
 // The multi-controller baseline's loop (tools/spmd_loop.h) prepares its
 // steps a bounded way ahead of its devices, as the island scheduler bounds a
 // single controller's: when an early step fails, the loop stops within its
@@ -254,14 +265,9 @@ TEST(DispatchTest, AnSpmdLoopStopsWithinItsRunAheadOfAFailedStep) {
   };
   auto cluster = MakeCluster(o);
   auto client = Connect(cluster.get());
-  MeshRequest request;
-  request.axes = {{"x", 1}};
-  request.devices = {DeviceId(0)};
-  const Mesh mesh = *client->AllocateMesh(request);
-  ProgramBuilder pb = client->NewProgram("loop");
-  TracedArray x = *pb.Parameter(ir::Shape(ir::DType::kF32, {1}), mesh, Sharding::Replicated(1));
+  const Mesh mesh = MeshPerDevice(*client, 1)[0];
   const CompiledFunction f = *client->Compile(DelayAddOne(1, 0, "step"), mesh, {});
-  const Program program = *pb.Build({(*pb.Call(f, {x}))[0]});
+  const Program program = StepProgram(*client, mesh, f, 1);
   const Array input = *client->Put(ir::Literal::F32({1}, {0.0f}), mesh, Sharding::Replicated(1));
 
   tools::SpmdLoop loop;
@@ -285,14 +291,9 @@ TEST(DispatchTest, AnSpmdLoopStopsWithinItsRunAheadOfAFailedStep) {
 TEST(DispatchTest, AnSpmdLoopRefusesAPlanItCannotDrive) {
   auto cluster = MakeCluster(HostsOfOneDevice(1));
   auto client = Connect(cluster.get());
-  MeshRequest request;
-  request.axes = {{"x", 1}};
-  request.devices = {DeviceId(0)};
-  const Mesh mesh = *client->AllocateMesh(request);
-  ProgramBuilder pb = client->NewProgram("two");
-  TracedArray x = *pb.Parameter(ir::Shape(ir::DType::kF32, {1}), mesh, Sharding::Replicated(1));
+  const Mesh mesh = MeshPerDevice(*client, 1)[0];
   const CompiledFunction f = *client->Compile(DelayAddOne(1, 0, "step"), mesh, {});
-  const Program program = *pb.Build({(*pb.Call(f, {x}))[0], (*pb.Call(f, {x}))[0]});
+  const Program program = StepProgram(*client, mesh, f, 2);
   tools::SpmdLoop loop;
   loop.client = client->id();
   loop.id_base = tools::SpmdLoopIdBase(client->id());
@@ -301,9 +302,7 @@ TEST(DispatchTest, AnSpmdLoopRefusesAPlanItCannotDrive) {
   EXPECT_THAT(tools::RunSpmdLoop(*program.plan(), {host}, loop).message(),
               ::testing::HasSubstr("2 outputs, not one of each"));
 
-  ProgramBuilder one = client->NewProgram("one");
-  TracedArray y = *one.Parameter(ir::Shape(ir::DType::kF32, {1}), mesh, Sharding::Replicated(1));
-  const Program single = *one.Build({(*one.Call(f, {y}))[0]});
+  const Program single = StepProgram(*client, mesh, f, 1);
   EXPECT_THAT(tools::RunSpmdLoop(*single.plan(), {host, host}, loop).message(),
               ::testing::HasSubstr("over 2 hosts (the plan spans 1)"));
   EXPECT_THAT(tools::RunSpmdLoop(*single.plan(), {nullptr}, loop).message(),
