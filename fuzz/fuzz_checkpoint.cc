@@ -3,7 +3,8 @@
 // refuse or accept without crashing, and ReadBox over an accepted manifest
 // must read or refuse its files without reading past what they hold or
 // allocating what the manifest claims: the folder holds the pieces of the
-// seed's checkpoint ("w.0", "w.1": 48 bytes of f32 each; "step": 4 bytes).
+// sample checkpoint (causeway/testing/checkpoint_sample.h), whose manifest
+// is the seed.
 #include <unistd.h>
 
 #include <cstddef>
@@ -15,6 +16,7 @@
 
 #include "causeway/base/check.h"
 #include "causeway/checkpoint/format.h"
+#include "causeway/testing/checkpoint_sample.h"
 
 namespace {
 
@@ -34,17 +36,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   std::filesystem::remove_all(folder);
   std::atexit(RemoveFolder);
   std::filesystem::create_directories(folder);
-  std::vector<float> w(24);
-  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i);
-  using causeway::checkpoint::WritePiece;
-  CW_CHECK_OK(WritePiece(folder, "w.0", {4, 6}, causeway::ir::DType::kF32, {0, 0}, {2, 6},
-                         w.data())
-                  .status());
-  CW_CHECK_OK(WritePiece(folder, "w.1", {4, 6}, causeway::ir::DType::kF32, {2, 0}, {2, 6},
-                         w.data() + 12)
-                  .status());
-  const int32_t step = 7;
-  CW_CHECK_OK(WritePiece(folder, "step", {}, causeway::ir::DType::kI32, {}, {}, &step).status());
+  causeway::testing::WriteSampleCheckpoint(folder);
   return 0;
 }
 

@@ -10,6 +10,7 @@
 #include "causeway/base/check.h"
 #include "causeway/base/ids.h"
 #include "causeway/checkpoint/format.h"
+#include "causeway/testing/checkpoint_sample.h"
 #include "causeway/ir/builder.h"
 #include "causeway/ir/serialization.h"
 #include "causeway/transport/grpc/cluster.pb.h"
@@ -106,31 +107,13 @@ cluster::HostCall Put(ClientId client, int64_t array, int shard, int local) {
   return c;
 }
 
-// The manifest of the checkpoint fuzz_checkpoint's folder holds: "w", f32
-// [4, 6] in two row halves, and "step", i32 [].
+// The sample checkpoint's manifest: what fuzz_checkpoint's folder holds.
 std::string CheckpointManifest() {
-  std::vector<float> w(24);
-  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i);
-  const int32_t step = 7;
   const std::filesystem::path scratch =
       std::filesystem::temp_directory_path() / "fuzz_seeds_checkpoint";
   std::filesystem::remove_all(scratch);
   std::filesystem::create_directories(scratch);
-  checkpoint::ArrayEntry a{"w", ir::DType::kF32, {4, 6}, "mesh data=2, P(data)", {}};
-  for (int64_t half = 0; half < 2; ++half) {
-    absl::StatusOr<checkpoint::Piece> p =
-        checkpoint::WritePiece(scratch.string(), "w." + std::to_string(half), a.shape, a.dtype,
-                               {2 * half, 0}, {2, 6}, w.data() + 12 * half);
-    CW_CHECK_OK(p.status());
-    a.pieces.push_back(*p);
-  }
-  absl::StatusOr<checkpoint::Piece> s =
-      checkpoint::WritePiece(scratch.string(), "step", {}, ir::DType::kI32, {}, {}, &step);
-  CW_CHECK_OK(s.status());
-  checkpoint::Manifest m;
-  m.step = 7;
-  m.arrays.push_back(a);
-  m.arrays.push_back(checkpoint::ArrayEntry{"step", ir::DType::kI32, {}, "replicated", {*s}});
+  const checkpoint::Manifest m = testing::WriteSampleCheckpoint(scratch.string());
   std::filesystem::remove_all(scratch);
   return checkpoint::ToJson(m);
 }

@@ -153,6 +153,18 @@ int64_t Volume(const std::vector<int64_t>& dims) {
   return v;
 }
 
+// OK when `shape` is one a checkpoint may hold: rank at most kMaxRank, and
+// a volume whose byte size cannot overflow.
+absl::Status CheckShape(const std::vector<int64_t>& shape, absl::string_view what) {
+  const int64_t volume = Volume(shape);
+  if (shape.size() <= static_cast<size_t>(kMaxRank) && volume >= 0 &&
+      volume <= std::numeric_limits<int64_t>::max() / 8) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, ": a shape of [", absl::StrJoin(shape, ","), "]"));
+}
+
 // OK when [offset, offset + extent) lies inside `shape`.
 absl::Status CheckBox(const std::vector<int64_t>& shape, const std::vector<int64_t>& offset,
                       const std::vector<int64_t>& extent, absl::string_view what) {
@@ -197,12 +209,8 @@ absl::Status CheckArray(const ArrayEntry& a) {
         absl::CHexEscape(a.name.substr(0, 64)), "\""));
   }
   const std::string what = absl::StrCat("array \"", a.name, "\"");
+  if (absl::Status s = CheckShape(a.shape, what); !s.ok()) return s;
   const int64_t volume = Volume(a.shape);
-  if (a.shape.size() > static_cast<size_t>(kMaxRank) || volume < 0 ||
-      volume > std::numeric_limits<int64_t>::max() / 8) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": a shape of [", absl::StrJoin(a.shape, ","), "]"));
-  }
   if (a.pieces.empty() || a.pieces.size() > kMaxPiecesPerArray) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": ", a.pieces.size(), " pieces (1 to ", kMaxPiecesPerArray, ")"));
@@ -467,12 +475,7 @@ absl::StatusOr<Piece> WritePiece(const std::string& folder, const std::string& f
         "a checkpoint piece named \"", absl::CHexEscape(file.substr(0, 64)),
         "\" (a plain file name, not ", kManifest, ")"));
   }
-  const int64_t volume = Volume(shape);
-  if (shape.size() > static_cast<size_t>(kMaxRank) || volume < 0 ||
-      volume > std::numeric_limits<int64_t>::max() / 8) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(file, ": a shape of [", absl::StrJoin(shape, ","), "]"));
-  }
+  if (absl::Status s = CheckShape(shape, file); !s.ok()) return s;
   if (absl::Status s = CheckBox(shape, offset, extent, file); !s.ok()) return s;
   Piece p;
   p.file = file;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "causeway/base/check.h"
+#include "causeway/testing/checkpoint_sample.h"
 #include "causeway/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -44,8 +45,9 @@ std::string Scratch(const std::string& name) {
   return root.string();
 }
 
-// A [4, 6] f32 array 0, 1, 2, ... saved as two row halves, the way two
-// hosts would each write the shard they hold.
+// The sample checkpoint (causeway/testing/checkpoint_sample.h) committed
+// as `step` under a fresh root: "w", [4, 6] f32 0, 1, 2, ... as two row
+// halves, and "step".
 struct Saved {
   std::string root;
   Manifest manifest;
@@ -59,20 +61,8 @@ Saved SaveRowHalves(const std::string& name, int64_t step, int keep) {
   std::iota(s.values.begin(), s.values.end(), 0.0f);
   absl::StatusOr<std::string> folder = BeginSave(s.root, step);
   CW_CHECK_OK(folder.status());
-  ArrayEntry a;
-  a.name = "w";
-  a.dtype = ir::DType::kF32;
-  a.shape = {4, 6};
-  a.sharding = "mesh data=2, P(data)";
-  for (int64_t half = 0; half < 2; ++half) {
-    absl::StatusOr<Piece> p = WritePiece(*folder, "w." + std::to_string(half), a.shape,
-                                         a.dtype, {2 * half, 0}, {2, 6},
-                                         s.values.data() + 12 * half);
-    CW_CHECK_OK(p.status());
-    a.pieces.push_back(*p);
-  }
+  s.manifest = testing::WriteSampleCheckpoint(*folder);
   s.manifest.step = step;
-  s.manifest.arrays.push_back(a);
   CW_CHECK_OK(Commit(s.root, s.manifest, keep));
   return s;
 }
@@ -213,15 +203,8 @@ TEST(CheckpointFormatTest, OnlyTheNewestKeepCheckpointsAreKept) {
 TEST(CheckpointFormatTest, WritesASampleForTheReaderScript) {
   const char* dir = std::getenv("CAUSEWAY_CHECKPOINT_SAMPLE");
   if (dir == nullptr) GTEST_SKIP() << "CAUSEWAY_CHECKPOINT_SAMPLE is not set";
-  Saved s = SaveRowHalves("sample", 7, 1);
   ASSERT_OK_AND_ASSIGN(std::string folder, BeginSave(dir, 7));
-  for (const Piece& p : s.manifest.arrays[0].pieces) {
-    fs::copy_file(StepFolder(s.root, 7) + "/" + p.file, folder + "/" + p.file);
-  }
-  const int32_t step = 7;
-  ASSERT_OK_AND_ASSIGN(Piece p, WritePiece(folder, "step", {}, ir::DType::kI32, {}, {}, &step));
-  s.manifest.arrays.push_back(ArrayEntry{"step", ir::DType::kI32, {}, "replicated", {p}});
-  ASSERT_OK(Commit(dir, s.manifest, 1));
+  ASSERT_OK(Commit(dir, testing::WriteSampleCheckpoint(folder), 1));
 }
 
 TEST(CheckpointFormatTest, MalformedManifestsAreRefusedNamingWhatIsWrong) {
