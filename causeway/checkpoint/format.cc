@@ -403,7 +403,8 @@ absl::StatusOr<Manifest> FromJson(absl::string_view json) {
   Manifest m;
   try {
     if (!j.contains("format") || j["format"] != "causeway-checkpoint" ||
-        !j.contains("version") || j["version"] != kFormatVersion || j.value("byte_order", "") != "little" ||
+        !j.contains("version") || j["version"] != kFormatVersion ||
+        j.value("byte_order", "") != "little" ||
         j.value("layout", "") != "row-major") {
       return absl::InvalidArgumentError(absl::StrCat(
           "not a little-endian, row-major causeway-checkpoint manifest of version ",
@@ -420,7 +421,8 @@ absl::StatusOr<Manifest> FromJson(absl::string_view json) {
     for (const nlohmann::json& ja : arrays) {
       ArrayEntry a;
       a.name = ja.at("name").get<std::string>();
-      const std::string what = absl::StrCat("array \"", absl::CHexEscape(a.name.substr(0, 64)), "\"");
+      const std::string what =
+          absl::StrCat("array \"", absl::CHexEscape(a.name.substr(0, 64)), "\"");
       absl::StatusOr<ir::DType> dtype = ParseDType(ja.at("dtype").get<std::string>());
       if (!dtype.ok()) {
         return absl::InvalidArgumentError(absl::StrCat(what, ": ", dtype.status().message()));
@@ -439,7 +441,8 @@ absl::StatusOr<Manifest> FromJson(absl::string_view json) {
       for (const nlohmann::json& jp : pieces) {
         Piece p;
         p.file = jp.at("file").get<std::string>();
-        const std::string of = absl::StrCat(what, ", piece ", absl::CHexEscape(p.file.substr(0, 64)));
+        const std::string of =
+            absl::StrCat(what, ", piece ", absl::CHexEscape(p.file.substr(0, 64)));
         absl::StatusOr<std::vector<int64_t>> offset = Integers(jp.at("offset"), of + "'s offset");
         if (!offset.ok()) return offset.status();
         absl::StatusOr<std::vector<int64_t>> extent = Integers(jp.at("extent"), of + "'s extent");

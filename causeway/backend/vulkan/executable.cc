@@ -494,11 +494,12 @@ class Lowering {
         ControlFlow cf;
         cf.is_while = inst.op == OpKind::kWhile;
         for (const auto& sub : inst.subfunctions) {
+          // Verified with the function that holds it.
           absl::StatusOr<std::shared_ptr<const VulkanExecutable>> compiled =
-              VulkanExecutable::Compile(*sub);
+              VulkanExecutable::CompileVerified(*sub);
           if (!compiled.ok()) {
-            return Annotate(compiled.status(),
-                            absl::StrCat("in ", ir::OpName(inst.op), " sub-function ", sub->name()));
+            return Annotate(compiled.status(), absl::StrCat("in ", ir::OpName(inst.op),
+                                                            " sub-function ", sub->name()));
           }
           cf.subs.push_back(*std::move(compiled));
         }
@@ -528,8 +529,8 @@ class Lowering {
       case OpKind::kGetResult: {
         // A packed value lies in the temporaries (never a parameter or a
         // result): its k-th result is a copy from its offset.
-        const std::vector<int64_t> offsets =
-            ir::ResultOffsets(ir::ResultShapes(f_.instructions()[static_cast<size_t>(inst.operands[0])]));
+        const Instruction& multi = f_.instructions()[static_cast<size_t>(inst.operands[0])];
+        const std::vector<int64_t> offsets = ir::ResultOffsets(ir::ResultShapes(multi));
         Ref from = a;
         from.offset += static_cast<uint64_t>(offsets[static_cast<size_t>(inst.result_index)]);
         CopyBytes(from, out, inst.shape.byte_size());
@@ -725,6 +726,11 @@ class Lowering {
 absl::StatusOr<std::shared_ptr<const VulkanExecutable>> VulkanExecutable::Compile(
     const ir::Function& function) {
   CW_RETURN_IF_ERROR(ir::Verify(function));
+  return CompileVerified(function);
+}
+
+absl::StatusOr<std::shared_ptr<const VulkanExecutable>> VulkanExecutable::CompileVerified(
+    const ir::Function& function) {
   auto exe = std::shared_ptr<VulkanExecutable>(new VulkanExecutable(function));
   Lowering lowering(exe->function(), *exe);
   CW_RETURN_IF_ERROR(lowering.Run());

@@ -110,6 +110,10 @@ class VulkanExecutable final : public Executable {
 
  private:
   explicit VulkanExecutable(ir::Function function) : Executable(std::move(function)) {}
+  // Compile without verifying again (a sub-function, verified with the
+  // function holding it).
+  static absl::StatusOr<std::shared_ptr<const VulkanExecutable>> CompileVerified(
+      const ir::Function& function);
 
   std::vector<Segment> segments_;
   std::vector<ControlFlow> control_;
