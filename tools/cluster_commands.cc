@@ -243,6 +243,10 @@ void AddWorkerCommand(CLI::App& app, int* exit_code) {
                   "every worker")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
       ->capture_default_str();
+  cmd->add_option("--checkpoint-root", o->checkpoint_root,
+                  "Write and read clients' checkpoints only in folders under this absolute "
+                  "path, which clients see at the same path (default: none; checkpoint calls "
+                  "are refused)");
   cmd->add_option("--ready-fd", *ready_fd,
                   "Write the host id this worker joined as to this descriptor");
   cmd->callback([o, ready_fd, stall_ms, input_ms, grace_s, exit_code] {
@@ -326,6 +330,9 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
   up->add_option("--token", o->token,
                  "Clients' token (default: $CAUSEWAY_TOKEN, else random); workers get a random "
                  "one of their own");
+  up->add_option("--checkpoint-root", o->checkpoint_root,
+                 "The workers' --checkpoint-root: clients' checkpoints go in folders under it "
+                 "(default: none)");
   up->add_flag("--json", *json, "Print the address and token as JSON");
 
   struct StatusFlags {

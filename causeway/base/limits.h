@@ -32,6 +32,10 @@ inline constexpr int kMaxPartialPayloadsPerStream = 1024;
 // Hosts and arrays one release message through a scheduler may name.
 inline constexpr int kMaxHostsPerRelease = 1 << 16;
 inline constexpr int kMaxReleaseBatch = 1 << 20;
+// Shards one checkpoint call (SaveShards, RestoreShards) may name, and the
+// checkpoint work queued on one host at once.
+inline constexpr size_t kMaxCheckpointShardsPerCall = size_t{1} << 16;
+inline constexpr size_t kMaxQueuedCheckpointTasks = size_t{1} << 18;
 
 }  // namespace causeway::limits
 

@@ -17,9 +17,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "causeway/backend/cpu/device.h"
-#include "causeway/backend/device.h"
 #include "causeway/base/check.h"
+#include "causeway/topology/mesh.h"
 #include "nlohmann/json.hpp"
 
 namespace causeway::checkpoint {
@@ -522,16 +521,14 @@ absl::Status ReadBox(const std::string& folder, const ArrayEntry& array,
           "%s does not match its checksum (CRC-32 %08x in the manifest): the file is corrupt",
           path, p.crc32));
     }
-    backend::BoxCopy box;
-    box.element_bytes = ir::ByteSize(array.dtype);
-    box.src_dims = p.extent;
-    box.dst_dims = extent;
-    box.extent = size;
+    std::vector<int64_t> src_offset;
+    std::vector<int64_t> dst_offset;
     for (size_t k = 0; k < rank; ++k) {
-      box.src_offset.push_back(lo[k] - p.offset[k]);
-      box.dst_offset.push_back(lo[k] - offset[k]);
+      src_offset.push_back(lo[k] - p.offset[k]);
+      dst_offset.push_back(lo[k] - offset[k]);
     }
-    backend::cpu::CopyHostBox(bytes->data(), dst, box);
+    CopyBox(bytes->data(), p.extent, src_offset, dst, extent, dst_offset, size,
+            ir::ByteSize(array.dtype));
   }
   return absl::OkStatus();
 }

@@ -276,6 +276,7 @@ class Client {
   int64_t peak_unforwarded_runs() const;
 
  private:
+  friend class Checkpointer;
   explicit Client(std::shared_ptr<internal::ClientCore> core) : core_(std::move(core)) {}
   std::shared_ptr<internal::ClientCore> core_;
 };

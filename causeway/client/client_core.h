@@ -14,6 +14,11 @@
 #include "causeway/base/mutex.h"
 #include "causeway/client/client.h"
 
+namespace causeway::checkpoint {
+struct ArrayEntry;
+struct Piece;
+}  // namespace causeway::checkpoint
+
 namespace causeway::internal {
 
 // The hosts of an array's shards: by mesh position, and the distinct ones,
@@ -41,6 +46,10 @@ struct ArrayState {
 
   ~ArrayState();
 };
+
+// For each distinct shard range of the array, the first mesh position
+// holding it (a replicated array: one).
+std::vector<int> DistinctShards(const ArrayState& a);
 
 struct CompiledState {
   int64_t id = 0;
@@ -149,6 +158,18 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
 
   Future<ir::Literal> Fetch(const ArrayState& array);
   Future<Unit> Ready(const ArrayState& array);
+  // Checkpoints (client_checkpoint.cc). Has each host write the distinct
+  // shards of `array` it holds, once the run making them reached it, as
+  // files `prefix`.s<shard> of `folder`; their records, by shard.
+  Future<std::vector<checkpoint::Piece>> SavePieces(const ArrayState& array,
+                                                    const std::string& folder,
+                                                    const std::string& prefix);
+  // A new array of `entry`'s dtype and global shape on `mesh` with
+  // `sharding`, each shard made by its host from the pieces of the
+  // committed checkpoint in `folder` it overlaps. Put's refusals.
+  absl::StatusOr<Array> RestoreArray(const std::string& folder,
+                                     const checkpoint::ArrayEntry& entry, const Mesh& mesh,
+                                     const Sharding& sharding);
   // Queues the release of `array` (batched, sent by the release thread).
   void QueueRelease(ArrayId array, const ShardHosts& hosts);
 

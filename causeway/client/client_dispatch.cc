@@ -182,10 +182,6 @@ void ClientCore::ControlLoop() {
   // `dropped` is destroyed after the lock is released (declared first).
 }
 
-namespace {
-
-// For each distinct shard range of the array, the first mesh position
-// holding it.
 std::vector<int> DistinctShards(const ArrayState& a) {
   std::map<std::vector<int64_t>, int> first;
   for (int s = 0; s < a.mesh.size(); ++s) {
@@ -197,8 +193,6 @@ std::vector<int> DistinctShards(const ArrayState& a) {
   for (const auto& [key, s] : first) out.push_back(s);
   return out;
 }
-
-}  // namespace
 
 Future<ir::Literal> ClientCore::Fetch(const ArrayState& array) {
   Promise<ir::Literal> promise;

@@ -390,6 +390,25 @@ void CoordinatorServer::Impl::HandleHostCall(ClientSession& session,
       status = CheckOwned(session, call.await_shards().array(), "array");
       if (status.ok()) status = grpc_transport::CheckShardList(call.await_shards());
       break;
+    case cluster::HostCall::kSaveShards:
+      status = grpc_transport::CheckCheckpointCall(call.save_shards().folder(),
+                                                   call.save_shards().pieces_size());
+      for (const cluster::SavePiece& p : call.save_shards().pieces()) {
+        if (!status.ok()) break;
+        status = CheckOwned(session, p.array(), "array");
+      }
+      break;
+    case cluster::HostCall::kRestoreShards:
+      status = grpc_transport::CheckCheckpointCall(call.restore_shards().folder(),
+                                                   call.restore_shards().shards_size());
+      if (status.ok() && !session.clients.contains(ClientId(call.restore_shards().owner()))) {
+        status = absl::PermissionDeniedError("restore on behalf of another client");
+      }
+      for (const cluster::RestoreShard& r : call.restore_shards().shards()) {
+        if (!status.ok()) break;
+        status = CheckOwned(session, r.array(), "array");
+      }
+      break;
     case cluster::HostCall::kReleaseArrays:
       for (int64_t a : call.release_arrays().arrays()) {
         status = CheckOwned(session, a, "array");

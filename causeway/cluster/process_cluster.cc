@@ -124,6 +124,9 @@ absl::StatusOr<std::unique_ptr<ProcessCluster>> ProcessCluster::Start(
           w.argv.insert(w.argv.end(),
                         {"--gloo-from-bytes", absl::StrCat(options.gloo_from_bytes)});
         }
+        if (!options.checkpoint_root.empty()) {
+          w.argv.insert(w.argv.end(), {"--checkpoint-root", options.checkpoint_root});
+        }
         if (!options.tls_ca.empty()) {
           w.argv.insert(w.argv.end(), {"--tls-ca", options.tls_ca, "--tls-cert", options.tls_cert,
                                        "--tls-key", options.tls_key});

@@ -46,6 +46,8 @@ struct ProcessClusterOptions {
   std::string collectives;
   // Workers' --gloo-from-bytes; -1: their default.
   int64_t gloo_from_bytes = -1;
+  // Workers' --checkpoint-root; empty: none.
+  std::string checkpoint_root;
   // The coordinator's --report-fanout.
   int report_fanout = 0;
 };

@@ -321,6 +321,24 @@ class RemoteCluster::Impl::Host final : public HostService {
           return wire::DecodeLiteral(r->literal());
         });
   }
+  Future<std::vector<SavedPiece>> SaveShards(const std::string& folder,
+                                             std::vector<SavePieceRequest> pieces) override {
+    cluster::ClientMessage m = Message();
+    grpc_transport::EncodeSaveShards(folder, pieces, m.mutable_host()->mutable_save_shards());
+    return impl_->Call(std::move(m))
+        .Then([n = pieces.size()](const absl::StatusOr<cluster::Reply>& r)
+                  -> absl::StatusOr<std::vector<SavedPiece>> {
+          if (!r.ok()) return r.status();
+          return grpc_transport::DecodeSavedPieces(r->saved(), n);
+        });
+  }
+  absl::Status RestoreShards(const std::string& folder, ClientId owner,
+                             std::vector<RestoreShardRequest> shards) override {
+    cluster::ClientMessage m = Message();
+    grpc_transport::EncodeRestoreShards(folder, owner, shards,
+                                        m.mutable_host()->mutable_restore_shards());
+    return ReplyStatus(impl_->CallAndWait(std::move(m), "RestoreShards"));
+  }
   Future<Unit> AwaitShard(ArrayId array, int shard) override {
     cluster::ClientMessage m = Message();
     m.mutable_host()->mutable_await_shard()->set_array(array.value());

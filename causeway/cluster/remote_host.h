@@ -208,6 +208,23 @@ class RemoteHost final : public HostService {
           return wire::DecodeLiteral(r->literal());
         });
   }
+  Future<std::vector<SavedPiece>> SaveShards(const std::string& folder,
+                                             std::vector<SavePieceRequest> pieces) override {
+    cluster::HostCall call;
+    grpc_transport::EncodeSaveShards(folder, pieces, call.mutable_save_shards());
+    return Call(std::move(call))
+        .Then([n = pieces.size()](const absl::StatusOr<cluster::Reply>& r)
+                  -> absl::StatusOr<std::vector<SavedPiece>> {
+          if (!r.ok()) return r.status();
+          return grpc_transport::DecodeSavedPieces(r->saved(), n);
+        });
+  }
+  absl::Status RestoreShards(const std::string& folder, ClientId owner,
+                             std::vector<RestoreShardRequest> shards) override {
+    cluster::HostCall call;
+    grpc_transport::EncodeRestoreShards(folder, owner, shards, call.mutable_restore_shards());
+    return Wait(Call(std::move(call))).status();
+  }
   Future<Unit> AwaitShard(ArrayId array, int shard) override {
     cluster::HostCall call;
     call.mutable_await_shard()->set_array(array.value());

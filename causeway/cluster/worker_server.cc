@@ -1,6 +1,8 @@
 #include "causeway/cluster/worker_server.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <iterator>
 #include <utility>
 #include <vector>
 
@@ -102,6 +104,9 @@ class WorkerServer::Impl {
              const std::function<void(cluster::Reply&)>& fill = nullptr);
   // An OK reply carrying `value`, in chunks when it is large.
   void ReplyLiteral(uint64_t id, const ir::Literal& value);
+  // OK if `folder` lies under options_.checkpoint_root, symbolic links
+  // resolved; else PERMISSION_DENIED (FAILED_PRECONDITION with no root).
+  absl::Status CheckCheckpointFolder(const std::string& folder) const;
   void Stop(const absl::Status& why) {
     {
       MutexLock lock(&mu_);
@@ -366,6 +371,35 @@ void WorkerServer::Impl::ReplyLiteral(uint64_t id, const ir::Literal& value) {
   writer_->PostAll(std::move(messages));
 }
 
+absl::Status WorkerServer::Impl::CheckCheckpointFolder(const std::string& folder) const {
+  namespace fs = std::filesystem;
+  if (options_.checkpoint_root.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        host_.ToString(), " was started without --checkpoint-root: it writes and reads no "
+        "checkpoints"));
+  }
+  std::error_code error;
+  const fs::path root = fs::weakly_canonical(options_.checkpoint_root, error);
+  const fs::path path = error ? fs::path() : fs::weakly_canonical(folder, error);
+  if (error || !fs::path(folder).is_absolute()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint folder '", folder, "' is not an absolute path ",
+                     host_.ToString(), " can resolve"));
+  }
+  // Under the root: every component of the root is a prefix of the path's.
+  auto r = root.begin();
+  auto p = path.begin();
+  for (; r != root.end() && p != path.end() && *r == *p; ++r, ++p) {
+  }
+  const bool inside = r == root.end() || (r->empty() && std::next(r) == root.end());
+  if (!inside || p == path.end()) {
+    return absl::PermissionDeniedError(absl::StrCat("checkpoint folder '", folder,
+                                                    "' is not under ", host_.ToString(),
+                                                    "'s --checkpoint-root ", root.string()));
+  }
+  return absl::OkStatus();
+}
+
 void WorkerServer::Impl::Handle(cluster::ToWorker& message) {
   switch (message.body_case()) {
     case cluster::ToWorker::kPeers:
@@ -440,6 +474,38 @@ void WorkerServer::Impl::HandleCall(uint64_t id, cluster::HostCall& call) {
                                     call.await_shards().shards().end());
       executor_->AwaitShards(ArrayId(call.await_shards().array()), shards)
           .OnReady([this, id](const absl::StatusOr<Unit>& ready) { Reply(id, ready.status()); });
+      break;
+    }
+    case cluster::HostCall::kSaveShards: {
+      absl::StatusOr<std::vector<SavePieceRequest>> pieces =
+          grpc_transport::DecodeSaveShards(call.save_shards());
+      absl::Status allowed =
+          pieces.ok() ? CheckCheckpointFolder(call.save_shards().folder()) : pieces.status();
+      if (!allowed.ok()) {
+        Reply(id, allowed);
+        break;
+      }
+      executor_->SaveShards(call.save_shards().folder(), *std::move(pieces))
+          .OnReady([this, id](const absl::StatusOr<std::vector<SavedPiece>>& saved) {
+            if (!saved.ok()) {
+              Reply(id, saved.status());
+              return;
+            }
+            Reply(id, absl::OkStatus(), [&](cluster::Reply& r) {
+              grpc_transport::EncodeSavedPieces(*saved, r.mutable_saved());
+            });
+          });
+      break;
+    }
+    case cluster::HostCall::kRestoreShards: {
+      absl::StatusOr<std::vector<RestoreShardRequest>> shards =
+          grpc_transport::DecodeRestoreShards(call.restore_shards());
+      absl::Status allowed =
+          shards.ok() ? CheckCheckpointFolder(call.restore_shards().folder()) : shards.status();
+      Reply(id, allowed.ok() ? executor_->RestoreShards(call.restore_shards().folder(),
+                                                        ClientId(call.restore_shards().owner()),
+                                                        *std::move(shards))
+                             : allowed);
       break;
     }
     case cluster::HostCall::kReleaseArrays: {

@@ -60,6 +60,10 @@ struct WorkerServerOptions {
   // latency there on this kind of machine; docs/BENCHMARKS.md,
   // "Collectives"). Must be the same on every worker.
   int64_t gloo_from_bytes = int64_t{2} << 20;
+  // Checkpoints are written and read only in folders under this one (an
+  // absolute path every worker and client sees alike: one machine, or a
+  // shared filesystem). Empty: this worker refuses checkpoint calls.
+  std::string checkpoint_root;
 };
 
 // Whether this build has Gloo (libgloo-dev found at configure time).

@@ -12,6 +12,7 @@
 #ifndef CAUSEWAY_TRANSPORT_SERVICES_H_
 #define CAUSEWAY_TRANSPORT_SERVICES_H_
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -68,6 +69,35 @@ struct ShardPieceMessage {
   }
 };
 
+// Checkpoints (docs/CHECKPOINT.md): each host writes the pieces it holds
+// and reads the pieces its new shards need itself, straight from and into
+// its devices, in a folder of a filesystem it shares with the client.
+
+// A shard held here, to be written as one piece of a checkpoint.
+struct SavePieceRequest {
+  ArrayId array;
+  int shard = 0;
+  std::string file;                   // its name in the folder
+  std::vector<int64_t> global_shape;  // the array's
+  std::vector<int64_t> offset;        // the shard's first element in it
+};
+// What a host wrote for one piece.
+struct SavedPiece {
+  int64_t bytes = 0;
+  uint32_t crc32 = 0;  // zlib's CRC-32 of the file
+};
+// A shard to make here from a committed checkpoint: the box
+// [offset, offset + extent) of its array `name`.
+struct RestoreShardRequest {
+  std::string name;
+  ArrayId array;
+  int shard = 0;
+  int local_device = 0;
+  ir::DType dtype = ir::DType::kF32;
+  std::vector<int64_t> offset;
+  std::vector<int64_t> extent;
+};
+
 // A host: its executor and object store. Thread-safe.
 class HostService {
  public:
@@ -108,6 +138,32 @@ class HostService {
   virtual void ReleaseOwner(ClientId owner) = 0;
   // Limits `owner` to `bytes` on each of this host's devices (0: none).
   virtual void SetMemoryQuota(ClientId owner, int64_t bytes) = 0;
+
+  // Writes each piece, once its shard is ready, as a new file of `folder`
+  // (the partial folder of a save, checkpoint::BeginSave) and flushes it;
+  // the shards are held until written, whatever is released meanwhile.
+  // Ready with each piece's record, in order, once every one is written,
+  // or failed with the first error (naming the array, shard or file).
+  // UNIMPLEMENTED where the host cannot write checkpoints.
+  virtual Future<std::vector<SavedPiece>> SaveShards(const std::string& folder,
+                                                     std::vector<SavePieceRequest> pieces) {
+    (void)folder;
+    (void)pieces;
+    return Future<std::vector<SavedPiece>>::Ready(
+        absl::UnimplementedError("this host does not write checkpoints"));
+  }
+  // Makes each shard, owned by `owner`, from the committed checkpoint in
+  // `folder`, as PutShard makes one from a value: returns at once, refusing
+  // only what PutShard refuses; each shard is ready once its box is read
+  // and copied in, or failed with why (a missing, corrupt or truncated
+  // file, named; an array the checkpoint lacks or of another dtype).
+  virtual absl::Status RestoreShards(const std::string& folder, ClientId owner,
+                                     std::vector<RestoreShardRequest> shards) {
+    (void)folder;
+    (void)owner;
+    (void)shards;
+    return absl::UnimplementedError("this host does not read checkpoints");
+  }
 
   // Data plane: a piece of a reshard from another host.
   virtual void DeliverPiece(ShardPieceMessage piece) = 0;

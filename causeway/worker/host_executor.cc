@@ -13,6 +13,7 @@
 #include "causeway/base/check.h"
 #include "causeway/base/limits.h"
 #include "causeway/base/status_macros.h"
+#include "causeway/worker/checkpoint_io.h"
 
 namespace causeway {
 
@@ -42,7 +43,9 @@ HostExecutor::HostExecutor(HostExecutorOptions options,
                            std::vector<std::unique_ptr<backend::Device>> devices)
     : options_(std::move(options)),
       store_(options_.host.id, options_.host.devices, options_.device_memory_bytes,
-             std::move(devices)) {
+             std::move(devices)),
+      checkpoint_io_(std::make_shared<CheckpointIo>(options_.host.id.ToString(),
+                                                    limits::kMaxQueuedCheckpointTasks)) {
   CW_CHECK(options_.trace != nullptr && options_.collectives != nullptr &&
            options_.transport != nullptr);
   CW_CHECK(options_.report_fanout >= 0 && options_.report_fanout <= limits::kMaxReportFanout);
@@ -122,6 +125,8 @@ void HostExecutor::Shutdown() {
     if (shut_down_) return;
     shut_down_ = true;
   }
+  // Before the streams stop: a task running may wait on a device's copy.
+  checkpoint_io_->Stop();
   store_.Shutdown();
   // Slots never filled (their source is gone or shutting down too) fail
   // before the streams drain, so that no launch waits on them forever.

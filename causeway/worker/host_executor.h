@@ -26,6 +26,8 @@
 
 namespace causeway {
 
+class CheckpointIo;
+
 struct HostExecutorOptions {
   HostInfo host;
   // In local order. Each is made by the kind it names (DeviceInfo::kind,
@@ -103,6 +105,12 @@ class HostExecutor final : public HostService {
   void ReleaseOwner(ClientId owner) override;
   void SetMemoryQuota(ClientId owner, int64_t bytes) override;
   void DeliverPiece(ShardPieceMessage piece) override;
+  // The file work runs on the host's checkpoint thread (CheckpointIo), never
+  // on a device's or the caller's.
+  Future<std::vector<SavedPiece>> SaveShards(const std::string& folder,
+                                             std::vector<SavePieceRequest> pieces) override;
+  absl::Status RestoreShards(const std::string& folder, ClientId owner,
+                             std::vector<RestoreShardRequest> shards) override;
   // Counters only: the per-client view below walks every shard of the
   // store under its lock, so it is computed only when asked for.
   Future<std::vector<DeviceCounters>> GetCounters(bool reset) override;
@@ -276,6 +284,9 @@ class HostExecutor final : public HostService {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::thread housekeeper_;
   Notification stop_housekeeping_;
+  // Shared with the callbacks that post to it, which may run after
+  // Shutdown (it then refuses their work).
+  const std::shared_ptr<CheckpointIo> checkpoint_io_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   absl::flat_hash_map<HostId, absl::Status> lost_peers_ ABSL_GUARDED_BY(mu_);
 };

@@ -707,13 +707,14 @@ def constant(value: Any) -> Value:
 
 
 from . import models, optim, random  # noqa: E402,F401
+from .checkpoint import Checkpointer  # noqa: E402
 from . import _array_ops  # noqa: E402
 from ._control_flow import cond, fori_loop, scan, switch, while_loop  # noqa: E402
 
 _array_ops.install()
 
 __all__ = [
-    "Array", "CausewayError", "Client", "Compiled", "CompiledFunction", "DeadlineExceededError",
+    "Array", "CausewayError", "Checkpointer", "Client", "Compiled", "CompiledFunction", "DeadlineExceededError",
     "Device", "FailedPreconditionError", "Function", "FunctionBuilder", "InternalError",
     "InvalidArgumentError", "Mesh", "NamedSharding", "NotFoundError", "P", "PartitionSpec",
     "PermissionDeniedError", "ProgramHandle", "ProgramTrace", "ResourceExhaustedError",

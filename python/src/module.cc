@@ -128,4 +128,5 @@ PYBIND11_MODULE(_causeway, m) {
   cp::RegisterIr(m);
   cp::RegisterClient(m);
   cp::RegisterModels(m);
+  cp::RegisterCheckpoints(m);
 }

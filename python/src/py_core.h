@@ -150,6 +150,7 @@ void RegisterErrors(py::module_& m);
 void RegisterIr(py::module_& m);
 void RegisterClient(py::module_& m);
 void RegisterModels(py::module_& m);
+void RegisterCheckpoints(py::module_& m);
 
 }  // namespace causeway::python
 

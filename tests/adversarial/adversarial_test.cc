@@ -377,6 +377,49 @@ TEST_F(AdversarialTest, ARetiredSpmdLoopCallIsRefused) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("empty host call")));
 }
 
+// Checkpoint calls name folders, arrays and boxes: each is checked before a
+// worker touches a file (docs/DISTRIBUTED.md, "Untrusted peers").
+TEST_F(AdversarialTest, MalformedOrForeignCheckpointCallsAreRefused) {
+  const Mesh mesh = OneDeviceMesh(0);
+  const HostId h = HostOf(mesh.devices()[0]);
+  auto save = [&](ArrayId array, int shard) {
+    cluster::ClientMessage m;
+    m.mutable_host()->set_host(h.value());
+    SavePieceRequest p;
+    p.array = array;
+    p.shard = shard;
+    p.file = "a0.s0";
+    grpc_transport::EncodeSaveShards("/tmp/anywhere", {p}, m.mutable_host()->mutable_save_shards());
+    return peer_->CallStatus(m);
+  };
+  // Another client's array.
+  EXPECT_FALSE(save(ArrayId(ClientIdBase(ClientId(client_.value() + 7)) + 1), 0).ok());
+  EXPECT_THAT(save(Id(1), -1), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("piece")));
+  // This cluster's workers have no --checkpoint-root: they write nowhere.
+  EXPECT_THAT(save(Id(1), 0),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("--checkpoint-root")));
+
+  auto restore = [&](ClientId owner, int dtype) {
+    cluster::ClientMessage m;
+    m.mutable_host()->set_host(h.value());
+    RestoreShardRequest r;
+    r.name = "w";
+    r.array = Id(2);
+    r.offset = {0};
+    r.extent = {4};
+    grpc_transport::EncodeRestoreShards("/tmp/anywhere", owner, {r},
+                                        m.mutable_host()->mutable_restore_shards());
+    m.mutable_host()->mutable_restore_shards()->mutable_shards(0)->set_dtype(dtype);
+    return peer_->CallStatus(m);
+  };
+  EXPECT_THAT(restore(ClientId(client_.value() + 1000), 0),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("another client")));
+  EXPECT_THAT(restore(client_, 99),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("malformed shard")));
+  EXPECT_THAT(restore(client_, 0),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("--checkpoint-root")));
+}
+
 TEST_F(AdversarialTest, MalformedMeshRequestsAreRefused) {
   cluster::ClientMessage m;
   m.set_client(client_.value());

@@ -4,10 +4,13 @@
 #ifndef CAUSEWAY_TRANSPORT_GRPC_CLUSTER_CODEC_H_
 #define CAUSEWAY_TRANSPORT_GRPC_CLUSTER_CODEC_H_
 
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "causeway/base/limits.h"
+#include "causeway/base/status_macros.h"
 #include "causeway/base/trace.h"
 #include "causeway/transport/grpc/cluster.pb.h"
 #include "causeway/transport/services.h"
@@ -129,6 +132,133 @@ inline int64_t ClockShift(int64_t asked_us, int64_t answered_us, int64_t peer_no
     return kMaxTraceMicros + 1;
   }
   return asked_us + (answered_us - asked_us) / 2 - peer_now_us;
+}
+
+// Checkpoint calls (HostService::SaveShards, RestoreShards). A peer's
+// message is held to: at most limits::kMaxCheckpointShardsPerCall shards,
+// ranks of at most kMaxCheckpointRank, no negative shard, offset or extent,
+// a folder, file and name of at most kMaxCheckpointPath bytes, a known
+// dtype. (The host checks the rest: devices, sizes, that the shards exist.)
+inline constexpr int kMaxCheckpointRank = 16;
+inline constexpr size_t kMaxCheckpointPath = 4096;
+
+inline void EncodeSaveShards(const std::string& folder,
+                             const std::vector<SavePieceRequest>& pieces,
+                             cluster::SaveShards* out) {
+  out->set_folder(folder);
+  for (const SavePieceRequest& p : pieces) {
+    cluster::SavePiece& w = *out->add_pieces();
+    w.set_array(p.array.value());
+    w.set_shard(p.shard);
+    w.set_file(p.file);
+    for (int64_t d : p.global_shape) w.add_global_shape(d);
+    for (int64_t o : p.offset) w.add_offset(o);
+  }
+}
+
+inline absl::Status CheckCheckpointCall(const std::string& folder, int shards) {
+  if (folder.empty() || folder.size() > kMaxCheckpointPath) {
+    return absl::InvalidArgumentError(absl::StrCat("a checkpoint folder of ", folder.size(),
+                                                   " bytes"));
+  }
+  if (shards < 0 || static_cast<size_t>(shards) > limits::kMaxCheckpointShardsPerCall) {
+    return absl::InvalidArgumentError(absl::StrCat("a checkpoint call naming ", shards,
+                                                   " shards"));
+  }
+  return absl::OkStatus();
+}
+
+inline absl::StatusOr<std::vector<SavePieceRequest>> DecodeSaveShards(
+    const cluster::SaveShards& in) {
+  CW_RETURN_IF_ERROR(CheckCheckpointCall(in.folder(), in.pieces_size()));
+  std::vector<SavePieceRequest> out;
+  out.reserve(static_cast<size_t>(in.pieces_size()));
+  for (const cluster::SavePiece& w : in.pieces()) {
+    if (w.shard() < 0 || w.file().empty() || w.file().size() > kMaxCheckpointPath ||
+        w.global_shape_size() > kMaxCheckpointRank || w.offset_size() > kMaxCheckpointRank) {
+      return absl::InvalidArgumentError("a malformed piece in a save");
+    }
+    SavePieceRequest p;
+    p.array = ArrayId(w.array());
+    p.shard = w.shard();
+    p.file = w.file();
+    p.global_shape.assign(w.global_shape().begin(), w.global_shape().end());
+    p.offset.assign(w.offset().begin(), w.offset().end());
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+inline void EncodeRestoreShards(const std::string& folder, ClientId owner,
+                                const std::vector<RestoreShardRequest>& shards,
+                                cluster::RestoreShards* out) {
+  out->set_folder(folder);
+  out->set_owner(owner.value());
+  for (const RestoreShardRequest& r : shards) {
+    cluster::RestoreShard& w = *out->add_shards();
+    w.set_name(r.name);
+    w.set_array(r.array.value());
+    w.set_shard(r.shard);
+    w.set_local_device(r.local_device);
+    w.set_dtype(static_cast<int32_t>(r.dtype));
+    for (int64_t o : r.offset) w.add_offset(o);
+    for (int64_t e : r.extent) w.add_extent(e);
+  }
+}
+
+inline absl::StatusOr<std::vector<RestoreShardRequest>> DecodeRestoreShards(
+    const cluster::RestoreShards& in) {
+  CW_RETURN_IF_ERROR(CheckCheckpointCall(in.folder(), in.shards_size()));
+  std::vector<RestoreShardRequest> out;
+  out.reserve(static_cast<size_t>(in.shards_size()));
+  for (const cluster::RestoreShard& w : in.shards()) {
+    if (w.shard() < 0 || w.name().size() > kMaxCheckpointPath ||
+        w.dtype() < 0 || w.dtype() > static_cast<int32_t>(ir::DType::kPred) ||
+        w.offset_size() != w.extent_size() || w.extent_size() > kMaxCheckpointRank) {
+      return absl::InvalidArgumentError("a malformed shard in a restore");
+    }
+    RestoreShardRequest r;
+    r.name = w.name();
+    r.array = ArrayId(w.array());
+    r.shard = w.shard();
+    r.local_device = w.local_device();
+    r.dtype = static_cast<ir::DType>(w.dtype());
+    r.offset.assign(w.offset().begin(), w.offset().end());
+    r.extent.assign(w.extent().begin(), w.extent().end());
+    for (size_t d = 0; d < r.extent.size(); ++d) {
+      if (r.offset[d] < 0 || r.extent[d] < 0) {
+        return absl::InvalidArgumentError("a negative box in a restore");
+      }
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+inline void EncodeSavedPieces(const std::vector<SavedPiece>& saved, cluster::SavedPieceList* out) {
+  for (const SavedPiece& p : saved) {
+    out->add_bytes(p.bytes);
+    out->add_crc32(p.crc32);
+  }
+}
+
+// `expected`: how many pieces were asked for.
+inline absl::StatusOr<std::vector<SavedPiece>> DecodeSavedPieces(const cluster::SavedPieceList& in,
+                                                                 size_t expected) {
+  if (static_cast<size_t>(in.bytes_size()) != expected ||
+      static_cast<size_t>(in.crc32_size()) != expected) {
+    return absl::InternalError(absl::StrCat("a host answered a save of ", expected,
+                                            " pieces with ", in.bytes_size()));
+  }
+  std::vector<SavedPiece> out(expected);
+  for (size_t i = 0; i < expected; ++i) {
+    if (in.bytes(static_cast<int>(i)) < 0) {
+      return absl::InternalError("a host answered a save with a negative size");
+    }
+    out[i].bytes = in.bytes(static_cast<int>(i));
+    out[i].crc32 = in.crc32(static_cast<int>(i));
+  }
+  return out;
 }
 
 inline std::vector<DeviceCounters> DecodeCounters(const cluster::CounterList& in) {

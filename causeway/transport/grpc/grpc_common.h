@@ -25,7 +25,7 @@
 namespace causeway::grpc_transport {
 
 // Bumped on any incompatible change to cluster.proto or wire.proto.
-inline constexpr int kProtocolVersion = 5;
+inline constexpr int kProtocolVersion = 6;
 
 // TLS material, as PEM file paths. Empty cert/key: a plaintext server; empty
 // ca: a plaintext channel.
