@@ -161,6 +161,8 @@ struct TrainLmFlags {
   bool shard_optimizer = false;
   bool replicate_optimizer = false;
   std::string cluster = "local";
+  // auto: sharded on the embedded cluster, a file on a distributed one.
+  std::string checkpoint_format = "auto";
   double timeout_s = 30;
   ClientShare share;
   // --parallel pipeline
@@ -203,6 +205,10 @@ int RunTrainLm(TrainLmFlags f) {
   // that costs more than half of AdamW saves (docs/LM.md).
   o.shard_optimizer = f.shard_optimizer || (!f.replicate_optimizer && f.cluster == "local");
   o.decay_iters = f.decay_iters >= 0 ? f.decay_iters : o.iters;
+  o.checkpoint_format = f.checkpoint_format == "sharded" ||
+                                (f.checkpoint_format == "auto" && f.cluster == "local")
+                            ? models::LmCheckpointFormat::kSharded
+                            : models::LmCheckpointFormat::kFile;
   // The embedded cluster of a pipeline or of data parallelism across islands.
   std::unique_ptr<LocalClusterOptions> multi_mesh_cluster;
   if (f.parallel == "pipeline") {
@@ -669,6 +675,18 @@ void AddTrainLmCommand(CLI::App* train, int* exit_code) {
   lm->add_option("--checkpoint-every", o.checkpoint_every,
                  "Also checkpoint every N iterations (0: only at the end)")
       ->check(CLI::NonNegativeNumber)->check(Finite());
+  lm->add_option("--checkpoint-format", f->checkpoint_format,
+                 "sharded: each host writes its own shards while training goes on, in step "
+                 "folders (docs/CHECKPOINT.md; a distributed cluster's workers need "
+                 "--checkpoint-root and the client's view of the folder); file: one "
+                 "model.safetensors gathered to this process, training waiting; auto: sharded "
+                 "on the embedded cluster, file on a distributed one. --resume reads either")
+      ->check(CLI::IsMember({"auto", "sharded", "file"}))
+      ->capture_default_str();
+  lm->add_option("--checkpoint-keep", o.checkpoint_keep,
+                 "Sharded checkpoints: the newest N steps kept")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
   lm->add_flag("--resume", f->resume, "Continue from the checkpoint in --checkpoint")
       ->needs(checkpoint);
   lm->add_option("--stop-at", f->stop_at,

@@ -257,6 +257,17 @@ absl::Status CheckManifest(const Manifest& m) {
     return absl::InvalidArgumentError(
         absl::StrCat(m.arrays.size(), " arrays in one checkpoint (at most ", kMaxArrays, ")"));
   }
+  if (m.metadata.size() > kMaxMetadataEntries) {
+    return absl::InvalidArgumentError(absl::StrCat(m.metadata.size(),
+                                                   " metadata entries (at most ",
+                                                   kMaxMetadataEntries, ")"));
+  }
+  for (const auto& [key, value] : m.metadata) {
+    if (key.empty() || key.size() > kMaxMetadataKey) {
+      return absl::InvalidArgumentError(absl::StrCat("a metadata key of ", key.size(),
+                                                     " bytes (1 to ", kMaxMetadataKey, ")"));
+    }
+  }
   absl::flat_hash_set<absl::string_view> names, files;
   size_t pieces = 0;
   for (const ArrayEntry& a : m.arrays) {
@@ -379,12 +390,13 @@ std::string ToJson(const Manifest& manifest) {
                       {"sharding", a.sharding},
                       {"pieces", std::move(pieces)}});
   }
-  const nlohmann::json j = {{"format", "causeway-checkpoint"},
-                            {"version", kFormatVersion},
-                            {"byte_order", "little"},
-                            {"layout", "row-major"},
-                            {"step", manifest.step},
-                            {"arrays", std::move(arrays)}};
+  nlohmann::json j = {{"format", "causeway-checkpoint"},
+                      {"version", kFormatVersion},
+                      {"byte_order", "little"},
+                      {"layout", "row-major"},
+                      {"step", manifest.step},
+                      {"arrays", std::move(arrays)}};
+  if (!manifest.metadata.empty()) j["metadata"] = manifest.metadata;
   // Names are checked before a commit; bytes that are not UTF-8 in a
   // manifest made otherwise are replaced rather than thrown over.
   return j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -412,6 +424,22 @@ absl::StatusOr<Manifest> FromJson(absl::string_view json) {
     absl::StatusOr<int64_t> step = Integer(j.at("step"), 0, kMaxStep, "the step");
     if (!step.ok()) return step.status();
     m.step = *step;
+    if (j.contains("metadata")) {
+      const nlohmann::json& meta = j.at("metadata");
+      if (!meta.is_object() || meta.size() > kMaxMetadataEntries) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "a manifest's metadata is not an object of at most ", kMaxMetadataEntries,
+            " entries"));
+      }
+      for (const auto& [key, value] : meta.items()) {
+        if (key.empty() || key.size() > kMaxMetadataKey || !value.is_string()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "a manifest's metadata has an entry \"", absl::CHexEscape(key.substr(0, 64)),
+              "\" that is not a key of 1 to ", kMaxMetadataKey, " bytes with a string value"));
+        }
+        m.metadata.emplace(key, value.get<std::string>());
+      }
+    }
     const nlohmann::json& arrays = j.at("arrays");
     if (!arrays.is_array() || arrays.size() > kMaxArrays) {
       return absl::InvalidArgumentError(

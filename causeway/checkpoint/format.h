@@ -13,6 +13,7 @@
 #define CAUSEWAY_CHECKPOINT_FORMAT_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,10 @@ inline constexpr size_t kMaxArrays = 1 << 16;
 inline constexpr size_t kMaxPiecesPerArray = 4096;
 inline constexpr size_t kMaxPieces = 1 << 16;  // in one checkpoint
 inline constexpr size_t kMaxManifestBytes = size_t{64} << 20;
+// A manifest's metadata: at most this many entries, keys of at most
+// kMaxMetadataKey bytes.
+inline constexpr size_t kMaxMetadataEntries = 1024;
+inline constexpr size_t kMaxMetadataKey = 256;
 // Folder names have 8 digits.
 inline constexpr int64_t kMaxStep = 99'999'999;
 
@@ -56,6 +61,10 @@ struct ArrayEntry {
 struct Manifest {
   int64_t step = 0;
   std::vector<ArrayEntry> arrays;
+  // What the saver wants restored with the arrays (a trainer's iteration,
+  // its model's configuration), committed with them; "metadata" in the
+  // JSON, left out when empty.
+  std::map<std::string, std::string> metadata;
 
   // Null when there is no array of that name.
   const ArrayEntry* Find(absl::string_view name) const;

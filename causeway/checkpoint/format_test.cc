@@ -213,8 +213,10 @@ TEST(CheckpointFormatTest, MalformedManifestsAreRefusedNamingWhatIsWrong) {
   good.arrays.push_back(ArrayEntry{"a", ir::DType::kF32, {4}, "", {}});
   good.arrays[0].pieces.push_back(Piece{"a.0", {0}, {2}, 8, 1});
   good.arrays[0].pieces.push_back(Piece{"a.1", {2}, {2}, 8, 2});
+  good.metadata = {{"iteration", "25"}, {"config", "{\"layers\": 4}"}};
   ASSERT_OK_AND_ASSIGN(Manifest back, FromJson(ToJson(good)));
   EXPECT_EQ(back.arrays[0].pieces[1].crc32, 2u);
+  EXPECT_EQ(back.metadata, good.metadata);
 
   auto refused = [&](const std::function<void(Manifest&)>& spoil, const std::string& what) {
     Manifest m = good;
@@ -250,6 +252,9 @@ TEST(CheckpointFormatTest, MalformedManifestsAreRefusedNamingWhatIsWrong) {
   spelled([](nlohmann::json& j) { j["arrays"][0]["shape"] = std::vector<int>(17, 1); },
           "at most 16 integers");
   spelled([](nlohmann::json& j) { j["byte_order"] = "big"; }, "little-endian");
+  spelled([](nlohmann::json& j) { j["metadata"]["iteration"] = 25; }, "string value");
+  spelled([](nlohmann::json& j) { j["metadata"] = {1, 2}; }, "metadata is not an object");
+  refused([](Manifest& m) { m.metadata[std::string(300, 'k')] = "v"; }, "1 to 256 bytes");
   EXPECT_THAT(FromJson("{\"format\": \"causeway-checkpoint\", \"version\": 9}"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("version 1")));
   EXPECT_THAT(FromJson("[1, 2"), StatusIs(absl::StatusCode::kInvalidArgument,

@@ -14,6 +14,7 @@ namespace causeway {
 // A save begun: its arrays, held until written, and each one's pieces.
 struct Checkpointer::Pending {
   int64_t step = 0;
+  std::map<std::string, std::string> metadata;
   absl::Time deadline;
   std::vector<NamedArray> arrays;
   std::vector<Future<std::vector<checkpoint::Piece>>> pieces;
@@ -50,7 +51,8 @@ Checkpointer::~Checkpointer() {
   committer_.join();
 }
 
-Future<Unit> Checkpointer::Save(int64_t step, std::vector<NamedArray> arrays) {
+Future<Unit> Checkpointer::Save(int64_t step, std::vector<NamedArray> arrays,
+                                std::map<std::string, std::string> metadata) {
   auto refuse = [&](absl::Status why) {
     return Future<Unit>::Ready(absl::Status(
         why.code(), absl::StrCat("saving step ", step, " under ", root_, ": ", why.message())));
@@ -76,6 +78,7 @@ Future<Unit> Checkpointer::Save(int64_t step, std::vector<NamedArray> arrays) {
   }
   auto pending = std::make_shared<Pending>();
   pending->step = step;
+  pending->metadata = std::move(metadata);
   Future<Unit> result = pending->done.future();
   {
     MutexLock lock(&mu_);
@@ -125,6 +128,7 @@ void Checkpointer::CommitLoop() {
     absl::Status status;
     checkpoint::Manifest manifest;
     manifest.step = p->step;
+    manifest.metadata = p->metadata;
     for (size_t i = 0; i < p->pieces.size() && status.ok(); ++i) {
       const absl::StatusOr<std::vector<checkpoint::Piece>>* written =
           p->pieces[i].AwaitWithTimeout(std::max(p->deadline - absl::Now(), absl::ZeroDuration()));

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -79,7 +80,9 @@ class Checkpointer {
   // (in the future) for no arrays, an empty, repeated or unsafe name, an
   // array that is not valid or not this client's, or a step not after
   // every step saved before.
-  Future<Unit> Save(int64_t step, std::vector<NamedArray> arrays);
+  // `metadata` is committed with the arrays (Manifest::metadata).
+  Future<Unit> Save(int64_t step, std::vector<NamedArray> arrays,
+                    std::map<std::string, std::string> metadata = {});
   // Waits until every save begun so far is committed or failed; the first
   // failure since the last Wait.
   absl::Status Wait();

@@ -326,10 +326,8 @@ class RemoteCluster::Impl::Host final : public HostService {
     cluster::ClientMessage m = Message();
     grpc_transport::EncodeSaveShards(folder, pieces, m.mutable_host()->mutable_save_shards());
     return impl_->Call(std::move(m))
-        .Then([n = pieces.size()](const absl::StatusOr<cluster::Reply>& r)
-                  -> absl::StatusOr<std::vector<SavedPiece>> {
-          if (!r.ok()) return r.status();
-          return grpc_transport::DecodeSavedPieces(r->saved(), n);
+        .Then([n = pieces.size()](const absl::StatusOr<cluster::Reply>& r) {
+          return grpc_transport::ReplyToSavedPieces(r, n);
         });
   }
   absl::Status RestoreShards(const std::string& folder, ClientId owner,

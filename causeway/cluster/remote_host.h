@@ -213,10 +213,8 @@ class RemoteHost final : public HostService {
     cluster::HostCall call;
     grpc_transport::EncodeSaveShards(folder, pieces, call.mutable_save_shards());
     return Call(std::move(call))
-        .Then([n = pieces.size()](const absl::StatusOr<cluster::Reply>& r)
-                  -> absl::StatusOr<std::vector<SavedPiece>> {
-          if (!r.ok()) return r.status();
-          return grpc_transport::DecodeSavedPieces(r->saved(), n);
+        .Then([n = pieces.size()](const absl::StatusOr<cluster::Reply>& r) {
+          return grpc_transport::ReplyToSavedPieces(r, n);
         });
   }
   absl::Status RestoreShards(const std::string& folder, ClientId owner,

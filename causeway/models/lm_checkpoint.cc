@@ -1,11 +1,17 @@
 // LM checkpoints as tensor files: see lm_trainer.h for the contents.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
+#include <map>
+#include <optional>
 #include <system_error>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "causeway/base/status_macros.h"
+#include "causeway/checkpoint/format.h"
+#include "causeway/models/gpt.h"
 #include "causeway/models/lm_checkpoint_format.h"
 #include "causeway/models/tensor_file.h"
 #include "nlohmann/json.hpp"
@@ -95,6 +101,21 @@ std::string Describe(const GptConfig& c) {
 
 }  // namespace
 
+std::map<std::string, std::string> LmMetadata(const LmCheckpoint& c) {
+  std::map<std::string, std::string> out = {{"format", kCheckpointFormat},
+                                            {"config", ConfigJson(c.config)},
+                                            {"tokenizer", TokenizerJson(c.tokenizer)},
+                                            {"iteration", absl::StrCat(c.iteration)}};
+  if (c.schedule.has_value()) {
+    out["schedule"] = nlohmann::json{{"learning_rate", c.schedule->learning_rate},
+                                     {"min_learning_rate", c.schedule->min_learning_rate},
+                                     {"warmup_iters", c.schedule->warmup_iters},
+                                     {"decay_iters", c.schedule->decay_iters}}
+                          .dump();
+  }
+  return out;
+}
+
 absl::StatusOr<std::string> WriteLmCheckpoint(const std::string& dir, const LmCheckpoint& c) {
   const std::vector<ParamSpec> specs = GptParams(c.config);
   // What ReadLmCheckpoint will ask of the file: every parameter of the
@@ -123,17 +144,7 @@ absl::StatusOr<std::string> WriteLmCheckpoint(const std::string& dir, const LmCh
         absl::StrCat("cannot create checkpoint directory ", dir, ": ", ec.message()));
   }
   TensorFile f;
-  f.metadata = {{"format", kCheckpointFormat},
-                {"config", ConfigJson(c.config)},
-                {"tokenizer", TokenizerJson(c.tokenizer)},
-                {"iteration", absl::StrCat(c.iteration)}};
-  if (c.schedule.has_value()) {
-    f.metadata["schedule"] = nlohmann::json{{"learning_rate", c.schedule->learning_rate},
-                                            {"min_learning_rate", c.schedule->min_learning_rate},
-                                            {"warmup_iters", c.schedule->warmup_iters},
-                                            {"decay_iters", c.schedule->decay_iters}}
-                                 .dump();
-  }
+  for (auto& [key, value] : LmMetadata(c)) f.metadata[key] = std::move(value);
   for (const Group& g : kGroups) {
     const std::vector<ir::Literal>& group = c.*g.tensors;
     for (size_t i = 0; i < group.size(); ++i) {
@@ -145,16 +156,19 @@ absl::StatusOr<std::string> WriteLmCheckpoint(const std::string& dir, const LmCh
   return path;
 }
 
-absl::StatusOr<LmCheckpoint> ReadLmCheckpoint(const std::string& dir) {
-  // The checkpoint's folder, or its file named directly.
-  std::error_code ec;
-  const std::string path = std::filesystem::is_regular_file(dir, ec)
-                               ? dir
-                               : (std::filesystem::path(dir) / kCheckpointFile).string();
-  CW_ASSIGN_OR_RETURN(TensorFile f, ReadTensorFile(path));
+namespace {
+
+// A checkpoint's tensor by name: absent (nullopt), or its value, or why it
+// cannot be read.
+using TensorLookup = std::function<absl::StatusOr<std::optional<ir::Literal>>(const std::string&)>;
+
+// The checkpoint that `metadata` and `tensor` hold, read from `path`.
+absl::StatusOr<LmCheckpoint> ParseLmCheckpoint(const std::string& path,
+                                               const std::map<std::string, std::string>& metadata,
+                                               const TensorLookup& tensor) {
   auto meta = [&](const char* key) -> const std::string* {
-    auto it = f.metadata.find(key);
-    return it == f.metadata.end() ? nullptr : &it->second;
+    auto it = metadata.find(key);
+    return it == metadata.end() ? nullptr : &it->second;
   };
   if (meta("format") == nullptr || *meta("format") != kCheckpointFormat) {
     return Bad(path, absl::StrCat("not a Causeway LM checkpoint (format is not ",
@@ -195,15 +209,45 @@ absl::StatusOr<LmCheckpoint> ReadLmCheckpoint(const std::string& dir) {
                                   " tokens but the model's is ", c.config.vocab));
   }
   const std::vector<ParamSpec> specs = GptParams(c.config);
-  const bool has_moments = f.Find("adam_m/" + specs[0].name) != nullptr;
+  // A sharded optimiser's moments, saved flat: cut into their parameters.
+  std::optional<ShardedOptimizerLayout> flat;
+  if (const std::string* d = meta("flat_data"); d != nullptr) {
+    int64_t data = 0;
+    if (!absl::SimpleAtoi(*d, &data) || data < 1 || data > (int64_t{1} << 20)) {
+      return Bad(path, "flat_data is not a positive integer");
+    }
+    flat.emplace(c.config, data);
+  }
+  CW_ASSIGN_OR_RETURN(std::optional<ir::Literal> first_m, tensor("adam_m/" + specs[0].name));
+  const bool has_moments = first_m.has_value() || flat.has_value();
   for (const Group& g : kGroups) {
-    if (g.tensors != &LmCheckpoint::params && !has_moments) break;
+    const bool is_params = g.tensors == &LmCheckpoint::params;
+    if (!is_params && !has_moments) break;
     const std::string prefix = g.prefix;
     std::vector<ir::Literal>& group = c.*g.tensors;
-    for (const ParamSpec& s : specs) {
-      const ir::Literal* lit = f.Find(prefix + s.name);
+    std::optional<ir::Literal> whole;
+    if (!is_params && flat.has_value()) {
+      const std::string name = absl::StrCat(g.name, ".flat");
+      CW_ASSIGN_OR_RETURN(whole, tensor(name));
+      if (!whole.has_value()) return Bad(path, absl::StrCat("tensor ", name, " is missing"));
+      if (whole->shape() != ir::Shape(ir::DType::kF32, {flat->padded})) {
+        return Bad(path, absl::StrCat("tensor ", name, " is ", whole->shape().ToString(),
+                                      "; its config and flat_data need f32[", flat->padded, "]"));
+      }
+    }
+    for (size_t k = 0; k < specs.size(); ++k) {
+      const ParamSpec& s = specs[k];
       const ir::Shape want(ir::DType::kF32, s.dims);
-      if (lit == nullptr) return Bad(path, absl::StrCat("tensor ", prefix, s.name, " is missing"));
+      std::optional<ir::Literal> lit;
+      if (whole.has_value()) {
+        lit.emplace(want);
+        absl::Span<const float> src = whole->values<float>().subspan(
+            static_cast<size_t>(flat->offsets[k]), static_cast<size_t>(want.num_elements()));
+        std::copy(src.begin(), src.end(), lit->mutable_values<float>().begin());
+      } else {
+        CW_ASSIGN_OR_RETURN(lit, tensor(prefix + s.name));
+      }
+      if (!lit.has_value()) return Bad(path, absl::StrCat("tensor ", prefix, s.name, " is missing"));
       if (lit->shape() != want) {
         return Bad(path, absl::StrCat("tensor ", prefix, s.name, " is ",
                                       lit->shape().ToString(), "; its config needs ",
@@ -218,10 +262,54 @@ absl::StatusOr<LmCheckpoint> ReadLmCheckpoint(const std::string& dir) {
                                         " at element ", i, " (the run it saves had diverged)"));
         }
       }
-      group.push_back(*lit);
+      group.push_back(*std::move(lit));
     }
   }
   return c;
+}
+
+// The step folder of sharded checkpoints that `dir` names: itself, or its
+// newest committed step. Null when `dir` holds none.
+absl::StatusOr<std::optional<std::string>> ShardedFolder(const std::string& dir) {
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(std::filesystem::path(dir) / "manifest.json", ec)) {
+    return std::optional<std::string>(dir);
+  }
+  if (!std::filesystem::is_directory(dir, ec)) return std::optional<std::string>();
+  CW_ASSIGN_OR_RETURN(std::vector<int64_t> steps, checkpoint::CommittedSteps(dir));
+  if (steps.empty()) return std::optional<std::string>();
+  return std::optional<std::string>(checkpoint::StepFolder(dir, steps.back()));
+}
+
+}  // namespace
+
+absl::StatusOr<LmCheckpoint> ReadLmCheckpoint(const std::string& dir) {
+  CW_ASSIGN_OR_RETURN(std::optional<std::string> folder, ShardedFolder(dir));
+  if (folder.has_value()) {
+    CW_ASSIGN_OR_RETURN(checkpoint::Manifest m, checkpoint::ReadManifest(*folder));
+    auto tensor = [&](const std::string& name) -> absl::StatusOr<std::optional<ir::Literal>> {
+      const checkpoint::ArrayEntry* entry = m.Find(name);
+      if (entry == nullptr) return std::optional<ir::Literal>();
+      ir::Literal value(ir::Shape(entry->dtype, entry->shape));
+      CW_RETURN_IF_ERROR(checkpoint::ReadBox(*folder, *entry,
+                                             std::vector<int64_t>(entry->shape.size(), 0),
+                                             entry->shape, value.data()));
+      return std::optional<ir::Literal>(std::move(value));
+    };
+    return ParseLmCheckpoint(*folder, m.metadata, tensor);
+  }
+  // The checkpoint's folder, or its file named directly.
+  std::error_code ec;
+  const std::string path = std::filesystem::is_regular_file(dir, ec)
+                               ? dir
+                               : (std::filesystem::path(dir) / kCheckpointFile).string();
+  CW_ASSIGN_OR_RETURN(TensorFile f, ReadTensorFile(path));
+  auto tensor = [&](const std::string& name) -> absl::StatusOr<std::optional<ir::Literal>> {
+    const ir::Literal* lit = f.Find(name);
+    if (lit == nullptr) return std::optional<ir::Literal>();
+    return std::optional<ir::Literal>(*lit);
+  };
+  return ParseLmCheckpoint(path, f.metadata, tensor);
 }
 
 absl::Status CheckCheckpointFits(const LmCheckpoint& c, const GptConfig& config,

@@ -3,6 +3,7 @@
 #ifndef CAUSEWAY_MODELS_LM_CHECKPOINT_FORMAT_H_
 #define CAUSEWAY_MODELS_LM_CHECKPOINT_FORMAT_H_
 
+#include <map>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -12,6 +13,9 @@ namespace causeway::models {
 
 inline constexpr char kCheckpointFile[] = "model.safetensors";
 inline constexpr char kCheckpointFormat[] = "causeway-lm/1";
+
+// The metadata of `checkpoint` (its tensors aside), as both layouts hold it.
+std::map<std::string, std::string> LmMetadata(const LmCheckpoint& checkpoint);
 
 // Writes `checkpoint` to `dir`/model.safetensors atomically, creating `dir`
 // if needed. Returns the path written. INVALID_ARGUMENT naming the group and

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "causeway/base/status_macros.h"
+#include "causeway/checkpoint/format.h"
 #include "causeway/models/lm_checkpoint_format.h"
 
 namespace causeway::models {
@@ -82,6 +83,7 @@ absl::Status LmTrainOptions::Validate() const {
   }
   if (max_in_flight < 1) return absl::InvalidArgumentError("max in flight must be >= 1");
   if (checkpoint_every < 0) return absl::InvalidArgumentError("checkpoint-every must be >= 0");
+  if (checkpoint_keep < 1) return absl::InvalidArgumentError("checkpoint-keep must be >= 1");
   if (!(adamw.beta1 >= 0 && adamw.beta1 < 1 && adamw.beta2 >= 0 && adamw.beta2 < 1)) {
     return absl::InvalidArgumentError("AdamW betas must be in [0, 1)");
   }
@@ -272,8 +274,12 @@ absl::Status LmTrainer::Train(const Hooks& hooks, int64_t stop_at) {
     if (hooks.on_eval) hooks.on_eval(r);
     return absl::OkStatus();
   };
+  const bool sharded_checkpoints = o.checkpoint_format == LmCheckpointFormat::kSharded;
   auto checkpoint = [&]() -> absl::Status {
     if (o.checkpoint_dir.empty()) return absl::OkStatus();
+    // Sharded: the hosts write the state as it will be once the steps
+    // dispatched so far ran, while later steps go on.
+    if (sharded_checkpoints) return BeginShardedSave();
     CW_ASSIGN_OR_RETURN(std::string path, SaveCheckpoint(o.checkpoint_dir));
     if (hooks.on_checkpoint) hooks.on_checkpoint(iteration_, path);
     return absl::OkStatus();
@@ -281,13 +287,14 @@ absl::Status LmTrainer::Train(const Hooks& hooks, int64_t stop_at) {
 
   for (int64_t it = start; it < end; ++it) {
     if (hooks.should_stop && hooks.should_stop()) break;
+    CW_RETURN_IF_ERROR(ReapSaves(hooks, /*wait=*/false));
     const bool eval_due = o.eval_every > 0 && it % o.eval_every == 0;
     const bool checkpoint_due = o.checkpoint_every > 0 && it > start && it % o.checkpoint_every == 0;
-    if (eval_due || checkpoint_due) {
-      CW_RETURN_IF_ERROR(drain_all());
-      if (eval_due) CW_RETURN_IF_ERROR(evaluate());
-      if (checkpoint_due) CW_RETURN_IF_ERROR(checkpoint());
-    }
+    // A file checkpoint reads the state, so the steps queued finish first;
+    // a sharded one does not wait for them.
+    if (eval_due || (checkpoint_due && !sharded_checkpoints)) CW_RETURN_IF_ERROR(drain_all());
+    if (eval_due) CW_RETURN_IF_ERROR(evaluate());
+    if (checkpoint_due) CW_RETURN_IF_ERROR(checkpoint());
     const absl::Time dispatch_begin = absl::Now();
     TokenBatch batch = data_->Sample(Split::kTrain, o.seed, 0, it, o.batch, o.model.context);
     const float lr = LearningRate(o, it);
@@ -343,6 +350,61 @@ absl::Status LmTrainer::Train(const Hooks& hooks, int64_t stop_at) {
   CW_RETURN_IF_ERROR(drain_all());
   if (iteration_ == o.iters && o.eval_every > 0) CW_RETURN_IF_ERROR(evaluate());
   if (iteration_ > start || o.iters == start) CW_RETURN_IF_ERROR(checkpoint());
+  return ReapSaves(hooks, /*wait=*/true);
+}
+
+absl::Status LmTrainer::BeginShardedSave() {
+  const LmTrainOptions& o = options_;
+  if (checkpointer_ == nullptr) {
+    CheckpointOptions co;
+    co.keep = o.checkpoint_keep;
+    co.timeout = o.result_timeout;
+    CW_ASSIGN_OR_RETURN(checkpointer_, Checkpointer::Open(client_, o.checkpoint_dir, co));
+  }
+  std::vector<NamedArray> arrays;
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    arrays.push_back({"param/" + specs_[i].name, params_[i]});
+  }
+  if (sharded_) {
+    arrays.push_back({"adam_m.flat", flat_m_});
+    arrays.push_back({"adam_v.flat", flat_v_});
+  } else {
+    for (size_t i = 0; i < specs_.size(); ++i) {
+      arrays.push_back({"adam_m/" + specs_[i].name, adam_m_[i]});
+      arrays.push_back({"adam_v/" + specs_[i].name, adam_v_[i]});
+    }
+  }
+  LmCheckpoint c;
+  c.config = o.model;
+  c.tokenizer = data_->tokenizer();
+  c.iteration = iteration_;
+  c.schedule = LrSchedule{o.learning_rate, o.min_learning_rate, o.warmup_iters, o.decay_iters};
+  std::map<std::string, std::string> metadata = LmMetadata(c);
+  if (sharded_) metadata["flat_data"] = absl::StrCat(o.layout.data);
+  saves_.push_back({iteration_, checkpoint::StepFolder(o.checkpoint_dir, iteration_),
+                    checkpointer_->Save(iteration_, std::move(arrays), std::move(metadata))});
+  return absl::OkStatus();
+}
+
+absl::Status LmTrainer::ReapSaves(const Hooks& hooks, bool wait) {
+  while (!saves_.empty()) {
+    const SaveInFlight& s = saves_.front();
+    const absl::StatusOr<Unit>* committed =
+        wait ? s.committed.AwaitWithTimeout(options_.result_timeout) : s.committed.TryGet();
+    if (committed == nullptr) {
+      if (!wait) return absl::OkStatus();
+      return absl::DeadlineExceededError(
+          absl::StrCat("the checkpoint of iteration ", s.iteration, " was not written within ",
+                       absl::FormatDuration(options_.result_timeout)));
+    }
+    if (!committed->ok()) {
+      return absl::Status(committed->status().code(),
+                          absl::StrCat("the checkpoint of iteration ", s.iteration, ": ",
+                                       committed->status().message()));
+    }
+    if (hooks.on_checkpoint) hooks.on_checkpoint(s.iteration, s.path);
+    saves_.pop_front();
+  }
   return absl::OkStatus();
 }
 

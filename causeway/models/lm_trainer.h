@@ -9,16 +9,23 @@
 // plane never waits for a step's loss before preparing the next one. Every
 // loss is checked (a non-finite loss stops training, naming its iteration).
 //
-// Checkpoints are tensor files (tensor_file.h) named `model.safetensors` in
-// the checkpoint directory: the parameters ("param/NAME"), the AdamW
-// moments ("adam_m/NAME", "adam_v/NAME"), and metadata: "format"
-// ("causeway-lm/1"), "config" and "tokenizer" (JSON), "iteration" (the
-// next iteration to run). Batches are a function of the seed and the
-// iteration, so that is the whole data-order state.
+// Checkpoints hold the parameters ("param/NAME"), the AdamW moments
+// ("adam_m/NAME", "adam_v/NAME"), and metadata: "format" ("causeway-lm/1"),
+// "config" and "tokenizer" (JSON), "iteration" (the next iteration to run),
+// "schedule". Batches are a function of the seed and the iteration, so that
+// is the whole data-order state. Two layouts hold them
+// (LmCheckpointFormat): a tensor file (tensor_file.h) named
+// `model.safetensors` in the checkpoint directory, gathered to the client
+// and written by it; or sharded checkpoints (causeway/client/checkpoint.h)
+// in step folders under it, written by the hosts while training goes on.
+// A sharded optimiser's moments are saved there as they lie, flat
+// ("adam_m.flat", "adam_v.flat", with "flat_data", the data-axis size
+// that fixes their layout), and cut into parameters when read.
 #ifndef CAUSEWAY_MODELS_LM_TRAINER_H_
 #define CAUSEWAY_MODELS_LM_TRAINER_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -27,6 +34,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "causeway/client/checkpoint.h"
 #include "causeway/client/client.h"
 #include "causeway/ir/literal.h"
 #include "causeway/models/gpt.h"
@@ -35,6 +43,12 @@
 #include "causeway/models/text_data.h"
 
 namespace causeway::models {
+
+// How a trainer writes checkpoints: one tensor file, gathered to the client
+// and written by it, training waiting (kFile); or sharded and asynchronous,
+// each host writing its own shards while training goes on (kSharded; the
+// client and every host must see the folder at the same path).
+enum class LmCheckpointFormat { kFile, kSharded };
 
 struct LmTrainOptions {
   GptConfig model;  // model.vocab is taken from the dataset
@@ -71,6 +85,9 @@ struct LmTrainOptions {
   absl::Duration result_timeout = absl::Minutes(5);
   std::string checkpoint_dir;    // empty: no checkpoints
   int64_t checkpoint_every = 0;  // 0: only at the end (and at a stop)
+  LmCheckpointFormat checkpoint_format = LmCheckpointFormat::kFile;
+  // kSharded: the committed steps kept.
+  int checkpoint_keep = 3;
 
   // INVALID_ARGUMENT naming the first bad value (layout, sizes, rates).
   absl::Status Validate() const;
@@ -113,10 +130,12 @@ struct LmCheckpoint {
   std::vector<ir::Literal> adam_v;
 };
 
-// Reads `dir`/model.safetensors, or `dir` itself when it is a file (the
-// checkpoint's file named directly). NOT_FOUND if absent; DATA_LOSS or
-// INVALID_ARGUMENT naming what is wrong if it is not a well-formed LM
-// checkpoint (missing tensors, shapes that do not fit its config).
+// Reads a checkpoint: the newest committed step of sharded checkpoints in
+// `dir`, or `dir` itself when it is a step folder; else `dir`/model.safetensors,
+// or `dir` itself when it is a file (the checkpoint's file named directly).
+// NOT_FOUND if absent; DATA_LOSS or INVALID_ARGUMENT naming what is wrong if
+// it is not a well-formed LM checkpoint (missing tensors, shapes that do not
+// fit its config, a corrupt file).
 absl::StatusOr<LmCheckpoint> ReadLmCheckpoint(const std::string& dir);
 
 // Not thread-safe.
@@ -159,7 +178,8 @@ class LmTrainer {
   absl::StatusOr<EvalReport> Evaluate();
 
   // Writes a checkpoint of the current state to `dir` (created if needed).
-  // Returns the file written.
+  // Returns the file written. (A tensor file, whatever checkpoint_format
+  // says.)
   absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir);
 
   // The current parameters, fetched (global shapes, GptParams order).
@@ -184,6 +204,13 @@ class LmTrainer {
   absl::Status PutShardedState(const std::vector<ir::Literal>& params,
                                const LmCheckpoint* resume);
   absl::StatusOr<ir::Literal> Get(const Array& array, const std::string& what);
+  // kSharded: begins saving the current state as step iteration_ of
+  // options_.checkpoint_dir; training goes on while the hosts write it.
+  absl::Status BeginShardedSave();
+  // Tells hooks.on_checkpoint of each save committed, oldest first; with
+  // `wait`, waits for every one (at most result_timeout each). The first
+  // failed save's error.
+  absl::Status ReapSaves(const Hooks& hooks, bool wait);
 
   Client* const client_;
   const TextDataset* const data_;
@@ -202,6 +229,14 @@ class LmTrainer {
   // Set when the model spans several meshes (a pipeline, islands).
   std::unique_ptr<LmStepEngine> engine_;
   LoopTimes loop_times_;
+  // kSharded: opened at the first save; the saves not yet reaped.
+  std::unique_ptr<Checkpointer> checkpointer_;
+  struct SaveInFlight {
+    int64_t iteration = 0;
+    std::string path;
+    Future<Unit> committed;
+  };
+  std::deque<SaveInFlight> saves_;
 };
 
 // Generates text from a trained model on a one-device mesh of `client`.

@@ -1,7 +1,8 @@
 // A host's checkpoint thread: the file work of saving and restoring
 // (staging a shard through host memory, checksums, writes, flushes, reads)
 // runs here, off the device threads and off the thread of the call that
-// asked for it. Tasks run one at a time, in the order posted.
+// asked for it. Tasks run one at a time, in the order posted, at a lower
+// scheduling priority than the devices' threads.
 #ifndef CAUSEWAY_WORKER_CHECKPOINT_IO_H_
 #define CAUSEWAY_WORKER_CHECKPOINT_IO_H_
 

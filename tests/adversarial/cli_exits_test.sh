@@ -102,7 +102,7 @@ expect_exit 1 "larger than 1024 MiB" timeout 60 "$bin" train lm --data "$dir/hug
 # A checkpoint whose run diverged: refused when sampled or resumed, naming
 # the tensor, never printed as text.
 "$bin" train lm --data "$text" "${tiny[@]}" --iters 2 --eval-every 0 --log-every 0 \
-  --checkpoint "$dir/ck" >/dev/null
+  --checkpoint "$dir/ck" --checkpoint-format file >/dev/null
 python3 - "$dir/ck/model.safetensors" <<'PY'
 import json, struct, sys
 path = sys.argv[1]
@@ -117,4 +117,34 @@ PY
 expect_exit 1 "holds nan" "$bin" sample --checkpoint "$dir/ck" --tokens 5
 expect_exit 1 "holds nan" "$bin" train lm --data "$text" "${tiny[@]}" --iters 4 \
   --checkpoint "$dir/ck" --resume
+# The same in a sharded checkpoint whose checksum was made to match: the
+# values are still checked. With the checksum left alone, the file is
+# named as corrupt.
+"$bin" train lm --data "$text" "${tiny[@]}" --iters 2 --eval-every 0 --log-every 0 \
+  --checkpoint "$dir/sharded" --checkpoint-format sharded >/dev/null
+step="$dir/sharded/step-00000002"
+python3 - "$step" <<'PY'
+import json, struct, sys, zlib
+folder = sys.argv[1]
+manifest = json.load(open(folder + "/manifest.json"))
+piece = next(a for a in manifest["arrays"] if a["name"].startswith("param/"))["pieces"][0]
+data = bytearray(open(folder + "/" + piece["file"], "rb").read())
+data[0:4] = struct.pack("<f", float("nan"))
+open(folder + "/" + piece["file"], "wb").write(bytes(data))
+open(folder + "/corrupt-only", "w").write(piece["file"])
+piece["crc32"] = zlib.crc32(bytes(data))
+json.dump(manifest, open(folder + "/manifest.json", "w"))
+PY
+expect_exit 1 "holds nan" "$bin" sample --checkpoint "$dir/sharded" --tokens 5
+python3 - "$step" <<'PY'
+import json, sys
+folder = sys.argv[1]
+manifest = json.load(open(folder + "/manifest.json"))
+for a in manifest["arrays"]:
+    for p in a["pieces"]:
+        if p["file"] == open(folder + "/corrupt-only").read():
+            p["crc32"] ^= 1
+json.dump(manifest, open(folder + "/manifest.json", "w"))
+PY
+expect_exit 1 "does not match its checksum" "$bin" sample --checkpoint "$dir/sharded" --tokens 5
 echo "all exits as expected"

@@ -33,7 +33,10 @@ assert steps[0]["eta_s"] is None and steps[1]["eta_s"] >= 0, steps
 s = lines[-1]
 assert s["iterations"] == 10 and s["tokens_per_s"] > 0 and s["val_loss"] < 5, s
 PY
-test -s "$dir/ck/model.safetensors"
+# On the embedded cluster checkpoints are sharded: a step folder, its
+# manifest written last.
+test -s "$dir/ck/step-00000010/manifest.json"
+test ! -e "$dir/ck/model.safetensors"
 
 # Resume to 12 iterations: starts at 10.
 "$bin" train lm --data "$text" "${tiny[@]}" --iters 12 --eval-every 0 \
@@ -43,14 +46,17 @@ grep -q '"iterations":2' "$dir/resume.json"
 
 # The learning-rate schedule goes on as recorded: the first run's cosine
 # decay (after --warmup 2) ended at its --iters (10), so a resume to 14
-# stays at --min-lr, unless it gives --lr-decay-iters anew.
+# stays at --min-lr, unless it gives --lr-decay-iters anew. (In the file
+# format, gathered to this process, which a resume reads as well.)
 "$bin" train lm --data "$text" "${tiny[@]}" --iters 10 --eval-every 0 --log-every 0 \
-  --min-lr 0.0002 --warmup 2 --checkpoint "$dir/sched" >/dev/null
+  --min-lr 0.0002 --warmup 2 --checkpoint "$dir/sched" --checkpoint-format file >/dev/null
+test -s "$dir/sched/model.safetensors"
 cp -r "$dir/sched" "$dir/sched2"
 "$bin" train lm --data "$text" "${tiny[@]}" --iters 14 --eval-every 0 --log-every 1 \
-  --checkpoint "$dir/sched" --resume --json >"$dir/sched_resume.json"
+  --checkpoint "$dir/sched" --checkpoint-format file --resume --json >"$dir/sched_resume.json"
 "$bin" train lm --data "$text" "${tiny[@]}" --iters 14 --eval-every 0 --log-every 1 \
-  --checkpoint "$dir/sched2" --resume --lr-decay-iters 20 --json >"$dir/sched_redecay.json"
+  --checkpoint "$dir/sched2" --checkpoint-format file --resume --lr-decay-iters 20 --json \
+  >"$dir/sched_redecay.json"
 python3 - "$dir/sched_resume.json" "$dir/sched_redecay.json" <<'PY'
 import json, sys
 def lrs(path):
@@ -80,7 +86,7 @@ rc=0
 wait "$pid" || rc=$?
 [ "$rc" -eq 143 ] || { cat "$dir/interrupted.txt"; echo "interrupted train lm exited $rc"; exit 1; }
 grep -q "^interrupted (SIGTERM) at iteration" "$dir/interrupted.txt"
-test -s "$dir/int/model.safetensors"
+ls "$dir"/int/step-*/manifest.json >/dev/null
 resume=$(sed -n 's/^resume with: //p' "$dir/interrupted.txt")
 [[ "$resume" == *"--checkpoint $dir/int"*"--resume" ]] || { echo "resume command: $resume"; exit 1; }
 at=$(sed -n 's/^interrupted (SIGTERM) at iteration \([0-9]*\);.*/\1/p' "$dir/interrupted.txt")
@@ -107,9 +113,35 @@ a=$("$bin" sample --checkpoint "$dir/ck" --tokens 30 --seed 3)
 b=$("$bin" sample --checkpoint "$dir/ck" --tokens 30 --seed 3)
 [ "$a" = "$b" ] || { echo "samples differ: '$a' vs '$b'"; exit 1; }
 [ "${#a}" -ge 30 ] || { echo "sample too short: '$a'"; exit 1; }
-# The checkpoint's file names it as well as its folder.
-c=$("$bin" sample --checkpoint "$dir/ck/model.safetensors" --tokens 30 --seed 3)
+# A step folder names it as well as the folder of steps (whose newest is 12).
+c=$("$bin" sample --checkpoint "$dir/ck/step-00000012" --tokens 30 --seed 3)
+[ "$a" = "$c" ] || { echo "sample from the step folder differs: '$a' vs '$c'"; exit 1; }
+# And a file checkpoint's file as well as its folder.
+a=$("$bin" sample --checkpoint "$dir/sched" --tokens 30 --seed 3)
+c=$("$bin" sample --checkpoint "$dir/sched/model.safetensors" --tokens 30 --seed 3)
 [ "$a" = "$c" ] || { echo "sample from the file differs: '$a' vs '$c'"; exit 1; }
+
+# A sharded checkpoint resumes onto another layout: two devices with the
+# optimiser's moments sharded (saved flat), resumed on one, give the losses
+# of an uninterrupted two-device run.
+"$bin" train lm --data "$text" "${tiny[@]}" --iters 6 --eval-every 0 --log-every 1 --json \
+  --devices 2 >"$dir/straight.json"
+"$bin" train lm --data "$text" "${tiny[@]}" --iters 4 --eval-every 0 --log-every 1 --json \
+  --devices 2 --checkpoint "$dir/flat" >/dev/null
+"$bin" train lm --data "$text" "${tiny[@]}" --iters 6 --eval-every 0 --log-every 1 --json \
+  --checkpoint "$dir/flat" --resume >"$dir/flat_resume.json"
+python3 - "$dir/straight.json" "$dir/flat_resume.json" "$dir/flat/step-00000004/manifest.json" <<'PY'
+import json, sys
+def losses(path):
+    return {l["iteration"]: l["loss"] for l in map(json.loads, open(path)) if l["event"] == "step"}
+straight, resumed = losses(sys.argv[1]), losses(sys.argv[2])
+assert sorted(resumed) == [4, 5], resumed
+assert all(abs(straight[i] - resumed[i]) < 1e-3 for i in resumed), (straight, resumed)
+manifest = json.load(open(sys.argv[3]))
+names = {a["name"] for a in manifest["arrays"]}
+assert {"adam_m.flat", "adam_v.flat"} <= names and manifest["metadata"]["flat_data"] == "2", names
+assert manifest["metadata"]["iteration"] == "4", manifest["metadata"]
+PY
 
 # Bad input: a non-zero exit and one line on stderr that names the problem.
 expect_error() {
@@ -151,7 +183,7 @@ expect_usage() {
 }
 expect_usage "--checkpoint" "$bin" train lm --data "$text" "${tiny[@]}" --resume
 expect_usage "is not a folder" "$bin" train lm --data "$text" "${tiny[@]}" \
-  --checkpoint "$dir/ck/model.safetensors" --resume
+  --checkpoint "$dir/sched/model.safetensors" --resume
 expect_usage "at iteration 12, and --iters 12 leaves nothing to train" \
   "$bin" train lm --data "$text" "${tiny[@]}" --iters 12 --checkpoint "$dir/ck" --resume
 

@@ -261,6 +261,13 @@ inline absl::StatusOr<std::vector<SavedPiece>> DecodeSavedPieces(const cluster::
   return out;
 }
 
+// The reply to a save of `expected` pieces.
+inline absl::StatusOr<std::vector<SavedPiece>> ReplyToSavedPieces(
+    const absl::StatusOr<cluster::Reply>& reply, size_t expected) {
+  if (!reply.ok()) return reply.status();
+  return DecodeSavedPieces(reply->saved(), expected);
+}
+
 inline std::vector<DeviceCounters> DecodeCounters(const cluster::CounterList& in) {
   std::vector<DeviceCounters> out;
   for (const cluster::DeviceCounters& d : in.devices()) {
