@@ -11,6 +11,7 @@ parameters and both AdamW moments are saved (Checkpointer.save returns at
 once; training goes on while the hosts write), keeping 2 steps. Step time is
 the wall time of the steps, from the first dispatch to the last loss read,
 over the number of steps (the saves still writing then are waited for after).
+Losses are read 4 steps behind the dispatch front, as `train lm` reads them.
 """
 import argparse
 import json
@@ -44,16 +45,21 @@ def run(save_root):
     saves, step0 = [], run.step
     model.step(tokens, tokens, 0, 1e-3)[0].fetch()  # a warm pipeline
     start = time.monotonic()
-    loss = None
+    losses = []
     for k in range(a.steps):
         it = step0 + k
-        loss = model.step(tokens, tokens, it, 1e-3)[0]
+        losses.append(model.step(tokens, tokens, it, 1e-3)[0])
+        # Losses are read behind the dispatch front, as `train lm` does: the
+        # steps run ahead by at most 4 (each one queued holds its outputs).
+        if len(losses) > 4:
+            losses.pop(0).fetch()
         if ckpt is not None and k % a.every == 0:
             arrays = {}
             for s, x, m, v in zip(model.specs, model.params, model.m, model.v):
                 arrays[s.name], arrays[s.name + ".m"], arrays[s.name + ".v"] = x, m, v
             saves.append(ckpt.save(it, arrays))
-    loss.fetch()
+    for loss in losses:
+        loss.fetch()
     elapsed = time.monotonic() - start
     for f in saves:
         f.wait(timeout=600)

@@ -129,7 +129,9 @@ class GPT:
 
 def load_checkpoint(path: str) -> Checkpoint:
     """Reads a GPT checkpoint written by ``causeway train lm --checkpoint`` or
-    :meth:`GPT.save`: its folder or its ``model.safetensors`` file."""
+    :meth:`GPT.save`: a folder of sharded step folders (its newest step is
+    read), one step folder, or a file checkpoint's folder or its
+    ``model.safetensors`` file."""
     return _C.models.read_checkpoint(path)
 
 

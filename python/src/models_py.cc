@@ -255,8 +255,9 @@ void RegisterModels(py::module_& m) {
         return Unwrap(std::move(c));
       },
       py::arg("path"),
-      "Reads a checkpoint: its folder or its model.safetensors file. Errors name the file and "
-      "what is wrong (missing, truncated, another format)");
+      "Reads a checkpoint: a folder of sharded step folders (its newest step), a step folder, "
+      "a folder holding model.safetensors, or that file. Errors name the file and what is "
+      "wrong (missing, truncated, corrupt, another format)");
   mm.def(
       "write_checkpoint",
       [](const std::string& path, py::dict config, const models::TextDataset& data,
