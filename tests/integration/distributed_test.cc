@@ -55,7 +55,10 @@ absl::StatusOr<Mesh> MeshOn(Client& client, const Topology& t, std::vector<HostI
 }
 
 // Nothing listens on port 1: the client fails at once, naming the address,
-// rather than retrying for its whole timeout.
+// rather than retrying for its whole timeout (30 s here). "At once" is a
+// bound well under that timeout, not a latency figure: a channel's first
+// connection attempt alone took 1.15 s under ThreadSanitizer on a loaded
+// 2-core machine.
 TEST(DistributedTest, ARefusedConnectionFailsAtOnceNamingTheAddress) {
   RemoteClusterOptions ro;
   ro.address = "grpc://127.0.0.1:1";
@@ -66,7 +69,7 @@ TEST(DistributedTest, ARefusedConnectionFailsAtOnceNamingTheAddress) {
   const absl::Duration took = absl::Now() - start;
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
   EXPECT_THAT(refused.status().message(), HasSubstr("127.0.0.1:1"));
-  EXPECT_LT(took, absl::Seconds(1)) << refused.status();
+  EXPECT_LT(took, absl::Seconds(5)) << refused.status();
 }
 
 TEST(DistributedTest, ConnectionsWithoutTheTokenAreRefused) {
