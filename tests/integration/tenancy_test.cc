@@ -40,14 +40,14 @@ struct Tenant {
   CompiledFunction f;
   Array input;
 
-  Tenant(ClusterConnection* cluster, ClientShare share) {
+  Tenant(ClusterConnection* cluster, ClientShare share, int64_t compute_us = kComputeUs) {
     ClientOptions options;
     options.share = share;
     client = Connect(cluster, options);
     const Mesh mesh = *client->AllocateMesh({{"x", 2}});
     ir::FunctionBuilder b("gang");
     ir::Value x = b.Parameter(ir::Shape(ir::DType::kF32, {2}));
-    ir::Value y = b.AllReduce(b.Delay(x, kComputeUs), {"x"});
+    ir::Value y = b.AllReduce(b.Delay(x, compute_us), {"x"});
     auto compiled = client->Compile(*b.Build({y}), mesh,
                                     {{Sharding({{"x"}})}, {Sharding({{"x"}})}});
     CW_CHECK_OK(compiled.status());
@@ -244,18 +244,25 @@ INSTANTIATE_TEST_SUITE_P(Kinds, TenancyKindsTest,
 
 TEST_P(TenancyKindsTest, SharesFollowWeightsAndAGreedyClientCannotStarveAnother) {
   Start(1, 2);
-  // One trial: the light client's results per heavy result while both have
-  // runs queued.
-  auto trial = [&]() -> double {
-    Tenant light(NewConnection(), ClientShare{1, 0});
-    Tenant heavy(NewConnection(), ClientShare{1, 0});
+  // One trial with gangs of `compute_us`: the light client's results per
+  // heavy result while both have runs queued. `light_left` is how many of the
+  // light one's runs were not yet done once the heavy one's were queued.
+  auto trial = [&](int64_t compute_us, int* light_left) -> double {
+    Tenant light(NewConnection(), ClientShare{1, 0}, compute_us);
+    Tenant heavy(NewConnection(), ClientShare{1, 0}, compute_us);
     // A change of weight after connecting takes effect.
     EXPECT_OK(heavy.client->SetShare(ClientShare{3, 0}));
     // Equal gangs: while both have runs queued, the light one gets a third
-    // of the heavy one's. It has more than it can finish meanwhile (it may
-    // have had the island alone for a while before the heavy one's arrived).
+    // of the heavy one's. It has more than it can finish meanwhile, unless
+    // its runs were submitted no faster than they ran (checked below).
     std::vector<Array> a = light.Submit(600);
+    auto light_done = std::make_shared<std::atomic<int>>(0);
+    for (const Array& x : a) {
+      x.Ready().OnReady([light_done](const absl::StatusOr<Unit>&) { light_done->fetch_add(1); });
+    }
     std::vector<Array> b = heavy.Submit(150);
+    EXPECT_OK(AwaitOrHang(heavy.client->Flush()).status());
+    *light_left = static_cast<int>(a.size()) - light_done->load();
     auto a_order = std::make_shared<std::vector<int64_t>>();
     auto b_order = std::make_shared<std::vector<int64_t>>();
     const std::vector<Future<Unit>> a_seen = Watch(a, a_order);
@@ -281,7 +288,32 @@ TEST_P(TenancyKindsTest, SharesFollowWeightsAndAGreedyClientCannotStarveAnother)
   // worker processes on 2 cores one trial in about seven lands outside
   // (measured: 0.11 to 0.87), so up to three trials are run and one must
   // land inside: a scheduler that does not divide by weight misses in all.
-  ExpectATrialWithin([&](double* ratio) { *ratio = trial(); }, 0.15, 0.65);
+  //
+  // The window needs the light client to have runs queued throughout: about
+  // 45 (a third of the heavy one's 130). Where its 600 were submitted no
+  // faster than 200 us gangs ran (ThreadSanitizer, worker processes, a loaded
+  // machine: trials of 0, 0 and 0.12 were seen), the island was the light
+  // one's alone while it submitted, and little was left to share. Such a
+  // trial measures nothing; it is run again with gangs twice as long, so that
+  // submitting outpaces running. FIFO leaves the light one's runs queued too
+  // (all ahead of the heavy one's), so it still gives 0.
+  int64_t compute_us = kComputeUs;
+  ExpectATrialWithin(
+      [&](double* ratio) {
+        for (int attempt = 0;; ++attempt) {
+          int light_left = 0;
+          *ratio = trial(compute_us, &light_left);
+          if (light_left >= 200) return;
+          if (attempt == 4) {
+            ADD_FAILURE() << "the light client had only " << light_left
+                          << " of its 600 runs left once the heavy one's were queued, with "
+                          << compute_us << " us gangs";
+            return;
+          }
+          compute_us *= 2;
+        }
+      },
+      0.15, 0.65);
   Tenant greedy(NewConnection(), ClientShare{});
   Tenant polite(NewConnection(), ClientShare{});
   std::vector<Array> flood = greedy.Submit(2000);
