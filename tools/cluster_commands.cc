@@ -307,6 +307,7 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
   group->require_subcommand(1);
   auto o = std::make_shared<ProcessClusterOptions>();
   auto json = std::make_shared<bool>(false);
+  auto restart = std::make_shared<bool>(false);
   CLI::App* up = group->add_subcommand(
       "up",
       "Start a coordinator and one worker process per host on 127.0.0.1, print the cluster's "
@@ -334,6 +335,10 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
                  "The workers' --checkpoint-root: clients' checkpoints go in folders under it "
                  "(default: none)");
   up->add_flag("--json", *json, "Print the address and token as JSON");
+  up->add_flag("--restart-workers", *restart,
+               "Start a worker that exits again (it joins as a new host), as a supervisor "
+               "would; without it the cluster goes on with the workers left. The "
+               "coordinator's exit stops the cluster either way");
 
   struct StatusFlags {
     std::string cluster;
@@ -565,7 +570,7 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
                 static_cast<long long>(wf->memory_quota));
     *exit_code = 0;
   });
-  up->callback([o, json, exit_code] {
+  up->callback([o, json, restart, exit_code] {
     CatchStopSignals(true);
     char self[4096];
     const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
@@ -630,10 +635,25 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
       const int sig = WaitForSignal();
       if (sig != SIGCHLD) break;
       const std::string exited = (*cluster)->ReapExited();
-      if (!exited.empty()) {
+      if (exited.empty()) continue;
+      if (!(*cluster)->CoordinatorRunning()) {
         std::fprintf(stderr, "causeway cluster up: %s; stopping the cluster\n", exited.c_str());
         code = 1;
         break;
+      }
+      // A lost worker is what an elastic run recovers from: the cluster
+      // goes on, with a replacement if asked for.
+      std::fprintf(stderr, "causeway cluster up: %s\n", exited.c_str());
+      for (int i = 0; i < (*cluster)->num_workers(); ++i) {
+        if ((*cluster)->WorkerRunning(i)) continue;
+        if (!*restart) continue;
+        if (absl::Status s = (*cluster)->RestartWorker(i); !s.ok()) {
+          std::fprintf(stderr, "causeway cluster up: worker %d did not start again: %s\n", i,
+                       std::string(s.message()).c_str());
+        } else {
+          std::fprintf(stderr, "causeway cluster up: worker %d started again as %s\n", i,
+                       (*cluster)->worker_host(i).ToString().c_str());
+        }
       }
     }
     RemoveClusterFile((*cluster)->url());

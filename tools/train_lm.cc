@@ -28,6 +28,7 @@
 #include "tools/blas_kernels.h"
 #include "tools/commands.h"
 #include "tools/lm_cluster.h"
+#include "tools/train_lm_elastic.h"
 
 namespace causeway::tools {
 namespace {
@@ -171,6 +172,8 @@ struct TrainLmFlags {
   std::string trace_path;
   double dcn_latency_us = 0;
   double dcn_gbps = 0;
+  bool elastic = false;
+  double replace_timeout_s = 60;
 };
 
 // "data=2,model=2" into a layout.
@@ -277,6 +280,20 @@ int RunTrainLm(TrainLmFlags f) {
                                    " is not a folder: train lm writes its checkpoints into one "
                                    "(sample also takes the file)"));
   }
+  if (f.elastic) {
+    if (f.cluster == "local") {
+      return Usage(cmd, "--elastic recovers from lost workers of a distributed cluster: give "
+                        "--cluster grpc://HOST:PORT");
+    }
+    if (o.checkpoint_dir.empty() || o.checkpoint_every <= 0) {
+      return Usage(cmd, "--elastic resumes from its checkpoints: give --checkpoint DIR and "
+                        "--checkpoint-every N");
+    }
+    if (f.parallel == "pipeline" || f.islands > 1 || !f.trace_path.empty() || f.stop_at >= 0) {
+      return Usage(cmd, "--elastic trains on one mesh: not with --parallel pipeline, --islands, "
+                        "--trace or --stop-at");
+    }
+  }
   // Flags that do not go together are a usage error, found before reading
   // the data (no check depends on the vocabulary, which is the data's).
   o.model.vocab = 1;
@@ -315,6 +332,29 @@ int RunTrainLm(TrainLmFlags f) {
   if (f.cluster != "local" && f.memory_bytes > 0) {
     return Usage(cmd, "--memory goes with the embedded cluster (a remote cluster's workers "
                       "give theirs: causeway worker --memory)");
+  }
+  if (f.elastic) {
+    ElasticTrainLmArgs a;
+    a.cluster = f.cluster;
+    a.timeout_s = f.timeout_s;
+    a.replace_timeout_s = f.replace_timeout_s;
+    a.log_every = f.log_every;
+    a.json = f.json;
+    a.share = f.share;
+    a.interrupted = &g_interrupted;
+    g_interrupted.store(0, std::memory_order_relaxed);
+    std::signal(SIGINT, OnInterrupt);
+    std::signal(SIGTERM, OnInterrupt);
+    const int rc = RunTrainLmElastic(a, *data, o, resume.get());
+    std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
+    const int sig = g_interrupted.load(std::memory_order_relaxed);
+    if (rc == 0 && sig != 0) {
+      std::printf("interrupted (%s); resume with: %s\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
+                  ResumeCommand().c_str());
+      return 128 + sig;
+    }
+    return rc;
   }
   absl::StatusOr<Connection> conn = Connect(f.cluster, o.layout.devices(), f.hosts, f.timeout_s,
                                             f.share, multi_mesh_cluster.get(),
@@ -706,6 +746,16 @@ void AddTrainLmCommand(CLI::App* train, int* exit_code) {
   lm->add_option("--cluster", f->cluster,
                  "local (embedded) or grpc://HOST:PORT (token from $CAUSEWAY_TOKEN)")
       ->check(ClusterAddress(true));
+  lm->add_flag("--elastic", f->elastic,
+               "Distributed cluster: recover from lost workers by itself, resuming from the "
+               "last checkpoint on a replacement or on the survivors (the data axis shrinks, "
+               "the global batch stays; needs --checkpoint and --checkpoint-every; "
+               "docs/ELASTIC.md)");
+  lm->add_option("--replace-timeout", f->replace_timeout_s,
+                 "--elastic: seconds to wait for replacement workers after a loss before "
+                 "going on with the survivors")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->check(Finite());
   lm->add_option("--timeout", f->timeout_s, "Seconds to wait for a distributed cluster")
       ->check(CLI::PositiveNumber)->check(Finite());
   lm->add_option("--weight", f->share.weight,

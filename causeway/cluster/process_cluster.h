@@ -75,6 +75,7 @@ class ProcessCluster {
   // Starts worker `index` again (it joins as a new host).
   absl::Status RestartWorker(int index);
   bool WorkerRunning(int index) const { return workers_[index].pid > 0; }
+  bool CoordinatorRunning() const { return coordinator_.pid > 0; }
   // The host id worker `index` joined as (its latest start).
   HostId worker_host(int index) const { return workers_[index].host; }
   pid_t worker_pid(int index) const { return workers_[index].pid; }

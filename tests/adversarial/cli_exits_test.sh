@@ -44,6 +44,14 @@ fi
 expect_exit 2 "does not divide into 5 heads" \
   "$bin" train lm --data /dev/zero --layers 1 --heads 5 --embed 64 --iters 1
 expect_exit 2 "--checkpoint" "$bin" train lm --data "$text" "${tiny[@]}" --resume
+# --elastic recovers a distributed cluster's run from its checkpoints.
+expect_exit 2 "give --cluster grpc://" "$bin" train lm --data "$text" "${tiny[@]}" --elastic \
+  --cluster local --checkpoint "$dir/e" --checkpoint-every 5
+expect_exit 2 "give --checkpoint DIR and --checkpoint-every" \
+  "$bin" train lm --data "$text" "${tiny[@]}" --elastic --cluster grpc://127.0.0.1:1
+expect_exit 2 "not with --parallel pipeline" "$bin" train lm --data "$text" "${tiny[@]}" \
+  --elastic --cluster grpc://127.0.0.1:1 --checkpoint "$dir/e" --checkpoint-every 5 \
+  --parallel pipeline --stages 2
 expect_exit 2 "not a cluster address" "$bin" demo --cluster http://example.com:80
 expect_exit 2 "IPv6 address goes in brackets" timeout 10 "$bin" demo --cluster 'grpc://[::1'
 expect_exit 2 "not a cluster address" timeout 10 "$bin" cluster status --cluster local
