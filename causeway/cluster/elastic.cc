@@ -113,13 +113,16 @@ class ElasticRunState {
   absl::Status EnsureConnected();
   // Decides what `error` of the attempt that had `before` was: OK with
   // pending_ set for a lost host (replacements awaited), else the error
-  // that ends the run.
-  absl::Status Recover(const absl::Status& error, const Topology& before);
+  // that ends the run. `unfinished`: the recovery that attempt was making
+  // (it failed before its state was back), which this one continues.
+  absl::Status Recover(const absl::Status& error, const Topology& before,
+                       std::optional<RecoveryEvent> unfinished);
 
   const ElasticOptions& options_;
   const std::function<void(const RecoveryEvent&)> told_;
   std::unique_ptr<RemoteCluster> cluster_;
   int recoveries_ = 0;
+  int losses_ = 0;  // recoveries, and the losses that interrupted one
   int64_t progress_ = 0;
   absl::Time attempt_start_;
   absl::Time last_progress_;
@@ -146,9 +149,15 @@ absl::Status ElasticRunState::EnsureConnected() {
   return absl::OkStatus();
 }
 
-absl::Status ElasticRunState::Recover(const absl::Status& error, const Topology& before) {
+absl::Status ElasticRunState::Recover(const absl::Status& error, const Topology& before,
+                                      std::optional<RecoveryEvent> unfinished) {
   const absl::Time failed = absl::Now();
-  if (!MayBeALoss(error)) return error;
+  // Any error is a loss's when a host of the attempt is gone: an attempt
+  // that began as one host left, and a second was leaving, planned its mesh
+  // on devices that went (INVALID_ARGUMENT, a mesh larger than the island).
+  const bool shrank = cluster_->status().ok() &&
+                      !Lost(before, cluster_->resources()->GetTopology()).empty();
+  if (!MayBeALoss(error) && !shrank) return error;
   if (!cluster_->status().ok()) {
     return absl::UnavailableError(absl::StrCat(
         "lost the coordinator at ", options_.cluster.address, " (", cluster_->status().message(),
@@ -162,37 +171,44 @@ absl::Status ElasticRunState::Recover(const absl::Status& error, const Topology&
   absl::Status confirmed = cluster_->WaitForTopology(
       [&](const Topology& now) { return !Lost(before, now).empty(); }, options_.confirm_timeout);
   if (!confirmed.ok()) {
-    if (!cluster_->status().ok()) return Recover(error, before);
+    if (!cluster_->status().ok()) return Recover(error, before, std::move(unfinished));
     return error;  // no host left: the error is the program's own
   }
-  if (recoveries_ >= options_.max_recoveries) {
+  if (losses_ >= options_.max_recoveries) {
     return absl::Status(error.code(),
-                        absl::StrCat("gave up after ", recoveries_, " recoveries: ",
-                                     error.message()));
+                        absl::StrCat("gave up after ", losses_, " losses: ", error.message()));
   }
+  ++losses_;
+  const std::vector<HostId> lost = Lost(before, cluster_->resources()->GetTopology());
   RecoveryEvent e;
-  e.number = ++recoveries_;
-  e.cause = error;
-  e.failed_at = failed;
-  e.lost_hosts = Lost(before, cluster_->resources()->GetTopology());
-  e.devices_before = before.num_devices();
-  e.detection = failed - std::max(last_progress_, attempt_start_);
-  e.progress_before = progress_;
-  if (options_.on_loss) options_.on_loss(e.lost_hosts);
-  // Replacements: as many devices as the failed attempt had (a host that
-  // rejoins after a restart is a new host).
+  if (unfinished.has_value()) {
+    // Lost again before the state was back: the same recovery goes on, and
+    // the failed restore counts as wait.
+    e = *std::move(unfinished);
+  } else {
+    e.number = ++recoveries_;
+    e.cause = error;
+    e.failed_at = failed;
+    e.devices_before = before.num_devices();
+    e.detection = failed - std::max(last_progress_, attempt_start_);
+    e.progress_before = progress_;
+  }
+  e.lost_hosts.insert(e.lost_hosts.end(), lost.begin(), lost.end());
+  if (options_.on_loss) options_.on_loss(lost);
+  // Replacements: as many devices as the attempt before the loss had (a
+  // host that rejoins after a restart is a new host).
   if (options_.replace_timeout > absl::ZeroDuration()) {
     absl::Status back = cluster_->WaitForDevices(e.devices_before, options_.replace_timeout);
     if (!back.ok() && back.code() != absl::StatusCode::kDeadlineExceeded) {
-      return Recover(error, before);  // the connection ended
+      return Recover(error, before, std::nullopt);  // the connection ended
     }
   }
   e.devices_after = cluster_->resources()->GetTopology().num_devices();
   e.replaced = e.devices_after >= e.devices_before;
-  e.wait = absl::Now() - failed;
-  CW_LOG(kWarning) << "elastic run: lost " << e.lost_hosts.size() << " host(s) ("
-                   << error.message() << "); going on with " << e.devices_after << " of "
-                   << e.devices_before << " devices";
+  e.wait = absl::Now() - e.failed_at;
+  CW_LOG(kWarning) << "elastic run: lost " << lost.size() << " host(s) (" << error.message()
+                   << "); going on with " << e.devices_after << " of " << e.devices_before
+                   << " devices";
   pending_ = std::move(e);
   return absl::OkStatus();
 }
@@ -227,12 +243,9 @@ absl::Status ElasticRunState::Run(const ElasticBody& body) {
       (*client)->Disconnect();
     }
     if (done.ok()) return done;
-    if (pending_.has_value()) {
-      // Lost again before the state was back: the restore counts as wait.
-      progress_ = std::max(progress_, pending_->progress_before);
-      pending_.reset();
-    }
-    CW_RETURN_IF_ERROR(Recover(done, topology));
+    std::optional<RecoveryEvent> unfinished = std::move(pending_);
+    pending_.reset();
+    CW_RETURN_IF_ERROR(Recover(done, topology, std::move(unfinished)));
   }
 }
 

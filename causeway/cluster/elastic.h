@@ -60,7 +60,8 @@ struct ElasticOptions {
   absl::Duration confirm_timeout = absl::Seconds(30);
   // Fewer devices than this after waiting: the run fails.
   int64_t min_devices = 1;
-  // Recoveries before the run gives up with the last loss's error.
+  // Losses (each recovery, and each loss that interrupts one) before the
+  // run gives up with the last loss's error.
   int max_recoveries = 16;
   // Told of each loss once the topology confirms it, before the wait for
   // replacements: where a deployment asks for new workers. Optional.

@@ -283,6 +283,46 @@ TEST_F(ElasticTest, TwoWorkersLostAtOnce) {
   EXPECT_EQ(run.attempt_devices.back(), 2);
 }
 
+// An error of any code is a loss's when a host of the attempt has left:
+// an attempt that began while a second host was leaving planned its mesh
+// on devices that went (INVALID_ARGUMENT: a mesh larger than the island).
+// Without a loss, the same error ends the run as it is.
+TEST_F(ElasticTest, AnyErrorWhileAHostOfTheAttemptIsGoneIsALoss) {
+  Start(2);
+  CounterRun run;
+  run.root = Root("any_error");
+  std::vector<RecoveryEvent> events;
+  const absl::Status planned_on_a_lost_device =
+      absl::InvalidArgumentError("a mesh of 2 devices is larger than every island");
+  ASSERT_OK(RunElastic(
+      Options(),
+      [&](ElasticAttempt& a) -> absl::Status {
+        if (a.number() > 0) return RunCounter(a, run);
+        cluster_->KillWorker(1);
+        CW_RETURN_IF_ERROR(a.cluster()->WaitForTopology(
+            [&](const Topology& t) { return t.num_devices() < a.devices(); }, kResultTimeout));
+        return planned_on_a_lost_device;
+      },
+      [&](const RecoveryEvent& e) { events.push_back(e); }));
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].cause, planned_on_a_lost_device);
+  EXPECT_EQ(events[0].devices_after, 1);
+  EXPECT_EQ(run.attempt_devices, (std::vector<int64_t>{1}));
+
+  events.clear();
+  int attempts = 0;
+  const absl::Status st = RunElastic(
+      Options(),
+      [&](ElasticAttempt&) {
+        ++attempts;
+        return planned_on_a_lost_device;
+      },
+      [&](const RecoveryEvent& e) { events.push_back(e); });
+  EXPECT_EQ(st, planned_on_a_lost_device);
+  EXPECT_EQ(attempts, 1);
+  EXPECT_TRUE(events.empty());
+}
+
 // The coordinator killed: the run ends with UNAVAILABLE naming it, within
 // the heartbeat timeout, and a restart (a new cluster, a new run) resumes
 // from step 10.
