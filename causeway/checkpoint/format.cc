@@ -41,34 +41,55 @@ absl::Status FsError(absl::string_view what, const std::string& path, const std:
   return absl::UnavailableError(absl::StrCat(what, " ", path, ": ", e.message()));
 }
 
-uint32_t Crc(const void* data, int64_t bytes) {
-  uLong crc = crc32(0L, Z_NULL, 0);
+// Files are written and read, and checksummed, in chunks of this size: a
+// chunk's CRC is taken while it is in cache, just before it is written or
+// just after it is read, instead of in a pass of its own over the whole.
+constexpr int64_t kChunk = int64_t{4} << 20;
+
+uint32_t CrcMore(uint32_t crc, const void* data, int64_t bytes) {
+  uLong c = crc;
   const auto* p = static_cast<const Bytef*>(data);
   while (bytes > 0) {
     const uInt n = static_cast<uInt>(std::min<int64_t>(bytes, 1 << 30));
-    crc = crc32(crc, p, n);
+    c = crc32(c, p, n);
     p += n;
     bytes -= n;
   }
-  return static_cast<uint32_t>(crc);
+  return static_cast<uint32_t>(c);
 }
 
+uint32_t CrcStart() { return static_cast<uint32_t>(crc32(0L, Z_NULL, 0)); }
+
 // Writes `bytes` to `path`, a new file (ALREADY_EXISTS if it is there), and
-// flushes it to disk.
-absl::Status WriteFile(const std::string& path, const void* data, int64_t bytes) {
+// flushes it to disk. With `crc`, sets it to the CRC-32 of the bytes, taken
+// chunk by chunk as they are written. Each chunk's writeback is started as
+// soon as it is written, so the disk works while the next chunk is
+// checksummed and copied, and the fsync at the end has little left to wait
+// for.
+absl::Status WriteFile(const std::string& path, const void* data, int64_t bytes,
+                       uint32_t* crc = nullptr) {
   const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return Errno("cannot create", path);
   const auto* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    const ssize_t n = write(fd, p, static_cast<size_t>(std::min<int64_t>(bytes, 1 << 30)));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      absl::Status s = Errno("cannot write", path);
-      close(fd);
-      return s;
+  uint32_t sum = CrcStart();
+  int64_t done = 0;
+  while (done < bytes) {
+    const int64_t n = std::min(bytes - done, kChunk);
+    if (crc != nullptr) sum = CrcMore(sum, p + done, n);
+    int64_t put = 0;
+    while (put < n) {
+      const ssize_t w = write(fd, p + done + put, static_cast<size_t>(n - put));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        absl::Status s = Errno("cannot write", path);
+        close(fd);
+        return s;
+      }
+      put += w;
     }
-    p += n;
-    bytes -= n;
+    // A hint: where it is not supported, the fsync below does it all.
+    sync_file_range(fd, done, n, SYNC_FILE_RANGE_WRITE);
+    done += n;
   }
   if (fsync(fd) != 0) {
     absl::Status s = Errno("cannot flush", path);
@@ -76,6 +97,7 @@ absl::Status WriteFile(const std::string& path, const void* data, int64_t bytes)
     return s;
   }
   if (close(fd) != 0) return Errno("cannot close", path);
+  if (crc != nullptr) *crc = sum;
   return absl::OkStatus();
 }
 
@@ -88,10 +110,10 @@ absl::Status SyncFolder(const std::string& path) {
   return r == 0 ? absl::OkStatus() : Errno("cannot flush", path);
 }
 
-// The whole of `path`, which must be a regular file of exactly `expected`
-// bytes: checked before anything is allocated, so a manifest cannot make a
-// reader allocate more than the file holds.
-absl::StatusOr<std::string> ReadFile(const std::string& path, int64_t expected) {
+// `path` opened for reading, once checked to be a regular file of exactly
+// `expected` bytes: checked before anything is allocated for it, so a
+// manifest cannot make a reader allocate more than the file holds.
+absl::StatusOr<int> OpenChecked(const std::string& path, int64_t expected) {
   // Not following a link, and not waiting on a FIFO put in a piece's place.
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) return Errno("cannot open", path);
@@ -108,11 +130,20 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, int64_t expected) 
                                                  " expected (truncated or replaced)")
                                   : std::string(" is not a regular file")));
   }
-  std::string out(static_cast<size_t>(expected), '\0');
+  posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);  // a hint
+  return fd;
+}
+
+// Reads the `expected` bytes of `fd` (from OpenChecked, closed here) into
+// `dst`; with `crc`, sets it to their CRC-32, taken chunk by chunk as read.
+absl::Status ReadOpen(int fd, const std::string& path, int64_t expected, void* dst,
+                      uint32_t* crc = nullptr) {
+  auto* out = static_cast<char*>(dst);
+  uint32_t sum = CrcStart();
   int64_t got = 0;
   while (got < expected) {
-    const ssize_t n = read(fd, out.data() + got,
-                           static_cast<size_t>(std::min<int64_t>(expected - got, 1 << 30)));
+    const ssize_t n =
+        read(fd, out + got, static_cast<size_t>(std::min<int64_t>(expected - got, kChunk)));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       absl::Status s = Errno("cannot read", path);
@@ -120,6 +151,7 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, int64_t expected) 
       return s;
     }
     if (n == 0) break;
+    if (crc != nullptr) sum = CrcMore(sum, out + got, n);
     got += n;
   }
   char extra = 0;
@@ -130,6 +162,17 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, int64_t expected) 
                                             longer ? "longer" : "shorter", " than ", expected,
                                             " bytes"));
   }
+  if (crc != nullptr) *crc = sum;
+  return absl::OkStatus();
+}
+
+// The whole of `path`, which must be a regular file of exactly `expected`
+// bytes (OpenChecked).
+absl::StatusOr<std::string> ReadFile(const std::string& path, int64_t expected) {
+  absl::StatusOr<int> fd = OpenChecked(path, expected);
+  if (!fd.ok()) return fd.status();
+  std::string out(static_cast<size_t>(expected), '\0');
+  if (absl::Status s = ReadOpen(*fd, path, expected, out.data()); !s.ok()) return s;
   return out;
 }
 
@@ -512,8 +555,8 @@ absl::StatusOr<Piece> WritePiece(const std::string& folder, const std::string& f
   p.offset = offset;
   p.extent = extent;
   p.bytes = Volume(extent) * ir::ByteSize(dtype);
-  p.crc32 = Crc(data, p.bytes);
-  if (absl::Status s = WriteFile(absl::StrCat(folder, "/", file), data, p.bytes); !s.ok()) {
+  if (absl::Status s = WriteFile(absl::StrCat(folder, "/", file), data, p.bytes, &p.crc32);
+      !s.ok()) {
     return s;
   }
   return p;
@@ -542,20 +585,31 @@ absl::Status ReadBox(const std::string& folder, const ArrayEntry& array,
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": ", p.bytes, " bytes do not hold its box"));
     }
-    absl::StatusOr<std::string> bytes = ReadFile(path, p.bytes);
-    if (!bytes.ok()) return bytes.status();
-    if (Crc(bytes->data(), p.bytes) != p.crc32) {
+    absl::StatusOr<int> fd = OpenChecked(path, p.bytes);
+    if (!fd.ok()) return fd.status();
+    auto corrupt = [&] {
       return absl::DataLossError(absl::StrFormat(
           "%s does not match its checksum (CRC-32 %08x in the manifest): the file is corrupt",
           path, p.crc32));
+    };
+    uint32_t crc = 0;
+    // The piece is the box (a restore onto the sharding it was saved
+    // with): read straight into `dst`.
+    if (p.offset == offset && p.extent == extent) {
+      if (absl::Status s = ReadOpen(*fd, path, p.bytes, dst, &crc); !s.ok()) return s;
+      if (crc != p.crc32) return corrupt();
+      continue;
     }
+    std::string bytes(static_cast<size_t>(p.bytes), '\0');
+    if (absl::Status s = ReadOpen(*fd, path, p.bytes, bytes.data(), &crc); !s.ok()) return s;
+    if (crc != p.crc32) return corrupt();
     std::vector<int64_t> src_offset;
     std::vector<int64_t> dst_offset;
     for (size_t k = 0; k < rank; ++k) {
       src_offset.push_back(lo[k] - p.offset[k]);
       dst_offset.push_back(lo[k] - offset[k]);
     }
-    CopyBox(bytes->data(), p.extent, src_offset, dst, extent, dst_offset, size,
+    CopyBox(bytes.data(), p.extent, src_offset, dst, extent, dst_offset, size,
             ir::ByteSize(array.dtype));
   }
   return absl::OkStatus();

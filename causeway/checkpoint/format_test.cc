@@ -111,6 +111,11 @@ TEST(CheckpointFormatTest, ACorruptOrTruncatedFileIsAnErrorNamingItNeverNumbers)
   std::vector<float> all(24, -1);
   EXPECT_THAT(ReadBox(folder, *m.Find("w"), {0, 0}, {4, 6}, all.data()),
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("w.0 does not match its checksum")));
+  // The same where the box is the piece's own, read straight into the
+  // destination.
+  std::vector<float> top(12, -1);
+  EXPECT_THAT(ReadBox(folder, *m.Find("w"), {0, 0}, {2, 6}, top.data()),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("w.0 does not match its checksum")));
   fs::resize_file(folder + "/w.1", 40);
   EXPECT_THAT(ReadBox(folder, *m.Find("w"), {2, 0}, {2, 6}, all.data() + 12),
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("w.1 is 40 bytes, not the 48 expected")));
