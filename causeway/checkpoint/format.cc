@@ -70,9 +70,11 @@ constexpr int64_t kBlock = 4096;
 // flushes them, as WriteFile does. Each chunk is copied into an aligned
 // staging chunk, checksummed there while in cache, and written past the
 // page cache: no copy into it, no writeback to wait for at the fsync. The
-// last chunk is padded to a block and the file cut back to `bytes`.
+// last chunk is padded to a block and the file cut back to `bytes`. Sets
+// `refused` (and closes `fd`, writing nothing) where the file system takes
+// no direct write of these blocks.
 absl::Status WriteDirect(int fd, const std::string& path, const void* data, int64_t bytes,
-                         uint32_t* crc) {
+                         uint32_t* crc, bool* refused) {
   auto fail = [&](absl::string_view what) {
     absl::Status s = Errno(what, path);
     close(fd);
@@ -106,6 +108,11 @@ absl::Status WriteDirect(int fd, const std::string& path, const void* data, int6
       const ssize_t w = pwrite(fd, chunk.get() + put, static_cast<size_t>(padded - put),
                                static_cast<off_t>(done + put));
       if (w < 0 && errno == EINTR) continue;
+      if (w < 0 && errno == EINVAL && done == 0 && put == 0) {
+        close(fd);
+        *refused = true;
+        return absl::OkStatus();
+      }
       if (w <= 0) return fail("cannot write");
       put += w;
     }
@@ -132,10 +139,16 @@ absl::Status WriteFile(const std::string& path, const void* data, int64_t bytes,
   if (bytes >= kChunk) {
     const int direct =
         open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_DIRECT, 0644);
-    if (direct >= 0) return WriteDirect(direct, path, data, bytes, crc);
-    if (errno != EINVAL) return Errno("cannot create", path);
-    // A file system without direct I/O may have made the file before
-    // refusing: it is this call's (O_EXCL), and is made again below.
+    if (direct >= 0) {
+      bool refused = false;
+      absl::Status s = WriteDirect(direct, path, data, bytes, crc, &refused);
+      if (!refused) return s;
+    } else if (errno != EINVAL) {
+      return Errno("cannot create", path);
+    }
+    // A file system without direct I/O (or with larger blocks) may have
+    // made the file before refusing: it is this call's (O_EXCL), and is made
+    // again below.
     unlink(path.c_str());
   }
   const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
