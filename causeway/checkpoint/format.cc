@@ -62,6 +62,22 @@ uint32_t CrcMore(uint32_t crc, const void* data, int64_t bytes) {
 
 uint32_t CrcStart() { return static_cast<uint32_t>(crc32(0L, Z_NULL, 0)); }
 
+// Writes all `n` bytes of `data` at offset `at` of `fd`: 0, or the errno of
+// the write that failed.
+int PutAll(int fd, const void* data, int64_t n, int64_t at) {
+  const auto* p = static_cast<const char*>(data);
+  int64_t put = 0;
+  while (put < n) {
+    const ssize_t w =
+        pwrite(fd, p + put, static_cast<size_t>(n - put), static_cast<off_t>(at + put));
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return errno;
+    if (w == 0) return EIO;
+    put += w;
+  }
+  return 0;
+}
+
 // Direct I/O moves whole blocks of this size: its offsets, lengths and
 // memory are multiples of it.
 constexpr int64_t kBlock = 4096;
@@ -71,11 +87,12 @@ constexpr int64_t kBlock = 4096;
 // staging chunk, checksummed there while in cache, and written past the
 // page cache: no copy into it, no writeback to wait for at the fsync. The
 // last chunk is padded to a block and the file cut back to `bytes`. Sets
-// `refused` (and closes `fd`, writing nothing) where the file system takes
-// no direct write of these blocks.
+// `refused` (and closes `fd`) where the file system takes no direct write
+// of these blocks.
 absl::Status WriteDirect(int fd, const std::string& path, const void* data, int64_t bytes,
                          uint32_t* crc, bool* refused) {
-  auto fail = [&](absl::string_view what) {
+  auto fail = [&](absl::string_view what, int e) {
+    errno = e;
     absl::Status s = Errno(what, path);
     close(fd);
     return s;
@@ -103,25 +120,19 @@ absl::Status WriteDirect(int fd, const std::string& path, const void* data, int6
     if (crc != nullptr) sum = CrcMore(sum, chunk.get(), n);
     const int64_t padded = (n + kBlock - 1) / kBlock * kBlock;
     std::memset(chunk.get() + n, 0, static_cast<size_t>(padded - n));
-    int64_t put = 0;
-    while (put < padded) {
-      const ssize_t w = pwrite(fd, chunk.get() + put, static_cast<size_t>(padded - put),
-                               static_cast<off_t>(done + put));
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0 && errno == EINVAL && done == 0 && put == 0) {
-        close(fd);
-        *refused = true;
-        return absl::OkStatus();
-      }
-      if (w <= 0) return fail("cannot write");
-      put += w;
+    if (const int e = PutAll(fd, chunk.get(), padded, done); e != 0) {
+      if (e != EINVAL) return fail("cannot write", e);
+      // Rewritten whole through the page cache by the caller.
+      close(fd);
+      *refused = true;
+      return absl::OkStatus();
     }
     done += n;
   }
   if (bytes % kBlock != 0 && ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    return fail("cannot size");
+    return fail("cannot size", errno);
   }
-  if (fsync(fd) != 0) return fail("cannot flush");
+  if (fsync(fd) != 0) return fail("cannot flush", errno);
   if (close(fd) != 0) return Errno("cannot close", path);
   if (crc != nullptr) *crc = sum;
   return absl::OkStatus();
@@ -129,13 +140,12 @@ absl::Status WriteDirect(int fd, const std::string& path, const void* data, int6
 
 // Writes `bytes` to `path`, a new file (ALREADY_EXISTS if it is there), and
 // flushes it to disk. With `crc`, sets it to the CRC-32 of the bytes, taken
-// chunk by chunk as they are written. Each chunk's writeback is started as
-// soon as it is written, so the disk works while the next chunk is
-// checksummed and copied, and the fsync at the end has little left to wait
-// for.
+// chunk by chunk as they are written. A file of a chunk or more goes past
+// the page cache (WriteDirect); a smaller one, or one on a file system
+// without direct I/O, through it, each chunk's writeback started as soon as
+// it is written, so that the fsync at the end has little left to wait for.
 absl::Status WriteFile(const std::string& path, const void* data, int64_t bytes,
                        uint32_t* crc = nullptr) {
-  // A file of a chunk or more goes past the page cache (WriteDirect).
   if (bytes >= kChunk) {
     const int direct =
         open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_DIRECT, 0644);
@@ -159,16 +169,11 @@ absl::Status WriteFile(const std::string& path, const void* data, int64_t bytes,
   while (done < bytes) {
     const int64_t n = std::min(bytes - done, kChunk);
     if (crc != nullptr) sum = CrcMore(sum, p + done, n);
-    int64_t put = 0;
-    while (put < n) {
-      const ssize_t w = write(fd, p + done + put, static_cast<size_t>(n - put));
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) {
-        absl::Status s = Errno("cannot write", path);
-        close(fd);
-        return s;
-      }
-      put += w;
+    if (const int e = PutAll(fd, p + done, n, done); e != 0) {
+      errno = e;
+      absl::Status s = Errno("cannot write", path);
+      close(fd);
+      return s;
     }
     // A hint: where it is not supported, the fsync below does it all.
     sync_file_range(fd, done, n, SYNC_FILE_RANGE_WRITE);
