@@ -644,9 +644,8 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
       // A lost worker is what an elastic run recovers from: the cluster
       // goes on, with a replacement if asked for.
       std::fprintf(stderr, "causeway cluster up: %s\n", exited.c_str());
-      for (int i = 0; i < (*cluster)->num_workers(); ++i) {
+      for (int i = 0; *restart && i < (*cluster)->num_workers(); ++i) {
         if ((*cluster)->WorkerRunning(i)) continue;
-        if (!*restart) continue;
         if (absl::Status s = (*cluster)->RestartWorker(i); !s.ok()) {
           std::fprintf(stderr, "causeway cluster up: worker %d did not start again: %s\n", i,
                        std::string(s.message()).c_str());

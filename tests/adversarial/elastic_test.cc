@@ -424,6 +424,7 @@ TEST_F(ElasticTest, ChaosTrainingSurvivesAWorkerKilledTwice) {
   hooks.on_recovery = [&](const RecoveryEvent& e) { events.push_back(e); };
   hooks.train.on_eval = [&](const models::EvalReport& r) { final_val = r.val_loss; };
   int attempt = 0;
+  int kills = 0;          // kill k lands in attempt k
   int64_t committed = 0;  // the newest checkpoint committed
   hooks.on_attempt = [&](const ElasticAttempt& a, const models::LmTrainer& trainer) {
     attempt = a.number();
@@ -442,10 +443,10 @@ TEST_F(ElasticTest, ChaosTrainingSurvivesAWorkerKilledTwice) {
   hooks.train.on_step = [&](const models::StepReport& r) {
     const int64_t at = attempt == 0 ? 60 : 190;
     const int64_t since = r.iteration % t.checkpoint_every;
-    if (attempt <= 1 && r.iteration >= at && since <= 15 && committed == r.iteration - since) {
+    if (kills == attempt && kills < 2 && r.iteration >= at && since <= 15 &&
+        committed == r.iteration - since) {
       // One of the two workers the mesh uses.
-      cluster_->KillWorker(attempt);
-      attempt = 2;  // until the next attempt's hook says which it is
+      cluster_->KillWorker(kills++);
     }
   };
   ASSERT_OK(models::TrainLmElastic(o, &data, t, nullptr, hooks));
