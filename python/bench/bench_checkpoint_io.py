@@ -37,6 +37,7 @@ import tempfile
 import time
 
 import numpy as np
+from cluster_up import cluster_up
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 try:
@@ -109,122 +110,106 @@ def takes_direct(folder):
 def main():
     base = pathlib.Path(tempfile.mkdtemp(prefix="cw_ckpt_io_", dir=a.dir or None))
     shm = pathlib.Path(tempfile.mkdtemp(prefix="cw_ckpt_io_", dir="/dev/shm"))
-    env = dict(os.environ)
-    env["XDG_RUNTIME_DIR"] = str(base / "run")
-    (base / "run").mkdir(mode=0o700)
-    root = base / "ckpt"
-    root.mkdir()
-    up = subprocess.Popen([a.causeway, "cluster", "up", "--islands", "1",
-                           "--hosts-per-island", str(a.workers), "--devices-per-host", "1",
-                           "--memory", str(3 * nbytes // a.workers + (64 << 20)),
-                           "--checkpoint-root", str(root), "--json"],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                          start_new_session=True)
     try:
-        info = None
-        for line in up.stdout:
-            if line.startswith("{"):
-                info = json.loads(line)
-                break
-        if info is None:
-            raise SystemExit("cluster up: " + up.stderr.read()[-3000:])
-        client = cw.connect(info["address"], info["token"])
-        mesh = cw.make_mesh({"data": a.workers}, client=client)
-        sharding = cw.NamedSharding(mesh, cw.P("data"))
-        rng = np.random.default_rng(0)
-        arrays = {}
-        for i in range(a.arrays):
-            host = rng.standard_normal((a.workers, cols), dtype=np.float32)
-            arrays[f"w{i}"] = cw.device_put(host, sharding).block_until_ready()
-        # dd's source: random bytes in memory, one file per stream.
-        chunk = 16 << 20
-        per_stream = nbytes // a.workers // chunk * chunk
-        sources = []
-        for w in range(a.workers):
-            src = shm / f"src{w}"
-            with open(src, "wb") as f:
-                for _ in range(per_stream // chunk):
-                    f.write(rng.bytes(chunk))
-            sources.append(src)
-        one = shm / "src_all"
-        with open(one, "wb") as f:
-            for src in sources:
-                f.write(src.read_bytes())
-        dd_bytes = per_stream * a.workers
-        # A folder on tmpfs takes no O_DIRECT: dd then goes through the page
-        # cache, its files dropped from it before they are read, as the
-        # checkpoint's are.
-        direct = takes_direct(base)
-        wflags = ["oflag=direct", "conv=fsync"] if direct else ["conv=fsync"]
-        rflags = ["iflag=direct"] if direct else []
-
-        ckpt = cw.Checkpointer(str(root / "run"), client=client, keep=1)
-        rows = []
-        for r in range(a.rounds):
-            row = {}
-            out = base / "dd_one"
-            row["dd_write_1"] = dd_bytes / GIB / dd(
-                [f"if={one}", f"of={out}", f"bs={chunk}", *wflags])
-            outs = [base / f"dd_{w}" for w in range(a.workers)]
-            row["dd_write_n"] = dd_bytes / GIB / dd_parallel(
-                [[f"if={sources[w]}", f"of={outs[w]}", f"bs={chunk}", *wflags]
-                 for w in range(a.workers)])
-
-            step = r + 1
-            t = time.monotonic()
-            ckpt.save(step, arrays).wait()
-            row["save"] = nbytes / GIB / (time.monotonic() - t)
-
-            for path in [out, *outs]:
-                drop_file(path)
-            row["dd_read_1"] = dd_bytes / GIB / dd(
-                [f"if={out}", "of=/dev/null", f"bs={chunk}", *rflags])
-            row["dd_read_n"] = dd_bytes / GIB / dd_parallel(
-                [[f"if={outs[w]}", "of=/dev/null", f"bs={chunk}", *rflags]
-                 for w in range(a.workers)])
-            for path in [out, *outs]:
-                path.unlink()
-
-            drop_cache(root / "run")
-            t = time.monotonic()
-            back = ckpt.restore(step, {name: sharding for name in arrays})
-            for x in back.values():
-                x.block_until_ready()
-            row["restore"] = nbytes / GIB / (time.monotonic() - t)
-            if r == 0:  # the bytes came back
-                for name in list(arrays)[:2]:
-                    if not np.array_equal(np.asarray(back[name]), np.asarray(arrays[name])):
-                        raise SystemExit(f"restored {name} differs from what was saved")
-            del back
-            row["save_ratio"] = row["save"] / max(row["dd_write_1"], row["dd_write_n"])
-            row["restore_ratio"] = row["restore"] / max(row["dd_read_1"], row["dd_read_n"])
-            rows.append(row)
-            if not a.json:
-                print(f"round {r}: " + ", ".join(f"{k} {v:.3f}" for k, v in row.items()),
-                      flush=True)
-        med = {k: statistics.median(row[k] for row in rows) for k in rows[0]}
-        result = {"workers": a.workers, "bytes": nbytes, "arrays": a.arrays, "direct": direct,
-                  "rounds": a.rounds, "files_per_save": a.arrays * a.workers,
-                  "median_gib_s": med, "rounds_gib_s": rows}
-        if a.json:
-            print(json.dumps(result))
-        else:
-            print(f"{nbytes / GIB:.2f} GiB in {a.arrays} arrays over {a.workers} workers, "
-                  f"medians of {a.rounds} rounds (GiB/s; dd "
-                  f"{'with O_DIRECT' if direct else 'through the page cache'}):")
-            print(f"  write: dd 1 stream {med['dd_write_1']:.3f}, dd {a.workers} streams "
-                  f"{med['dd_write_n']:.3f}, save {med['save']:.3f} "
-                  f"({med['save_ratio']:.2f} of dd)")
-            print(f"  read:  dd 1 stream {med['dd_read_1']:.3f}, dd {a.workers} streams "
-                  f"{med['dd_read_n']:.3f}, restore {med['restore']:.3f} "
-                  f"({med['restore_ratio']:.2f} of dd)")
+        with cluster_up(a.causeway, base, a.workers,
+                        ["--memory", str(3 * nbytes // a.workers + (64 << 20))]) as cluster:
+            measure(cluster, shm)
     finally:
-        up.terminate()
-        try:
-            up.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            up.kill()
         subprocess.run(["rm", "-rf", str(base), str(shm)], check=False)
+
+
+def measure(cluster, shm):
+    base, root, info = cluster.root.parent, cluster.root, cluster.info
+    client = cw.connect(info["address"], info["token"])
+    mesh = cw.make_mesh({"data": a.workers}, client=client)
+    sharding = cw.NamedSharding(mesh, cw.P("data"))
+    rng = np.random.default_rng(0)
+    arrays = {}
+    for i in range(a.arrays):
+        host = rng.standard_normal((a.workers, cols), dtype=np.float32)
+        arrays[f"w{i}"] = cw.device_put(host, sharding).block_until_ready()
+    # dd's source: random bytes in memory, one file per stream.
+    chunk = 16 << 20
+    per_stream = nbytes // a.workers // chunk * chunk
+    sources = []
+    for w in range(a.workers):
+        src = shm / f"src{w}"
+        with open(src, "wb") as f:
+            for _ in range(per_stream // chunk):
+                f.write(rng.bytes(chunk))
+        sources.append(src)
+    one = shm / "src_all"
+    with open(one, "wb") as f:
+        for src in sources:
+            f.write(src.read_bytes())
+    dd_bytes = per_stream * a.workers
+    # A folder on tmpfs takes no O_DIRECT: dd then goes through the page
+    # cache, its files dropped from it before they are read, as the
+    # checkpoint's are.
+    direct = takes_direct(base)
+    wflags = ["oflag=direct", "conv=fsync"] if direct else ["conv=fsync"]
+    rflags = ["iflag=direct"] if direct else []
+
+    ckpt = cw.Checkpointer(str(root / "run"), client=client, keep=1)
+    rows = []
+    for r in range(a.rounds):
+        row = {}
+        out = base / "dd_one"
+        row["dd_write_1"] = dd_bytes / GIB / dd(
+            [f"if={one}", f"of={out}", f"bs={chunk}", *wflags])
+        outs = [base / f"dd_{w}" for w in range(a.workers)]
+        row["dd_write_n"] = dd_bytes / GIB / dd_parallel(
+            [[f"if={sources[w]}", f"of={outs[w]}", f"bs={chunk}", *wflags]
+             for w in range(a.workers)])
+
+        step = r + 1
+        t = time.monotonic()
+        ckpt.save(step, arrays).wait()
+        row["save"] = nbytes / GIB / (time.monotonic() - t)
+
+        for path in [out, *outs]:
+            drop_file(path)
+        row["dd_read_1"] = dd_bytes / GIB / dd(
+            [f"if={out}", "of=/dev/null", f"bs={chunk}", *rflags])
+        row["dd_read_n"] = dd_bytes / GIB / dd_parallel(
+            [[f"if={outs[w]}", "of=/dev/null", f"bs={chunk}", *rflags]
+             for w in range(a.workers)])
+        for path in [out, *outs]:
+            path.unlink()
+
+        drop_cache(root / "run")
+        t = time.monotonic()
+        back = ckpt.restore(step, {name: sharding for name in arrays})
+        for x in back.values():
+            x.block_until_ready()
+        row["restore"] = nbytes / GIB / (time.monotonic() - t)
+        if r == 0:  # the bytes came back
+            for name in list(arrays)[:2]:
+                if not np.array_equal(np.asarray(back[name]), np.asarray(arrays[name])):
+                    raise SystemExit(f"restored {name} differs from what was saved")
+        del back
+        row["save_ratio"] = row["save"] / max(row["dd_write_1"], row["dd_write_n"])
+        row["restore_ratio"] = row["restore"] / max(row["dd_read_1"], row["dd_read_n"])
+        rows.append(row)
+        if not a.json:
+            print(f"round {r}: " + ", ".join(f"{k} {v:.3f}" for k, v in row.items()),
+                  flush=True)
+    med = {k: statistics.median(row[k] for row in rows) for k in rows[0]}
+    result = {"workers": a.workers, "bytes": nbytes, "arrays": a.arrays, "direct": direct,
+              "rounds": a.rounds, "files_per_save": a.arrays * a.workers,
+              "median_gib_s": med, "rounds_gib_s": rows}
+    if a.json:
+        print(json.dumps(result))
+    else:
+        print(f"{nbytes / GIB:.2f} GiB in {a.arrays} arrays over {a.workers} workers, "
+              f"medians of {a.rounds} rounds (GiB/s; dd "
+              f"{'with O_DIRECT' if direct else 'through the page cache'}):")
+        print(f"  write: dd 1 stream {med['dd_write_1']:.3f}, dd {a.workers} streams "
+              f"{med['dd_write_n']:.3f}, save {med['save']:.3f} "
+              f"({med['save_ratio']:.2f} of dd)")
+        print(f"  read:  dd 1 stream {med['dd_read_1']:.3f}, dd {a.workers} streams "
+              f"{med['dd_read_n']:.3f}, restore {med['restore']:.3f} "
+              f"({med['restore_ratio']:.2f} of dd)")
 
 
 main()

@@ -34,6 +34,8 @@ import sys
 import tempfile
 import time
 
+from cluster_up import cluster_up
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 p.add_argument("--data", required=True)
@@ -62,81 +64,68 @@ def read_json_line(stream, deadline, what, proc=None):
 
 
 def run_one(mode, workdir):
-    env = dict(os.environ)
-    env["XDG_RUNTIME_DIR"] = str(workdir / "run")
-    (workdir / "run").mkdir(mode=0o700)
-    root = workdir / "ckpt"
-    root.mkdir()
-    up = subprocess.Popen([a.causeway, "cluster", "up", "--islands", "1",
-                           "--hosts-per-island", str(a.workers), "--devices-per-host", "1",
-                           "--checkpoint-root", str(root), "--json"]
-                          + (["--restart-workers"] if mode == "replace" else []),
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                          start_new_session=True)
-    trainer = None
-    try:
+    extra = ["--restart-workers"] if mode == "replace" else []
+    with cluster_up(a.causeway, workdir, a.workers, extra, a.timeout) as cluster:
         deadline = time.monotonic() + a.timeout
-        info = read_json_line(up.stdout, deadline, "cluster up")
         global LOGS
-        LOGS = info["log_dir"]
-        env["CAUSEWAY_TOKEN"] = info["token"]
-        cmd = [a.causeway, "train", "lm", "--cluster", info["address"], "--elastic",
+        LOGS = cluster.info["log_dir"]
+        cmd = [a.causeway, "train", "lm", "--cluster", cluster.info["address"], "--elastic",
                "--data", a.data, "--mesh", f"data={a.workers}", "--iters", str(a.iters),
-               "--checkpoint", str(root / "run"), "--checkpoint-every", str(a.every),
+               "--checkpoint", str(cluster.root / "run"), "--checkpoint-every", str(a.every),
                "--checkpoint-format", "sharded", "--eval-every", "0", "--log-every", "1",
                "--replace-timeout", "60" if mode == "replace" else "0", "--json"]
         cmd += a.model.split()
         trainer = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   text=True, env=env)
-        killed = None
-        event = None
-        restored_at = None
-        first_after = None
-        summary = None
-        while True:
-            e = read_json_line(trainer.stdout, deadline, "train lm", trainer)
-            now = time.time()
-            kind = e["event"]
-            if kind == "step" and killed is None and e["iteration"] >= a.kill_at:
-                # A worker of the mesh (every worker is in it).
-                workers = subprocess.run(["pgrep", "-P", str(up.pid), "-f", "causeway worker"],
-                                         capture_output=True, text=True).stdout.split()
-                victim = int(workers[-1])
-                os.kill(victim, signal.SIGKILL)
-                killed = time.time()
-            elif kind == "recovery":
-                event = e
-                restored_at = now
-            elif kind == "step" and event is not None and first_after is None:
-                first_after = now
-            elif kind == "summary":
-                summary = e
-                break
-        rc = trainer.wait(timeout=60)
-        if rc != 0 or event is None or summary is None or summary["recoveries"] != 1:
-            raise SystemExit(f"{mode}: exit {rc}, recovery {event}, summary {summary}: "
-                             f"{trainer.stderr.read()[-2000:]}")
-        detection = event["failed_at_unix_s"] - killed
-        return {
-            "mode": mode,
-            "detection_s": detection,
-            "wait_s": event["wait_s"],
-            "restore_s": event["restore_s"],
-            "first_step_s": first_after - restored_at,
-            "total_s": first_after - killed,
-            "devices_after": event["devices_after"],
-            "steps_repeated": event["steps_repeated"],
-        }
-    finally:
-        if trainer is not None and trainer.poll() is None:
-            trainer.kill()
-            trainer.wait()
-        os.killpg(up.pid, signal.SIGINT)
+                                   text=True, env=cluster.env)
         try:
-            up.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(up.pid, signal.SIGKILL)
-            up.wait()
+            return watch(mode, cluster.proc, trainer, deadline)
+        finally:
+            if trainer.poll() is None:
+                trainer.kill()
+                trainer.wait()
+
+
+def watch(mode, up, trainer, deadline):
+    """Kills a worker at --kill-at and times the recovery from the trainer's events."""
+    killed = None
+    event = None
+    restored_at = None
+    first_after = None
+    summary = None
+    while True:
+        e = read_json_line(trainer.stdout, deadline, "train lm", trainer)
+        now = time.time()
+        kind = e["event"]
+        if kind == "step" and killed is None and e["iteration"] >= a.kill_at:
+            # A worker of the mesh (every worker is in it).
+            workers = subprocess.run(["pgrep", "-P", str(up.pid), "-f", "causeway worker"],
+                                     capture_output=True, text=True).stdout.split()
+            victim = int(workers[-1])
+            os.kill(victim, signal.SIGKILL)
+            killed = time.time()
+        elif kind == "recovery":
+            event = e
+            restored_at = now
+        elif kind == "step" and event is not None and first_after is None:
+            first_after = now
+        elif kind == "summary":
+            summary = e
+            break
+    rc = trainer.wait(timeout=60)
+    if rc != 0 or event is None or summary is None or summary["recoveries"] != 1:
+        raise SystemExit(f"{mode}: exit {rc}, recovery {event}, summary {summary}: "
+                         f"{trainer.stderr.read()[-2000:]}")
+    detection = event["failed_at_unix_s"] - killed
+    return {
+        "mode": mode,
+        "detection_s": detection,
+        "wait_s": event["wait_s"],
+        "restore_s": event["restore_s"],
+        "first_step_s": first_after - restored_at,
+        "total_s": first_after - killed,
+        "devices_after": event["devices_after"],
+        "steps_repeated": event["steps_repeated"],
+    }
 
 
 LOGS = ""
