@@ -57,6 +57,7 @@ struct CollectiveOptions {
   std::string collectives;  // the workers' --collectives; empty: their default
   int64_t gloo_from_bytes = -1;  // the workers' --gloo-from-bytes; -1: their default
   std::string cluster = "local";
+  std::string device_kind = "cpu";  // embedded cluster
   double min_seconds = 0.5;
   double timeout_s = 30;
   bool json = false;
@@ -172,11 +173,12 @@ int RunBenchCollective(const CollectiveOptions& o) {
     }
     lo.devices_per_host = o.devices / o.hosts;
     lo.device_memory_bytes = memory;
+    lo.device_kind = o.device_kind;
     auto c = LocalCluster::Create(lo);
     if (!c.ok()) return fail(c.status());
     local = std::move(*c);
     connection = local.get();
-    where = absl::StrCat("embedded, ", o.hosts, " host(s)");
+    where = absl::StrCat("embedded, ", o.hosts, " host(s) of ", o.device_kind, " devices");
   } else {
     RemoteClusterOptions ro;
     ro.timeout = absl::Seconds(o.timeout_s);
@@ -395,6 +397,9 @@ void AddBenchCollectiveCommand(CLI::App* bench, int* exit_code) {
   cmd->add_option("--hosts", o->hosts, "Embedded cluster: hosts the devices are spread over")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
+  cmd->add_option("--device-kind", o->device_kind,
+                  DeviceKindHelp("Embedded cluster: the kind of its devices"))
+      ->capture_default_str();
   cmd->add_option("--processes", o->processes,
                   "Start this many worker processes (one island) and run across them; 0: the "
                   "embedded cluster")
@@ -423,6 +428,13 @@ void AddBenchCollectiveCommand(CLI::App* bench, int* exit_code) {
       ->capture_default_str();
   cmd->add_flag("--json", o->json, "One JSON object per size");
   cmd->callback([o, exit_code, cmd] {
+    if ((o->cluster != "local" || o->processes > 0) && cmd->count("--device-kind") > 0) {
+      std::fprintf(stderr, "bench collective: --device-kind applies to the embedded cluster "
+                           "only (worker processes choose theirs: causeway worker "
+                           "--device-kind)\n");
+      *exit_code = kExitUsage;
+      return;
+    }
     if (o->cluster != "local" &&
         (cmd->count("--devices") > 0 || cmd->count("--hosts") > 0)) {
       std::fprintf(stderr, "bench collective: --devices and --hosts describe the embedded "

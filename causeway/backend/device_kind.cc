@@ -28,6 +28,75 @@ absl::Status CollectiveOps::CollectivePermute(int, absl::Span<const std::string>
   return absl::UnimplementedError("collective_permute is not supported by this runtime");
 }
 
+absl::StatusOr<CollectiveGroup> CollectiveOps::GroupOf(absl::Span<const std::string>) const {
+  return absl::UnimplementedError("this runtime gives no collective groups");
+}
+absl::Status CollectiveOps::MeetOnDevices(int, absl::Span<const std::string>, ir::OpKind,
+                                          const void*, PerformOnDevices) {
+  return absl::UnimplementedError("this runtime cannot meet a group on its devices");
+}
+
+bool CollectiveGroup::local() const {
+  return std::find(devices.begin(), devices.end(), nullptr) == devices.end();
+}
+
+absl::Status CheckCollectiveShapes(ir::OpKind op, const ir::Shape& in, const ir::Shape& out,
+                                   int64_t dimension, int64_t concat_dimension,
+                                   absl::Span<const std::pair<int64_t, int64_t>> pairs,
+                                   int64_t group_size) {
+  const int64_t g = group_size;
+  // `big` is `small` with dimension `dimension` times the group.
+  const auto scaled = [&](const ir::Shape& small, const ir::Shape& big) {
+    ir::Shape expected = small;
+    const bool inside = dimension >= 0 && dimension < small.rank();
+    if (inside) expected.dims[static_cast<size_t>(dimension)] *= g;
+    if (inside && expected == big) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shapes ", small.ToString(), " and ", big.ToString(),
+        " do not differ by the group size ", g, " along dimension ", dimension));
+  };
+  switch (op) {
+    case ir::OpKind::kAllGather: return scaled(in, out);
+    case ir::OpKind::kReduceScatter: return scaled(out, in);
+    case ir::OpKind::kAllToAll: {
+      const int rank = in.rank();
+      if (dimension < 0 || dimension >= rank || concat_dimension < 0 ||
+          concat_dimension >= rank || g < 1 || in.dims[static_cast<size_t>(dimension)] % g != 0) {
+        return absl::InvalidArgumentError(absl::StrCat("cannot split ", in.ToString(),
+                                                       " along ", dimension, " into ", g,
+                                                       " parts"));
+      }
+      ir::Shape expected = in;
+      expected.dims[static_cast<size_t>(dimension)] /= g;
+      expected.dims[static_cast<size_t>(concat_dimension)] *= g;
+      if (expected != out) {
+        return absl::InvalidArgumentError(absl::StrCat("result ", out.ToString(),
+                                                       " should be ", expected.ToString(),
+                                                       " for a group of ", g));
+      }
+      return absl::OkStatus();
+    }
+    case ir::OpKind::kCollectivePermute:
+      for (const auto& [s, t] : pairs) {
+        if (s < 0 || t < 0 || s >= g || t >= g) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("pair ", s, "->", t, " outside a group of ", g));
+        }
+      }
+      [[fallthrough]];
+    case ir::OpKind::kAllReduce:
+      if (in != out) {
+        return absl::InvalidArgumentError(absl::StrCat("operand ", in.ToString(),
+                                                       " and result ", out.ToString(),
+                                                       " differ"));
+      }
+      return absl::OkStatus();
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat(ir::OpName(op), " is not a collective"));
+  }
+}
+
 namespace {
 struct Registry {
   Mutex mu;

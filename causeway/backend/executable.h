@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -32,6 +33,27 @@
 #include "causeway/ir/function.h"
 
 namespace causeway::backend {
+
+class Device;  // causeway/backend/device.h
+
+// A collective's group as one member sees it (CollectiveOps::GroupOf).
+struct CollectiveGroup {
+  int rank = 0;                  // this device's
+  std::vector<Device*> devices;  // rank order; null: a member in another process
+  // Every member is in this process.
+  bool local() const;
+};
+
+// INVALID_ARGUMENT unless the operand and result
+// shapes of collective `op` fit a group of `group_size` (all_gather: the
+// result is the operand with `dimension` times the group; reduce_scatter:
+// the reverse; all_to_all: the operand splits along `dimension` and the
+// parts concatenate along `concat_dimension`; collective_permute: every
+// pair in the group, the shapes equal; all_reduce: the shapes equal).
+absl::Status CheckCollectiveShapes(ir::OpKind op, const ir::Shape& in, const ir::Shape& out,
+                                   int64_t dimension, int64_t concat_dimension,
+                                   absl::Span<const std::pair<int64_t, int64_t>> pairs,
+                                   int64_t group_size);
 
 // How a running function reaches its peers. Implemented by the runtime for
 // each launch; `index` numbers collective instructions within the function so
@@ -68,6 +90,31 @@ class CollectiveOps {
       int index, absl::Span<const std::string> axes, const ir::Shape& shape,
       absl::Span<const std::pair<int64_t, int64_t>> source_target_pairs, const void* in,
       void* out);
+
+  // A kind's own collectives. The calls above move bytes through host
+  // memory (the host-staged hub); a kind whose devices can reach each
+  // other's memory (devices of one GPU) may instead move them itself. It
+  // asks for the group first, decides from it and the operands alone (so
+  // every member decides the same way), and then either makes the call
+  // above or meets the group with MeetOnDevices.
+  //
+  // The group of this device over `axes`: every member's Device in rank
+  // order, null for a member in another process, and this device's rank.
+  // UNIMPLEMENTED where the runtime offers no group (the default).
+  virtual absl::StatusOr<CollectiveGroup> GroupOf(absl::Span<const std::string> axes) const;
+
+  // Meets the group of collective `index` over `axes` as the calls above do
+  // (the same rendezvous, deadlock watchdog, timeout and aborts), moving no
+  // bytes: each member passes `operand`, the kind's own account of its
+  // operands (valid until the call returns); once every member has arrived,
+  // the last to arrive runs `perform` over every member's operand in rank
+  // order while the others wait, and every member returns its status. Only
+  // for a group wholly in this process (CollectiveGroup::local();
+  // INVALID_ARGUMENT otherwise). The default returns UNIMPLEMENTED.
+  using PerformOnDevices = absl::FunctionRef<absl::Status(absl::Span<const void* const>)>;
+  virtual absl::Status MeetOnDevices(int index, absl::Span<const std::string> axes,
+                                     ir::OpKind op, const void* operand,
+                                     PerformOnDevices perform);
 
   // Microseconds spent inside the calls above so far (waiting for peers
   // and exchanging data): the part of a launch that is not its own
@@ -110,7 +157,6 @@ class Executable {
   ir::Function function_;
 };
 
-class Device;        // causeway/backend/device.h
 struct DeviceSpec;
 struct DeviceDescription;
 

@@ -148,7 +148,8 @@ TEST_F(LmTrainerTest, EveryParallelLayoutGivesTheOneDeviceLossCurve) {
 }
 
 // The vulkan kind (lavapipe here) trains as the cpu kind does, on one
-// device and with data and model axes (collectives host-staged).
+// device and with data and model axes (collectives done by the GPU under
+// ctest, which sets CAUSEWAY_VULKAN_COLLECTIVES=gpu; by the hub otherwise).
 TEST_F(LmTrainerTest, VulkanDevicesGiveTheCpuKindsLossCurve) {
   if (absl::StatusOr<std::vector<std::string>> gpus = backend::ListGpus(); !gpus.ok()) {
     GTEST_SKIP() << gpus.status();

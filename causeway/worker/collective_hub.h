@@ -207,6 +207,27 @@ class CollectiveHub {
                                  absl::Span<const std::pair<int64_t, int64_t>> pairs,
                                  const void* in, void* out, const CollectiveWhat& what);
 
+  // A collective whose bytes the members' device kind moves itself
+  // (backend::CollectiveOps::MeetOnDevices): each member passes its
+  // `operand`, opaque to the hub; once every member has arrived, the last
+  // runs `perform` over all of them in rank order while the others wait, and
+  // all return its status. The rendezvous, the watchdog, the timeout and the
+  // aborts are the other collectives'. INVALID_ARGUMENT for a group with a
+  // member in another process, and when members disagree on whether they
+  // meet on devices.
+  absl::Status MeetOnDevices(const CollectiveKey& key, DeviceId self, int rank,
+                             const std::vector<DeviceId>& members, ir::OpKind op,
+                             const void* operand, const CollectiveWhat& what,
+                             backend::CollectiveOps::PerformOnDevices perform);
+
+  // The devices of this process, for kinds that move a collective's bytes
+  // themselves (HubCollectives::GroupOf). A host attaches its devices when
+  // made and detaches them before they are destroyed.
+  void AttachDevice(DeviceId id, backend::Device* device);
+  void DetachDevice(DeviceId id);
+  // Null unless attached.
+  backend::Device* DeviceOf(DeviceId id) const;
+
   // The launch of node `node` of `run` failed on one device without
   // reaching (all of) its collectives: fails every pending and later
   // collective of that gang with `status`, so its peers do not wait for a
@@ -252,6 +273,7 @@ class CollectiveHub {
     std::vector<const void*> inputs;
     std::vector<void*> buffers;  // results (all_reduce: in place)
     std::vector<bool> arrived_rank;
+    bool on_device = false;  // MeetOnDevices: `inputs` are the kind's operands
     // Members from other processes: their contribution and result space.
     int64_t in_bytes = 0;
     int64_t out_bytes = 0;
@@ -330,7 +352,8 @@ class CollectiveHub {
                     const std::vector<DeviceId>& members, ir::OpKind op, const void* in,
                     int64_t in_bytes, void* out, int64_t out_bytes, const CollectiveWhat& what,
                     const Completion& complete, const Completion* across = nullptr,
-                    const PartedCompletion* parted = nullptr) ABSL_NO_THREAD_SAFETY_ANALYSIS;
+                    const PartedCompletion* parted = nullptr, bool on_device = false)
+      ABSL_NO_THREAD_SAFETY_ANALYSIS;
   // REQUIRES: mu_. The collective `state` (at `key`) succeeded: takes it off
   // the hub's books for every member and wakes them.
   void SucceedLocked(const CollectiveKey& key, const std::shared_ptr<State>& state)
@@ -403,6 +426,8 @@ class CollectiveHub {
   absl::flat_hash_map<std::pair<RunId, int>, absl::Status> aborted_gangs_ ABSL_GUARDED_BY(mu_);
   std::deque<std::pair<RunId, int>> aborted_order_ ABSL_GUARDED_BY(mu_);
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  mutable Mutex devices_mu_;
+  absl::flat_hash_map<DeviceId, backend::Device*> devices_ ABSL_GUARDED_BY(devices_mu_);
   int64_t deadlocks_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
@@ -433,6 +458,11 @@ class HubCollectives final : public backend::CollectiveOps {
                                  const ir::Shape& shape,
                                  absl::Span<const std::pair<int64_t, int64_t>> pairs,
                                  const void* in, void* out) override;
+  // The group's devices as the hub knows them (CollectiveHub::DeviceOf).
+  absl::StatusOr<backend::CollectiveGroup> GroupOf(
+      absl::Span<const std::string> axes) const override;
+  absl::Status MeetOnDevices(int index, absl::Span<const std::string> axes, ir::OpKind op,
+                             const void* operand, PerformOnDevices perform) override;
   // See CollectiveHub::AbortGang.
   void AbortGang(const absl::Status& status) { hub_->AbortGang(run_, node_, status); }
   int64_t micros_in_collectives() const override { return micros_; }

@@ -59,6 +59,10 @@ HostExecutor::HostExecutor(HostExecutorOptions options,
           d, store_.backend(static_cast<int>(i)), options_.clock, options_.trace,
           options_.fault_injector, options_.input_timeout, options_.device_pool));
     }
+    // For kinds that move a collective's bytes between devices themselves.
+    if (backend::Device* device = store_.backend(static_cast<int>(i)); device != nullptr) {
+      options_.collectives->AttachDevice(d.id, device);
+    }
   }
   if (options_.housekeeping_period > absl::ZeroDuration()) {
     housekeeper_ = std::thread([this] {
@@ -144,6 +148,8 @@ void HostExecutor::Shutdown() {
         absl::StrCat(options_.host.id.ToString(), " shut down before a transfer arrived")));
   }
   for (auto& s : streams_) s->Shutdown();
+  // No launch runs now: nothing meets on these devices any more.
+  for (const DeviceInfo& d : options_.devices) options_.collectives->DetachDevice(d.id);
 }
 
 absl::Status HostExecutor::CompileNodes(const ProgramPlan& plan, Registered& reg) {

@@ -2,6 +2,11 @@
 // one host (axis "y") and of two hosts (axis "x"), end to end through the
 // embedded cluster; and the gradient rule of each collective against finite
 // differences of the SPMD loss (the sum over devices of each device's loss).
+// On each kind of device this build has: `cpu` (the host-staged hub) and
+// `vulkan` (all on one GPU: with CAUSEWAY_VULKAN_COLLECTIVES=gpu, as ctest
+// runs it, the GPU moves and reduces the bytes itself,
+// backend/vulkan/collectives.h; with =host the same cases go through the
+// hub).
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -12,6 +17,9 @@
 #include "causeway/base/status_macros.h"
 #include "causeway/ir/autodiff.h"
 #include "tests/integration/test_util.h"
+#if CAUSEWAY_HAVE_VULKAN
+#include "causeway/backend/vulkan/device.h"
+#endif
 
 namespace causeway::testing {
 namespace {
@@ -30,10 +38,14 @@ using Body = std::function<Value(FunctionBuilder&, Value)>;
 using Reference = std::function<std::vector<float>(const std::vector<std::vector<float>>&,
                                                    const std::vector<int>& group, int rank)>;
 
-class CollectivesTest : public ::testing::Test {
+class CollectivesTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
+#if !CAUSEWAY_HAVE_VULKAN
+    if (GetParam() == "vulkan") GTEST_SKIP() << "this build has no vulkan kind";
+#endif
     LocalClusterOptions options;
+    options.device_kind = GetParam();
     options.islands = 1;
     options.hosts_per_island = 2;
     options.devices_per_host = 2;
@@ -110,13 +122,13 @@ class CollectivesTest : public ::testing::Test {
   Mesh mesh_;
 };
 
-TEST_F(CollectivesTest, MeshSpansTwoHostsAlongXAndOneHostAlongY) {
+TEST_P(CollectivesTest, MeshSpansTwoHostsAlongXAndOneHostAlongY) {
   EXPECT_EQ(HostOf(0), HostOf(1));
   EXPECT_EQ(HostOf(2), HostOf(3));
   EXPECT_NE(HostOf(0), HostOf(2));
 }
 
-TEST_F(CollectivesTest, AllReduceSumAndMax) {
+TEST_P(CollectivesTest, AllReduceSumAndMax) {
   for (ir::ReduceKind kind : {ir::ReduceKind::kSum, ir::ReduceKind::kMax}) {
     for (const auto& axes : AxisSets()) {
       Check(axes, [&](FunctionBuilder& b, Value x) { return b.AllReduce(x, axes, kind); },
@@ -134,7 +146,7 @@ TEST_F(CollectivesTest, AllReduceSumAndMax) {
   }
 }
 
-TEST_F(CollectivesTest, AllGatherAlongEitherDimension) {
+TEST_P(CollectivesTest, AllGatherAlongEitherDimension) {
   for (const auto& axes : AxisSets()) {
     const int64_t g = axes.size() == 2 ? 4 : 2;
     // Along columns: result [4, 3 g], block r = rank r's operand.
@@ -158,7 +170,7 @@ TEST_F(CollectivesTest, AllGatherAlongEitherDimension) {
   }
 }
 
-TEST_F(CollectivesTest, ReduceScatterSumAndMax) {
+TEST_P(CollectivesTest, ReduceScatterSumAndMax) {
   for (ir::ReduceKind kind : {ir::ReduceKind::kSum, ir::ReduceKind::kMax}) {
     for (const auto& axes : AxisSets()) {
       const int64_t g = axes.size() == 2 ? 4 : 2;
@@ -180,7 +192,7 @@ TEST_F(CollectivesTest, ReduceScatterSumAndMax) {
   }
 }
 
-TEST_F(CollectivesTest, AllToAllSplitsRowsAndConcatenatesColumns) {
+TEST_P(CollectivesTest, AllToAllSplitsRowsAndConcatenatesColumns) {
   for (const auto& axes : AxisSets()) {
     const int64_t g = axes.size() == 2 ? 4 : 2;
     const int64_t rows = kRows / g;
@@ -199,7 +211,7 @@ TEST_F(CollectivesTest, AllToAllSplitsRowsAndConcatenatesColumns) {
   }
 }
 
-TEST_F(CollectivesTest, CollectivePermuteSendsAlongPairsAndZeroesTheRest) {
+TEST_P(CollectivesTest, CollectivePermuteSendsAlongPairsAndZeroesTheRest) {
   for (const auto& axes : AxisSets()) {
     const int64_t g = axes.size() == 2 ? 4 : 2;
     std::vector<std::pair<int64_t, int64_t>> pairs;
@@ -213,7 +225,7 @@ TEST_F(CollectivesTest, CollectivePermuteSendsAlongPairsAndZeroesTheRest) {
   }
 }
 
-TEST_F(CollectivesTest, ShapesThatDoNotFitTheGroupFailOnEveryDeviceWithoutHanging) {
+TEST_P(CollectivesTest, ShapesThatDoNotFitTheGroupFailOnEveryDeviceWithoutHanging) {
   // Built for a group of 4 but run over "x" (2 devices).
   FunctionBuilder b("misfit");
   Value x = b.Parameter(Shape(DType::kF32, {kRows, kCols}));
@@ -273,7 +285,7 @@ void CheckCollectiveGrad(CollectivesTest* t, const Body& body,
   }
 }
 
-TEST_F(CollectivesTest, GradientsOfEveryCollectiveMatchFiniteDifferences) {
+TEST_P(CollectivesTest, GradientsOfEveryCollectiveMatchFiniteDifferences) {
   auto run = [this](const ir::Function& f, const std::vector<std::vector<float>>& in) {
     return RunPerDevice(f, in);
   };
@@ -295,6 +307,179 @@ TEST_F(CollectivesTest, GradientsOfEveryCollectiveMatchFiniteDifferences) {
     CheckCollectiveGrad(this, body, run);
   }
 }
+
+// Collectives done by a GPU so far (0 without the vulkan kind).
+int64_t CollectivesOnGpu() {
+#if CAUSEWAY_HAVE_VULKAN
+  return backend::vulkan::CollectivesOnGpu();
+#else
+  return 0;
+#endif
+}
+
+// i32 operands through every collective (the IR has collectives of f32 and
+// i32 only), and a group of three devices across
+// two hosts, against references computed here.
+TEST_P(CollectivesTest, IntegersAndAGroupOfThree) {
+  ASSERT_OK_AND_ASSIGN(Mesh three, client_->AllocateMesh({{"z", 3}}));
+  struct Case {
+    std::string name;
+    const Mesh* mesh;
+    std::vector<std::string> axes;
+    DType dtype;  // of the collective's operand
+    std::function<Value(FunctionBuilder&, Value)> body;
+    // Device p's result from every device's input, in mesh order.
+    std::function<std::vector<int32_t>(const std::vector<std::vector<int32_t>>&, int p)> ref;
+  };
+  constexpr int64_t kR = 6, kC = 4;  // per-device operand [6, 4]
+  const auto at = [](const std::vector<int32_t>& v, int64_t r, int64_t c, int64_t cols) {
+    return v[static_cast<size_t>(r * cols + c)];
+  };
+  const auto reduce = [](const std::vector<std::vector<int32_t>>& in, bool sum) {
+    std::vector<int32_t> acc(in[0].size());
+    for (size_t i = 0; i < acc.size(); ++i) {
+      int32_t a = in[0][i];
+      for (size_t q = 1; q < in.size(); ++q) {
+        const int32_t v = in[q][i];
+        a = sum ? static_cast<int32_t>(static_cast<uint32_t>(a) + static_cast<uint32_t>(v))
+                : std::max(a, v);
+      }
+      acc[i] = a;
+    }
+    return acc;
+  };
+  const std::vector<std::string> xy = {"x", "y"}, z = {"z"};
+  const std::vector<Case> cases = {
+      {"i32 all_reduce sum (wrapping)", &mesh_, xy, DType::kI32,
+       [&](auto& b, Value v) { return b.AllReduce(v, xy); },
+       [&](const auto& in, int) { return reduce(in, true); }},
+      {"i32 all_reduce max", &mesh_, xy, DType::kI32,
+       [&](auto& b, Value v) { return b.AllReduce(v, xy, ir::ReduceKind::kMax); },
+       [&](const auto& in, int) { return reduce(in, false); }},
+      {"i32 reduce_scatter along columns", &mesh_, xy, DType::kI32,
+       [&](auto& b, Value v) { return b.ReduceScatter(v, xy, 1, 4); },
+       [&](const auto& in, int p) {
+         const auto acc = reduce(in, true);
+         std::vector<int32_t> out;
+         for (int64_t r = 0; r < kR; ++r) out.push_back(at(acc, r, p, kC));
+         return out;
+       }},
+      {"i32 all_gather along columns", &mesh_, xy, DType::kI32,
+       [&](auto& b, Value v) { return b.AllGather(v, xy, 1, 4); },
+       [&](const auto& in, int) {
+         std::vector<int32_t> out;
+         for (int64_t r = 0; r < kR; ++r) {
+           for (const auto& v : in) {
+             for (int64_t c = 0; c < kC; ++c) out.push_back(at(v, r, c, kC));
+           }
+         }
+         return out;
+       }},
+      {"i32 collective_permute, two members sent nothing", &mesh_, xy, DType::kI32,
+       [&](auto& b, Value v) { return b.CollectivePermute(v, xy, {{3, 0}, {0, 2}}); },
+       [&](const auto& in, int p) {
+         std::vector<int32_t> out(in[0].size(), 0);
+         const int from = p == 0 ? 3 : p == 2 ? 0 : -1;
+         if (from >= 0) {
+           out = in[static_cast<size_t>(from)];
+         }
+         return out;
+       }},
+      {"f32 all_reduce of three", &three, z, DType::kF32,
+       [&](auto& b, Value v) { return b.AllReduce(v, z); },
+       [&](const auto& in, int) {
+         // Added in rank order in f32, then converted back (saturating).
+         std::vector<int32_t> out;
+         for (size_t i = 0; i < in[0].size(); ++i) {
+           float acc = static_cast<float>(in[0][i]);
+           for (size_t q = 1; q < in.size(); ++q) acc += static_cast<float>(in[q][i]);
+           out.push_back(acc >= 2147483648.0f ? INT32_MAX : static_cast<int32_t>(acc));
+         }
+         return out;
+       }},
+      {"i32 all_to_all of three", &three, z, DType::kI32,
+       [&](auto& b, Value v) { return b.AllToAll(v, z, 0, 1, 3); },
+       [&](const auto& in, int p) {
+         // Rows [2p, 2p + 2) of every member, side by side.
+         std::vector<int32_t> out;
+         for (int64_t r = 2 * p; r < 2 * p + 2; ++r) {
+           for (const auto& v : in) {
+             for (int64_t c = 0; c < kC; ++c) out.push_back(at(v, r, c, kC));
+           }
+         }
+         return out;
+       }},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const int n = static_cast<int>(c.mesh->devices().size());
+    std::vector<std::vector<int32_t>> in(static_cast<size_t>(n));
+    std::vector<int32_t> global;
+    for (int p = 0; p < n; ++p) {
+      for (int64_t i = 0; i < kR * kC; ++i) {
+        // Signed, some zero, sums past INT32_MAX.
+        const int32_t v = (i % 5 == 0) ? 0
+                          : (i % 7 == 0) ? 2000000000 - p
+                                         : static_cast<int32_t>((p * 37 + i * 11) % 23) - 11;
+        in[static_cast<size_t>(p)].push_back(v);
+        global.push_back(v);
+      }
+    }
+    FunctionBuilder b(c.name);
+    Value x = b.Parameter(Shape(DType::kI32, {kR, kC}));
+    Value operand = c.dtype == DType::kI32 ? x : b.Convert(x, c.dtype);
+    Value result = c.body(b, operand);
+    if (c.dtype != DType::kI32) result = b.Convert(result, DType::kI32);
+    ASSERT_OK_AND_ASSIGN(ir::Function f, b.Build({result}));
+    const Sharding split = c.mesh == &three
+                               ? Sharding(std::vector<std::vector<std::string>>{{"z"}, {}})
+                               : Sharding(std::vector<std::vector<std::string>>{{"x", "y"}, {}});
+    ASSERT_OK_AND_ASSIGN(CompiledFunction cf, client_->Compile(f, *c.mesh, {{split}, {split}}));
+    ASSERT_OK_AND_ASSIGN(Array a, client_->Put(Literal::I32({n * kR, kC}, global), *c.mesh,
+                                               split));
+    ASSERT_OK_AND_ASSIGN(std::vector<Array> out, client_->Call(cf, {a}));
+    ASSERT_OK_AND_ASSIGN(Literal all, AwaitOrHang(out[0].Fetch()));
+    const auto values = all.values<int32_t>();
+    const size_t per = values.size() / static_cast<size_t>(n);
+    for (int p = 0; p < n; ++p) {
+      EXPECT_EQ(std::vector<int32_t>(values.begin() + p * per, values.begin() + (p + 1) * per),
+                c.ref(in, p))
+          << "device at mesh position " << p;
+    }
+  }
+}
+
+// On vulkan devices of one GPU, with CAUSEWAY_VULKAN_COLLECTIVES=gpu (as
+// ctest runs this test), every group's collective is done by the GPU (one
+// per group, counted by the member that records it); with =host, by the hub.
+TEST_P(CollectivesTest, OnOneGpuTheGpuDoesEveryGroupsCollective) {
+  if (GetParam() != "vulkan") GTEST_SKIP() << "the cpu kind's collectives are the hub's";
+  const char* mode = std::getenv("CAUSEWAY_VULKAN_COLLECTIVES");
+  if (mode == nullptr || (std::string(mode) != "gpu" && std::string(mode) != "host")) {
+    GTEST_SKIP() << "CAUSEWAY_VULKAN_COLLECTIVES is auto: the GPU's type decides";
+  }
+  const bool on_host = std::string(mode) == "host";
+  const int64_t before = CollectivesOnGpu();
+  // Over "y": two groups, one per host; then over both axes: one group.
+  Check({"y"}, [](FunctionBuilder& b, Value x) { return b.AllReduce(x, {"y"}); },
+        [](const auto& in, const std::vector<int>& group, int) {
+          std::vector<float> acc = in[group[0]];
+          for (size_t i = 0; i < acc.size(); ++i) acc[i] += in[group[1]][i];
+          return acc;
+        });
+  Check({"x", "y"}, [](FunctionBuilder& b, Value x) { return b.AllGather(x, {"x", "y"}, 0, 4); },
+        [](const auto& in, const std::vector<int>& group, int) {
+          std::vector<float> out;
+          for (int q : group) out.insert(out.end(), in[q].begin(), in[q].end());
+          return out;
+        });
+  EXPECT_EQ(CollectivesOnGpu() - before, on_host ? 0 : 3);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, CollectivesTest, ::testing::Values("cpu", "vulkan"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
 
 // The threads this process runs now.
 int ProcessThreads() {

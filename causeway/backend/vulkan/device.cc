@@ -8,12 +8,14 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <string_view>
 #include <thread>
 #include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "causeway/backend/cpu/device.h"
+#include "causeway/backend/vulkan/collectives.h"
 #include "causeway/backend/vulkan/executable.h"
 #include "causeway/backend/vulkan/gpu.h"
 #include "causeway/backend/vulkan/profile.h"
@@ -26,44 +28,10 @@ namespace causeway::backend::vulkan {
 namespace {
 
 std::atomic<int> g_selected_gpu{-1};
+std::atomic<int64_t> g_collectives_on_gpu{0};
 
 // Submissions a device keeps in flight before a new one waits.
 constexpr size_t kMaxPending = 256;
-
-// Calls `fn(src_byte, dst_byte, bytes)` for each contiguous run of `box`
-// (its innermost dimension), in row-major order.
-template <typename Fn>
-void ForEachRun(const BoxCopy& box, Fn fn) {
-  const size_t rank = box.extent.size();
-  const int64_t eb = box.element_bytes;
-  if (rank == 0) {
-    fn(0, 0, eb);
-    return;
-  }
-  for (int64_t e : box.extent) {
-    if (e == 0) return;
-  }
-  const std::vector<int64_t> ss = ir::RowMajorStrides(box.src_dims);
-  const std::vector<int64_t> ds = ir::RowMajorStrides(box.dst_dims);
-  std::vector<int64_t> c(rank, 0);
-  const int64_t run = box.extent[rank - 1] * eb;
-  while (true) {
-    int64_t s = 0, d = 0;
-    for (size_t k = 0; k < rank; ++k) {
-      const int64_t at = k + 1 == rank ? 0 : c[k];
-      s += (box.src_offset[k] + at) * ss[k];
-      d += (box.dst_offset[k] + at) * ds[k];
-    }
-    fn(s * eb, d * eb, run);
-    // Next coordinate over all but the innermost dimension.
-    int k = static_cast<int>(rank) - 2;
-    for (; k >= 0; --k) {
-      if (++c[static_cast<size_t>(k)] < box.extent[static_cast<size_t>(k)]) break;
-      c[static_cast<size_t>(k)] = 0;
-    }
-    if (k < 0) return;
-  }
-}
 
 const VulkanAllocation& V(const DeviceAllocation& a) {
   return static_cast<const VulkanAllocation&>(a);
@@ -246,14 +214,6 @@ class VulkanDevice final : public Device {
     return absl::OkStatus();
   }
 
-  static void Barrier(VkCommandBuffer cb, VkPipelineStageFlags from, VkAccessFlags from_access,
-                      VkPipelineStageFlags to, VkAccessFlags to_access) {
-    VkMemoryBarrier b{};
-    b.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
-    b.srcAccessMask = from_access;
-    b.dstAccessMask = to_access;
-    vkCmdPipelineBarrier(cb, from, to, 0, 1, &b, 0, nullptr, 0, nullptr);
-  }
   // Work submitted before (copies, launches) is visible to what follows.
   static void Begin(VkCommandBuffer cb) {
     Barrier(cb, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT,
@@ -271,17 +231,8 @@ class VulkanDevice final : public Device {
 
   absl::Status RecordCopy(VkCommandBuffer cb, const VulkanAllocation& from,
                           const VulkanAllocation& to, const BoxCopy& box) {
-    std::vector<VkBufferCopy> regions;
-    ForEachRun(box, [&](int64_t s, int64_t d, int64_t bytes) {
-      regions.push_back(VkBufferCopy{from.offset() + static_cast<uint64_t>(s),
-                                     to.offset() + static_cast<uint64_t>(d),
-                                     static_cast<uint64_t>(bytes)});
-    });
     Begin(cb);
-    if (!regions.empty()) {
-      vkCmdCopyBuffer(cb, from.buffer(), to.buffer(), static_cast<uint32_t>(regions.size()),
-                      regions.data());
-    }
+    RecordBoxCopy(cb, from, 0, to, 0, box);
     End(cb);
     return absl::OkStatus();
   }
@@ -366,6 +317,13 @@ class VulkanDevice final : public Device {
 
   absl::Status RunHostStep(const VulkanExecutable& exe, const HostStep& h, const Operands& ops,
                            const RunContext& context);
+  // A collective host step among devices of this GPU, done by the GPU
+  // (collectives.h) when every member of its group is one: true once done.
+  // False, having done nothing, for a group the hub serves: members on
+  // other GPUs or in other processes, a GPU that is a CPU, or as
+  // CAUSEWAY_VULKAN_COLLECTIVES (gpu, host; auto when unset) says.
+  absl::StatusOr<bool> CollectiveOnGpu(const VulkanExecutable& exe, const HostStep& h,
+                                       const Operands& ops, CollectiveOps& c);
   // Launch after its checks; with `temp` (a view of the caller's
   // temporaries, at least the executable's temporary_bytes()) instead of
   // temporaries of its own when not null.
@@ -619,12 +577,74 @@ absl::Status VulkanDevice::RunControlFlow(const ControlFlow& cf, const Operands&
   return absl::OkStatus();
 }
 
+absl::StatusOr<bool> VulkanDevice::CollectiveOnGpu(const VulkanExecutable& exe,
+                                                   const HostStep& h, const Operands& ops,
+                                                   CollectiveOps& c) {
+  // CAUSEWAY_VULKAN_COLLECTIVES: gpu, host, or auto (unset): the GPU
+  // unless it is a CPU (lavapipe), where the hub, reading the mapped bytes
+  // in place, is 6-17x faster (docs/BENCHMARKS.md).
+  static const std::string_view mode = [] {
+    const char* v = std::getenv("CAUSEWAY_VULKAN_COLLECTIVES");
+    return std::string_view(v == nullptr ? "auto" : v);
+  }();
+  if (mode == "host" || (mode != "gpu" && gpu_->is_cpu())) return false;
+  const auto& instructions = exe.function().instructions();
+  const ir::Instruction& inst = instructions[static_cast<size_t>(h.instruction)];
+  // Every member sees the same group and shapes, so all decide alike.
+  absl::StatusOr<CollectiveGroup> group = c.GroupOf(inst.axes);
+  if (!group.ok() || !group->local()) return false;
+  const auto g = static_cast<int64_t>(group->devices.size());
+  if (g > kMaxGpuMembers) return false;
+  for (Device* d : group->devices) {
+    const auto* member = dynamic_cast<const VulkanDevice*>(d);
+    if (member == nullptr || member->gpu_ != gpu_) return false;
+  }
+  const ir::Shape& in_shape = instructions[static_cast<size_t>(inst.operands[0])].shape;
+  if (absl::Status s = CheckCollectiveShapes(inst.op, in_shape, inst.shape, inst.dimension,
+                                             inst.concat_dimension, inst.source_target_pairs, g);
+      !s.ok()) {
+    return Annotate(s, absl::StrCat(ir::OpName(inst.op), " #", h.collective_index, " in ",
+                                    exe.function().name(), " on ", id_.ToString()));
+  }
+  const auto [in, in_offset] = Place(h.in, ops);
+  const auto [out, out_offset] = Place(h.out, ops);
+  const MemberOperands mine{in, in_offset, out, out_offset};
+  CW_RETURN_IF_ERROR(c.MeetOnDevices(
+      h.collective_index, inst.axes, inst.op, &mine,
+      [&](absl::Span<const void* const> all) -> absl::Status {
+        // The last member to arrive: the whole collective on its device.
+        std::vector<const MemberOperands*> members;
+        members.reserve(all.size());
+        for (const void* m : all) members.push_back(static_cast<const MemberOperands*>(m));
+        CW_ASSIGN_OR_RETURN(
+            std::unique_ptr<VulkanAllocation> scratch,
+            gpu_->Allocate(CollectiveScratchBytes(inst, in_shape, g), false,
+                           absl::StrCat("a collective's scratch on ", id_.ToString())));
+        g_collectives_on_gpu.fetch_add(1, std::memory_order_relaxed);
+        return Await([&](Completion done) {
+          Submit(
+              [&](VkCommandBuffer cb) {
+                Begin(cb);
+                absl::Status s = RecordCollective(cb, *gpu_, inst, in_shape, members, *scratch);
+                End(cb);
+                return s;
+              },
+              {}, std::move(done));
+        });
+      }));
+  return true;
+}
+
 absl::Status VulkanDevice::RunHostStep(const VulkanExecutable& exe, const HostStep& h,
                                        const Operands& ops, const RunContext& context) {
   if (h.control >= 0) {
     return RunControlFlow(exe.control()[static_cast<size_t>(h.control)], ops, context);
   }
   const ir::Instruction& inst = exe.function().instructions()[static_cast<size_t>(h.instruction)];
+  if (inst.op != ir::OpKind::kDelay && context.collectives != nullptr) {
+    absl::StatusOr<bool> done = CollectiveOnGpu(exe, h, ops, *context.collectives);
+    if (!done.ok() || *done) return done.status();
+  }
   std::vector<std::byte> in(static_cast<size_t>(h.in_bytes));
   CW_RETURN_IF_ERROR(ReadRef(h.in, ops, in.data(), h.in_bytes));
   if (inst.op == ir::OpKind::kDelay) {
@@ -805,6 +825,8 @@ const DeviceKind& Kind() {
   static const DeviceKind& kind = RegisterDeviceKind(std::make_unique<VulkanKind>());
   return kind;
 }
+
+int64_t CollectivesOnGpu() { return g_collectives_on_gpu.load(std::memory_order_relaxed); }
 
 absl::Status SelectGpu(int gpu) {
   if (gpu >= 0) {

@@ -13,6 +13,7 @@
 #ifndef CAUSEWAY_BACKEND_VULKAN_DEVICE_H_
 #define CAUSEWAY_BACKEND_VULKAN_DEVICE_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,12 @@ const DeviceKind& Kind();
 // INVALID_ARGUMENT naming the GPUs there are when `gpu` is not one of
 // them; UNAVAILABLE (as ListGpus) when there are none.
 absl::Status SelectGpu(int gpu);
+
+// Collectives done by a GPU among devices of it so far in this process
+// (each counted once, by the member that recorded it). Groups spanning
+// GPUs or processes, and every group under CAUSEWAY_VULKAN_COLLECTIVES=host,
+// go through the host-staged hub and are not counted.
+int64_t CollectivesOnGpu();
 
 // This machine's Vulkan devices, one line each (name, driver, Vulkan
 // version, memory), or UNAVAILABLE saying why there are none.

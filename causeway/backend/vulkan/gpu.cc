@@ -162,8 +162,8 @@ absl::Status Gpu::Init() {
   }
   if (!found) return missing("a compute queue");
   const char* kernels = std::getenv("CAUSEWAY_VULKAN_KERNELS");
-  cpu_kernels_ = props.properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU &&
-                 !(kernels != nullptr && std::strcmp(kernels, "gpu") == 0);
+  is_cpu_ = props.properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+  cpu_kernels_ = is_cpu_ && !(kernels != nullptr && std::strcmp(kernels, "gpu") == 0);
   if (family[queue_family_].timestampValidBits > 0) {
     timestamp_ns_per_tick_ = props.properties.limits.timestampPeriod;
   }

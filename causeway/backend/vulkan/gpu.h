@@ -80,6 +80,8 @@ class Gpu {
   // kernels (kernels.h, CpuVariant) then run in place of the GPU ones.
   // CAUSEWAY_VULKAN_KERNELS=gpu keeps the GPU ones (tests of them here).
   bool cpu_kernels() const { return cpu_kernels_; }
+  // Whether the Vulkan device is a CPU (lavapipe), whatever the kernels.
+  bool is_cpu() const { return is_cpu_; }
   // Nanoseconds per tick of a timestamp query on the compute queue; 0 when
   // that queue cannot time work.
   double timestamp_ns_per_tick() const { return timestamp_ns_per_tick_; }
@@ -137,6 +139,7 @@ class Gpu {
   bool force_staging_ = false;
   double timestamp_ns_per_tick_ = 0;
   bool cpu_kernels_ = false;
+  bool is_cpu_ = false;
   VkPipelineLayout layout_ = VK_NULL_HANDLE;
   DeviceDescription description_;
 

@@ -81,6 +81,12 @@ constexpr uint32_t kMatmulF32Cpu[] =
 constexpr uint32_t kRowsF32Cpu[] =
 #include "shaders/rows_f32_cpu.spv.inc"
     ;
+constexpr uint32_t kMembersF32[] =
+#include "shaders/members_f32.spv.inc"
+    ;
+constexpr uint32_t kMembersI32[] =
+#include "shaders/members_i32.spv.inc"
+    ;
 
 struct Entry {
   const char* name;
@@ -101,7 +107,8 @@ const Entry kEntries[] = {
     {"gather_b8", kGatherB8},       {"scatter_add_f32", kScatterAddF32},
     {"scatter_add_i32", kScatterAddI32}, {"rng", kRng},
     {"rows_f32", kRowsF32},         {"matmul_f32_cpu", kMatmulF32Cpu},
-    {"rows_f32_cpu", kRowsF32Cpu},
+    {"rows_f32_cpu", kRowsF32Cpu},   {"members_f32", kMembersF32},
+    {"members_i32", kMembersI32},
 };
 static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == static_cast<size_t>(Kernel::kNumKernels));
 

@@ -127,6 +127,14 @@ enum class Kernel : int {
   //     dispatched with Groups(n) workgroups.
   kMatmulF32Cpu,
   kRowsF32Cpu,
+  // A collective's reduction over the members of its group on one GPU
+  // (collectives.h): params is an array of 64-bit addresses, the x
+  // members' operands in rank order then the y results; each result gets
+  // in_0[i] OP ... OP in_{x-1}[i], combined in rank order (the hub's
+  // order, so the same bits). op 0 sum (i32 wraps), 1 max; n elements.
+  // (Reductions are of f32 or i32 only: the IR has no pred all_reduce.)
+  kMembersF32,
+  kMembersI32,
   kNumKernels,
 };
 
