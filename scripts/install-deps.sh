@@ -33,6 +33,9 @@ PACKAGES=(
   libvulkan-dev         # the vulkan device kind: loader and headers
   glslc                 # its compute shaders, GLSL -> SPIR-V at build time
   mesa-vulkan-drivers   # lavapipe: a Vulkan 1.3 device on the CPU, so the kind is tested everywhere
+  libonnx-dev           # the ONNX importer: the library, checker, shape inference, version converter
+  libonnx-testdata      # ONNX's backend test suite (onnx_conformance_test)
+  python3-onnx          # tests/integration/run_onnx_test.sh reads ONNX's test tensors
   python3
   python3-dev           # the Python package's extension module (python/)
   pybind11-dev

@@ -95,6 +95,9 @@ void AddBenchTenancyCommand(CLI::App* bench, int* exit_code);
 // ("(this build has: cpu, vulkan)"), from the registry (tools/gpus.cc).
 std::string DeviceKindHelp(const std::string& what);
 
+// `causeway run MODEL.onnx` (tools/run_onnx.cc), in builds with the ONNX
+// importer.
+void AddRunCommand(CLI::App& app, int* exit_code);
 // `causeway gpus` and the root flag `--gpu N` (tools/gpus.cc).
 void AddGpusCommand(CLI::App& app, int* exit_code);
 void AddGpuFlag(CLI::App& app);

@@ -79,6 +79,9 @@ int main(int argc, char** argv) {
   causeway::tools::AddBenchCollectiveCommand(bench, &exit_code);
   causeway::tools::AddSimCommands(app, &exit_code);
   causeway::tools::AddGpusCommand(app, &exit_code);
+#if CAUSEWAY_HAVE_ONNX
+  causeway::tools::AddRunCommand(app, &exit_code);
+#endif
   // Commands run inside parse. One that runs out of host memory on this
   // thread ends here with a message, not in std::terminate; each checks its
   // sizes against host memory before allocating where it can.

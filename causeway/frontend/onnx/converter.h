@@ -1,0 +1,118 @@
+// Internal to the ONNX importer: the state of one graph's conversion, which
+// each op's converter (ops_*.cc) reads its inputs from and writes its
+// outputs to. A value is a runtime value of the function being built, a
+// value known when the model is compiled (initializers, Constant, Shape, and
+// what is computed from them only), or both.
+#ifndef CAUSEWAY_FRONTEND_ONNX_CONVERTER_H_
+#define CAUSEWAY_FRONTEND_ONNX_CONVERTER_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "causeway/frontend/onnx/import.h"
+#include "causeway/ir/builder.h"
+#include "onnx/onnx_pb.h"
+
+namespace causeway::onnx_import {
+
+// ONNX element types (onnx.TensorProto.DataType) the importer meets.
+inline constexpr int32_t kFloat = 1;
+inline constexpr int32_t kInt32 = 6;
+inline constexpr int32_t kInt64 = 7;
+inline constexpr int32_t kBool = 9;
+inline constexpr int32_t kFloat16 = 10;
+inline constexpr int32_t kDouble = 11;
+inline constexpr int32_t kBFloat16 = 16;
+
+// float, double, float16 and bfloat16: all computed as f32.
+inline bool IsFloatType(int32_t t) {
+  return t == kFloat || t == kDouble || t == kFloat16 || t == kBFloat16;
+}
+
+// The Causeway dtype of an ONNX element type; UNIMPLEMENTED naming it for
+// one Causeway lacks.
+absl::StatusOr<ir::DType> DTypeOf(int32_t onnx_type);
+// A HostTensor from an onnx.TensorProto (initializers, Constant's value).
+absl::StatusOr<HostTensor> FromProto(const ::onnx::TensorProto& proto);
+// A known tensor of `onnx_type` (int32/int64 from `ints`, bool from their
+// non-zero, float from `floats`) with `dims`.
+HostTensor MakeInts(std::vector<int64_t> ints, std::vector<int64_t> dims,
+                    int32_t onnx_type = kInt64);
+
+struct Entry {
+  std::optional<ir::Value> value;   // in the function being built
+  std::optional<HostTensor> known;  // known when compiled
+  ir::Shape shape;
+  int32_t onnx_type = 0;
+};
+
+class Converter {
+ public:
+  Converter(std::string name, int64_t opset) : b(std::move(name)), opset(opset) {}
+
+  ir::FunctionBuilder b;
+  const int64_t opset;
+  absl::flat_hash_map<std::string, Entry> values;
+
+  // Input `i` of `node` is given (an empty name is an omitted optional one).
+  bool Has(const ::onnx::NodeProto& node, int i) const;
+  absl::StatusOr<const Entry*> Get(const ::onnx::NodeProto& node, int i) const;
+  // Its runtime value (a known one becomes a constant of the function).
+  absl::StatusOr<ir::Value> In(const ::onnx::NodeProto& node, int i);
+  // In() of an optional input: nullopt when it is omitted.
+  absl::StatusOr<std::optional<ir::Value>> InIfGiven(const ::onnx::NodeProto& node, int i);
+  // Its values, which must be known when the model is compiled
+  // (UNIMPLEMENTED otherwise: computed at run time).
+  absl::StatusOr<std::vector<int64_t>> Ints(const ::onnx::NodeProto& node, int i) const;
+  absl::StatusOr<std::vector<float>> Floats(const ::onnx::NodeProto& node, int i) const;
+  int32_t TypeOf(const ::onnx::NodeProto& node, int i) const;
+
+  void Set(const ::onnx::NodeProto& node, int i, ir::Value v, int32_t onnx_type);
+  void SetKnown(const ::onnx::NodeProto& node, int i, HostTensor t);
+
+  const ::onnx::AttributeProto* Attr(const ::onnx::NodeProto& node, absl::string_view name) const;
+  int64_t AttrInt(const ::onnx::NodeProto& node, absl::string_view name, int64_t def) const;
+  float AttrFloat(const ::onnx::NodeProto& node, absl::string_view name, float def) const;
+  std::string AttrString(const ::onnx::NodeProto& node, absl::string_view name,
+                         std::string def) const;
+  std::optional<std::vector<int64_t>> AttrInts(const ::onnx::NodeProto& node,
+                                               absl::string_view name) const;
+
+  // A copy: the builder's own shapes move as instructions are added.
+  ir::Shape ShapeOf(ir::Value v) const { return b.shape(v); }
+  // A scalar constant of `dtype` (f32 or i32; pred from v != 0).
+  ir::Value Scalar(double v, ir::DType dtype);
+  // `v` (a scalar value) broadcast to `dims`.
+  ir::Value Splat(ir::Value v, const std::vector<int64_t>& dims);
+  ir::Value Full(double v, ir::DType dtype, const std::vector<int64_t>& dims);
+  // Numpy broadcasting: `v` to `dims` (its dims aligned to the right).
+  absl::StatusOr<ir::Value> BroadcastTo(ir::Value v, const std::vector<int64_t>& dims);
+  // The common shape of numpy broadcasting; INVALID_ARGUMENT if none.
+  static absl::StatusOr<std::vector<int64_t>> BroadcastDims(
+      const std::vector<std::vector<int64_t>>& dims);
+  // Inputs `first`.. of `node` broadcast to their common shape.
+  absl::StatusOr<std::vector<ir::Value>> Broadcasted(const ::onnx::NodeProto& node,
+                                                     int first = 0);
+};
+
+// An axis attribute or value in [-rank, rank) as a dimension in [0, rank).
+absl::StatusOr<int64_t> Axis(int64_t axis, int64_t rank);
+
+using OpFn = absl::Status (*)(Converter& c, const ::onnx::NodeProto& node);
+using OpTable = absl::flat_hash_map<std::string, OpFn>;
+void AddElementwiseOps(OpTable& table);
+void AddShapeOps(OpTable& table);
+void AddNnOps(OpTable& table);
+void AddIndexOps(OpTable& table);
+void AddConvOps(OpTable& table);
+
+}  // namespace causeway::onnx_import
+
+#endif  // CAUSEWAY_FRONTEND_ONNX_CONVERTER_H_

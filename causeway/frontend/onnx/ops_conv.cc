@@ -1,0 +1,238 @@
+// Convolution and pooling as compositions of the IR's ops: the input padded,
+// one strided slice of it per kernel offset (a patch), and then, for Conv,
+// the patches stacked and contracted with the weights in one dot_general
+// per group (im2col); for MaxPool and AveragePool, the patches' maximum or
+// mean. Every step is an IR op with a gradient, so the composition has one.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "causeway/base/status_macros.h"
+#include "causeway/frontend/onnx/converter.h"
+
+namespace causeway::onnx_import {
+namespace {
+
+using Node = ::onnx::NodeProto;
+using ir::DType;
+using ir::Value;
+
+// The geometry of a window over the spatial dims (2.. of [N, C, S...]).
+struct Window {
+  std::vector<int64_t> kernel, strides, dilations, pad_begin, pad_end, out;
+  // Padding past pad_end that ceil_mode adds (never counted by an average).
+  std::vector<int64_t> extra_end;
+};
+
+absl::StatusOr<Window> MakeWindow(Converter& c, const Node& n, const std::vector<int64_t>& spatial,
+                                  std::vector<int64_t> kernel, bool pool) {
+  const size_t k = spatial.size();
+  Window w;
+  w.kernel = std::move(kernel);
+  w.strides = c.AttrInts(n, "strides").value_or(std::vector<int64_t>(k, 1));
+  w.dilations = c.AttrInts(n, "dilations").value_or(std::vector<int64_t>(k, 1));
+  std::vector<int64_t> pads = c.AttrInts(n, "pads").value_or(std::vector<int64_t>(2 * k, 0));
+  if (w.kernel.size() != k || w.strides.size() != k || w.dilations.size() != k || pads.size() != 2 * k) {
+    return absl::InvalidArgumentError("kernel_shape, strides, dilations or pads do not match the rank");
+  }
+  const std::string auto_pad = c.AttrString(n, "auto_pad", "NOTSET");
+  const bool ceil_mode = pool && c.AttrInt(n, "ceil_mode", 0) != 0;
+  w.pad_begin.assign(pads.begin(), pads.begin() + static_cast<int64_t>(k));
+  w.pad_end.assign(pads.begin() + static_cast<int64_t>(k), pads.end());
+  w.extra_end.assign(k, 0);
+  for (size_t i = 0; i < k; ++i) {
+    if (w.strides[i] < 1 || w.dilations[i] < 1 || w.kernel[i] < 1) {
+      return absl::InvalidArgumentError("kernel, strides and dilations must be positive");
+    }
+    const int64_t span = (w.kernel[i] - 1) * w.dilations[i] + 1;
+    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      const int64_t o = (spatial[i] + w.strides[i] - 1) / w.strides[i];
+      const int64_t total = std::max<int64_t>(0, (o - 1) * w.strides[i] + span - spatial[i]);
+      const int64_t small = total / 2;
+      w.pad_begin[i] = auto_pad == "SAME_UPPER" ? small : total - small;
+      w.pad_end[i] = total - w.pad_begin[i];
+    } else if (auto_pad == "VALID") {
+      w.pad_begin[i] = w.pad_end[i] = 0;
+    } else if (auto_pad != "NOTSET") {
+      return absl::InvalidArgumentError(absl::StrCat("auto_pad ", auto_pad));
+    }
+    const int64_t room = spatial[i] + w.pad_begin[i] + w.pad_end[i] - span;
+    if (room < 0) return absl::InvalidArgumentError("the kernel is larger than the padded input");
+    int64_t o = room / w.strides[i] + 1;
+    if (ceil_mode && room % w.strides[i] != 0) {
+      ++o;
+      // The last window must start inside the input or its begin padding.
+      if ((o - 1) * w.strides[i] >= spatial[i] + w.pad_begin[i]) --o;
+    }
+    w.out.push_back(o);
+    w.extra_end[i] =
+        std::max<int64_t>(0, (o - 1) * w.strides[i] + span - (spatial[i] + w.pad_begin[i] + w.pad_end[i]));
+  }
+  return w;
+}
+
+// `count` elements of `x` along `axis` from `start`, `stride` apart.
+Value StridedSlice(Converter& c, Value x, int64_t axis, int64_t start, int64_t count,
+                   int64_t stride) {
+  std::vector<int64_t> d = c.ShapeOf(x).dims;
+  std::vector<int64_t> lo(d.size(), 0), hi = d;
+  lo[static_cast<size_t>(axis)] = start;
+  hi[static_cast<size_t>(axis)] = std::min(d[static_cast<size_t>(axis)], start + count * stride);
+  x = c.b.Slice(x, lo, hi);
+  if (stride == 1) return x;
+  d = c.ShapeOf(x).dims;
+  const int64_t have = d[static_cast<size_t>(axis)];
+  if (have < count * stride) {  // pad to whole strides (never read)
+    std::vector<int64_t> plo(d.size(), 0), phi(d.size(), 0);
+    phi[static_cast<size_t>(axis)] = count * stride - have;
+    x = c.b.Pad(x, c.Scalar(0, c.ShapeOf(x).dtype), plo, phi);
+    d = c.ShapeOf(x).dims;
+  }
+  std::vector<int64_t> split = d;
+  split[static_cast<size_t>(axis)] = count;
+  split.insert(split.begin() + axis + 1, stride);
+  x = c.b.Reshape(x, split);
+  std::vector<int64_t> slo(split.size(), 0), shi = split;
+  shi[static_cast<size_t>(axis) + 1] = 1;
+  x = c.b.Slice(x, slo, shi);
+  split.erase(split.begin() + axis + 1);
+  return c.b.Reshape(x, split);
+}
+
+// x [N, C, S...] padded (`pad_value`) as `w` says; every patch, one per
+// kernel offset in row-major order, each [N, C, out...].
+std::vector<Value> Patches(Converter& c, Value x, const Window& w, double pad_value) {
+  const size_t k = w.kernel.size();
+  const std::vector<int64_t> d = c.ShapeOf(x).dims;
+  std::vector<int64_t> lo(d.size(), 0), hi(d.size(), 0);
+  bool padded = false;
+  for (size_t i = 0; i < k; ++i) {
+    lo[i + 2] = w.pad_begin[i];
+    hi[i + 2] = w.pad_end[i] + w.extra_end[i];
+    padded = padded || lo[i + 2] > 0 || hi[i + 2] > 0;
+  }
+  if (padded) x = c.b.Pad(x, c.Scalar(pad_value, c.ShapeOf(x).dtype), lo, hi);
+  std::vector<Value> patches;
+  std::vector<int64_t> at(k, 0);
+  while (true) {
+    Value p = x;
+    for (size_t i = 0; i < k; ++i) {
+      p = StridedSlice(c, p, static_cast<int64_t>(i + 2), at[i] * w.dilations[i], w.out[i],
+                       w.strides[i]);
+    }
+    patches.push_back(p);
+    size_t i = k;
+    while (i > 0 && ++at[i - 1] == w.kernel[i - 1]) at[--i] = 0;
+    if (i == 0) break;
+  }
+  return patches;
+}
+
+absl::Status Conv(Converter& c, const Node& n) {
+  CW_ASSIGN_OR_RETURN(Value x, c.In(n, 0));
+  CW_ASSIGN_OR_RETURN(Value wt, c.In(n, 1));
+  const std::vector<int64_t> xd = c.ShapeOf(x).dims, wd = c.ShapeOf(wt).dims;
+  if (xd.size() < 3 || wd.size() != xd.size()) {
+    return absl::InvalidArgumentError("input [N, C, S...] and weights [M, C/group, K...] expected");
+  }
+  if (c.ShapeOf(x).dtype != DType::kF32) return absl::UnimplementedError("Conv of integers");
+  const std::vector<int64_t> spatial(xd.begin() + 2, xd.end());
+  const std::vector<int64_t> kernel(wd.begin() + 2, wd.end());
+  CW_ASSIGN_OR_RETURN(Window w, MakeWindow(c, n, spatial, kernel, false));
+  const int64_t group = c.AttrInt(n, "group", 1);
+  const int64_t N = xd[0], C = xd[1], M = wd[0];
+  if (group < 1 || C % group != 0 || M % group != 0 || wd[1] != C / group) {
+    return absl::InvalidArgumentError("channels do not fit the groups");
+  }
+  int64_t K = 1, P = 1;
+  for (int64_t v : kernel) K *= v;
+  for (int64_t v : w.out) P *= v;
+  // [N, C, K, out...]: the patches side by side, then per group one
+  // product of the weights [Mg, Cg K] with them [N, Cg K, P].
+  std::vector<Value> patches = Patches(c, x, w, 0.0);
+  std::vector<int64_t> one = c.ShapeOf(patches[0]).dims;
+  one.insert(one.begin() + 2, 1);
+  for (Value& p : patches) p = c.b.Reshape(p, one);
+  const Value cols = patches.size() == 1 ? patches[0] : c.b.Concatenate(patches, 2);
+  const int64_t cg = C / group, mg = M / group;
+  std::vector<Value> outs;
+  for (int64_t g = 0; g < group; ++g) {
+    std::vector<int64_t> lo(one.size(), 0), hi = c.ShapeOf(cols).dims;
+    lo[1] = g * cg;
+    hi[1] = (g + 1) * cg;
+    const Value cols_g = c.b.Reshape(c.b.Slice(cols, lo, hi), {N, cg * K, P});
+    std::vector<int64_t> wlo(wd.size(), 0), whi = wd;
+    wlo[0] = g * mg;
+    whi[0] = (g + 1) * mg;
+    const Value w_g = c.b.Reshape(c.b.Slice(wt, wlo, whi), {mg, cg * K});
+    // [Mg, N, P] -> [N, Mg, P]
+    outs.push_back(c.b.Transpose(c.b.DotGeneral(w_g, cols_g, {}, {}, {1}, {1}), {1, 0, 2}));
+  }
+  Value y = outs.size() == 1 ? outs[0] : c.b.Concatenate(outs, 1);
+  std::vector<int64_t> yd = {N, M};
+  yd.insert(yd.end(), w.out.begin(), w.out.end());
+  y = c.b.Reshape(y, yd);
+  if (c.Has(n, 2)) {
+    CW_ASSIGN_OR_RETURN(Value bias, c.In(n, 2));
+    y = c.b.Add(y, c.b.Broadcast(bias, yd, {1}));
+  }
+  c.Set(n, 0, y, c.TypeOf(n, 0));
+  return absl::OkStatus();
+}
+
+template <bool kMax>
+absl::Status Pool(Converter& c, const Node& n) {
+  if (n.output_size() > 1 && !n.output(1).empty()) {
+    return absl::UnimplementedError("MaxPool's Indices output");
+  }
+  CW_ASSIGN_OR_RETURN(Value x, c.In(n, 0));
+  const std::vector<int64_t> xd = c.ShapeOf(x).dims;
+  if (xd.size() < 3) return absl::InvalidArgumentError("input [N, C, S...] expected");
+  if (c.ShapeOf(x).dtype != DType::kF32) return absl::UnimplementedError("pooling of integers");
+  const std::vector<int64_t> spatial(xd.begin() + 2, xd.end());
+  std::optional<std::vector<int64_t>> kernel = c.AttrInts(n, "kernel_shape");
+  if (!kernel.has_value()) return absl::InvalidArgumentError("kernel_shape is required");
+  CW_ASSIGN_OR_RETURN(Window w, MakeWindow(c, n, spatial, *kernel, true));
+  const double lowest = -std::numeric_limits<float>::infinity();
+  std::vector<Value> patches = Patches(c, x, w, kMax ? lowest : 0.0);
+  Value y = patches[0];
+  for (size_t i = 1; i < patches.size(); ++i) {
+    y = kMax ? c.b.Max(y, patches[i]) : c.b.Add(y, patches[i]);
+  }
+  if (!kMax) {
+    // Divided by the elements each window covers: the input's, and the
+    // explicit padding's when count_include_pad (never ceil_mode's).
+    const bool include_pad = c.AttrInt(n, "count_include_pad", 0) != 0;
+    std::vector<int64_t> ones_dims = {1, 1};
+    ones_dims.insert(ones_dims.end(), spatial.begin(), spatial.end());
+    Value ones = c.Full(1, DType::kF32, ones_dims);
+    Window inner = w;
+    if (include_pad) {
+      std::vector<int64_t> lo(ones_dims.size(), 0), hi(ones_dims.size(), 0);
+      for (size_t i = 0; i < spatial.size(); ++i) {
+        lo[i + 2] = w.pad_begin[i];
+        hi[i + 2] = w.pad_end[i];
+        inner.pad_begin[i] = inner.pad_end[i] = 0;
+      }
+      ones = c.b.Pad(ones, c.Scalar(1, DType::kF32), lo, hi);
+    }
+    std::vector<Value> counts = Patches(c, ones, inner, 0.0);
+    Value count = counts[0];
+    for (size_t i = 1; i < counts.size(); ++i) count = c.b.Add(count, counts[i]);
+    CW_ASSIGN_OR_RETURN(count, c.BroadcastTo(count, c.ShapeOf(y).dims));
+    y = c.b.Div(y, count);
+  }
+  c.Set(n, 0, y, c.TypeOf(n, 0));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void AddConvOps(OpTable& t) {
+  t["Conv"] = Conv;
+  t["MaxPool"] = Pool<true>;
+  t["AveragePool"] = Pool<false>;
+}
+
+}  // namespace causeway::onnx_import

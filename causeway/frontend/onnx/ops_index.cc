@@ -1,0 +1,174 @@
+// Index arithmetic: GatherElements, OneHot, DepthToSpace, SpaceToDepth, and
+// the losses that pick a class per element (NegativeLogLikelihoodLoss,
+// SoftmaxCrossEntropyLoss).
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "causeway/base/status_macros.h"
+#include "causeway/frontend/onnx/converter.h"
+
+namespace causeway::onnx_import {
+namespace {
+
+using Node = ::onnx::NodeProto;
+using ir::DType;
+using ir::Value;
+
+// `idx` (i32) with negative entries counted from `dim`.
+Value Wrap(Converter& c, Value idx, int64_t dim) {
+  const std::vector<int64_t> d = c.ShapeOf(idx).dims;
+  const Value neg = c.b.Compare(idx, c.Full(0, DType::kI32, d), ir::Comparison::kLt);
+  return c.b.Select(neg, c.b.Add(idx, c.Full(static_cast<double>(dim), DType::kI32, d)), idx);
+}
+
+absl::Status GatherElements(Converter& c, const Node& n) {
+  CW_ASSIGN_OR_RETURN(Value data, c.In(n, 0));
+  CW_ASSIGN_OR_RETURN(Value idx, c.In(n, 1));
+  const std::vector<int64_t> dd = c.ShapeOf(data).dims, id = c.ShapeOf(idx).dims;
+  if (dd.size() != id.size()) return absl::InvalidArgumentError("ranks of data and indices differ");
+  const auto rank = static_cast<int64_t>(dd.size());
+  CW_ASSIGN_OR_RETURN(int64_t axis, Axis(c.AttrInt(n, "axis", 0), rank));
+  if (c.ShapeOf(idx).dtype != DType::kI32) return absl::InvalidArgumentError("indices must be integers");
+  idx = Wrap(c, idx, dd[static_cast<size_t>(axis)]);
+  // The element's offset in data: the index along `axis`, its own
+  // coordinate along the others.
+  const std::vector<int64_t> strides = ir::RowMajorStrides(dd);
+  Value offset = c.Full(0, DType::kI32, id);
+  for (int64_t k = 0; k < rank; ++k) {
+    const Value coord = k == axis ? idx : c.b.Iota(ir::Shape(DType::kI32, id), k);
+    offset = c.b.Add(offset, c.b.Mul(coord, c.Full(static_cast<double>(strides[static_cast<size_t>(k)]),
+                                                   DType::kI32, id)));
+  }
+  const int64_t total = ir::Shape(DType::kI32, dd).num_elements();
+  c.Set(n, 0, c.b.Gather(c.b.Reshape(data, {total}), offset, 0), c.TypeOf(n, 0));
+  return absl::OkStatus();
+}
+
+absl::Status OneHot(Converter& c, const Node& n) {
+  CW_ASSIGN_OR_RETURN(Value idx, c.In(n, 0));
+  CW_ASSIGN_OR_RETURN(std::vector<float> depth_v, c.Floats(n, 1));
+  CW_ASSIGN_OR_RETURN(Value values, c.In(n, 2));
+  if (depth_v.size() != 1) return absl::InvalidArgumentError("depth must hold one value");
+  const auto depth = static_cast<int64_t>(depth_v[0]);
+  if (c.ShapeOf(idx).dtype != DType::kI32) idx = c.b.Convert(idx, DType::kI32);
+  idx = Wrap(c, idx, depth);
+  const std::vector<int64_t> id = c.ShapeOf(idx).dims;
+  CW_ASSIGN_OR_RETURN(int64_t axis,
+                      Axis(c.AttrInt(n, "axis", -1), static_cast<int64_t>(id.size()) + 1));
+  std::vector<int64_t> out = id, map;
+  out.insert(out.begin() + axis, depth);
+  for (int64_t k = 0; k < static_cast<int64_t>(out.size()); ++k) {
+    if (k != axis) map.push_back(k);
+  }
+  const Value hit = c.b.Compare(c.b.Iota(ir::Shape(DType::kI32, out), axis),
+                                c.b.Broadcast(idx, out, map), ir::Comparison::kEq);
+  const Value off = c.b.Reshape(c.b.Slice(values, {0}, {1}), {});
+  const Value on = c.b.Reshape(c.b.Slice(values, {1}, {2}), {});
+  c.Set(n, 0, c.b.Select(hit, c.Splat(on, out), c.Splat(off, out)), c.TypeOf(n, 2));
+  return absl::OkStatus();
+}
+
+template <bool kToSpace>
+absl::Status DepthSpace(Converter& c, const Node& n) {
+  CW_ASSIGN_OR_RETURN(Value x, c.In(n, 0));
+  const std::vector<int64_t> d = c.ShapeOf(x).dims;
+  if (d.size() != 4) return absl::InvalidArgumentError("input must be [N, C, H, W]");
+  const int64_t b = c.AttrInt(n, "blocksize", 0);
+  if (b < 1) return absl::InvalidArgumentError("blocksize must be positive");
+  const int64_t N = d[0], C = d[1], H = d[2], W = d[3];
+  Value y;
+  if (kToSpace) {
+    if (C % (b * b) != 0) return absl::InvalidArgumentError("channels not divisible by blocksize^2");
+    const bool crd = c.AttrString(n, "mode", "DCR") == "CRD";
+    const int64_t co = C / (b * b);
+    y = crd ? c.b.Transpose(c.b.Reshape(x, {N, co, b, b, H, W}), {0, 1, 4, 2, 5, 3})
+            : c.b.Transpose(c.b.Reshape(x, {N, b, b, co, H, W}), {0, 3, 4, 1, 5, 2});
+    y = c.b.Reshape(y, {N, co, H * b, W * b});
+  } else {
+    if (H % b != 0 || W % b != 0) return absl::InvalidArgumentError("H or W not divisible by blocksize");
+    y = c.b.Transpose(c.b.Reshape(x, {N, C, H / b, b, W / b, b}), {0, 3, 5, 1, 2, 4});
+    y = c.b.Reshape(y, {N, C * b * b, H / b, W / b});
+  }
+  c.Set(n, 0, y, c.TypeOf(n, 0));
+  return absl::OkStatus();
+}
+
+// The negative log-likelihood of `x` ([N, C, d...], f32) at `target`
+// ([N, d...], i32), with optional per-class `weight`, reduced as
+// `reduction` says.
+absl::StatusOr<Value> Nll(Converter& c, const Node& n, Value x, Value target,
+                          std::optional<Value> weight) {
+  const std::vector<int64_t> xd = c.ShapeOf(x).dims;
+  if (xd.size() < 2) return absl::InvalidArgumentError("input must be [N, C, ...]");
+  if (c.ShapeOf(target).dtype != DType::kI32) return absl::InvalidArgumentError("target must be integers");
+  const std::vector<int64_t> td = c.ShapeOf(target).dims;
+  std::vector<int64_t> map;
+  for (int64_t k = 0; k < static_cast<int64_t>(xd.size()); ++k) {
+    if (k != 1) map.push_back(k);
+  }
+  if (td.size() + 1 != xd.size()) return absl::InvalidArgumentError("target's rank must be input's - 1");
+  const Value hit = c.b.Compare(c.b.Iota(ir::Shape(DType::kI32, xd), 1),
+                                c.b.Broadcast(target, xd, map), ir::Comparison::kEq);
+  const Value zeros = c.Full(0, DType::kF32, xd);
+  const Value picked = c.b.ReduceSum(c.b.Select(hit, x, zeros), {1});
+  Value w = weight.has_value()
+                ? c.b.ReduceSum(c.b.Select(hit, c.b.Broadcast(*weight, xd, {1}), zeros), {1})
+                : c.Full(1, DType::kF32, td);
+  if (const auto* ignore = c.Attr(n, "ignore_index")) {
+    const Value keep = c.b.Compare(target, c.Full(static_cast<double>(ignore->i()), DType::kI32, td),
+                                   ir::Comparison::kNe);
+    w = c.b.Select(keep, w, c.Full(0, DType::kF32, td));
+  }
+  const Value loss = c.b.Neg(c.b.Mul(picked, w));
+  const std::string reduction = c.AttrString(n, "reduction", "mean");
+  std::vector<int64_t> all(td.size());
+  std::iota(all.begin(), all.end(), 0);
+  if (reduction == "none") return loss;
+  const Value sum = c.b.ReduceSum(loss, all);
+  if (reduction == "sum") return sum;
+  if (reduction == "mean") return c.b.Div(sum, c.b.ReduceSum(w, all));
+  return absl::InvalidArgumentError(absl::StrCat("reduction ", reduction));
+}
+
+absl::Status NegativeLogLikelihoodLoss(Converter& c, const Node& n) {
+  CW_ASSIGN_OR_RETURN(Value x, c.In(n, 0));
+  CW_ASSIGN_OR_RETURN(Value target, c.In(n, 1));
+  CW_ASSIGN_OR_RETURN(std::optional<Value> weight, c.InIfGiven(n, 2));
+  CW_ASSIGN_OR_RETURN(Value loss, Nll(c, n, x, target, weight));
+  c.Set(n, 0, loss, c.TypeOf(n, 0));
+  return absl::OkStatus();
+}
+
+absl::Status SoftmaxCrossEntropyLoss(Converter& c, const Node& n) {
+  CW_ASSIGN_OR_RETURN(Value x, c.In(n, 0));
+  CW_ASSIGN_OR_RETURN(Value labels, c.In(n, 1));
+  CW_ASSIGN_OR_RETURN(std::optional<Value> weight, c.InIfGiven(n, 2));
+  const std::vector<int64_t> xd = c.ShapeOf(x).dims;
+  if (xd.size() < 2) return absl::InvalidArgumentError("scores must be [N, C, ...]");
+  // log_softmax over the classes (dimension 1).
+  std::vector<int64_t> map;
+  for (int64_t k = 0; k < static_cast<int64_t>(xd.size()); ++k) {
+    if (k != 1) map.push_back(k);
+  }
+  const Value m = c.b.Broadcast(c.b.ReduceMax(x, {1}), xd, map);
+  const Value s = c.b.Sub(x, m);
+  const Value lse = c.b.Broadcast(c.b.Log(c.b.ReduceSum(c.b.Exp(s), {1})), xd, map);
+  const Value log_prob = c.b.Sub(s, lse);
+  CW_ASSIGN_OR_RETURN(Value loss, Nll(c, n, log_prob, labels, weight));
+  c.Set(n, 0, loss, c.TypeOf(n, 0));
+  c.Set(n, 1, log_prob, c.TypeOf(n, 0));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void AddIndexOps(OpTable& t) {
+  t["GatherElements"] = GatherElements;
+  t["OneHot"] = OneHot;
+  t["DepthToSpace"] = DepthSpace<true>;
+  t["SpaceToDepth"] = DepthSpace<false>;
+  t["NegativeLogLikelihoodLoss"] = NegativeLogLikelihoodLoss;
+  t["SoftmaxCrossEntropyLoss"] = SoftmaxCrossEntropyLoss;
+}
+
+}  // namespace causeway::onnx_import

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# `causeway run MODEL.onnx` end to end on a model of ONNX's test data
+# (libonnx-testdata: a 2-D convolution converted from PyTorch): inputs as
+# .npy, the outputs written as .npy and compared with ONNX's expected ones,
+# on 1 device and with the batch split over 2; and its bad input (a missing
+# input, a malformed --input, a wrong shape, a corrupt model) as clear errors.
+set -euo pipefail
+bin="$1"
+model_dir=/usr/include/onnx/backend/test/data/pytorch-converted/test_Conv2d
+[[ -d "$model_dir" ]] || { echo "missing $model_dir: scripts/install-deps.sh installs libonnx-testdata"; exit 1; }
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+py=/usr/bin/python3
+"$py" - "$model_dir" "$work" <<'PY'
+import sys, numpy as np, onnx
+from onnx import numpy_helper
+d, w = sys.argv[1], sys.argv[2]
+t = onnx.TensorProto(); t.ParseFromString(open(f"{d}/test_data_set_0/input_0.pb", "rb").read())
+np.save(f"{w}/in0.npy", numpy_helper.to_array(t))
+t = onnx.TensorProto(); t.ParseFromString(open(f"{d}/test_data_set_0/output_0.pb", "rb").read())
+np.save(f"{w}/want.npy", numpy_helper.to_array(t))
+np.save(f"{w}/wrong.npy", np.zeros((3, 3, 7, 5), np.float32))
+PY
+inputs=(--input 0="$work/in0.npy")  # the weights are the model's initializers
+check() {  # the output written in $1 against ONNX's, with ONNX's tolerances
+  "$py" -c "
+import sys, glob, numpy as np
+got = np.load(glob.glob('$1/*.npy')[0]); want = np.load('$work/want.npy')
+assert got.shape == want.shape, (got.shape, want.shape)
+np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-7)
+print('matches ONNX:', got.shape)"
+}
+mkdir -p "$work/one" "$work/two"
+"$bin" run "$model_dir/model.onnx" "${inputs[@]}" --out "$work/one" --iters 3
+check "$work/one"
+# Two devices: the batch of 2 split, one sample each.
+"$bin" run "$model_dir/model.onnx" "${inputs[@]}" --devices 2 --out "$work/two" --json \
+  | tee "$work/two.json"
+grep -q '"devices":2' "$work/two.json"
+check "$work/two"
+
+expect_error() {  # exit status $1 and a message matching $2 from the rest
+  local want="$1" pattern="$2"; shift 2
+  set +e; out="$("$@" 2>&1)"; code=$?; set -e
+  if [[ "$code" != "$want" ]] || ! grep -q -- "$pattern" <<<"$out"; then
+    echo "expected exit $want and '$pattern' from: $*"; echo "got exit $code: $out"; exit 1
+  fi
+}
+expect_error 1 "input '0'.*is missing" "$bin" run "$model_dir/model.onnx"
+expect_error 2 "NAME=FILE.npy" "$bin" run "$model_dir/model.onnx" --input "$work/in0.npy"
+expect_error 1 "input '0' is f32\[3,3,7,5\]" "$bin" run "$model_dir/model.onnx" \
+  --input 0="$work/wrong.npy"
+printf 'garbage' > "$work/bad.onnx"
+expect_error 1 "not an ONNX model" "$bin" run "$work/bad.onnx"
+expect_error 1 "cannot be split over 4 devices" "$bin" run "$model_dir/model.onnx" "${inputs[@]}" --devices 4
+expect_error 1 "cannot read" "$bin" run "$work/missing.onnx"
+echo "run_onnx_test: ok"

@@ -1,0 +1,22 @@
+// NumPy's .npy files (format versions 1 to 3), for the tensors `causeway
+// run` reads and writes: little-endian float32, float64 (read as float32),
+// int32, int64 (read as int32, refused outside it) and bool, C order.
+// A file is untrusted input: its header is bounded and checked, and its data
+// must hold exactly what the header says.
+#ifndef CAUSEWAY_TOOLS_NPY_H_
+#define CAUSEWAY_TOOLS_NPY_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "causeway/ir/literal.h"
+
+namespace causeway::tools {
+
+absl::StatusOr<ir::Literal> ReadNpy(const std::string& path);
+absl::Status WriteNpy(const std::string& path, const ir::Literal& literal);
+
+}  // namespace causeway::tools
+
+#endif  // CAUSEWAY_TOOLS_NPY_H_
