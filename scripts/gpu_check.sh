@@ -7,7 +7,9 @@
 #      (control_flow_bench), and `bench matmul` on the vulkan kind at 1024
 #      and 4096 (GFLOP/s, with single-threaded OpenBLAS and Eigen on the
 #      host as the baselines of the same run);
-#   4. a short `train lm` on one vulkan device and on the cpu kind with the
+#   4. an all-reduce among 4 vulkan devices of the GPU, done by the GPU and
+#      through the host (CAUSEWAY_VULKAN_COLLECTIVES=gpu / host): latency;
+#   5. a short `train lm` on one vulkan device and on the cpu kind with the
 #      same seed: tokens/s of each, and the largest difference of their
 #      logged losses.
 # Then one summary. Exit status 0 when every step passed.
@@ -29,7 +31,7 @@ while (($#)); do
     --gpu) gpu=$2; shift 2 ;;
     --data) data=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -158,6 +160,15 @@ cat "$out/matmul"
 while read -r line; do
   summary+=("bench matmul: $line")
 done < <(grep -o 'matmul [0-9x]*: function (vulkan) [0-9.]* GFLOP/s' "$out/matmul")
+
+echo "== all-reduce among 4 vulkan devices of the GPU: on the GPU, and through the host"
+for mode in gpu host; do
+  step "collective_$mode" 60 env CAUSEWAY_VULKAN_COLLECTIVES="$mode" "${cw[@]}" bench collective \
+    --device-kind vulkan --devices 4 --bytes 1M,16M --min-seconds 0.3
+  while read -r bytes latency _; do
+    summary+=("all-reduce of $bytes bytes over 4 devices, $mode: $latency us")
+  done < <(grep -E '^ +[0-9]+ ' "$out/collective_$mode")
+done
 
 echo "== train lm, 30 iterations, on vulkan and cpu"
 for kind in vulkan cpu; do

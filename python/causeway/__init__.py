@@ -706,7 +706,7 @@ def constant(value: Any) -> Value:
     return _current_builder().constant(_as_host_array(value))
 
 
-from . import models, optim, random  # noqa: E402,F401
+from . import models, onnx, optim, random  # noqa: E402,F401
 from .checkpoint import Checkpointer  # noqa: E402
 from . import _array_ops  # noqa: E402
 from ._control_flow import cond, fori_loop, scan, switch, while_loop  # noqa: E402

@@ -129,4 +129,7 @@ PYBIND11_MODULE(_causeway, m) {
   cp::RegisterClient(m);
   cp::RegisterModels(m);
   cp::RegisterCheckpoints(m);
+#if CAUSEWAY_HAVE_ONNX
+  cp::RegisterOnnx(m);
+#endif
 }

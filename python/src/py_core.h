@@ -151,6 +151,7 @@ void RegisterIr(py::module_& m);
 void RegisterClient(py::module_& m);
 void RegisterModels(py::module_& m);
 void RegisterCheckpoints(py::module_& m);
+void RegisterOnnx(py::module_& m);  // onnx_py.cc, in builds with the ONNX importer
 
 }  // namespace causeway::python
 

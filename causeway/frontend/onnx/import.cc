@@ -660,6 +660,27 @@ absl::StatusOr<ImportedModel> Import(absl::string_view model_bytes, const Import
   return out;
 }
 
+absl::StatusOr<std::vector<ModelValue>> DeclaredInputs(absl::string_view model_bytes) {
+  ::onnx::ModelProto model;
+  if (!model.ParseFromArray(model_bytes.data(), static_cast<int>(model_bytes.size()))) {
+    return absl::InvalidArgumentError("not an ONNX model: the bytes do not parse as onnx.ModelProto");
+  }
+  absl::flat_hash_map<std::string, bool> is_initializer;
+  for (const auto& init : model.graph().initializer()) is_initializer[init.name()] = true;
+  std::vector<ModelValue> out;
+  for (const auto& in : model.graph().input()) {
+    if (is_initializer.contains(in.name())) continue;
+    if (!in.type().has_tensor_type()) {
+      return absl::UnimplementedError(absl::StrCat("input '", in.name(), "' is not a tensor"));
+    }
+    const int32_t type = in.type().tensor_type().elem_type();
+    absl::StatusOr<ir::DType> dtype = DTypeOf(type);
+    if (!dtype.ok()) return Annotate(dtype.status(), absl::StrCat("input '", in.name(), "'"));
+    out.push_back(ModelValue{in.name(), ir::Shape(*dtype, DimsOf(in.type(), nullptr)), type});
+  }
+  return out;
+}
+
 absl::StatusOr<ImportedModel> ImportFile(const std::string& path, const ImportOptions& options) {
   std::ifstream file(path, std::ios::binary);
   if (!file) return absl::NotFoundError(absl::StrCat("cannot read ", path));

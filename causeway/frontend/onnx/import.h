@@ -85,6 +85,12 @@ absl::StatusOr<ImportedModel> Import(absl::string_view model_bytes,
 absl::StatusOr<ImportedModel> ImportFile(const std::string& path,
                                          const ImportOptions& options = {});
 
+// The graph inputs a model declares (initializers excluded), in order, as
+// it states them: a symbolic dimension is -1, the dtype the one Causeway
+// computes the ONNX type in. INVALID_ARGUMENT for bytes that are not a
+// model; UNIMPLEMENTED for an input that is not a tensor of a type it has.
+absl::StatusOr<std::vector<ModelValue>> DeclaredInputs(absl::string_view model_bytes);
+
 // The ops the importer converts (default domain), sorted.
 std::vector<std::string> SupportedOps();
 

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "causeway/base/status_macros.h"
@@ -129,24 +131,17 @@ std::vector<Value> Patches(Converter& c, Value x, const Window& w, double pad_va
   return patches;
 }
 
-absl::Status Conv(Converter& c, const Node& n) {
-  CW_ASSIGN_OR_RETURN(Value x, c.In(n, 0));
-  CW_ASSIGN_OR_RETURN(Value wt, c.In(n, 1));
+// x [N, C, S...] convolved with wt [M, C/group, K...] over window `w`
+// (kernel = K), plus bias [M] if given: [N, M, out...].
+absl::StatusOr<Value> ConvCore(Converter& c, Value x, Value wt, std::optional<Value> bias,
+                               const Window& w, int64_t group) {
   const std::vector<int64_t> xd = c.ShapeOf(x).dims, wd = c.ShapeOf(wt).dims;
-  if (xd.size() < 3 || wd.size() != xd.size()) {
-    return absl::InvalidArgumentError("input [N, C, S...] and weights [M, C/group, K...] expected");
-  }
-  if (c.ShapeOf(x).dtype != DType::kF32) return absl::UnimplementedError("Conv of integers");
-  const std::vector<int64_t> spatial(xd.begin() + 2, xd.end());
-  const std::vector<int64_t> kernel(wd.begin() + 2, wd.end());
-  CW_ASSIGN_OR_RETURN(Window w, MakeWindow(c, n, spatial, kernel, false));
-  const int64_t group = c.AttrInt(n, "group", 1);
   const int64_t N = xd[0], C = xd[1], M = wd[0];
   if (group < 1 || C % group != 0 || M % group != 0 || wd[1] != C / group) {
     return absl::InvalidArgumentError("channels do not fit the groups");
   }
   int64_t K = 1, P = 1;
-  for (int64_t v : kernel) K *= v;
+  for (int64_t v : w.kernel) K *= v;
   for (int64_t v : w.out) P *= v;
   // [N, C, K, out...]: the patches side by side, then per group one
   // product of the weights [Mg, Cg K] with them [N, Cg K, P].
@@ -173,10 +168,136 @@ absl::Status Conv(Converter& c, const Node& n) {
   std::vector<int64_t> yd = {N, M};
   yd.insert(yd.end(), w.out.begin(), w.out.end());
   y = c.b.Reshape(y, yd);
-  if (c.Has(n, 2)) {
-    CW_ASSIGN_OR_RETURN(Value bias, c.In(n, 2));
-    y = c.b.Add(y, c.b.Broadcast(bias, yd, {1}));
+  if (bias.has_value()) y = c.b.Add(y, c.b.Broadcast(*bias, yd, {1}));
+  return y;
+}
+
+absl::Status Conv(Converter& c, const Node& n) {
+  CW_ASSIGN_OR_RETURN(Value x, c.In(n, 0));
+  CW_ASSIGN_OR_RETURN(Value wt, c.In(n, 1));
+  const std::vector<int64_t> xd = c.ShapeOf(x).dims, wd = c.ShapeOf(wt).dims;
+  if (xd.size() < 3 || wd.size() != xd.size()) {
+    return absl::InvalidArgumentError("input [N, C, S...] and weights [M, C/group, K...] expected");
   }
+  if (c.ShapeOf(x).dtype != DType::kF32) return absl::UnimplementedError("Conv of integers");
+  const std::vector<int64_t> spatial(xd.begin() + 2, xd.end());
+  const std::vector<int64_t> kernel(wd.begin() + 2, wd.end());
+  CW_ASSIGN_OR_RETURN(Window w, MakeWindow(c, n, spatial, kernel, false));
+  CW_ASSIGN_OR_RETURN(std::optional<Value> bias, c.InIfGiven(n, 2));
+  CW_ASSIGN_OR_RETURN(Value y, ConvCore(c, x, wt, bias, w, c.AttrInt(n, "group", 1)));
+  c.Set(n, 0, y, c.TypeOf(n, 0));
+  return absl::OkStatus();
+}
+
+// The transposed convolution as a convolution: the input with stride - 1
+// zeros between its elements, padded by the kernel's span less the pads,
+// convolved (stride 1) with the kernel flipped and its channels swapped.
+absl::Status ConvTranspose(Converter& c, const Node& n) {
+  CW_ASSIGN_OR_RETURN(Value x, c.In(n, 0));
+  CW_ASSIGN_OR_RETURN(Value wt, c.In(n, 1));
+  const std::vector<int64_t> xd = c.ShapeOf(x).dims, wd = c.ShapeOf(wt).dims;
+  if (xd.size() < 3 || wd.size() != xd.size()) {
+    return absl::InvalidArgumentError("input [N, C, S...] and weights [C, M/group, K...] expected");
+  }
+  if (c.ShapeOf(x).dtype != DType::kF32) return absl::UnimplementedError("ConvTranspose of integers");
+  const size_t k = xd.size() - 2;
+  const int64_t group = c.AttrInt(n, "group", 1);
+  const int64_t C = xd[1];
+  if (group < 1 || C % group != 0 || wd[0] != C) {
+    return absl::InvalidArgumentError("channels do not fit the groups");
+  }
+  const std::vector<int64_t> kernel(wd.begin() + 2, wd.end());
+  const auto strides = c.AttrInts(n, "strides").value_or(std::vector<int64_t>(k, 1));
+  const auto dil = c.AttrInts(n, "dilations").value_or(std::vector<int64_t>(k, 1));
+  const auto out_pad = c.AttrInts(n, "output_padding").value_or(std::vector<int64_t>(k, 0));
+  std::vector<int64_t> pads = c.AttrInts(n, "pads").value_or(std::vector<int64_t>(2 * k, 0));
+  const auto out_shape = c.AttrInts(n, "output_shape");
+  const std::string auto_pad = c.AttrString(n, "auto_pad", "NOTSET");
+  if (strides.size() != k || dil.size() != k || out_pad.size() != k || pads.size() != 2 * k) {
+    return absl::InvalidArgumentError("strides, dilations, output_padding or pads do not match");
+  }
+  for (size_t i = 0; i < k; ++i) {
+    if (strides[i] < 1 || dil[i] < 1) return absl::InvalidArgumentError("strides and dilations must be positive");
+    const int64_t span = (kernel[i] - 1) * dil[i] + 1;
+    const int64_t full = strides[i] * (xd[i + 2] - 1) + out_pad[i] + span;
+    // The padding an output shape implies (negative: more output at the end).
+    std::optional<int64_t> total;
+    if (out_shape.has_value()) {
+      const auto& os = *out_shape;
+      const int64_t want = os.size() == k ? os[i] : os.size() == k + 2 ? os[i + 2] : -1;
+      if (want < 0) return absl::InvalidArgumentError("output_shape does not match the rank");
+      total = full - want;
+    } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      total = full - xd[i + 2] * strides[i];
+    }
+    if (total.has_value()) {
+      const int64_t t = *total;
+      const int64_t half = t >= 0 ? t / 2 : -((-t + 1) / 2);  // floor(t / 2)
+      pads[i] = auto_pad == "SAME_UPPER" ? half : t - half;
+      pads[i + k] = t - pads[i];
+    } else if (auto_pad == "VALID") {
+      pads[i] = pads[i + k] = 0;
+    }
+  }
+  // Zeros between the input's elements.
+  for (size_t i = 0; i < k; ++i) {
+    if (strides[i] == 1) continue;
+    const auto axis = static_cast<int64_t>(i + 2);
+    std::vector<int64_t> d = c.ShapeOf(x).dims, spread = d;
+    spread.insert(spread.begin() + axis + 1, 1);
+    x = c.b.Reshape(x, spread);
+    std::vector<int64_t> lo(spread.size(), 0), hi(spread.size(), 0);
+    hi[static_cast<size_t>(axis) + 1] = strides[i] - 1;
+    x = c.b.Pad(x, c.Scalar(0, DType::kF32), lo, hi);
+    d[static_cast<size_t>(axis)] *= strides[i];
+    x = c.b.Reshape(x, d);
+    std::vector<int64_t> slo(d.size(), 0), shi = d;
+    shi[static_cast<size_t>(axis)] = (xd[i + 2] - 1) * strides[i] + 1;
+    x = c.b.Slice(x, slo, shi);
+  }
+  // The flipped kernel, its channels swapped within each group:
+  // [C, Mg, K...] -> [M, Cg, K...].
+  for (size_t i = 0; i < k; ++i) {
+    std::vector<int32_t> rev(static_cast<size_t>(kernel[i]));
+    for (int64_t j = 0; j < kernel[i]; ++j) rev[static_cast<size_t>(j)] = static_cast<int32_t>(kernel[i] - 1 - j);
+    wt = c.b.Gather(wt, c.b.Constant(ir::Literal::I32({kernel[i]}, rev)), static_cast<int64_t>(i + 2));
+  }
+  const int64_t cg = C / group;
+  std::vector<int64_t> perm(wd.size());
+  std::iota(perm.begin(), perm.end(), 0);
+  std::swap(perm[0], perm[1]);
+  std::vector<Value> parts;
+  for (int64_t g = 0; g < group; ++g) {
+    std::vector<int64_t> lo(wd.size(), 0), hi = wd;
+    lo[0] = g * cg;
+    hi[0] = (g + 1) * cg;
+    parts.push_back(c.b.Transpose(c.b.Slice(wt, lo, hi), perm));  // [Mg, Cg, K...]
+  }
+  wt = parts.size() == 1 ? parts[0] : c.b.Concatenate(parts, 0);
+  // Padding of the spread input: the span less the pads (negative: cut).
+  Window w;
+  w.kernel = kernel;
+  w.strides.assign(k, 1);
+  w.dilations = dil;
+  w.extra_end.assign(k, 0);
+  std::vector<int64_t> spread = c.ShapeOf(x).dims;
+  std::vector<int64_t> cut_lo(spread.size(), 0), cut_hi = spread;
+  bool cut = false;
+  for (size_t i = 0; i < k; ++i) {
+    const int64_t span = (kernel[i] - 1) * dil[i] + 1;
+    const int64_t before = span - 1 - pads[i], after = span - 1 - pads[i + k] + out_pad[i];
+    w.pad_begin.push_back(std::max<int64_t>(before, 0));
+    w.pad_end.push_back(std::max<int64_t>(after, 0));
+    if (before < 0 || after < 0) cut = true;
+    cut_lo[i + 2] = std::max<int64_t>(-before, 0);
+    cut_hi[i + 2] = spread[i + 2] - std::max<int64_t>(-after, 0);
+    const int64_t size = cut_hi[i + 2] - cut_lo[i + 2] + w.pad_begin[i] + w.pad_end[i];
+    if (size < span) return absl::InvalidArgumentError("the output would be empty");
+    w.out.push_back(size - span + 1);
+  }
+  if (cut) x = c.b.Slice(x, cut_lo, cut_hi);
+  CW_ASSIGN_OR_RETURN(std::optional<Value> bias, c.InIfGiven(n, 2));
+  CW_ASSIGN_OR_RETURN(Value y, ConvCore(c, x, wt, bias, w, group));
   c.Set(n, 0, y, c.TypeOf(n, 0));
   return absl::OkStatus();
 }
@@ -231,6 +352,7 @@ absl::Status Pool(Converter& c, const Node& n) {
 
 void AddConvOps(OpTable& t) {
   t["Conv"] = Conv;
+  t["ConvTranspose"] = ConvTranspose;
   t["MaxPool"] = Pool<true>;
   t["AveragePool"] = Pool<false>;
 }

@@ -216,6 +216,55 @@ absl::Status Pow(Converter& c, const Node& n) {
   return absl::OkStatus();
 }
 
+// erf(x) = sign(x) (1 - (a1 t + ... + a5 t^5) exp(-x^2)), t = 1 / (1 + p |x|)
+// (Abramowitz and Stegun 7.1.26: absolute error below 1.5e-7).
+Value ErfF(Converter& c, Value x, const Node&) {
+  constexpr double kP = 0.3275911;
+  constexpr double kA[] = {0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429};
+  const Value ax = c.b.Abs(x);
+  const Value t = c.b.Div(Const(c, x, 1), c.b.Add(Const(c, x, 1), c.b.Mul(Const(c, x, kP), ax)));
+  Value poly = Const(c, x, kA[4]);
+  for (int i = 3; i >= 0; --i) poly = c.b.Add(c.b.Mul(poly, t), Const(c, x, kA[i]));
+  poly = c.b.Mul(poly, t);
+  const Value e = c.b.Exp(c.b.Neg(c.b.Mul(x, x)));
+  return c.b.Mul(c.b.Sign(x), c.b.Sub(Const(c, x, 1), c.b.Mul(poly, e)));
+}
+
+// a - floor(a / b) b (the divisor's sign; integers), or with fmod a -
+// trunc(a / b) b (the dividend's), computed in f32: integers exactly below
+// 2^24.
+absl::Status Mod(Converter& c, const Node& n) {
+  CW_ASSIGN_OR_RETURN(std::vector<Value> in, c.Broadcasted(n));
+  const DType dt = DT(c, in[0]);
+  const bool fmod = c.AttrInt(n, "fmod", 0) != 0;
+  if (dt == DType::kF32 && !fmod) {
+    return absl::InvalidArgumentError("Mod of floats needs fmod=1");
+  }
+  const Value a = dt == DType::kF32 ? in[0] : c.b.Convert(in[0], DType::kF32);
+  const Value b = dt == DType::kF32 ? in[1] : c.b.Convert(in[1], DType::kF32);
+  const Value q = c.b.Div(a, b);
+  // trunc(q) = sign(q) floor(|q|)
+  const Value whole = fmod ? c.b.Mul(c.b.Sign(q), c.b.Floor(c.b.Abs(q))) : c.b.Floor(q);
+  Value r = c.b.Sub(a, c.b.Mul(whole, b));
+  if (dt != DType::kF32) r = c.b.Convert(c.b.Floor(c.b.Add(r, Const(c, r, 0.5))), dt);
+  c.Set(n, 0, r, c.TypeOf(n, 0));
+  return absl::OkStatus();
+}
+
+// Half to even: floor(x), one more above .5, and at .5 when floor is odd.
+Value RoundF(Converter& c, Value x, const Node&) {
+  const Value f = c.b.Floor(x);
+  const Value frac = c.b.Sub(x, f);
+  const Value half = Const(c, x, 0.5), one = Const(c, x, 1), two = Const(c, x, 2);
+  const Value odd = c.b.Compare(c.b.Sub(f, c.b.Mul(two, c.b.Floor(c.b.Div(f, two)))), Zero(c, x),
+                                ir::Comparison::kNe);
+  const Value up = c.b.Select(c.b.Compare(frac, half, ir::Comparison::kGt),
+                              c.Full(1, DType::kPred, c.ShapeOf(x).dims),
+                              c.b.Select(c.b.Compare(frac, half, ir::Comparison::kEq), odd,
+                                         c.Full(0, DType::kPred, c.ShapeOf(x).dims)));
+  return c.b.Select(up, c.b.Add(f, one), f);
+}
+
 absl::Status IsNaN(Converter& c, const Node& n) {
   CW_ASSIGN_OR_RETURN(Value x, c.In(n, 0));
   CW_RETURN_IF_ERROR(RequireFloat(c, x));
@@ -390,6 +439,9 @@ void AddElementwiseOps(OpTable& t) {
   t["Div"] = Div;
   t["Pow"] = Pow;
   t["IsNaN"] = IsNaN;
+  t["Erf"] = Unary<ErfF, true>;
+  t["Round"] = Unary<RoundF, true>;
+  t["Mod"] = Mod;
   t["IsInf"] = IsInf;
   t["Shrink"] = Shrink;
   t["PRelu"] = PRelu;

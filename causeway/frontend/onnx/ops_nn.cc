@@ -229,6 +229,36 @@ absl::Status SoftmaxOp(Converter& c, const Node& n) {
   return absl::OkStatus();
 }
 
+// Running sums along an axis as one product with a triangular matrix of
+// ones: y[..., i] = sum over j of x[..., j] T[j, i], T[j, i] = 1 where j
+// comes before i (or equals it, unless exclusive; after it, if reverse).
+absl::Status CumSum(Converter& c, const Node& n) {
+  CW_ASSIGN_OR_RETURN(Value x, c.In(n, 0));
+  CW_ASSIGN_OR_RETURN(std::vector<int64_t> axis_v, c.Ints(n, 1));
+  const std::vector<int64_t> dims = c.ShapeOf(x).dims;
+  const auto rank = static_cast<int64_t>(dims.size());
+  if (axis_v.size() != 1) return absl::InvalidArgumentError("axis must hold one value");
+  CW_ASSIGN_OR_RETURN(int64_t axis, Axis(axis_v[0], rank));
+  const int64_t len = dims[static_cast<size_t>(axis)];
+  const bool exclusive = c.AttrInt(n, "exclusive", 0) != 0, reverse = c.AttrInt(n, "reverse", 0) != 0;
+  const DType dt = c.ShapeOf(x).dtype;
+  const ir::Shape square(DType::kI32, {len, len});
+  const Value j = c.b.Iota(square, 0), i = c.b.Iota(square, 1);
+  const ir::Comparison cmp = reverse ? (exclusive ? ir::Comparison::kGt : ir::Comparison::kGe)
+                                     : (exclusive ? ir::Comparison::kLt : ir::Comparison::kLe);
+  const Value tri = c.b.Select(c.b.Compare(j, i, cmp), c.Full(1, dt, {len, len}), c.Full(0, dt, {len, len}));
+  // Contract the axis with T's rows; the result's last dim is i: move it back.
+  Value y = c.b.DotGeneral(x, tri, {}, {}, {axis}, {0});
+  std::vector<int64_t> perm;
+  for (int64_t k = 0; k < rank - 1; ++k) {
+    if (k == axis) perm.push_back(rank - 1);
+    perm.push_back(k);
+  }
+  if (axis == rank - 1) perm.push_back(rank - 1);
+  c.Set(n, 0, c.b.Transpose(y, perm), c.TypeOf(n, 0));
+  return absl::OkStatus();
+}
+
 // --- Normalisations ---
 
 absl::Status LayerNorm(Converter& c, const Node& n) {
@@ -335,6 +365,7 @@ void AddNnOps(OpTable& t) {
   t["ReduceProd"] = Reduce<Red::kProd>;
   t["ArgMax"] = ArgExtreme<true>;
   t["ArgMin"] = ArgExtreme<false>;
+  t["CumSum"] = CumSum;
   t["Softmax"] = SoftmaxOp<0>;
   t["LogSoftmax"] = SoftmaxOp<1>;
   t["Hardmax"] = SoftmaxOp<2>;
