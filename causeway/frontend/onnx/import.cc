@@ -48,6 +48,19 @@ std::vector<int64_t> DimsOf(const ::onnx::TypeProto& type, std::vector<std::stri
   return dims;
 }
 
+// A graph input as the model declares it (symbolic dims -1, named in
+// `symbols`).
+absl::StatusOr<ModelValue> InputOf(const ::onnx::ValueInfoProto& in,
+                                   std::vector<std::string>* symbols) {
+  if (!in.type().has_tensor_type()) {
+    return absl::UnimplementedError(absl::StrCat("input '", in.name(), "' is not a tensor"));
+  }
+  const int32_t type = in.type().tensor_type().elem_type();
+  absl::StatusOr<ir::DType> dtype = DTypeOf(type);
+  if (!dtype.ok()) return Annotate(dtype.status(), absl::StrCat("input '", in.name(), "'"));
+  return ModelValue{in.name(), ir::Shape(*dtype, DimsOf(in.type(), symbols)), type};
+}
+
 std::string NodeName(const ::onnx::NodeProto& node, int index) {
   const std::string name = node.name().empty() ? absl::StrCat("#", index) : "'" + node.name() + "'";
   return absl::StrCat("node ", name, " (", node.op_type(), ")");
@@ -575,20 +588,14 @@ absl::StatusOr<ImportedModel> Import(absl::string_view model_bytes, const Import
   }
   for (const auto& in : graph.input()) {
     if (is_initializer.contains(in.name())) continue;
-    if (!in.type().has_tensor_type()) {
-      return absl::UnimplementedError(absl::StrCat("input '", in.name(), "' is not a tensor"));
-    }
-    const int32_t type = in.type().tensor_type().elem_type();
-    absl::StatusOr<ir::DType> dtype = DTypeOf(type);
-    if (!dtype.ok()) return Annotate(dtype.status(), absl::StrCat("input '", in.name(), "'"));
     std::vector<std::string> symbols;
-    std::vector<int64_t> dims = DimsOf(in.type(), &symbols);
+    CW_ASSIGN_OR_RETURN(ModelValue mv, InputOf(in, &symbols));
+    const int32_t type = mv.onnx_type;
     if (!symbols.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "input '", in.name(), "' has symbolic dimensions (", absl::StrJoin(symbols, ", "),
           "): give its shape (an input of that shape) to fix them"));
     }
-    ModelValue mv{in.name(), ir::Shape(*dtype, dims), type};
     Entry& e = c.values[in.name()];
     e.shape = mv.shape;
     e.onnx_type = type;
@@ -670,13 +677,8 @@ absl::StatusOr<std::vector<ModelValue>> DeclaredInputs(absl::string_view model_b
   std::vector<ModelValue> out;
   for (const auto& in : model.graph().input()) {
     if (is_initializer.contains(in.name())) continue;
-    if (!in.type().has_tensor_type()) {
-      return absl::UnimplementedError(absl::StrCat("input '", in.name(), "' is not a tensor"));
-    }
-    const int32_t type = in.type().tensor_type().elem_type();
-    absl::StatusOr<ir::DType> dtype = DTypeOf(type);
-    if (!dtype.ok()) return Annotate(dtype.status(), absl::StrCat("input '", in.name(), "'"));
-    out.push_back(ModelValue{in.name(), ir::Shape(*dtype, DimsOf(in.type(), nullptr)), type});
+    CW_ASSIGN_OR_RETURN(ModelValue mv, InputOf(in, nullptr));
+    out.push_back(std::move(mv));
   }
   return out;
 }
