@@ -178,6 +178,7 @@ Result RunTest(const fs::path& dir) {
     ImportOptions options;
     options.inputs = inputs;
     options.integer_inputs_constant = true;
+    options.given_values_known = true;
     absl::StatusOr<ImportedModel> imported = Import(model, options);
     if (!imported.ok()) {
       const bool unsupported = imported.status().code() == absl::StatusCode::kUnimplemented;

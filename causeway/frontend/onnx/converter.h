@@ -112,6 +112,7 @@ void AddShapeOps(OpTable& table);
 void AddNnOps(OpTable& table);
 void AddIndexOps(OpTable& table);
 void AddConvOps(OpTable& table);
+void AddResizeOps(OpTable& table);
 
 }  // namespace causeway::onnx_import
 

@@ -28,6 +28,7 @@ const OpTable& Ops() {
     AddNnOps(*t);
     AddIndexOps(*t);
     AddConvOps(*t);
+    AddResizeOps(*t);
     return t;
   }();
   return *table;
@@ -623,6 +624,11 @@ absl::StatusOr<ImportedModel> Import(absl::string_view model_bytes, const Import
     if (!e.known.has_value()) {
       params[i] = c.b.Parameter(out.inputs[i].shape);
       e.value = params[i];
+      out.is_parameter.push_back(true);
+      auto it = given.find(out.inputs[i].name);
+      if (options.given_values_known && it != given.end()) e.known = *it->second;
+    } else {
+      out.is_parameter.push_back(false);
     }
   }
   for (int n = 0; n < graph.node_size(); ++n) {
@@ -656,10 +662,6 @@ absl::StatusOr<ImportedModel> Import(absl::string_view model_bytes, const Import
     }
     results.push_back(v);
     out.outputs.push_back(ModelValue{o.name(), c.b.shape(v), c.values[o.name()].onnx_type});
-  }
-  // Constant inputs are not parameters: their values are the function's.
-  for (size_t i = 0; i < out.inputs.size(); ++i) {
-    out.is_parameter.push_back(!c.values[out.inputs[i].name].known.has_value());
   }
   absl::StatusOr<ir::Function> f = c.b.Build(results);
   if (!f.ok()) return Annotate(f.status(), "the converted function does not verify");

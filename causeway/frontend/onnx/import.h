@@ -54,6 +54,11 @@ struct ImportOptions {
   // input given (as ONNX's node tests need).
   std::vector<std::string> constant_inputs;
   bool integer_inputs_constant = false;
+  // Every value given is also known when compiled, for the ops that need
+  // one then (Resize's scales), while the input stays a parameter: the
+  // function is then only right for those values (ONNX's node tests give
+  // such operands as inputs).
+  bool given_values_known = false;
   // The function is to run on one of this many parts of the batch
   // (dimension 0 of every input that is not constant), as on each device of
   // a data axis: each input given is one part, and a batch the model fixes
