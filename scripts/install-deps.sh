@@ -6,6 +6,7 @@
 #
 #   scripts/install-deps.sh            install what is missing
 #   scripts/install-deps.sh --check    only report; exit 1 if anything is missing
+#   scripts/install-deps.sh --bench    also what the PyTorch comparisons need
 set -euo pipefail
 
 PACKAGES=(
@@ -48,10 +49,21 @@ PACKAGES=(
   python3-matplotlib    # docs/ benchmark plots
 )
 
+# Only for the benchmarks that compare with PyTorch (python/bench/onnx_models.py,
+# bench_onnx.py): large, and no test needs them.
+BENCH_PACKAGES=(
+  python3-torch
+  python3-torchvision
+)
+
 check_only=0
-if [[ "${1:-}" == "--check" ]]; then
-  check_only=1
-fi
+for arg in "$@"; do
+  case "$arg" in
+    --check) check_only=1 ;;
+    --bench) PACKAGES+=("${BENCH_PACKAGES[@]}") ;;
+    *) echo "install-deps: unknown argument $arg (--check, --bench)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

@@ -9,6 +9,7 @@ batch split over them; rounds alternate,
 and the medians of samples/s are reported with their ratios, and the largest
 relative difference of Causeway's outputs from PyTorch's.
 
+    scripts/install-deps.sh --bench     # PyTorch and torchvision, from Debian
     PYTHONPATH=build/release/python /usr/bin/python3 python/bench/bench_onnx.py [--json]
 """
 import argparse

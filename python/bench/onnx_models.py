@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Exports the ONNX models Causeway's ONNX import is checked and measured on,
-from PyTorch (Debian's python3-torch and python3-torchvision), with random
+from PyTorch (Debian's python3-torch and python3-torchvision: scripts/install-deps.sh --bench), with random
 weights (seeded), each with an input and PyTorch's output as .npy:
 
   resnet18          torchvision's ResNet-18, batch 32, 3x224x224
