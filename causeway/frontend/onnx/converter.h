@@ -97,6 +97,13 @@ class Converter {
   // The common shape of numpy broadcasting; INVALID_ARGUMENT if none.
   static absl::StatusOr<std::vector<int64_t>> BroadcastDims(
       const std::vector<std::vector<int64_t>>& dims);
+  // `reduced` (`x` of `dims` reduced over `axes`) broadcast back to `dims`.
+  ir::Value BroadcastBack(ir::Value reduced, const std::vector<int64_t>& dims,
+                          const std::vector<int64_t>& axes);
+  // log(softmax(x)) over `axes` (sorted), stable: x - max - log(sum(exp)).
+  ir::Value LogSoftmax(ir::Value x, const std::vector<int64_t>& axes);
+  // Integer indices (i32) with the negative ones counted from `dim`.
+  ir::Value WrapNegative(ir::Value idx, int64_t dim);
   // Inputs `first`.. of `node` broadcast to their common shape.
   absl::StatusOr<std::vector<ir::Value>> Broadcasted(const ::onnx::NodeProto& node,
                                                      int first = 0);

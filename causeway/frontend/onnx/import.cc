@@ -463,6 +463,28 @@ absl::StatusOr<ir::Value> Converter::BroadcastTo(ir::Value v, const std::vector<
   return b.Broadcast(v, dims, map);
 }
 
+ir::Value Converter::BroadcastBack(ir::Value reduced, const std::vector<int64_t>& dims,
+                                   const std::vector<int64_t>& axes) {
+  std::vector<int64_t> map;
+  for (int64_t i = 0; i < static_cast<int64_t>(dims.size()); ++i) {
+    if (std::find(axes.begin(), axes.end(), i) == axes.end()) map.push_back(i);
+  }
+  return b.Broadcast(reduced, dims, map);
+}
+
+ir::Value Converter::LogSoftmax(ir::Value x, const std::vector<int64_t>& axes) {
+  const std::vector<int64_t> dims = b.shape(x).dims;
+  const ir::Value s = b.Sub(x, BroadcastBack(b.ReduceMax(x, axes), dims, axes));
+  const ir::Value sum = BroadcastBack(b.ReduceSum(b.Exp(s), axes), dims, axes);
+  return b.Sub(s, b.Log(sum));
+}
+
+ir::Value Converter::WrapNegative(ir::Value idx, int64_t dim) {
+  const std::vector<int64_t> d = b.shape(idx).dims;
+  const ir::Value neg = b.Compare(idx, Full(0, ir::DType::kI32, d), ir::Comparison::kLt);
+  return b.Select(neg, b.Add(idx, Full(static_cast<double>(dim), ir::DType::kI32, d)), idx);
+}
+
 absl::StatusOr<std::vector<ir::Value>> Converter::Broadcasted(const ::onnx::NodeProto& node,
                                                               int first) {
   std::vector<ir::Value> in;

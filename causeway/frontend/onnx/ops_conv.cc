@@ -172,14 +172,33 @@ absl::StatusOr<Value> ConvCore(Converter& c, Value x, Value wt, std::optional<Va
   return y;
 }
 
-absl::Status Conv(Converter& c, const Node& n) {
-  CW_ASSIGN_OR_RETURN(Value x, c.In(n, 0));
-  CW_ASSIGN_OR_RETURN(Value wt, c.In(n, 1));
-  const std::vector<int64_t> xd = c.ShapeOf(x).dims, wd = c.ShapeOf(wt).dims;
-  if (xd.size() < 3 || wd.size() != xd.size()) {
-    return absl::InvalidArgumentError("input [N, C, S...] and weights [M, C/group, K...] expected");
+// A convolution's input [N, C, S...] and weights (`weights` says their
+// layout), both float, of the same rank of at least 3.
+struct ConvOperands {
+  Value x, wt;
+  std::vector<int64_t> xd, wd;
+};
+absl::StatusOr<ConvOperands> ReadConvOperands(Converter& c, const Node& n, const char* weights) {
+  ConvOperands o;
+  CW_ASSIGN_OR_RETURN(o.x, c.In(n, 0));
+  CW_ASSIGN_OR_RETURN(o.wt, c.In(n, 1));
+  o.xd = c.ShapeOf(o.x).dims;
+  o.wd = c.ShapeOf(o.wt).dims;
+  if (o.xd.size() < 3 || o.wd.size() != o.xd.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input [N, C, S...] and weights ", weights, " expected"));
   }
-  if (c.ShapeOf(x).dtype != DType::kF32) return absl::UnimplementedError("Conv of integers");
+  if (c.ShapeOf(o.x).dtype != DType::kF32) {
+    return absl::UnimplementedError(absl::StrCat(n.op_type(), " of integers"));
+  }
+  return o;
+}
+
+absl::Status Conv(Converter& c, const Node& n) {
+  CW_ASSIGN_OR_RETURN(ConvOperands o, ReadConvOperands(c, n, "[M, C/group, K...]"));
+  const Value x = o.x, wt = o.wt;
+  const std::vector<int64_t>& xd = o.xd;
+  const std::vector<int64_t>& wd = o.wd;
   const std::vector<int64_t> spatial(xd.begin() + 2, xd.end());
   const std::vector<int64_t> kernel(wd.begin() + 2, wd.end());
   CW_ASSIGN_OR_RETURN(Window w, MakeWindow(c, n, spatial, kernel, false));
@@ -193,13 +212,10 @@ absl::Status Conv(Converter& c, const Node& n) {
 // zeros between its elements, padded by the kernel's span less the pads,
 // convolved (stride 1) with the kernel flipped and its channels swapped.
 absl::Status ConvTranspose(Converter& c, const Node& n) {
-  CW_ASSIGN_OR_RETURN(Value x, c.In(n, 0));
-  CW_ASSIGN_OR_RETURN(Value wt, c.In(n, 1));
-  const std::vector<int64_t> xd = c.ShapeOf(x).dims, wd = c.ShapeOf(wt).dims;
-  if (xd.size() < 3 || wd.size() != xd.size()) {
-    return absl::InvalidArgumentError("input [N, C, S...] and weights [C, M/group, K...] expected");
-  }
-  if (c.ShapeOf(x).dtype != DType::kF32) return absl::UnimplementedError("ConvTranspose of integers");
+  CW_ASSIGN_OR_RETURN(ConvOperands o, ReadConvOperands(c, n, "[C, M/group, K...]"));
+  Value x = o.x, wt = o.wt;
+  const std::vector<int64_t>& xd = o.xd;
+  const std::vector<int64_t>& wd = o.wd;
   const size_t k = xd.size() - 2;
   const int64_t group = c.AttrInt(n, "group", 1);
   const int64_t C = xd[1];

@@ -14,13 +14,6 @@ using Node = ::onnx::NodeProto;
 using ir::DType;
 using ir::Value;
 
-// `idx` (i32) with negative entries counted from `dim`.
-Value Wrap(Converter& c, Value idx, int64_t dim) {
-  const std::vector<int64_t> d = c.ShapeOf(idx).dims;
-  const Value neg = c.b.Compare(idx, c.Full(0, DType::kI32, d), ir::Comparison::kLt);
-  return c.b.Select(neg, c.b.Add(idx, c.Full(static_cast<double>(dim), DType::kI32, d)), idx);
-}
-
 absl::Status GatherElements(Converter& c, const Node& n) {
   CW_ASSIGN_OR_RETURN(Value data, c.In(n, 0));
   CW_ASSIGN_OR_RETURN(Value idx, c.In(n, 1));
@@ -29,7 +22,7 @@ absl::Status GatherElements(Converter& c, const Node& n) {
   const auto rank = static_cast<int64_t>(dd.size());
   CW_ASSIGN_OR_RETURN(int64_t axis, Axis(c.AttrInt(n, "axis", 0), rank));
   if (c.ShapeOf(idx).dtype != DType::kI32) return absl::InvalidArgumentError("indices must be integers");
-  idx = Wrap(c, idx, dd[static_cast<size_t>(axis)]);
+  idx = c.WrapNegative(idx, dd[static_cast<size_t>(axis)]);
   // The element's offset in data: the index along `axis`, its own
   // coordinate along the others.
   const std::vector<int64_t> strides = ir::RowMajorStrides(dd);
@@ -51,17 +44,14 @@ absl::Status OneHot(Converter& c, const Node& n) {
   if (depth_v.size() != 1) return absl::InvalidArgumentError("depth must hold one value");
   const auto depth = static_cast<int64_t>(depth_v[0]);
   if (c.ShapeOf(idx).dtype != DType::kI32) idx = c.b.Convert(idx, DType::kI32);
-  idx = Wrap(c, idx, depth);
+  idx = c.WrapNegative(idx, depth);
   const std::vector<int64_t> id = c.ShapeOf(idx).dims;
   CW_ASSIGN_OR_RETURN(int64_t axis,
                       Axis(c.AttrInt(n, "axis", -1), static_cast<int64_t>(id.size()) + 1));
-  std::vector<int64_t> out = id, map;
+  std::vector<int64_t> out = id;
   out.insert(out.begin() + axis, depth);
-  for (int64_t k = 0; k < static_cast<int64_t>(out.size()); ++k) {
-    if (k != axis) map.push_back(k);
-  }
   const Value hit = c.b.Compare(c.b.Iota(ir::Shape(DType::kI32, out), axis),
-                                c.b.Broadcast(idx, out, map), ir::Comparison::kEq);
+                                c.BroadcastBack(idx, out, {axis}), ir::Comparison::kEq);
   const Value off = c.b.Reshape(c.b.Slice(values, {0}, {1}), {});
   const Value on = c.b.Reshape(c.b.Slice(values, {1}, {2}), {});
   c.Set(n, 0, c.b.Select(hit, c.Splat(on, out), c.Splat(off, out)), c.TypeOf(n, 2));
@@ -102,13 +92,9 @@ absl::StatusOr<Value> Nll(Converter& c, const Node& n, Value x, Value target,
   if (xd.size() < 2) return absl::InvalidArgumentError("input must be [N, C, ...]");
   if (c.ShapeOf(target).dtype != DType::kI32) return absl::InvalidArgumentError("target must be integers");
   const std::vector<int64_t> td = c.ShapeOf(target).dims;
-  std::vector<int64_t> map;
-  for (int64_t k = 0; k < static_cast<int64_t>(xd.size()); ++k) {
-    if (k != 1) map.push_back(k);
-  }
   if (td.size() + 1 != xd.size()) return absl::InvalidArgumentError("target's rank must be input's - 1");
   const Value hit = c.b.Compare(c.b.Iota(ir::Shape(DType::kI32, xd), 1),
-                                c.b.Broadcast(target, xd, map), ir::Comparison::kEq);
+                                c.BroadcastBack(target, xd, {1}), ir::Comparison::kEq);
   const Value zeros = c.Full(0, DType::kF32, xd);
   const Value picked = c.b.ReduceSum(c.b.Select(hit, x, zeros), {1});
   Value w = weight.has_value()
@@ -145,15 +131,7 @@ absl::Status SoftmaxCrossEntropyLoss(Converter& c, const Node& n) {
   CW_ASSIGN_OR_RETURN(std::optional<Value> weight, c.InIfGiven(n, 2));
   const std::vector<int64_t> xd = c.ShapeOf(x).dims;
   if (xd.size() < 2) return absl::InvalidArgumentError("scores must be [N, C, ...]");
-  // log_softmax over the classes (dimension 1).
-  std::vector<int64_t> map;
-  for (int64_t k = 0; k < static_cast<int64_t>(xd.size()); ++k) {
-    if (k != 1) map.push_back(k);
-  }
-  const Value m = c.b.Broadcast(c.b.ReduceMax(x, {1}), xd, map);
-  const Value s = c.b.Sub(x, m);
-  const Value lse = c.b.Broadcast(c.b.Log(c.b.ReduceSum(c.b.Exp(s), {1})), xd, map);
-  const Value log_prob = c.b.Sub(s, lse);
+  const Value log_prob = c.LogSoftmax(x, {1});  // over the classes
   CW_ASSIGN_OR_RETURN(Value loss, Nll(c, n, log_prob, labels, weight));
   c.Set(n, 0, loss, c.TypeOf(n, 0));
   c.Set(n, 1, log_prob, c.TypeOf(n, 0));

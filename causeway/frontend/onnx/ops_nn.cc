@@ -27,16 +27,6 @@ Value KeepDims(Converter& c, Value reduced, const std::vector<int64_t>& dims,
   return c.b.Reshape(reduced, kept);
 }
 
-// `reduced` (over `axes` of `dims`) broadcast back to `dims`.
-Value Back(Converter& c, Value reduced, const std::vector<int64_t>& dims,
-           const std::vector<int64_t>& axes) {
-  std::vector<int64_t> map;
-  for (int64_t i = 0; i < static_cast<int64_t>(dims.size()); ++i) {
-    if (std::find(axes.begin(), axes.end(), i) == axes.end()) map.push_back(i);
-  }
-  return c.b.Broadcast(reduced, dims, map);
-}
-
 absl::Status MatMul(Converter& c, const Node& n) {
   CW_ASSIGN_OR_RETURN(Value a, c.In(n, 0));
   CW_ASSIGN_OR_RETURN(Value b, c.In(n, 1));
@@ -145,7 +135,7 @@ absl::Status Reduce(Converter& c, const Node& n) {
     }
     case Red::kLogSumExp: {
       const Value m = c.b.ReduceMax(x, axes);
-      const Value s = c.b.ReduceSum(c.b.Exp(c.b.Sub(x, Back(c, m, dims, axes))), axes);
+      const Value s = c.b.ReduceSum(c.b.Exp(c.b.Sub(x, c.BroadcastBack(m, dims, axes))), axes);
       y = c.b.Add(m, c.b.Log(s));
       break;
     }
@@ -163,7 +153,7 @@ absl::Status ArgExtreme(Converter& c, const Node& n) {
                       Axis(c.AttrInt(n, "axis", 0), static_cast<int64_t>(dims.size())));
   const bool last = c.AttrInt(n, "select_last_index", 0) != 0;
   const Value m = kMax ? c.b.ReduceMax(x, {axis}) : c.b.ReduceMin(x, {axis});
-  const Value hit = c.b.Compare(x, Back(c, m, dims, {axis}), ir::Comparison::kEq);
+  const Value hit = c.b.Compare(x, c.BroadcastBack(m, dims, {axis}), ir::Comparison::kEq);
   const Value index = c.b.Iota(ir::Shape(DType::kI32, dims), axis);
   const Value other = c.Full(last ? -1 : static_cast<double>(dims[static_cast<size_t>(axis)]),
                              DType::kI32, dims);
@@ -204,7 +194,11 @@ absl::Status SoftmaxOp(Converter& c, const Node& n) {
     c.Set(n, 0, c.b.Reshape(y, dims), c.TypeOf(n, 0));
     return absl::OkStatus();
   }
-  const Value m = Back(c, c.b.ReduceMax(x, axes), dims, axes);
+  if (kWhich == 1) {
+    c.Set(n, 0, c.LogSoftmax(x, axes), c.TypeOf(n, 0));
+    return absl::OkStatus();
+  }
+  const Value m = c.BroadcastBack(c.b.ReduceMax(x, axes), dims, axes);
   if (kWhich == 2) {
     // One-hot of the first maximum over `axes`, in row-major order.
     const Value hit = c.b.Compare(x, m, ir::Comparison::kEq);
@@ -217,15 +211,13 @@ absl::Status SoftmaxOp(Converter& c, const Node& n) {
                      c.b.Iota(ir::Shape(DType::kI32, dims), a));
     }
     const Value cand = c.b.Select(hit, flat, c.Full(static_cast<double>(count), DType::kI32, dims));
-    const Value first = Back(c, c.b.ReduceMin(cand, axes), dims, axes);
+    const Value first = c.BroadcastBack(c.b.ReduceMin(cand, axes), dims, axes);
     const Value one = c.b.Compare(flat, first, ir::Comparison::kEq);
     c.Set(n, 0, c.b.Convert(one, c.ShapeOf(x).dtype), c.TypeOf(n, 0));
     return absl::OkStatus();
   }
-  const Value s = c.b.Sub(x, m);
-  const Value e = c.b.Exp(s);
-  const Value sum = Back(c, c.b.ReduceSum(e, axes), dims, axes);
-  c.Set(n, 0, kWhich == 0 ? c.b.Div(e, sum) : c.b.Sub(s, c.b.Log(sum)), c.TypeOf(n, 0));
+  const Value e = c.b.Exp(c.b.Sub(x, m));
+  c.Set(n, 0, c.b.Div(e, c.BroadcastBack(c.b.ReduceSum(e, axes), dims, axes)), c.TypeOf(n, 0));
   return absl::OkStatus();
 }
 

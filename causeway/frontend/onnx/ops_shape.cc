@@ -249,11 +249,7 @@ absl::Status Gather(Converter& c, const Node& n) {
   }
   CW_ASSIGN_OR_RETURN(Value x, c.In(n, 0));
   CW_ASSIGN_OR_RETURN(Value idx, c.In(n, 1));
-  // Negative indices count from the end.
-  const std::vector<int64_t> idims = c.ShapeOf(idx).dims;
-  const Value neg = c.b.Compare(idx, c.Full(0, DType::kI32, idims), ir::Comparison::kLt);
-  idx = c.b.Select(neg, c.b.Add(idx, c.Full(static_cast<double>(dim), DType::kI32, idims)), idx);
-  c.Set(n, 0, c.b.Gather(x, idx, axis), c.TypeOf(n, 0));
+  c.Set(n, 0, c.b.Gather(x, c.WrapNegative(idx, dim), axis), c.TypeOf(n, 0));
   return absl::OkStatus();
 }
 
