@@ -21,11 +21,15 @@
 #include "causeway/testing/status_matchers.h"
 #include "causeway/topology/mesh.h"
 #include "causeway/worker/collective_hub.h"
+#include "causeway/worker/collective_hub_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace causeway {
 namespace {
+
+using ::causeway::testing::Devices;
+using ::causeway::testing::RunOnThreads;
 
 using ::causeway::testing::StatusIs;
 using ::testing::ElementsAre;
@@ -33,18 +37,6 @@ using ::testing::HasSubstr;
 
 constexpr absl::Duration kLongTimeout = absl::Seconds(20);
 
-std::vector<DeviceId> Devices(int n) {
-  std::vector<DeviceId> out;
-  for (int i = 0; i < n; ++i) out.push_back(DeviceId(i));
-  return out;
-}
-
-void RunOnThreads(int n, const std::function<void(int)>& body) {
-  std::vector<std::thread> threads;
-  threads.reserve(n);
-  for (int i = 0; i < n; ++i) threads.emplace_back(body, i);
-  for (std::thread& t : threads) t.join();
-}
 
 // What a perform saw: how often it ran, and the operands (ints) it got.
 struct Performed {

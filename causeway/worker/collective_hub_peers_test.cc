@@ -17,11 +17,14 @@
 #include "causeway/base/status_macros.h"
 #include "causeway/testing/status_matchers.h"
 #include "causeway/worker/collective_hub.h"
+#include "causeway/worker/collective_hub_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace causeway {
 namespace {
+
+using ::causeway::testing::Devices;
 
 using ::causeway::testing::StatusIs;
 using ::testing::HasSubstr;
@@ -201,12 +204,6 @@ class Fabric {
   CondVar met_;
   absl::flat_hash_map<CollectiveKey, std::map<HostId, std::string>> meetings_ ABSL_GUARDED_BY(mu_);
 };
-
-std::vector<DeviceId> Devices(int n) {
-  std::vector<DeviceId> out;
-  for (int i = 0; i < n; ++i) out.push_back(DeviceId(i));
-  return out;
-}
 
 const ir::Shape kVec(ir::DType::kF32, {3});
 

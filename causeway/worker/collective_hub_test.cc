@@ -9,6 +9,7 @@
 // joins and the hub itself, never sleeps.
 
 #include "causeway/worker/collective_hub.h"
+#include "causeway/worker/collective_hub_test_util.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -33,6 +34,9 @@
 namespace causeway {
 namespace {
 
+using ::causeway::testing::Devices;
+using ::causeway::testing::RunOnThreads;
+
 using ::causeway::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::ElementsAre;
@@ -47,19 +51,6 @@ CollectiveKey Key(int64_t run, int node, int index, int leader = 0) {
   return CollectiveKey{RunId(run), node, index, leader};
 }
 
-std::vector<DeviceId> Devices(int n) {
-  std::vector<DeviceId> out;
-  for (int i = 0; i < n; ++i) out.push_back(DeviceId(i));
-  return out;
-}
-
-// Runs `body(i)` on `n` threads and joins them.
-void RunOnThreads(int n, const std::function<void(int)>& body) {
-  std::vector<std::thread> threads;
-  threads.reserve(n);
-  for (int i = 0; i < n; ++i) threads.emplace_back(body, i);
-  for (std::thread& t : threads) t.join();
-}
 
 // Every participant of a `n`-member all-reduce of `shape` contributes
 // `inputs[rank]`; returns each participant's buffer afterwards and its status.
