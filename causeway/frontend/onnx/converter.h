@@ -73,6 +73,8 @@ class Converter {
   absl::StatusOr<std::vector<int64_t>> Ints(const ::onnx::NodeProto& node, int i) const;
   absl::StatusOr<std::vector<float>> Floats(const ::onnx::NodeProto& node, int i) const;
   int32_t TypeOf(const ::onnx::NodeProto& node, int i) const;
+  // The runtime value of the value named `name` (INVALID_ARGUMENT if none).
+  absl::StatusOr<ir::Value> Named(const std::string& name);
 
   void Set(const ::onnx::NodeProto& node, int i, ir::Value v, int32_t onnx_type);
   void SetKnown(const ::onnx::NodeProto& node, int i, HostTensor t);
@@ -109,6 +111,13 @@ class Converter {
                                                      int first = 0);
 };
 
+// Enters `graph`'s initializers into `c` as known values.
+absl::Status AddInitializers(Converter& c, const ::onnx::GraphProto& graph);
+// Converts `graph`'s nodes in order into `c`, whose values already hold
+// what they read (the graph's inputs, initializers, outer values); an error
+// names the node.
+absl::Status ConvertNodes(Converter& c, const ::onnx::GraphProto& graph);
+
 // An axis attribute or value in [-rank, rank) as a dimension in [0, rank).
 absl::StatusOr<int64_t> Axis(int64_t axis, int64_t rank);
 
@@ -120,6 +129,7 @@ void AddNnOps(OpTable& table);
 void AddIndexOps(OpTable& table);
 void AddConvOps(OpTable& table);
 void AddResizeOps(OpTable& table);
+void AddControlFlowOps(OpTable& table);
 
 }  // namespace causeway::onnx_import
 

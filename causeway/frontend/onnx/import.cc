@@ -29,6 +29,7 @@ const OpTable& Ops() {
     AddIndexOps(*t);
     AddConvOps(*t);
     AddResizeOps(*t);
+    AddControlFlowOps(*t);
     return t;
   }();
   return *table;
@@ -509,6 +510,49 @@ absl::StatusOr<int64_t> Axis(int64_t axis, int64_t rank) {
   return axis < 0 ? axis + rank : axis;
 }
 
+absl::StatusOr<ir::Value> Converter::Named(const std::string& name) {
+  auto it = values.find(name);
+  if (it == values.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("'", name, "' is never computed"));
+  }
+  if (it->second.value.has_value()) return *it->second.value;
+  ::onnx::NodeProto use;
+  use.add_input(name);
+  return In(use, 0);
+}
+
+absl::Status AddInitializers(Converter& c, const ::onnx::GraphProto& graph) {
+  for (const auto& init : graph.initializer()) {
+    absl::StatusOr<HostTensor> t = FromProto(init);
+    if (!t.ok()) return Annotate(t.status(), absl::StrCat("initializer '", init.name(), "'"));
+    Entry& e = c.values[init.name()];
+    e = Entry();
+    e.shape = t->literal.shape();
+    e.onnx_type = t->onnx_type;
+    e.known = std::move(*t);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ConvertNodes(Converter& c, const ::onnx::GraphProto& graph) {
+  for (int n = 0; n < graph.node_size(); ++n) {
+    const ::onnx::NodeProto& node = graph.node(n);
+    if (!node.domain().empty() && node.domain() != "ai.onnx") {
+      return absl::UnimplementedError(
+          absl::StrCat(NodeName(node, n), ": domain '", node.domain(), "' is not supported"));
+    }
+    auto op = Ops().find(node.op_type());
+    if (op == Ops().end()) {
+      return absl::UnimplementedError(
+          absl::StrCat(NodeName(node, n), ": op ", node.op_type(), " is not supported"));
+    }
+    absl::Status s = op->second(c, node);
+    if (s.ok()) s = c.b.status();
+    if (!s.ok()) return Annotate(s, NodeName(node, n));
+  }
+  return absl::OkStatus();
+}
+
 // --- Import ------------------------------------------------------------
 
 std::vector<std::string> SupportedOps() {
@@ -601,14 +645,7 @@ absl::StatusOr<ImportedModel> Import(absl::string_view model_bytes, const Import
   ImportedModel out;
   out.opset = opset;
   Converter c(graph.name().empty() ? std::string("onnx_model") : graph.name(), opset);
-  for (const auto& init : graph.initializer()) {
-    absl::StatusOr<HostTensor> t = FromProto(init);
-    if (!t.ok()) return Annotate(t.status(), absl::StrCat("initializer '", init.name(), "'"));
-    Entry& e = c.values[init.name()];
-    e.shape = t->literal.shape();
-    e.onnx_type = t->onnx_type;
-    e.known = std::move(*t);
-  }
+  CW_RETURN_IF_ERROR(AddInitializers(c, graph));
   for (const auto& in : graph.input()) {
     if (is_initializer.contains(in.name())) continue;
     std::vector<std::string> symbols;
@@ -653,35 +690,10 @@ absl::StatusOr<ImportedModel> Import(absl::string_view model_bytes, const Import
       out.is_parameter.push_back(false);
     }
   }
-  for (int n = 0; n < graph.node_size(); ++n) {
-    const ::onnx::NodeProto& node = graph.node(n);
-    if (!node.domain().empty() && node.domain() != "ai.onnx") {
-      return absl::UnimplementedError(
-          absl::StrCat(NodeName(node, n), ": domain '", node.domain(), "' is not supported"));
-    }
-    auto op = Ops().find(node.op_type());
-    if (op == Ops().end()) {
-      return absl::UnimplementedError(
-          absl::StrCat(NodeName(node, n), ": op ", node.op_type(), " is not supported"));
-    }
-    absl::Status s = op->second(c, node);
-    if (s.ok()) s = c.b.status();
-    if (!s.ok()) return Annotate(s, NodeName(node, n));
-  }
+  CW_RETURN_IF_ERROR(ConvertNodes(c, graph));
   std::vector<ir::Value> results;
   for (const auto& o : graph.output()) {
-    auto it = c.values.find(o.name());
-    if (it == c.values.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("output '", o.name(), "' is never computed"));
-    }
-    ir::Value v;
-    if (it->second.value.has_value()) {
-      v = *it->second.value;
-    } else {
-      ::onnx::NodeProto fake;
-      fake.add_input(o.name());
-      CW_ASSIGN_OR_RETURN(v, c.In(fake, 0));
-    }
+    CW_ASSIGN_OR_RETURN(ir::Value v, c.Named(o.name()));
     results.push_back(v);
     out.outputs.push_back(ModelValue{o.name(), c.b.shape(v), c.values[o.name()].onnx_type});
   }
