@@ -106,6 +106,10 @@ class Reverse {
   // vector-Jacobian products, picked by the same selector.
   void ConditionalRule(int i, const Instruction& inst);
   void DotGeneralRule(const Instruction& inst, Value g);
+  // The three convolution ops are one bilinear form of (x, w, y): the
+  // gradient against either operand is the op computing it from the other
+  // operand and the result's adjoint.
+  void ConvolutionRule(const Instruction& inst, Value g);
 
   const Function& f_;
   FunctionBuilder& b_;
@@ -222,11 +226,36 @@ void Reverse::Rule(int i, const Instruction& inst, Value g) {
       return;
     case OpKind::kDotGeneral:
       return DotGeneralRule(inst, g);
+    case OpKind::kConvolution:
+    case OpKind::kConvInputGrad:
+    case OpKind::kConvKernelGrad:
+      return ConvolutionRule(inst, g);
     case OpKind::kSlice: {
       const Shape& in = OperandShape(inst, 0);
+      // A strided slice's adjoint first spreads g: step - 1 zeros after
+      // each element along each strided dim (the last element's cut).
+      Value spread = g;
       std::vector<int64_t> high(in.rank());
-      for (int d = 0; d < in.rank(); ++d) high[d] = in.dims[d] - inst.limits[d];
-      return Acc(inst, 0, b_.Pad(g, b_.ConstantF32(0), inst.starts, high));
+      for (int d = 0; d < in.rank(); ++d) {
+        const int64_t step = inst.window_strides.empty() ? 1 : inst.window_strides[d];
+        const int64_t n = s.dims[d];
+        int64_t span = n;
+        if (step > 1 && n > 0) {
+          std::vector<int64_t> dims = b_.shape(spread).dims, split = dims;
+          split.insert(split.begin() + d + 1, 1);
+          std::vector<int64_t> lo(split.size(), 0), hi(split.size(), 0);
+          hi[static_cast<size_t>(d) + 1] = step - 1;
+          spread = b_.Pad(b_.Reshape(spread, split), b_.ConstantF32(0), lo, hi);
+          dims[d] = n * step;
+          spread = b_.Reshape(spread, dims);
+          span = (n - 1) * step + 1;
+          std::vector<int64_t> starts(dims.size(), 0), limits = dims;
+          limits[d] = span;
+          spread = b_.Slice(spread, starts, limits);
+        }
+        high[d] = in.dims[d] - inst.starts[d] - span;
+      }
+      return Acc(inst, 0, b_.Pad(spread, b_.ConstantF32(0), inst.starts, high));
     }
     case OpKind::kConcatenate: {
       std::vector<int64_t> starts(s.rank(), 0);
@@ -370,6 +399,37 @@ void Reverse::ConditionalRule(int i, const Instruction& inst) {
 // gradient contracts g with rhs over rhs's free dims, giving [batch, lhs
 // free, rhs contracting (in rhs dim order)], then transposes to lhs order;
 // symmetrically for rhs.
+void Reverse::ConvolutionRule(const Instruction& inst, Value g) {
+  ConvSpec spec{inst.window_strides, inst.window_dilations, inst.pad_low, {},
+                inst.feature_groups};
+  // x, w and y of the form; `g` is the adjoint of the one inst computes.
+  const bool conv = inst.op == OpKind::kConvolution;
+  const bool input = inst.op == OpKind::kConvInputGrad;
+  const Shape& x = input ? inst.shape : OperandShape(inst, 0);
+  const Shape& w = conv ? OperandShape(inst, 1) : input ? OperandShape(inst, 1) : inst.shape;
+  const Shape& y = conv ? inst.shape : input ? OperandShape(inst, 0) : OperandShape(inst, 1);
+  // y from x and w: the high padding that gives y's spatial dims.
+  const auto to_y = [&](Value xv, Value wv) {
+    ConvSpec s = spec;
+    for (size_t i = 0; i + 2 < x.dims.size(); ++i) {
+      const int64_t span = (w.dims[i + 2] - 1) * spec.dilations[i] + 1;
+      s.pad_high.push_back((y.dims[i + 2] - 1) * spec.strides[i] + span - x.dims[i + 2] -
+                           spec.pad_low[i]);
+    }
+    return b_.Convolution(xv, wv, s);
+  };
+  if (conv) {  // (x, w) -> y
+    if (Active(inst, 0)) Acc(inst, 0, b_.ConvInputGrad(g, X(inst, 1), x.dims, spec));
+    if (Active(inst, 1)) Acc(inst, 1, b_.ConvKernelGrad(X(inst, 0), g, w.dims, spec));
+  } else if (input) {  // (y, w) -> x
+    if (Active(inst, 0)) Acc(inst, 0, to_y(g, X(inst, 1)));
+    if (Active(inst, 1)) Acc(inst, 1, b_.ConvKernelGrad(g, X(inst, 0), w.dims, spec));
+  } else {  // (x, y) -> w
+    if (Active(inst, 0)) Acc(inst, 0, b_.ConvInputGrad(X(inst, 1), g, x.dims, spec));
+    if (Active(inst, 1)) Acc(inst, 1, to_y(X(inst, 0), g));
+  }
+}
+
 void Reverse::DotGeneralRule(const Instruction& inst, Value g) {
   const Shape& lhs = OperandShape(inst, 0);
   const Shape& rhs = OperandShape(inst, 1);

@@ -173,6 +173,34 @@ TEST(AutodiffTest, MatmulAndDotGeneral) {
             {0, 1});
 }
 
+TEST(AutodiffTest, StridedSlices) {
+  // Steps that divide the range and steps that cut its last element.
+  CheckGrad({Random({5, 7}, -1, 1, 40)},
+            [](auto& b, auto& p) { return b.Slice(p[0], {1, 0}, {5, 7}, {2, 3}); }, {0});
+  CheckGrad({Random({2, 9, 4}, -1, 1, 41)},
+            [](auto& b, auto& p) { return b.Slice(p[0], {0, 2, 1}, {2, 9, 4}, {1, 4, 1}); }, {0});
+}
+
+TEST(AutodiffTest, ConvolutionAndItsGradientOps) {
+  // 2-D, two groups, stride 2, dilation, asymmetric padding.
+  const ConvSpec spec{{2, 1}, {1, 2}, {1, 0}, {0, 2}, 2};
+  const Literal x = Random({2, 4, 5, 6}, -1, 1, 30), w = Random({6, 2, 2, 3}, -1, 1, 31);
+  CheckGrad({x, w}, [&](auto& b, auto& p) { return b.Convolution(p[0], p[1], spec); }, {0, 1});
+  // The gradient ops are differentiable too (ONNX's ConvTranspose is
+  // conv_input_grad): y [2, 6, 3, 4] is the convolution's output shape.
+  const Literal y = Random({2, 6, 3, 4}, -1, 1, 32);
+  CheckGrad({y, w},
+            [&](auto& b, auto& p) { return b.ConvInputGrad(p[0], p[1], {2, 4, 5, 6}, spec); },
+            {0, 1});
+  CheckGrad({x, y},
+            [&](auto& b, auto& p) { return b.ConvKernelGrad(p[0], p[1], {6, 2, 2, 3}, spec); },
+            {0, 1});
+  // 1-D with a crop (negative low padding).
+  CheckGrad({Random({1, 2, 7}, -1, 1, 33), Random({3, 2, 3}, -1, 1, 34)},
+            [](auto& b, auto& p) { return b.Convolution(p[0], p[1], ConvSpec{{1}, {1}, {-1}, {0}, 1}); },
+            {0, 1});
+}
+
 TEST(AutodiffTest, GatherAndScatterAdd) {
   const Literal idx = Literal::I32({4}, {2, 0, 2, 1});
   CheckGrad({Random({3, 5}, -1, 1, 26), idx},

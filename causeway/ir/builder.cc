@@ -1,5 +1,6 @@
 #include "causeway/ir/builder.h"
 
+#include <algorithm>
 #include <memory>
 #include <utility>
 
@@ -245,13 +246,17 @@ Value FunctionBuilder::Iota(const Shape& shape, int64_t dimension) {
 }
 
 Value FunctionBuilder::Slice(Value a, std::vector<int64_t> starts,
-                             std::vector<int64_t> limits) {
+                             std::vector<int64_t> limits, std::vector<int64_t> strides) {
   if (!Check(a)) return Value{};
   Instruction inst;
   inst.op = OpKind::kSlice;
   inst.operands = {a.id};
   inst.starts = std::move(starts);
   inst.limits = std::move(limits);
+  // Unit steps are stored as none, so plain slices stay as they were.
+  if (std::any_of(strides.begin(), strides.end(), [](int64_t s) { return s != 1; })) {
+    inst.window_strides = std::move(strides);
+  }
   return Add(std::move(inst));
 }
 
@@ -308,6 +313,70 @@ Value FunctionBuilder::DotGeneral(Value lhs, Value rhs, std::vector<int64_t> lhs
   inst.rhs_batch = std::move(rhs_batch);
   inst.lhs_contracting = std::move(lhs_contracting);
   inst.rhs_contracting = std::move(rhs_contracting);
+  return Add(std::move(inst));
+}
+
+namespace {
+
+// `inst`'s window attributes from `spec` for `spatial` dims (defaults
+// filled in).
+void SetWindow(Instruction& inst, const ConvSpec& spec, size_t spatial) {
+  inst.window_strides = spec.strides.empty() ? std::vector<int64_t>(spatial, 1) : spec.strides;
+  inst.window_dilations =
+      spec.dilations.empty() ? std::vector<int64_t>(spatial, 1) : spec.dilations;
+  inst.pad_low = spec.pad_low.empty() ? std::vector<int64_t>(spatial, 0) : spec.pad_low;
+  inst.feature_groups = spec.groups;
+}
+
+}  // namespace
+
+Value FunctionBuilder::Convolution(Value x, Value kernel, const ConvSpec& spec) {
+  if (!Check(x) || !Check(kernel)) return Value{};
+  const Shape& xs = shape(x);
+  const Shape& ws = shape(kernel);
+  Instruction inst;
+  inst.op = OpKind::kConvolution;
+  inst.operands = {x.id, kernel.id};
+  const size_t spatial = xs.dims.size() < 2 ? 0 : xs.dims.size() - 2;
+  SetWindow(inst, spec, spatial);
+  const std::vector<int64_t> high =
+      spec.pad_high.empty() ? std::vector<int64_t>(spatial, 0) : spec.pad_high;
+  std::vector<int64_t> dims;
+  if (xs.rank() >= 3 && ws.rank() == xs.rank() && inst.window_strides.size() == spatial &&
+      inst.window_dilations.size() == spatial && inst.pad_low.size() == spatial &&
+      high.size() == spatial) {
+    dims = {xs.dims[0], ws.dims[0]};
+    for (size_t i = 0; i < spatial; ++i) {
+      const int64_t span = (ws.dims[i + 2] - 1) * inst.window_dilations[i] + 1;
+      const int64_t room = xs.dims[i + 2] + inst.pad_low[i] + high[i] - span;
+      const int64_t stride = std::max<int64_t>(inst.window_strides[i], 1);
+      dims.push_back(room < 0 ? 0 : room / stride + 1);
+    }
+  }
+  // (Malformed operands leave the dims empty; inference names the fault.)
+  inst.shape = Shape(xs.dtype, std::move(dims));
+  return Add(std::move(inst));
+}
+
+Value FunctionBuilder::ConvInputGrad(Value y, Value kernel, std::vector<int64_t> input_dims,
+                                     const ConvSpec& spec) {
+  if (!Check(y) || !Check(kernel)) return Value{};
+  Instruction inst;
+  inst.op = OpKind::kConvInputGrad;
+  inst.operands = {y.id, kernel.id};
+  SetWindow(inst, spec, input_dims.size() < 2 ? 0 : input_dims.size() - 2);
+  inst.shape = Shape(shape(y).dtype, std::move(input_dims));
+  return Add(std::move(inst));
+}
+
+Value FunctionBuilder::ConvKernelGrad(Value x, Value y, std::vector<int64_t> kernel_dims,
+                                      const ConvSpec& spec) {
+  if (!Check(x) || !Check(y)) return Value{};
+  Instruction inst;
+  inst.op = OpKind::kConvKernelGrad;
+  inst.operands = {x.id, y.id};
+  SetWindow(inst, spec, kernel_dims.size() < 2 ? 0 : kernel_dims.size() - 2);
+  inst.shape = Shape(shape(x).dtype, std::move(kernel_dims));
   return Add(std::move(inst));
 }
 

@@ -27,6 +27,16 @@ struct Value {
   int id = -1;
 };
 
+// The window of a convolution, one entry per spatial dimension (empty
+// strides and dilations mean 1, empty paddings 0).
+struct ConvSpec {
+  std::vector<int64_t> strides;
+  std::vector<int64_t> dilations;
+  std::vector<int64_t> pad_low;
+  std::vector<int64_t> pad_high;
+  int64_t groups = 1;
+};
+
 // Not thread-safe. After the first error every method returns an invalid
 // Value and Build() returns that error.
 class FunctionBuilder {
@@ -75,7 +85,10 @@ class FunctionBuilder {
   Value Compare(Value a, Value b, Comparison comparison);
   Value Select(Value pred, Value on_true, Value on_false);
   Value Iota(const Shape& shape, int64_t dimension);
-  Value Slice(Value a, std::vector<int64_t> starts, std::vector<int64_t> limits);
+  // Every `strides[i]`-th element of [starts[i], limits[i]) (no strides:
+  // every element).
+  Value Slice(Value a, std::vector<int64_t> starts, std::vector<int64_t> limits,
+              std::vector<int64_t> strides = {});
   Value Concatenate(std::vector<Value> operands, int64_t dimension);
   Value Pad(Value a, Value pad_value, std::vector<int64_t> low, std::vector<int64_t> high);
   Value Gather(Value operand, Value indices, int64_t dimension);
@@ -118,6 +131,17 @@ class FunctionBuilder {
                                  const std::vector<Value>& args);
   // Result `index` of a multi-result value.
   Value GetResult(Value multi, int64_t index);
+
+  // Convolution (see OpKind::kConvolution). `spec` has one stride,
+  // dilation and padding per spatial dimension; the result's spatial dims
+  // are (S + pad_low + pad_high - (K - 1) * dilation - 1) / stride + 1.
+  Value Convolution(Value x, Value kernel, const ConvSpec& spec);
+  // The other two of the form, with the result's dims given (`spec`'s
+  // pad_high is not used).
+  Value ConvInputGrad(Value y, Value kernel, std::vector<int64_t> input_dims,
+                      const ConvSpec& spec);
+  Value ConvKernelGrad(Value x, Value y, std::vector<int64_t> kernel_dims,
+                       const ConvSpec& spec);
 
   // Conveniences.
   Value ConstantI32(int32_t v) { return Constant(Literal::I32({}, {v})); }

@@ -116,6 +116,12 @@ const char* OpName(OpKind op) {
       return "conditional";
     case OpKind::kGetResult:
       return "get_result";
+    case OpKind::kConvolution:
+      return "convolution";
+    case OpKind::kConvInputGrad:
+      return "conv_input_grad";
+    case OpKind::kConvKernelGrad:
+      return "conv_kernel_grad";
   }
   return "unknown_op";
 }
@@ -220,6 +226,9 @@ std::string Function::ToString() const {
       case OpKind::kSlice:
         absl::StrAppend(&out, " starts={", absl::StrJoin(inst.starts, ","), "} limits={",
                         absl::StrJoin(inst.limits, ","), "}");
+        if (!inst.window_strides.empty()) {
+          absl::StrAppend(&out, " strides={", absl::StrJoin(inst.window_strides, ","), "}");
+        }
         break;
       case OpKind::kPad:
         absl::StrAppend(&out, " low={", absl::StrJoin(inst.pad_low, ","), "} high={",
@@ -253,6 +262,14 @@ std::string Function::ToString() const {
         break;
       case OpKind::kGetResult:
         absl::StrAppend(&out, " result_index=", inst.result_index);
+        break;
+      case OpKind::kConvolution:
+      case OpKind::kConvInputGrad:
+      case OpKind::kConvKernelGrad:
+        absl::StrAppend(&out, " strides={", absl::StrJoin(inst.window_strides, ","),
+                        "} dilations={", absl::StrJoin(inst.window_dilations, ","),
+                        "} pad_low={", absl::StrJoin(inst.pad_low, ","),
+                        "} groups=", inst.feature_groups);
         break;
       case OpKind::kWhile:
       case OpKind::kConditional:

@@ -55,7 +55,8 @@ enum class OpKind {
   kCompare,     // attr: comparison; equal shapes -> pred
   kSelect,      // (pred, on_true, on_false), equal dims -> on_true's shape
   kIota,        // attr: dimension; result shape given (f32 or i32)
-  kSlice,       // attrs: starts, limits (stride 1)
+  kSlice,       // attrs: starts, limits, window_strides (one step per dim;
+                // empty: all 1). Result dim: ceil((limit - start) / step).
   kConcatenate, // attr: dimension; >= 1 operands equal but along `dimension`
   kPad,         // (operand, scalar pad value); attrs: pad_low, pad_high (>= 0)
   kGather,      // (operand, i32 indices); attr: dimension. Result dims:
@@ -98,13 +99,25 @@ enum class OpKind {
                  // (exactly two branches); an i32[] selector picks branch
                  // clamp(selector, 0, n - 1).
   kGetResult,    // (multi-result value) ; attr: result_index
+  // --- Convolution (issue 36). The three are one bilinear form over
+  // x [N, C, S...] (1 to 3 spatial dims), a kernel w [O, C/G, K...] and
+  // y [N, O, P...] (G = feature_groups; output channel o reads input
+  // channels of group o / (O/G)):
+  //   y[n,o,p] = sum_{c,k} x[n, g*C/G + c, p*stride + k*dilation - pad_low] * w[o,c,k]
+  // with x zero outside its bounds (pad_low may be negative: a crop). Each computes one of the three from the
+  // other two; its result shape is given. Attrs: window_strides,
+  // window_dilations, pad_low (one per spatial dim), feature_groups. ---
+  kConvolution,    // (x, w) -> y
+  kConvInputGrad,  // (y, w) -> x: the gradient of y's sum against x (and
+                   // ONNX's ConvTranspose); input positions no window reaches are 0
+  kConvKernelGrad, // (x, y) -> w
 };
 
 enum class ReduceKind { kSum, kMax };
 enum class Comparison { kEq, kNe, kLt, kLe, kGt, kGe };
 
 // Number of OpKind values (for range checks of untrusted input).
-inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kGetResult) + 1;
+inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kConvKernelGrad) + 1;
 
 // True for the collectives (ops that meet peers): they always run.
 bool IsCollective(OpKind op);
@@ -149,6 +162,11 @@ struct Instruction {
   // so copying an instruction is cheap.
   std::vector<std::shared_ptr<const Function>> subfunctions;
   int64_t result_index = 0;          // kGetResult
+  // kConvolution, kConvInputGrad, kConvKernelGrad (with pad_low); kSlice's
+  // steps (window_strides only).
+  std::vector<int64_t> window_strides;
+  std::vector<int64_t> window_dilations;
+  int64_t feature_groups = 1;
 };
 
 // A compiled-to-be unit of work. A value type; immutable once built.

@@ -94,6 +94,9 @@ absl::StatusOr<Instruction> FromProto(const proto::InstructionProto& p, int dept
     inst.subfunctions.push_back(std::make_shared<const Function>(std::move(f)));
   }
   inst.result_index = p.result_index();
+  inst.window_strides = ToVector(p.window_strides());
+  inst.window_dilations = ToVector(p.window_dilations());
+  inst.feature_groups = p.feature_groups();
   return inst;
 }
 
@@ -150,6 +153,9 @@ void ToProto(const Function& function, proto::FunctionProto& p) {
       if (sub != nullptr) ToProto(*sub, *ip->add_subfunctions());
     }
     ip->set_result_index(inst.result_index);
+    FromVector(inst.window_strides, ip->mutable_window_strides());
+    FromVector(inst.window_dilations, ip->mutable_window_dilations());
+    ip->set_feature_groups(inst.feature_groups);
   }
   for (int i : function.parameters()) p.add_parameters(i);
   for (int i : function.outputs()) p.add_outputs(i);

@@ -69,7 +69,15 @@ Function KitchenSink() {
   std::vector<Value> branch =
       b.Conditional(b.Compare(loop[1], b.ConstantI32(3), Comparison::kEq),
                     {*tb.Build({tb.Neg(tx)}), *eb.Build({eb.Exp(ex)})}, {loop[0]});
-  absl::StatusOr<Function> f = b.Build({ar, dot, mm, rng, ag, rs, a2a, cp, fused, branch[0]});
+  // Convolutions (their window attributes round-trip) and a strided slice.
+  const Value img = b.Reshape(sc, {1, 2, 3, 4});
+  const Value ker = b.Slice(b.Reshape(sc, {2, 2, 2, 3}), {0, 0, 0, 0}, {2, 2, 2, 3}, {1, 1, 2, 2});
+  const ConvSpec spec{{1, 2}, {2, 1}, {1, 0}, {1, 1}, 2};
+  const Value conv = b.Convolution(img, b.Slice(ker, {0, 0, 0, 0}, {2, 1, 1, 2}), spec);
+  const Value dx = b.ConvInputGrad(conv, b.Slice(ker, {0, 0, 0, 0}, {2, 1, 1, 2}), {1, 2, 3, 4}, spec);
+  const Value dw = b.ConvKernelGrad(img, conv, {2, 1, 1, 2}, spec);
+  absl::StatusOr<Function> f =
+      b.Build({ar, dot, mm, rng, ag, rs, a2a, cp, fused, branch[0], dx, dw});
   CW_CHECK_OK(f.status());
   return *f;
 }

@@ -58,6 +58,10 @@ int ExpectedOperandCount(OpKind op) {
     case OpKind::kScatterAdd:
     case OpKind::kNormalizeGrad:
       return 3;
+    case OpKind::kConvolution:
+    case OpKind::kConvInputGrad:
+    case OpKind::kConvKernelGrad:
+      return 2;
     case OpKind::kGeluGrad:
     case OpKind::kSoftmaxGrad:
     case OpKind::kNormalize:
@@ -134,6 +138,58 @@ absl::StatusOr<Shape> InferBroadcast(const Instruction& inst, const Shape& opera
     }
   }
   return result;
+}
+
+// The three convolution ops: x, w and y of the form (OpKind::kConvolution),
+// two of them operands and one the result given; checks they and the
+// window agree.
+absl::StatusOr<Shape> InferConvolution(const Instruction& inst,
+                                       const std::vector<Shape>& operands) {
+  const Shape* x = nullptr;
+  const Shape* w = nullptr;
+  const Shape* y = nullptr;
+  switch (inst.op) {
+    case OpKind::kConvolution: x = &operands[0], w = &operands[1], y = &inst.shape; break;
+    case OpKind::kConvInputGrad: y = &operands[0], w = &operands[1], x = &inst.shape; break;
+    default: x = &operands[0], y = &operands[1], w = &inst.shape; break;
+  }
+  for (const Shape* s : {x, w, y}) {
+    CW_RETURN_IF_ERROR(RequireF32(*s, "convolution values"));
+    CW_RETURN_IF_ERROR(ValidateShape(*s));
+  }
+  const int rank = x->rank();
+  if (rank < 3 || rank > 5 || w->rank() != rank || y->rank() != rank) {
+    return Invalid(absl::StrCat("convolution of input ", x->ToString(), ", kernel ",
+                                w->ToString(), " and output ", y->ToString(),
+                                ": each must be [batch, channels, 1 to 3 spatial dims]"));
+  }
+  const size_t spatial = static_cast<size_t>(rank - 2);
+  if (inst.window_strides.size() != spatial || inst.window_dilations.size() != spatial ||
+      inst.pad_low.size() != spatial) {
+    return Invalid(absl::StrCat("convolution over ", spatial,
+                                " spatial dims needs that many strides, dilations and pads"));
+  }
+  for (size_t i = 0; i < spatial; ++i) {
+    if (inst.window_strides[i] < 1 || inst.window_strides[i] > kMaxElements ||
+        inst.window_dilations[i] < 1 || inst.window_dilations[i] > kMaxElements ||
+        inst.pad_low[i] < -kMaxElements || inst.pad_low[i] > kMaxElements) {
+      return Invalid(absl::StrCat("convolution window: strides and dilations must be in [1, ",
+                                  kMaxElements, "], pads in [-", kMaxElements, ", ",
+                                  kMaxElements, "]"));
+    }
+    if (x->dims[i + 2] < 1 || w->dims[i + 2] < 1 || y->dims[i + 2] < 1) {
+      return Invalid("convolution: every spatial dim must be at least 1");
+    }
+  }
+  const int64_t groups = inst.feature_groups;
+  const int64_t c = x->dims[1], o = w->dims[0];
+  if (groups < 1 || c % groups != 0 || o % groups != 0 || w->dims[1] * groups != c ||
+      y->dims[1] != o || y->dims[0] != x->dims[0]) {
+    return Invalid(absl::StrCat("convolution of input ", x->ToString(), ", kernel ",
+                                w->ToString(), " and output ", y->ToString(), " in ", groups,
+                                " groups: the channels do not agree"));
+  }
+  return inst.op == OpKind::kConvolution ? *y : inst.op == OpKind::kConvInputGrad ? *x : *w;
 }
 
 absl::StatusOr<Shape> InferTranspose(const Instruction& inst, const Shape& operand) {
@@ -294,6 +350,11 @@ absl::StatusOr<Shape> InferSlice(const Instruction& inst, const Shape& operand) 
     return Invalid(absl::StrCat("slice of ", operand.ToString(), " needs ", operand.rank(),
                                 " starts and limits"));
   }
+  const std::vector<int64_t>& steps = inst.window_strides;
+  if (!steps.empty() && static_cast<int>(steps.size()) != operand.rank()) {
+    return Invalid(absl::StrCat("slice of ", operand.ToString(), " needs ", operand.rank(),
+                                " strides or none"));
+  }
   Shape result(operand.dtype, {});
   for (int i = 0; i < operand.rank(); ++i) {
     if (inst.starts[i] < 0 || inst.starts[i] > inst.limits[i] ||
@@ -302,7 +363,12 @@ absl::StatusOr<Shape> InferSlice(const Instruction& inst, const Shape& operand) 
                                   ") out of range for dimension ", i, " of ",
                                   operand.ToString()));
     }
-    result.dims.push_back(inst.limits[i] - inst.starts[i]);
+    const int64_t step = steps.empty() ? 1 : steps[i];
+    if (step < 1 || step > kMaxElements) {
+      return Invalid(absl::StrCat("slice stride ", step, " for dimension ", i,
+                                  " outside [1, ", kMaxElements, "]"));
+    }
+    result.dims.push_back((inst.limits[i] - inst.starts[i] + step - 1) / step);
   }
   return result;
 }
@@ -696,6 +762,10 @@ absl::StatusOr<Shape> InferShapeNoContext(const Instruction& inst,
         return Invalid("softmax_grad of a scalar");
       }
       return operands[0];
+    case OpKind::kConvolution:
+    case OpKind::kConvInputGrad:
+    case OpKind::kConvKernelGrad:
+      return InferConvolution(inst, operands);
     case OpKind::kWhile:
       return InferWhile(inst, operands);
     case OpKind::kConditional:

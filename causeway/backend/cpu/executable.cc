@@ -223,7 +223,7 @@ absl::Status CpuExecutable::RunStep(const Step& step, const Buffers& buffers,
       kernels::Iota(inst.shape, inst.dimension, out);
       return absl::OkStatus();
     case OpKind::kSlice:
-      kernels::Slice(a_shape, inst.starts, inst.shape, a, out);
+      kernels::Slice(a_shape, inst.starts, inst.window_strides, inst.shape, a, out);
       return absl::OkStatus();
     case OpKind::kConcatenate: {
       std::vector<int64_t> offset(inst.shape.dims.size(), 0);
@@ -341,6 +341,20 @@ absl::Status CpuExecutable::RunStep(const Step& step, const Buffers& buffers,
                                static_cast<const float*>(Resolve(step.operands[2], buffers)),
                                y, rows, cols);
       }
+      return absl::OkStatus();
+    }
+    case OpKind::kConvolution:
+    case OpKind::kConvInputGrad:
+    case OpKind::kConvKernelGrad: {
+      const ir::Shape& b_shape = OperandShape(inst, 1);
+      const bool input = inst.op == OpKind::kConvInputGrad;
+      const bool kernel = inst.op == OpKind::kConvKernelGrad;
+      kernels::Convolution(inst, input ? inst.shape : a_shape,
+                           input ? b_shape : kernel ? inst.shape : b_shape,
+                           inst.op == OpKind::kConvolution ? inst.shape : input ? a_shape : b_shape,
+                           static_cast<const float*>(a),
+                           static_cast<const float*>(Resolve(step.operands[1], buffers)),
+                           static_cast<float*>(out));
       return absl::OkStatus();
     }
     case OpKind::kWhile:

@@ -66,8 +66,9 @@ void Reduce(ir::OpKind op, const ir::Shape& operand, absl::Span<const int64_t> a
             const void* in, void* out);
 // The index along `dimension` at every element of `shape`.
 void Iota(const ir::Shape& shape, int64_t dimension, void* out);
+// Every steps[i]-th element from starts[i] (no steps: every element).
 void Slice(const ir::Shape& operand, absl::Span<const int64_t> starts,
-           const ir::Shape& result, const void* in, void* out);
+           absl::Span<const int64_t> steps, const ir::Shape& result, const void* in, void* out);
 // Copies `in` (shape `part`) into `out` (shape `whole`) at `offset`.
 void CopyInto(const ir::Shape& part, const void* in, const ir::Shape& whole,
               absl::Span<const int64_t> offset, void* out);
@@ -96,6 +97,12 @@ void SoftmaxGrad(const float* y, const float* g, float* out, int64_t rows, int64
 void Normalize(const float* x, float epsilon, float* out, int64_t rows, int64_t cols);
 void NormalizeGrad(const float* x, float epsilon, const float* g, float* out, int64_t rows,
                    int64_t cols);
+
+// The convolution form (ir::OpKind::kConvolution): computes the one of x,
+// w and y that inst.op names from its two operands (`first`, `second`, in
+// the op's order), f32.
+void Convolution(const ir::Instruction& inst, const ir::Shape& x, const ir::Shape& w,
+                 const ir::Shape& y, const float* first, const float* second, float* out);
 
 // Makes BLAS single-threaded in this process (each device computes on one
 // thread). Idempotent and thread-safe; called by cpu::Compile.

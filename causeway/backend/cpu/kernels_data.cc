@@ -230,9 +230,9 @@ void Iota(const ir::Shape& shape, int64_t dimension, void* out) {
 }
 
 void Slice(const ir::Shape& operand, absl::Span<const int64_t> starts,
-           const ir::Shape& result, const void* in, void* out) {
+           absl::Span<const int64_t> steps, const ir::Shape& result, const void* in, void* out) {
   if (result.num_elements() == 0) return;
-  const std::vector<int64_t> strides = ir::RowMajorStrides(operand.dims);
+  std::vector<int64_t> strides = ir::RowMajorStrides(operand.dims);
   int64_t offset = 0;
   for (size_t i = 0; i < starts.size(); ++i) offset += starts[i] * strides[i];
   const int64_t eb = ir::ByteSize(operand.dtype);
@@ -244,13 +244,24 @@ void Slice(const ir::Shape& operand, absl::Span<const int64_t> starts,
     std::memcpy(out, base, static_cast<size_t>(eb));
     return;
   }
+  // Steps scale the strides; the innermost one, if any, is a gather.
+  const int64_t inner_step = steps.empty() ? 1 : steps[rank - 1];
+  for (size_t i = 0; i < steps.size(); ++i) strides[i] *= steps[i];
   std::vector<int64_t> index(rank, 0);
   const int64_t inner = result.dims[rank - 1];
   std::byte* dst = static_cast<std::byte*>(out);
   const int64_t rows = result.num_elements() / inner;
   int64_t src = 0;
   for (int64_t r = 0; r < rows; ++r) {
-    std::memcpy(dst, base + src * eb, static_cast<size_t>(inner * eb));
+    if (inner_step == 1) {
+      std::memcpy(dst, base + src * eb, static_cast<size_t>(inner * eb));
+    } else if (eb == 4) {
+      const auto* from = reinterpret_cast<const uint32_t*>(base + src * eb);
+      auto* to = reinterpret_cast<uint32_t*>(dst);
+      for (int64_t j = 0; j < inner; ++j) to[j] = from[j * inner_step];
+    } else {
+      for (int64_t j = 0; j < inner; ++j) dst[j] = base[(src + j * inner_step) * eb];
+    }
     dst += inner * eb;
     for (int d = rank - 2; d >= 0; --d) {
       src += strides[d];

@@ -123,6 +123,22 @@ TEST(OpsTest, IotaSliceConcatenatePad) {
               ElementsAre(9, 9, 1, 2, 9));
 }
 
+TEST(OpsTest, StridedSlicesTakeEveryStepThElement) {
+  std::vector<float> v(30);
+  for (int i = 0; i < 30; ++i) v[static_cast<size_t>(i)] = static_cast<float>(i);
+  const Literal x = Literal::F32({5, 6}, v);
+  // Rows 1 and 4 (step 3 from 1), columns 0, 2, 4 (step 2, ending cut).
+  const Literal out = Eval({x}, [](auto& b, auto& p) { return b.Slice(p[0], {1, 0}, {5, 5}, {3, 2}); });
+  ASSERT_EQ(out.shape(), Shape(DType::kF32, {2, 3}));
+  EXPECT_THAT(F(out), ElementsAre(6, 8, 10, 24, 26, 28));
+  // Steps of 1 are plain slices; a step of 0 is refused.
+  FunctionBuilder b("steps");
+  const Value p = b.Parameter(x.shape());
+  EXPECT_EQ(b.shape(b.Slice(p, {0, 0}, {5, 6}, {1, 1})).dims, (std::vector<int64_t>{5, 6}));
+  b.Slice(p, {0, 0}, {5, 6}, {0, 1});
+  EXPECT_THAT(b.status().message(), ::testing::HasSubstr("slice stride 0"));
+}
+
 TEST(OpsTest, GatherClampsAndScatterAddDropsOutOfRangeIndices) {
   const Literal table = Literal::F32({3, 2}, {0, 1, 10, 11, 20, 21});
   const Literal idx = Literal::I32({4}, {2, 0, 7, -1});
@@ -181,6 +197,114 @@ TEST(OpsTest, DotGeneralMatchesLoopsForEveryLayout) {
   EXPECT_THAT(I(Eval({ia, ib},
                      [](auto& b, auto& p) { return b.DotGeneral(p[0], p[1], {}, {}, {1}, {0}); })),
               ElementsAre(19, 22, 43, 50));
+}
+
+// The convolution form y[n,o,p] = sum_{c,k} x[n, g*C/G + c, p*s + k*d - pad]
+// w[o,c,k] by loops over rank-3 windows (lower ranks padded with unit dims):
+// accumulates into whichever of x, w, y `op` computes from the other two.
+void ConvLoops(OpKind op, const Shape& xs, const Shape& ws, const Shape& ys, const ConvSpec& spec,
+               std::vector<float>& x, std::vector<float>& w, std::vector<float>& y) {
+  const size_t sp = xs.dims.size() - 2, skip = 3 - sp;
+  int64_t S[3] = {1, 1, 1}, K[3] = {1, 1, 1}, P[3] = {1, 1, 1}, st[3] = {1, 1, 1},
+          dl[3] = {1, 1, 1}, pad[3] = {0, 0, 0};
+  for (size_t i = 0; i < sp; ++i) {
+    S[skip + i] = xs.dims[i + 2];
+    K[skip + i] = ws.dims[i + 2];
+    P[skip + i] = ys.dims[i + 2];
+    st[skip + i] = spec.strides[i];
+    dl[skip + i] = spec.dilations[i];
+    pad[skip + i] = spec.pad_low[i];
+  }
+  const int64_t N = xs.dims[0], C = xs.dims[1], O = ws.dims[0], G = spec.groups;
+  const int64_t cg = C / G, og = O / G;
+  std::vector<float>& out = op == OpKind::kConvolution ? y : op == OpKind::kConvInputGrad ? x : w;
+  std::fill(out.begin(), out.end(), 0.0f);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t p0 = 0; p0 < P[0]; ++p0)
+        for (int64_t p1 = 0; p1 < P[1]; ++p1)
+          for (int64_t p2 = 0; p2 < P[2]; ++p2)
+            for (int64_t c = 0; c < cg; ++c)
+              for (int64_t k0 = 0; k0 < K[0]; ++k0)
+                for (int64_t k1 = 0; k1 < K[1]; ++k1)
+                  for (int64_t k2 = 0; k2 < K[2]; ++k2) {
+                    const int64_t i0 = p0 * st[0] + k0 * dl[0] - pad[0];
+                    const int64_t i1 = p1 * st[1] + k1 * dl[1] - pad[1];
+                    const int64_t i2 = p2 * st[2] + k2 * dl[2] - pad[2];
+                    if (i0 < 0 || i0 >= S[0] || i1 < 0 || i1 >= S[1] || i2 < 0 || i2 >= S[2]) {
+                      continue;
+                    }
+                    const int64_t xi =
+                        (((n * C + o / og * cg + c) * S[0] + i0) * S[1] + i1) * S[2] + i2;
+                    const int64_t wi = (((o * cg + c) * K[0] + k0) * K[1] + k1) * K[2] + k2;
+                    const int64_t yi = (((n * O + o) * P[0] + p0) * P[1] + p1) * P[2] + p2;
+                    if (op == OpKind::kConvolution) y[yi] += x[xi] * w[wi];
+                    if (op == OpKind::kConvInputGrad) x[xi] += y[yi] * w[wi];
+                    if (op == OpKind::kConvKernelGrad) w[wi] += x[xi] * y[yi];
+                  }
+}
+
+TEST(OpsTest, ConvolutionAndItsGradientsMatchLoopsForEveryWindow) {
+  struct Geometry {
+    const char* name;
+    std::vector<int64_t> x, w;
+    ConvSpec spec;
+  };
+  const std::vector<Geometry> cases = {
+      {"1-D, stride 2, dilation 2, padding", {2, 3, 11}, {4, 3, 3}, {{2}, {2}, {1}, {2}, 1}},
+      {"2-D, 2 groups, asymmetric", {2, 4, 7, 6}, {6, 2, 3, 2}, {{2, 1}, {1, 2}, {1, 0}, {0, 2}, 2}},
+      {"2-D depthwise", {1, 3, 5, 5}, {3, 1, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, {1, 1}, 3}},
+      {"2-D 1x1 (the input read as it lies)", {2, 5, 4, 3}, {7, 5, 1, 1}, {{1, 1}, {1, 1}, {0, 0}, {0, 0}, 1}},
+      {"2-D 1x1 with an output past the input", {1, 2, 3, 3}, {2, 2, 1, 1},
+       {{1, 1}, {1, 1}, {0, 0}, {1, 0}, 1}},
+      {"3-D", {1, 2, 4, 5, 3}, {3, 2, 2, 3, 2}, {{1, 2, 1}, {1, 1, 2}, {0, 1, 1}, {1, 1, 1}, 1}},
+      {"1-D crop (negative low padding)", {1, 2, 9}, {2, 2, 3}, {{1}, {1}, {-2}, {0}, 1}},
+  };
+  uint32_t seed = 1;
+  for (const Geometry& g : cases) {
+    SCOPED_TRACE(g.name);
+    const auto random = [&](std::vector<int64_t> dims) {
+      std::vector<float> v(static_cast<size_t>(Shape(DType::kF32, dims).num_elements()));
+      for (float& e : v) e = static_cast<float>((seed = seed * 1103515245u + 12345u) >> 16 & 0xff) / 64 - 2;
+      return Literal::F32(std::move(dims), v);
+    };
+    const Literal x = random(g.x), w = random(g.w);
+    const Literal y = Eval({x, w}, [&](auto& b, auto& p) { return b.Convolution(p[0], p[1], g.spec); });
+    std::vector<float> xv = F(x), wv = F(w), yv(static_cast<size_t>(y.shape().num_elements()));
+    ConvLoops(OpKind::kConvolution, x.shape(), w.shape(), y.shape(), g.spec, xv, wv, yv);
+    EXPECT_THAT(F(y), Pointwise(FloatNear(1e-4f), yv));
+    // The gradients, from a fresh y.
+    const Literal dy = random(y.shape().dims);
+    std::vector<float> dyv = F(dy), dx(xv.size()), dw(wv.size());
+    ConvLoops(OpKind::kConvInputGrad, x.shape(), w.shape(), y.shape(), g.spec, dx, wv, dyv);
+    ConvLoops(OpKind::kConvKernelGrad, x.shape(), w.shape(), y.shape(), g.spec, xv, dw, dyv);
+    EXPECT_THAT(F(Eval({dy, w}, [&](auto& b, auto& p) {
+                  return b.ConvInputGrad(p[0], p[1], g.x, g.spec);
+                })),
+                Pointwise(FloatNear(1e-4f), dx));
+    EXPECT_THAT(F(Eval({x, dy}, [&](auto& b, auto& p) {
+                  return b.ConvKernelGrad(p[0], p[1], g.w, g.spec);
+                })),
+                Pointwise(FloatNear(1e-3f), dw));
+  }
+}
+
+TEST(OpsTest, ConvolutionsOfMismatchedChannelsOrWindowsAreRefused) {
+  FunctionBuilder b("bad");
+  const Value x = b.Parameter(Shape(DType::kF32, {1, 4, 5, 5}));
+  const Value w = b.Parameter(Shape(DType::kF32, {6, 3, 3, 3}));  // 4 channels are not 3
+  b.Convolution(x, w, ConvSpec{});
+  EXPECT_THAT(b.status().message(), ::testing::HasSubstr("the channels do not agree"));
+  FunctionBuilder b2("bad_window");
+  const Value x2 = b2.Parameter(Shape(DType::kF32, {1, 4, 5, 5}));
+  const Value w2 = b2.Parameter(Shape(DType::kF32, {6, 4, 3, 3}));
+  b2.Convolution(x2, w2, ConvSpec{{0, 1}, {}, {}, {}, 1});
+  EXPECT_THAT(b2.status().message(), ::testing::HasSubstr("strides and dilations must be in"));
+  FunctionBuilder b3("too_small");
+  const Value x3 = b3.Parameter(Shape(DType::kF32, {1, 4, 2, 2}));
+  const Value w3 = b3.Parameter(Shape(DType::kF32, {6, 4, 3, 3}));
+  b3.Convolution(x3, w3, ConvSpec{});
+  EXPECT_THAT(b3.status().message(), ::testing::HasSubstr("at least 1"));
 }
 
 TEST(OpsTest, RandomNumbersAreDeterministicPerSeedAndWellDistributed) {

@@ -335,7 +335,10 @@ class Lowering {
         s.dst = ir::RowMajorStrides(inst.shape.dims);
         s.src = ir::RowMajorStrides(a_shape.dims);
         int64_t base = 0;
-        for (size_t k = 0; k < s.src.size(); ++k) base += inst.starts[k] * s.src[k];
+        for (size_t k = 0; k < s.src.size(); ++k) {
+          base += inst.starts[k] * s.src[k];
+          if (!inst.window_strides.empty()) s.src[k] *= inst.window_strides[k];
+        }
         return StridedCopy(Bytes(dt), s, base, 0, a, Ref{}, out);
       }
       case OpKind::kConcatenate: {
@@ -403,6 +406,10 @@ class Lowering {
       }
       case OpKind::kDotGeneral:
         return DotGeneral(inst, a, b, out);
+      case OpKind::kConvolution:
+      case OpKind::kConvInputGrad:
+      case OpKind::kConvKernelGrad:
+        return Convolution(inst, a, b, out);
       case OpKind::kGather:
       case OpKind::kScatterAdd: {
         const size_t dim = static_cast<size_t>(inst.dimension);
@@ -652,6 +659,117 @@ class Lowering {
     return t;
   }
 
+  // `r` moved on by `floats` 4-byte elements.
+  static Ref At(Ref r, int64_t floats) {
+    r.offset += static_cast<uint64_t>(floats * 4);
+    return r;
+  }
+
+  // A scratch region of at least `bytes`, shared by every convolution of
+  // the function (each dispatch is fenced from the next, so one's use ends
+  // before the next begins).
+  Ref ConvScratch(int64_t bytes) {
+    if (bytes > conv_scratch_bytes_) {
+      conv_scratch_ = Temp(bytes);
+      conv_scratch_bytes_ = bytes;
+    }
+    return conv_scratch_;
+  }
+
+  // The convolution form (ir::OpKind::kConvolution): im2col (kConvF32) and
+  // kMatmulF32 per batch element (one product over the batch where there is
+  // one group), col2im for the input gradient, and a sum over the batch
+  // for the kernel gradient. A 1x1 window of stride 1 and no padding reads
+  // the input as its col matrix.
+  absl::Status Convolution(const Instruction& inst, Ref first, Ref second, Ref out) {
+    const bool conv = inst.op == OpKind::kConvolution;
+    const bool input = inst.op == OpKind::kConvInputGrad;
+    const ir::Shape& x = input ? inst.shape : OperandShape(inst, 0);
+    const ir::Shape& w = conv || input ? OperandShape(inst, 1) : inst.shape;
+    const ir::Shape& y = conv ? inst.shape : input ? OperandShape(inst, 0) : OperandShape(inst, 1);
+    std::vector<int32_t> p(20, 0);
+    const size_t spatial = x.dims.size() - 2, skip = 3 - spatial;
+    for (size_t i = 0; i < 3; ++i) {
+      p[2 + i] = p[5 + i] = p[8 + i] = p[11 + i] = p[14 + i] = 1;
+    }
+    bool direct = true;
+    for (size_t i = 0; i < spatial; ++i) {
+      p[2 + skip + i] = static_cast<int32_t>(x.dims[i + 2]);
+      p[5 + skip + i] = static_cast<int32_t>(w.dims[i + 2]);
+      p[8 + skip + i] = static_cast<int32_t>(y.dims[i + 2]);
+      p[11 + skip + i] = static_cast<int32_t>(inst.window_strides[i]);
+      p[14 + skip + i] = static_cast<int32_t>(inst.window_dilations[i]);
+      p[17 + skip + i] = static_cast<int32_t>(inst.pad_low[i]);
+      direct = direct && w.dims[i + 2] == 1 && inst.window_strides[i] == 1 &&
+               inst.pad_low[i] == 0 && y.dims[i + 2] == x.dims[i + 2];
+    }
+    const int64_t n = x.dims[0], c = x.dims[1], o = w.dims[0], groups = inst.feature_groups;
+    p[1] = static_cast<int32_t>(c);
+    const int64_t taps = Product(w.dims, 2), outs = Product(y.dims, 2);
+    const int64_t plane = Product(x.dims, 2);
+    const int64_t rows = c / groups * taps, og = o / groups;
+    const int64_t col_elements = n * c * taps * outs;
+    const int64_t partials = inst.op == OpKind::kConvKernelGrad && n > 1 ? n * o * rows : 0;
+    if (col_elements > kMaxElements || partials > kMaxElements) {
+      return Unsupported(inst, "its im2col matrix would pass 2^31 - 1 elements");
+    }
+    if (n * groups > 65535) return Unsupported(inst, "more than 65535 batch elements x groups");
+    const Ref params = Params(p);
+    const Ref scratch = ConvScratch((direct ? 0 : col_elements * 4) + partials * 4);
+    const Ref x_ref = conv || !input ? first : out;
+    // col [N, G, rows, P]: the input itself, or its im2col.
+    Ref col = direct ? x_ref : scratch;
+    if (!direct && !input) {
+      Dispatch d = Flat(Kernel::kConvF32, col_elements, 0, x_ref, Ref{}, col);
+      d.params = params;
+      Add(d);
+    }
+    // Products over the batch elements (one over all where G is 1), each
+    // batched over the groups.
+    const int64_t loops = groups == 1 ? 1 : n;
+    const int64_t batch = groups == 1 ? n : groups;
+    const int64_t w_stride = groups == 1 ? 0 : og * rows;
+    if (conv) {  // y [G, og, P] = w_g [og, rows] x col_g [rows, P]
+      for (int64_t e = 0; e < loops; ++e) {
+        CW_RETURN_IF_ERROR(Matmul(inst, second, At(col, e * c * taps * outs),
+                                  At(out, e * o * outs), batch, og, outs, rows,
+                                  {w_stride, rows, 1}, {rows * outs, outs, 1}));
+      }
+      return absl::OkStatus();
+    }
+    if (input) {  // col_g [rows, P] = w_g^T [rows, og] x y_g [og, P], then col2im
+      const Ref into = direct ? out : col;
+      for (int64_t e = 0; e < loops; ++e) {
+        CW_RETURN_IF_ERROR(Matmul(inst, second, At(first, e * o * outs),
+                                  At(into, e * c * taps * outs), batch, rows, outs, og,
+                                  {w_stride, 1, rows}, {og * outs, outs, 1}));
+      }
+      if (!direct) {
+        Dispatch d = Flat(Kernel::kConvF32, n * c * plane, 1, col, Ref{}, out);
+        d.params = params;
+        Add(d);
+      }
+      return absl::OkStatus();
+    }
+    // w partials [N, G, og, rows] = y_g [og, P] x col_g^T [P, rows], summed
+    // over N.
+    const Ref into = partials > 0 ? At(scratch, direct ? 0 : col_elements) : out;
+    CW_RETURN_IF_ERROR(Matmul(inst, second, col, into, n * groups, og, rows, outs,
+                              {og * outs, outs, 1}, {rows * outs, 1, outs}));
+    if (partials > 0) {
+      std::vector<int32_t> rp(36, 0);
+      rp[0] = 1;
+      rp[1] = 1;
+      rp[2] = static_cast<int32_t>(n);
+      rp[4] = static_cast<int32_t>(o * rows);
+      rp[12] = 1;
+      rp[20] = static_cast<int32_t>(n);
+      rp[28] = static_cast<int32_t>(o * rows);
+      Reduce(Kernel::kReduceF32, 0, o * rows, n, rp, into, out, 4);
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status DotGeneral(const Instruction& inst, Ref a, Ref b, Ref out) {
     const ir::Shape& ls = OperandShape(inst, 0);
     const ir::Shape& rs = OperandShape(inst, 1);
@@ -720,6 +838,8 @@ class Lowering {
   const ir::Function& f_;
   VulkanExecutable& exe_;
   int64_t temp_top_ = 0;
+  Ref conv_scratch_;
+  int64_t conv_scratch_bytes_ = 0;
   std::map<int, Ref> constants_;
 };
 

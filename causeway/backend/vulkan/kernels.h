@@ -135,6 +135,14 @@ enum class Kernel : int {
   // (Reductions are of f32 or i32 only: the IR has no pred all_reduce.)
   kMembersF32,
   kMembersI32,
+  // The convolutions' data movement (shaders/conv_f32.comp): op 0 im2col
+  // (a = x [N*C, S] -> out = col [N*C, taps, P]), op 1 col2im (a = col ->
+  // out = x, each element the sum of what read it); n = the result's
+  // elements. Parameter block: [1] C, [2..4] S, [5..7] kernel dims,
+  // [8..10] P, [11..13] strides, [14..16] dilations, [17..19] low padding
+  // (rank 3; lower ranks with unit dims in front). The products around
+  // them are kMatmulF32's.
+  kConvF32,
   kNumKernels,
 };
 

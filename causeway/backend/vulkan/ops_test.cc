@@ -343,6 +343,40 @@ TEST_F(VulkanOpsTest, MatrixProducts) {
          1e-5f});
 }
 
+TEST_F(VulkanOpsTest, StridedSlices) {
+  Check({"strided_slice", {RandomF32({6, 7, 5}, rng_)},
+         [](auto& f, auto& v) { return f.Slice(v[0], {1, 0, 2}, {6, 7, 5}, {2, 3, 1}); }});
+  Check({"strided_slice_i32", {RandomI32({9, 4}, rng_)},
+         [](auto& f, auto& v) { return f.Slice(v[0], {0, 1}, {9, 4}, {4, 2}); }});
+}
+
+TEST_F(VulkanOpsTest, ConvolutionsAndTheirGradients) {
+  struct Geometry {
+    std::string name;
+    std::vector<int64_t> x, w, y;
+    ConvSpec spec;
+  };
+  const std::vector<Geometry> cases = {
+      {"1d_strided_dilated", {2, 3, 11}, {4, 3, 3}, {2, 4, 5}, {{2}, {2}, {1}, {2}, 1}},
+      {"2d_two_groups", {3, 4, 7, 6}, {6, 2, 3, 2}, {3, 6, 3, 6}, {{2, 1}, {1, 2}, {1, 0}, {0, 2}, 2}},
+      {"2d_1x1", {2, 5, 4, 3}, {7, 5, 1, 1}, {2, 7, 4, 3}, {{1, 1}, {1, 1}, {0, 0}, {0, 0}, 1}},
+      {"3d", {1, 2, 4, 5, 3}, {3, 2, 2, 3, 2}, {1, 3, 4, 3, 3},
+       {{1, 2, 1}, {1, 1, 2}, {0, 1, 1}, {1, 1, 1}, 1}},
+  };
+  for (const Geometry& g : cases) {
+    const ConvSpec spec = g.spec;
+    const std::vector<int64_t> xd = g.x, wd = g.w;
+    Check({g.name, {RandomF32(g.x, rng_), RandomF32(g.w, rng_)},
+           [spec](auto& f, auto& v) { return f.Convolution(v[0], v[1], spec); }, 1e-4f});
+    Check({g.name + "_input_grad", {RandomF32(g.y, rng_), RandomF32(g.w, rng_)},
+           [spec, xd](auto& f, auto& v) { return f.ConvInputGrad(v[0], v[1], xd, spec); },
+           1e-4f});
+    Check({g.name + "_kernel_grad", {RandomF32(g.x, rng_), RandomF32(g.y, rng_)},
+           [spec, wd](auto& f, auto& v) { return f.ConvKernelGrad(v[0], v[1], wd, spec); },
+           1e-4f});
+  }
+}
+
 TEST_F(VulkanOpsTest, GatherAndScatterAdd) {
   const Literal table = RandomF32({11, 6}, rng_);
   Literal idx = RandomI32({4, 5}, rng_, -2, 13);  // some out of range

@@ -1,12 +1,10 @@
-// Convolution and pooling as compositions of the IR's ops: the input padded,
-// one strided slice of it per kernel offset (a patch), and then, for Conv,
-// the patches stacked and contracted with the weights in one dot_general
-// per group (im2col); for MaxPool and AveragePool, the patches' maximum or
-// mean. Every step is an IR op with a gradient, so the composition has one.
+// Convolution as the IR's convolution ops (Conv as kConvolution,
+// ConvTranspose as kConvInputGrad), and pooling as a composition of IR
+// ops: the input padded once, one strided slice of it per kernel offset (a
+// patch), and the patches' maximum or mean. Each has a gradient.
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <numeric>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -74,34 +72,6 @@ absl::StatusOr<Window> MakeWindow(Converter& c, const Node& n, const std::vector
   return w;
 }
 
-// `count` elements of `x` along `axis` from `start`, `stride` apart.
-Value StridedSlice(Converter& c, Value x, int64_t axis, int64_t start, int64_t count,
-                   int64_t stride) {
-  std::vector<int64_t> d = c.ShapeOf(x).dims;
-  std::vector<int64_t> lo(d.size(), 0), hi = d;
-  lo[static_cast<size_t>(axis)] = start;
-  hi[static_cast<size_t>(axis)] = std::min(d[static_cast<size_t>(axis)], start + count * stride);
-  x = c.b.Slice(x, lo, hi);
-  if (stride == 1) return x;
-  d = c.ShapeOf(x).dims;
-  const int64_t have = d[static_cast<size_t>(axis)];
-  if (have < count * stride) {  // pad to whole strides (never read)
-    std::vector<int64_t> plo(d.size(), 0), phi(d.size(), 0);
-    phi[static_cast<size_t>(axis)] = count * stride - have;
-    x = c.b.Pad(x, c.Scalar(0, c.ShapeOf(x).dtype), plo, phi);
-    d = c.ShapeOf(x).dims;
-  }
-  std::vector<int64_t> split = d;
-  split[static_cast<size_t>(axis)] = count;
-  split.insert(split.begin() + axis + 1, stride);
-  x = c.b.Reshape(x, split);
-  std::vector<int64_t> slo(split.size(), 0), shi = split;
-  shi[static_cast<size_t>(axis) + 1] = 1;
-  x = c.b.Slice(x, slo, shi);
-  split.erase(split.begin() + axis + 1);
-  return c.b.Reshape(x, split);
-}
-
 // x [N, C, S...] padded (`pad_value`) as `w` says; every patch, one per
 // kernel offset in row-major order, each [N, C, out...].
 std::vector<Value> Patches(Converter& c, Value x, const Window& w, double pad_value) {
@@ -117,13 +87,17 @@ std::vector<Value> Patches(Converter& c, Value x, const Window& w, double pad_va
   if (padded) x = c.b.Pad(x, c.Scalar(pad_value, c.ShapeOf(x).dtype), lo, hi);
   std::vector<Value> patches;
   std::vector<int64_t> at(k, 0);
+  const std::vector<int64_t> padded_dims = c.ShapeOf(x).dims;
   while (true) {
-    Value p = x;
+    // One strided slice per kernel offset.
+    std::vector<int64_t> starts(padded_dims.size(), 0), limits = padded_dims,
+                         steps(padded_dims.size(), 1);
     for (size_t i = 0; i < k; ++i) {
-      p = StridedSlice(c, p, static_cast<int64_t>(i + 2), at[i] * w.dilations[i], w.out[i],
-                       w.strides[i]);
+      starts[i + 2] = at[i] * w.dilations[i];
+      limits[i + 2] = starts[i + 2] + (w.out[i] - 1) * w.strides[i] + 1;
+      steps[i + 2] = w.strides[i];
     }
-    patches.push_back(p);
+    patches.push_back(c.b.Slice(x, starts, limits, steps));
     size_t i = k;
     while (i > 0 && ++at[i - 1] == w.kernel[i - 1]) at[--i] = 0;
     if (i == 0) break;
@@ -132,43 +106,21 @@ std::vector<Value> Patches(Converter& c, Value x, const Window& w, double pad_va
 }
 
 // x [N, C, S...] convolved with wt [M, C/group, K...] over window `w`
-// (kernel = K), plus bias [M] if given: [N, M, out...].
+// (kernel = K), plus bias [M] if given: [N, M, out...], by the IR's
+// convolution.
 absl::StatusOr<Value> ConvCore(Converter& c, Value x, Value wt, std::optional<Value> bias,
                                const Window& w, int64_t group) {
   const std::vector<int64_t> xd = c.ShapeOf(x).dims, wd = c.ShapeOf(wt).dims;
-  const int64_t N = xd[0], C = xd[1], M = wd[0];
+  const int64_t C = xd[1], M = wd[0];
   if (group < 1 || C % group != 0 || M % group != 0 || wd[1] != C / group) {
     return absl::InvalidArgumentError("channels do not fit the groups");
   }
-  int64_t K = 1, P = 1;
-  for (int64_t v : w.kernel) K *= v;
-  for (int64_t v : w.out) P *= v;
-  // [N, C, K, out...]: the patches side by side, then per group one
-  // product of the weights [Mg, Cg K] with them [N, Cg K, P].
-  std::vector<Value> patches = Patches(c, x, w, 0.0);
-  std::vector<int64_t> one = c.ShapeOf(patches[0]).dims;
-  one.insert(one.begin() + 2, 1);
-  for (Value& p : patches) p = c.b.Reshape(p, one);
-  const Value cols = patches.size() == 1 ? patches[0] : c.b.Concatenate(patches, 2);
-  const int64_t cg = C / group, mg = M / group;
-  std::vector<Value> outs;
-  for (int64_t g = 0; g < group; ++g) {
-    std::vector<int64_t> lo(one.size(), 0), hi = c.ShapeOf(cols).dims;
-    lo[1] = g * cg;
-    hi[1] = (g + 1) * cg;
-    const Value cols_g = c.b.Reshape(c.b.Slice(cols, lo, hi), {N, cg * K, P});
-    std::vector<int64_t> wlo(wd.size(), 0), whi = wd;
-    wlo[0] = g * mg;
-    whi[0] = (g + 1) * mg;
-    const Value w_g = c.b.Reshape(c.b.Slice(wt, wlo, whi), {mg, cg * K});
-    // [Mg, N, P] -> [N, Mg, P]
-    outs.push_back(c.b.Transpose(c.b.DotGeneral(w_g, cols_g, {}, {}, {1}, {1}), {1, 0, 2}));
+  Value y = c.b.Convolution(x, wt, ir::ConvSpec{w.strides, w.dilations, w.pad_begin, w.pad_end,
+                                                group});
+  if (bias.has_value()) {
+    const std::vector<int64_t> yd = c.ShapeOf(y).dims;
+    y = c.b.Add(y, c.b.Broadcast(*bias, yd, {1}));
   }
-  Value y = outs.size() == 1 ? outs[0] : c.b.Concatenate(outs, 1);
-  std::vector<int64_t> yd = {N, M};
-  yd.insert(yd.end(), w.out.begin(), w.out.end());
-  y = c.b.Reshape(y, yd);
-  if (bias.has_value()) y = c.b.Add(y, c.b.Broadcast(*bias, yd, {1}));
   return y;
 }
 
@@ -208,12 +160,11 @@ absl::Status Conv(Converter& c, const Node& n) {
   return absl::OkStatus();
 }
 
-// The transposed convolution as a convolution: the input with stride - 1
-// zeros between its elements, padded by the kernel's span less the pads,
-// convolved (stride 1) with the kernel flipped and its channels swapped.
+// The transposed convolution: the IR's gradient of a convolution against its
+// input.
 absl::Status ConvTranspose(Converter& c, const Node& n) {
   CW_ASSIGN_OR_RETURN(ConvOperands o, ReadConvOperands(c, n, "[C, M/group, K...]"));
-  Value x = o.x, wt = o.wt;
+  const Value x = o.x, wt = o.wt;
   const std::vector<int64_t>& xd = o.xd;
   const std::vector<int64_t>& wd = o.wd;
   const size_t k = xd.size() - 2;
@@ -255,65 +206,19 @@ absl::Status ConvTranspose(Converter& c, const Node& n) {
       pads[i] = pads[i + k] = 0;
     }
   }
-  // Zeros between the input's elements.
-  for (size_t i = 0; i < k; ++i) {
-    if (strides[i] == 1) continue;
-    const auto axis = static_cast<int64_t>(i + 2);
-    std::vector<int64_t> d = c.ShapeOf(x).dims, spread = d;
-    spread.insert(spread.begin() + axis + 1, 1);
-    x = c.b.Reshape(x, spread);
-    std::vector<int64_t> lo(spread.size(), 0), hi(spread.size(), 0);
-    hi[static_cast<size_t>(axis) + 1] = strides[i] - 1;
-    x = c.b.Pad(x, c.Scalar(0, DType::kF32), lo, hi);
-    d[static_cast<size_t>(axis)] *= strides[i];
-    x = c.b.Reshape(x, d);
-    std::vector<int64_t> slo(d.size(), 0), shi = d;
-    shi[static_cast<size_t>(axis)] = (xd[i + 2] - 1) * strides[i] + 1;
-    x = c.b.Slice(x, slo, shi);
-  }
-  // The flipped kernel, its channels swapped within each group:
-  // [C, Mg, K...] -> [M, Cg, K...].
-  for (size_t i = 0; i < k; ++i) {
-    std::vector<int32_t> rev(static_cast<size_t>(kernel[i]));
-    for (int64_t j = 0; j < kernel[i]; ++j) rev[static_cast<size_t>(j)] = static_cast<int32_t>(kernel[i] - 1 - j);
-    wt = c.b.Gather(wt, c.b.Constant(ir::Literal::I32({kernel[i]}, rev)), static_cast<int64_t>(i + 2));
-  }
-  const int64_t cg = C / group;
-  std::vector<int64_t> perm(wd.size());
-  std::iota(perm.begin(), perm.end(), 0);
-  std::swap(perm[0], perm[1]);
-  std::vector<Value> parts;
-  for (int64_t g = 0; g < group; ++g) {
-    std::vector<int64_t> lo(wd.size(), 0), hi = wd;
-    lo[0] = g * cg;
-    hi[0] = (g + 1) * cg;
-    parts.push_back(c.b.Transpose(c.b.Slice(wt, lo, hi), perm));  // [Mg, Cg, K...]
-  }
-  wt = parts.size() == 1 ? parts[0] : c.b.Concatenate(parts, 0);
-  // Padding of the spread input: the span less the pads (negative: cut).
-  Window w;
-  w.kernel = kernel;
-  w.strides.assign(k, 1);
-  w.dilations = dil;
-  w.extra_end.assign(k, 0);
-  std::vector<int64_t> spread = c.ShapeOf(x).dims;
-  std::vector<int64_t> cut_lo(spread.size(), 0), cut_hi = spread;
-  bool cut = false;
+  // The gradient of a convolution whose input is this op's output and whose
+  // output is this op's input (ir::OpKind::kConvInputGrad).
+  std::vector<int64_t> yd = {xd[0], wd[1] * group};
   for (size_t i = 0; i < k; ++i) {
     const int64_t span = (kernel[i] - 1) * dil[i] + 1;
-    const int64_t before = span - 1 - pads[i], after = span - 1 - pads[i + k] + out_pad[i];
-    w.pad_begin.push_back(std::max<int64_t>(before, 0));
-    w.pad_end.push_back(std::max<int64_t>(after, 0));
-    if (before < 0 || after < 0) cut = true;
-    cut_lo[i + 2] = std::max<int64_t>(-before, 0);
-    cut_hi[i + 2] = spread[i + 2] - std::max<int64_t>(-after, 0);
-    const int64_t size = cut_hi[i + 2] - cut_lo[i + 2] + w.pad_begin[i] + w.pad_end[i];
-    if (size < span) return absl::InvalidArgumentError("the output would be empty");
-    w.out.push_back(size - span + 1);
+    const int64_t size = strides[i] * (xd[i + 2] - 1) + out_pad[i] + span - pads[i] - pads[i + k];
+    if (size < 1) return absl::InvalidArgumentError("the output would be empty");
+    yd.push_back(size);
   }
-  if (cut) x = c.b.Slice(x, cut_lo, cut_hi);
+  const std::vector<int64_t> pad_low(pads.begin(), pads.begin() + static_cast<int64_t>(k));
+  Value y = c.b.ConvInputGrad(x, wt, yd, ir::ConvSpec{strides, dil, pad_low, {}, group});
   CW_ASSIGN_OR_RETURN(std::optional<Value> bias, c.InIfGiven(n, 2));
-  CW_ASSIGN_OR_RETURN(Value y, ConvCore(c, x, wt, bias, w, group));
+  if (bias.has_value()) y = c.b.Add(y, c.b.Broadcast(*bias, yd, {1}));
   c.Set(n, 0, y, c.TypeOf(n, 0));
   return absl::OkStatus();
 }

@@ -205,28 +205,53 @@ absl::Status Slice(Converter& c, const Node& n) {
   if (axes.empty()) {
     for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
   }
-  std::vector<int64_t> lo(static_cast<size_t>(rank), 0), hi = d;
+  if (starts.size() != axes.size() || ends.size() != axes.size() ||
+      (!steps.empty() && steps.size() != axes.size())) {
+    return absl::InvalidArgumentError("starts, ends, axes and steps differ in length");
+  }
+  // Per dim: [lo, hi) with a positive step, read from the dim reversed when
+  // the model's step is negative.
+  std::vector<int64_t> lo(static_cast<size_t>(rank), 0), hi = d, step(static_cast<size_t>(rank), 1);
+  std::vector<bool> reversed(static_cast<size_t>(rank), false);
   for (size_t i = 0; i < axes.size(); ++i) {
     CW_ASSIGN_OR_RETURN(int64_t a, Axis(axes[i], rank));
-    if (!steps.empty() && steps[i] != 1) {
-      return absl::UnimplementedError(absl::StrCat("a step of ", steps[i], " (only 1)"));
+    const auto at = static_cast<size_t>(a);
+    const int64_t s = steps.empty() ? 1 : steps[i];
+    if (s == 0) return absl::InvalidArgumentError("a step of 0");
+    const int64_t dim = d[at];
+    const auto wrap = [dim](int64_t v) { return v < 0 ? v + dim : v; };
+    if (s > 0) {
+      lo[at] = std::clamp<int64_t>(wrap(starts[i]), 0, dim);
+      hi[at] = std::max(lo[at], std::clamp<int64_t>(wrap(ends[i]), 0, dim));
+    } else {
+      // From start down to (excluding) end: in the reversed dim, from
+      // dim - 1 - start up to dim - 1 - end.
+      const int64_t first = std::clamp<int64_t>(wrap(starts[i]), 0, dim - 1);
+      const int64_t last = std::clamp<int64_t>(wrap(ends[i]), -1, dim - 1);
+      lo[at] = dim - 1 - first;
+      hi[at] = std::max(lo[at], std::min(dim, dim - 1 - last));
+      reversed[at] = true;
     }
-    const int64_t dim = d[static_cast<size_t>(a)];
-    const auto clamp = [dim](int64_t v) {
-      if (v < 0) v += dim;
-      return std::clamp<int64_t>(v, 0, dim);
-    };
-    lo[static_cast<size_t>(a)] = clamp(starts[i]);
-    hi[static_cast<size_t>(a)] = std::max(lo[static_cast<size_t>(a)], clamp(ends[i]));
+    step[at] = s > 0 ? s : -s;
   }
   if (e->known.has_value() && !IsFloatType(e->onnx_type) && rank == 1) {
-    std::vector<int64_t> v(e->known->ints.begin() + lo[0], e->known->ints.begin() + hi[0]);
-    const int64_t size = hi[0] - lo[0];
+    std::vector<int64_t> v;
+    for (int64_t j = lo[0]; j < hi[0]; j += step[0]) {
+      v.push_back(e->known->ints[static_cast<size_t>(reversed[0] ? d[0] - 1 - j : j)]);
+    }
+    const auto size = static_cast<int64_t>(v.size());
     c.SetKnown(n, 0, MakeInts(std::move(v), {size}, e->onnx_type));
     return absl::OkStatus();
   }
   CW_ASSIGN_OR_RETURN(Value x, c.In(n, 0));
-  c.Set(n, 0, c.b.Slice(x, lo, hi), c.TypeOf(n, 0));
+  for (int64_t a = 0; a < rank; ++a) {
+    const auto at = static_cast<size_t>(a);
+    if (!reversed[at] || d[at] <= 1) continue;
+    std::vector<int32_t> rev(static_cast<size_t>(d[at]));
+    for (int64_t j = 0; j < d[at]; ++j) rev[static_cast<size_t>(j)] = static_cast<int32_t>(d[at] - 1 - j);
+    x = c.b.Gather(x, c.b.Constant(ir::Literal::I32({d[at]}, rev)), a);
+  }
+  c.Set(n, 0, c.b.Slice(x, lo, hi, step), c.TypeOf(n, 0));
   return absl::OkStatus();
 }
 

@@ -1,0 +1,214 @@
+// The convolution kernels (ir::OpKind::kConvolution and its two gradients)
+// as im2col and one single-threaded sgemm per batch element and group:
+//   y_g [O/G, P]   = w_g [O/G, R] x col [R, P]        (kConvolution)
+//   col [R, P]     = w_g^T x y_g, added back to x     (kConvInputGrad)
+//   w_g [O/G, R]  += y_g x col^T, over the batch      (kConvKernelGrad)
+// where col holds, for each of the R = C/G * K kernel taps, the input
+// element each of the P output positions reads (0 in the padding). A 1x1
+// window of stride 1 and no padding reads the input as it lies, with no
+// copy. Spatial ranks 1 and 2 run as rank 3 with unit dims in front.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "causeway/backend/cpu/kernels.h"
+#include "causeway/base/check.h"
+
+extern "C" {
+#include <cblas.h>
+}
+
+namespace causeway::backend::cpu::kernels {
+namespace {
+
+struct Geometry {
+  int64_t n = 0, c = 0, o = 0, groups = 1;
+  int64_t in[3] = {1, 1, 1}, k[3] = {1, 1, 1}, out[3] = {1, 1, 1};
+  int64_t stride[3] = {1, 1, 1}, dilation[3] = {1, 1, 1}, pad[3] = {0, 0, 0};
+
+  int64_t in_size() const { return in[0] * in[1] * in[2]; }
+  int64_t taps() const { return k[0] * k[1] * k[2]; }
+  int64_t out_size() const { return out[0] * out[1] * out[2]; }
+  int64_t cg() const { return c / groups; }
+  int64_t og() const { return o / groups; }
+  int64_t rows() const { return cg() * taps(); }
+  // The input as it lies is the col matrix.
+  bool direct() const {
+    for (int i = 0; i < 3; ++i) {
+      if (k[i] != 1 || stride[i] != 1 || pad[i] != 0 || out[i] != in[i]) return false;
+    }
+    return true;
+  }
+};
+
+Geometry Make(const ir::Instruction& inst, const ir::Shape& x, const ir::Shape& w,
+              const ir::Shape& y) {
+  Geometry g;
+  g.n = x.dims[0];
+  g.c = x.dims[1];
+  g.o = w.dims[0];
+  g.groups = inst.feature_groups;
+  const size_t spatial = x.dims.size() - 2;
+  const size_t skip = 3 - spatial;
+  for (size_t i = 0; i < spatial; ++i) {
+    g.in[skip + i] = x.dims[i + 2];
+    g.k[skip + i] = w.dims[i + 2];
+    g.out[skip + i] = y.dims[i + 2];
+    g.stride[skip + i] = inst.window_strides[i];
+    g.dilation[skip + i] = inst.window_dilations[i];
+    g.pad[skip + i] = inst.pad_low[i];
+  }
+  return g;
+}
+
+// Output positions [lo, hi) along a dim whose input index p * stride + off
+// lies in [0, size).
+void ValidRange(int64_t off, int64_t stride, int64_t size, int64_t out, int64_t& lo,
+                int64_t& hi) {
+  lo = off >= 0 ? 0 : (-off + stride - 1) / stride;
+  hi = size - off <= 0 ? 0 : (size - off + stride - 1) / stride;
+  lo = std::min(lo, out);
+  hi = std::clamp(hi, lo, out);
+}
+
+// Visits every (col row, input line, output line) pairing of one group's
+// input: `line(r, src_offset, dst_offset, lo, hi, off)` for the positions
+// p2 in [lo, hi) of output line dst_offset of row r, which read input
+// element src_offset + p2 * stride2 + off; positions outside [lo, hi) and
+// whole lines outside the input read padding (`pad(r, dst_offset, count)`).
+template <typename Line, typename Pad>
+void ForEachTap(const Geometry& g, Line line, Pad pad) {
+  const int64_t p_size = g.out_size();
+  for (int64_t c = 0; c < g.cg(); ++c) {
+    for (int64_t k0 = 0; k0 < g.k[0]; ++k0) {
+      for (int64_t k1 = 0; k1 < g.k[1]; ++k1) {
+        for (int64_t k2 = 0; k2 < g.k[2]; ++k2) {
+          const int64_t r = ((c * g.k[0] + k0) * g.k[1] + k1) * g.k[2] + k2;
+          const int64_t off2 = k2 * g.dilation[2] - g.pad[2];
+          int64_t lo = 0, hi = 0;
+          ValidRange(off2, g.stride[2], g.in[2], g.out[2], lo, hi);
+          for (int64_t p0 = 0; p0 < g.out[0]; ++p0) {
+            const int64_t i0 = p0 * g.stride[0] + k0 * g.dilation[0] - g.pad[0];
+            for (int64_t p1 = 0; p1 < g.out[1]; ++p1) {
+              const int64_t i1 = p1 * g.stride[1] + k1 * g.dilation[1] - g.pad[1];
+              const int64_t dst = r * p_size + (p0 * g.out[1] + p1) * g.out[2];
+              if (i0 < 0 || i0 >= g.in[0] || i1 < 0 || i1 >= g.in[1] || lo == hi) {
+                pad(dst, g.out[2]);
+                continue;
+              }
+              const int64_t src = (c * g.in[0] + i0) * g.in[1] * g.in[2] + i1 * g.in[2];
+              pad(dst, lo);
+              line(src + off2, dst, lo, hi);
+              pad(dst + hi, g.out[2] - hi);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// col [rows, P] from one group's input x_g [C/G, S].
+void Im2Col(const Geometry& g, const float* x, float* col) {
+  const int64_t s = g.stride[2];
+  ForEachTap(
+      g,
+      [&](int64_t src, int64_t dst, int64_t lo, int64_t hi) {
+        if (s == 1) {
+          std::memcpy(col + dst + lo, x + src + lo, static_cast<size_t>(hi - lo) * sizeof(float));
+        } else {
+          for (int64_t p = lo; p < hi; ++p) col[dst + p] = x[src + p * s];
+        }
+      },
+      [&](int64_t dst, int64_t count) {
+        if (count > 0) std::memset(col + dst, 0, static_cast<size_t>(count) * sizeof(float));
+      });
+}
+
+// Adds col [rows, P] back into one group's input gradient dx_g [C/G, S].
+void Col2ImAdd(const Geometry& g, const float* col, float* dx) {
+  const int64_t s = g.stride[2];
+  ForEachTap(
+      g,
+      [&](int64_t src, int64_t dst, int64_t lo, int64_t hi) {
+        for (int64_t p = lo; p < hi; ++p) dx[src + p * s] += col[dst + p];
+      },
+      [](int64_t, int64_t) {});
+}
+
+// Scratch for col, kept by each device thread between calls.
+float* Scratch(int64_t n) {
+  thread_local std::vector<float> buffer;
+  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(static_cast<size_t>(n));
+  return buffer.data();
+}
+
+blasint B(int64_t v) { return static_cast<blasint>(v); }
+
+// The col matrix of batch element n, group grp of x: x itself where the
+// window reads it as it lies (col is null then), else its im2col in col.
+const float* ColOf(const Geometry& g, const float* x, int64_t n, int64_t grp, float* col) {
+  const float* xg = x + (n * g.c + grp * g.cg()) * g.in_size();
+  if (col == nullptr) return xg;
+  Im2Col(g, xg, col);
+  return col;
+}
+
+}  // namespace
+
+void Convolution(const ir::Instruction& inst, const ir::Shape& x_shape,
+                 const ir::Shape& w_shape, const ir::Shape& y_shape, const float* first,
+                 const float* second, float* out) {
+  const Geometry g = Make(inst, x_shape, w_shape, y_shape);
+  const int64_t rows = g.rows(), p = g.out_size(), s = g.in_size(), og = g.og();
+  const bool direct = g.direct();
+  float* col = direct ? nullptr : Scratch(rows * p);
+  switch (inst.op) {
+    case ir::OpKind::kConvolution: {
+      const float* x = first;
+      const float* w = second;
+      for (int64_t n = 0; n < g.n; ++n) {
+        for (int64_t grp = 0; grp < g.groups; ++grp) {
+          const float* src = ColOf(g, x, n, grp, col);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B(og), B(p), B(rows), 1.0f,
+                      w + grp * og * rows, B(rows), src, B(p), 0.0f,
+                      out + (n * g.o + grp * og) * p, B(p));
+        }
+      }
+      return;
+    }
+    case ir::OpKind::kConvInputGrad: {
+      const float* y = first;
+      const float* w = second;
+      std::memset(out, 0, static_cast<size_t>(g.n * g.c * s) * sizeof(float));
+      for (int64_t n = 0; n < g.n; ++n) {
+        for (int64_t grp = 0; grp < g.groups; ++grp) {
+          float* dxg = out + (n * g.c + grp * g.cg()) * s;
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, B(rows), B(p), B(og), 1.0f,
+                      w + grp * og * rows, B(rows), y + (n * g.o + grp * og) * p, B(p), 0.0f,
+                      direct ? dxg : col, B(p));
+          if (!direct) Col2ImAdd(g, col, dxg);
+        }
+      }
+      return;
+    }
+    case ir::OpKind::kConvKernelGrad: {
+      const float* x = first;
+      const float* y = second;
+      std::memset(out, 0, static_cast<size_t>(g.o * rows) * sizeof(float));
+      for (int64_t n = 0; n < g.n; ++n) {
+        for (int64_t grp = 0; grp < g.groups; ++grp) {
+          const float* src = ColOf(g, x, n, grp, col);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B(og), B(rows), B(p), 1.0f,
+                      y + (n * g.o + grp * og) * p, B(p), src, B(p), 1.0f,
+                      out + grp * og * rows, B(rows));
+        }
+      }
+      return;
+    }
+    default:
+      CW_CHECK(false) << "not a convolution: " << ir::OpName(inst.op);
+  }
+}
+
+}  // namespace causeway::backend::cpu::kernels
