@@ -30,6 +30,7 @@ struct RunOptions {
   std::vector<std::string> constants;  // integer inputs fixed at compile time
   int devices = 1;
   std::string device_kind = "cpu";
+  int64_t memory_bytes = 0;  // per device; 0: the cluster's default
   std::string out;  // folder for the outputs' .npy
   int iters = 1;
   bool json = false;
@@ -124,6 +125,7 @@ int RunModel(const RunOptions& o) {
   lo.hosts_per_island = 1;
   lo.devices_per_host = o.devices;
   lo.device_kind = o.device_kind;
+  if (o.memory_bytes > 0) lo.device_memory_bytes = o.memory_bytes;
   absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Create(lo);
   if (!cluster.ok()) return Fail(cluster.status());
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(cluster->get());
@@ -222,6 +224,9 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--device-kind", o->device_kind, DeviceKindHelp("The kind of the devices"))
       ->capture_default_str();
+  cmd->add_option("--memory", o->memory_bytes,
+                  "Memory per device, bytes (default: the embedded cluster's, 1 GiB)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   cmd->add_option("--out", o->out, "Write each output to DIR/NAME.npy");
   cmd->add_option("--iters", o->iters, "Timed runs after one warm-up run")
       ->check(CLI::Range(1, 1000000))

@@ -9,14 +9,25 @@
 #include "python/src/py_core.h"
 
 namespace causeway::python {
+namespace {
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) throw StatusError(absl::NotFoundError("cannot read " + path));
+  return std::string((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
 
 void RegisterOnnx(py::module_& m) {
   m.def(
       "onnx_import",
       [](const std::string& path, const std::vector<py::tuple>& inputs,
-         const std::vector<std::pair<std::string, py::array>>& constants, int64_t batch_parts) {
+         const std::vector<std::pair<std::string, py::array>>& constants, int64_t batch_parts,
+         bool trainable) {
         onnx_import::ImportOptions options;
         options.batch_parts = batch_parts;
+        options.trainable = trainable;
         // Shapes (and dtypes) of the inputs that are parameters.
         for (const py::tuple& t : inputs) {
           onnx_import::HostTensor h;
@@ -49,20 +60,31 @@ void RegisterOnnx(py::module_& m) {
         for (const auto& o : model.outputs) {
           outputs.append(py::make_tuple(o.name, onnx_import::TypeName(o.onnx_type)));
         }
-        return py::make_tuple(std::move(model.function), params, outputs, all);
+        return py::make_tuple(std::move(model.function), params, outputs, all, model.weights);
       },
       py::arg("path"), py::arg("inputs"), py::arg("constants"), py::arg("batch_parts") = 1,
+      py::arg("trainable") = false,
       "Imports the ONNX model at `path` with inputs of the given (name, shape, dtype), each one "
       "of `batch_parts` parts of the batch (a device's of a data axis); returns "
       "(Function, parameter names, outputs as (name, ONNX type), every graph input as (name, "
-      "shape, dtype, ONNX type)).");
+      "shape, dtype, ONNX type), the weights that are parameters after them when `trainable`).");
+  m.def(
+      "onnx_weights",
+      [](const std::string& path) {
+        const std::string bytes = ReadFile(path);
+        py::list all;
+        for (auto& w : Unwrap(onnx_import::Weights(bytes))) {
+          all.append(py::make_tuple(w.name, NumpyFromLiteral(std::move(w.literal))));
+        }
+        return all;
+      },
+      py::arg("path"),
+      "The floating-point initializers (weights) of the model at `path`, in order: (name, "
+      "float32 array).");
   m.def(
       "onnx_inputs",
       [](const std::string& path) {
-        std::ifstream file(path, std::ios::binary);
-        if (!file) throw StatusError(absl::NotFoundError("cannot read " + path));
-        const std::string bytes((std::istreambuf_iterator<char>(file)),
-                                std::istreambuf_iterator<char>());
+        const std::string bytes = ReadFile(path);
         py::list all;
         for (const auto& in : Unwrap(onnx_import::DeclaredInputs(bytes))) {
           all.append(py::make_tuple(in.name, DimsTuple(in.shape.dims), NumpyName(in.shape.dtype),

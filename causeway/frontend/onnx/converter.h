@@ -51,6 +51,9 @@ struct Entry {
   std::optional<HostTensor> known;  // known when compiled
   ir::Shape shape;
   int32_t onnx_type = 0;
+  // A weight made a parameter (ImportOptions::trainable): its runtime value
+  // is what the function computes with, never a value folded from `known`.
+  bool trainable = false;
 };
 
 class Converter {

@@ -690,6 +690,15 @@ absl::StatusOr<ImportedModel> Import(absl::string_view model_bytes, const Import
       out.is_parameter.push_back(false);
     }
   }
+  if (options.trainable) {
+    for (const auto& init : graph.initializer()) {
+      Entry& e = c.values[init.name()];
+      if (!IsFloatType(e.onnx_type) || e.trainable) continue;
+      e.value = c.b.Parameter(e.shape);
+      e.trainable = true;
+      out.weights.push_back(init.name());
+    }
+  }
   CW_RETURN_IF_ERROR(ConvertNodes(c, graph));
   std::vector<ir::Value> results;
   for (const auto& o : graph.output()) {
@@ -715,6 +724,23 @@ absl::StatusOr<std::vector<ModelValue>> DeclaredInputs(absl::string_view model_b
     if (is_initializer.contains(in.name())) continue;
     CW_ASSIGN_OR_RETURN(ModelValue mv, InputOf(in, nullptr));
     out.push_back(std::move(mv));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<HostTensor>> Weights(absl::string_view model_bytes) {
+  ::onnx::ModelProto model;
+  if (!model.ParseFromArray(model_bytes.data(), static_cast<int>(model_bytes.size()))) {
+    return absl::InvalidArgumentError("not an ONNX model: the bytes do not parse as onnx.ModelProto");
+  }
+  std::vector<HostTensor> out;
+  absl::flat_hash_map<std::string, bool> seen;
+  for (const auto& init : model.graph().initializer()) {
+    if (!IsFloatType(init.data_type()) || seen[init.name()]) continue;
+    seen[init.name()] = true;
+    absl::StatusOr<HostTensor> t = FromProto(init);
+    if (!t.ok()) return Annotate(t.status(), absl::StrCat("initializer '", init.name(), "'"));
+    out.push_back(*std::move(t));
   }
   return out;
 }

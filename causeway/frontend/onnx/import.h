@@ -64,6 +64,12 @@ struct ImportOptions {
   // a data axis: each input given is one part, and a batch the model fixes
   // must be that many parts.
   int64_t batch_parts = 1;
+  // Every floating-point initializer (the model's weights) is a parameter
+  // of the function, after the inputs (ImportedModel::weights), so that a
+  // gradient can be taken against it and the model fine-tuned. An op that
+  // needs a weight's values when compiled (Resize's scales) still reads
+  // them, as a constant.
+  bool trainable = false;
 };
 
 struct ModelValue {
@@ -80,6 +86,9 @@ struct ImportedModel {
   std::vector<bool> is_parameter;
   std::vector<ModelValue> outputs;
   int64_t opset = 0;  // of the default domain, after conversion
+  // With ImportOptions::trainable: the weights that are parameters, in
+  // order, after the inputs that are.
+  std::vector<std::string> weights;
 };
 
 // INVALID_ARGUMENT for bytes that are not a model, or a model that fails
@@ -95,6 +104,11 @@ absl::StatusOr<ImportedModel> ImportFile(const std::string& path,
 // computes the ONNX type in. INVALID_ARGUMENT for bytes that are not a
 // model; UNIMPLEMENTED for an input that is not a tensor of a type it has.
 absl::StatusOr<std::vector<ModelValue>> DeclaredInputs(absl::string_view model_bytes);
+
+// The floating-point initializers of a model (its weights), in the order
+// ImportOptions::trainable makes them parameters, with their values.
+// INVALID_ARGUMENT for bytes that are not a model or a malformed tensor.
+absl::StatusOr<std::vector<HostTensor>> Weights(absl::string_view model_bytes);
 
 // The ops the importer converts (default domain), sorted.
 std::vector<std::string> SupportedOps();

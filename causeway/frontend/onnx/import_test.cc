@@ -109,6 +109,26 @@ TEST(OnnxImportTest, AnMlpWithASymbolicBatchRunsAtTheGivenShape) {
   EXPECT_THAT(RunOnCpu(m, {&o.inputs[0].literal}), ElementsAre(8.5f, 0));
 }
 
+TEST(OnnxImportTest, TrainableWeightsAreParametersAfterTheInputs) {
+  ImportOptions o;
+  o.inputs.push_back(F32("x", {1, 3}, {0, 4, 0}));
+  o.trainable = true;
+  ASSERT_OK_AND_ASSIGN(ImportedModel m, Import(Mlp().SerializeAsString(), o));
+  EXPECT_THAT(m.weights, ElementsAre("W", "b"));
+  ASSERT_EQ(m.function.num_parameters(), 3);
+  EXPECT_EQ(m.function.parameter_shape(1), ir::Shape(ir::DType::kF32, {3, 2}));
+  ASSERT_OK_AND_ASSIGN(std::vector<HostTensor> w, Weights(Mlp().SerializeAsString()));
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_EQ(w[0].name, "W");
+  EXPECT_EQ(w[1].name, "b");
+  // The model's own weights give its output; others give theirs.
+  EXPECT_THAT(RunOnCpu(m, {&o.inputs[0].literal, &w[0].literal, &w[1].literal}),
+              ElementsAre(8.5f, 0));
+  const ir::Literal b2 = ir::Literal::F32({2}, {1.0f, 20.0f});
+  // [0,4,0] W = [8, 2]; + [1, 20] = [9, 22].
+  EXPECT_THAT(RunOnCpu(m, {&o.inputs[0].literal, &w[0].literal, &b2}), ElementsAre(9, 22));
+}
+
 TEST(OnnxImportTest, BytesThatAreNotAModelAreRefused) {
   EXPECT_THAT(Import("definitely not protobuf \xff\xff\xff"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not an ONNX model")));

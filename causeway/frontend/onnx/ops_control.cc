@@ -53,8 +53,9 @@ void FreeNames(const Graph& g, std::vector<std::string>& out) {
   for (const auto& o : g.output()) use(o.name());
 }
 
-// The outer values `graphs` read that are computed at run time: they are
-// passed to the sub-functions as extra parameters.
+// The outer values `graphs` read that are computed at run time (weights
+// made parameters too): they are passed to the sub-functions as extra
+// parameters.
 absl::StatusOr<std::vector<std::string>> RuntimeCaptures(const Converter& outer,
                                                          const std::vector<const Graph*>& graphs) {
   std::vector<std::string> names, out;
@@ -65,7 +66,7 @@ absl::StatusOr<std::vector<std::string>> RuntimeCaptures(const Converter& outer,
       return absl::InvalidArgumentError(
           absl::StrCat("a subgraph reads '", name, "', which is not defined before it"));
     }
-    if (!it->second.known.has_value()) out.push_back(name);
+    if (!it->second.known.has_value() || it->second.trainable) out.push_back(name);
   }
   return out;
 }
@@ -95,7 +96,9 @@ absl::StatusOr<Subgraph> ConvertSubgraph(const Converter& outer, const Graph& g,
   FreeNames(g, free);
   for (const std::string& name : free) {
     auto it = outer.values.find(name);
-    if (it == outer.values.end() || !it->second.known.has_value()) continue;
+    if (it == outer.values.end() || !it->second.known.has_value() || it->second.trainable) {
+      continue;
+    }
     Entry e = it->second;
     e.value.reset();
     c.values[name] = std::move(e);

@@ -31,7 +31,7 @@ absl::Status ReshapeTo(Converter& c, const Node& n, std::vector<int64_t> dims) {
     return absl::InvalidArgumentError(absl::StrCat("cannot reshape ", e->shape.ToString(), " to [",
                                                    absl::StrJoin(dims, ","), "]"));
   }
-  if (e->known.has_value()) {
+  if (e->known.has_value() && !e->trainable) {
     HostTensor t = *e->known;
     ir::Literal l(ir::Shape(t.literal.shape().dtype, dims));
     std::copy(t.literal.data(), t.literal.data() + t.literal.byte_size(), l.data());
