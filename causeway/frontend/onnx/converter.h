@@ -133,6 +133,7 @@ void AddIndexOps(OpTable& table);
 void AddConvOps(OpTable& table);
 void AddResizeOps(OpTable& table);
 void AddControlFlowOps(OpTable& table);
+void AddEinsumOps(OpTable& table);
 
 }  // namespace causeway::onnx_import
 

@@ -30,6 +30,7 @@ const OpTable& Ops() {
     AddConvOps(*t);
     AddResizeOps(*t);
     AddControlFlowOps(*t);
+    AddEinsumOps(*t);
     return t;
   }();
   return *table;
