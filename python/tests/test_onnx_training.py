@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import causeway as cw
+from weight_gradients import check_against_finite_differences
 
 pytestmark = pytest.mark.skipif(not cw.onnx.available(), reason="this build has no ONNX importer")
 
@@ -62,18 +63,8 @@ def test_gradients_against_the_weights_agree_with_finite_differences(data):
     names = list(weights)
     convs = [n for n in names if weights[n].ndim == 4]
     checked = [convs[0], convs[-1], max(names, key=lambda n: weights[n].size if weights[n].ndim == 2 else 0)]
-    eps = 1e-2
-    for name in checked:
-        g = grads[name].ravel()
-        for i in np.argsort(-np.abs(g))[:3]:
-            plus, minus = dict(weights), dict(weights)
-            plus[name] = weights[name].copy()
-            minus[name] = weights[name].copy()
-            plus[name].ravel()[i] += eps
-            minus[name].ravel()[i] -= eps
-            fd = (float(np.asarray(loss_only(plus, x, target))) -
-                  float(np.asarray(loss_only(minus, x, target)))) / (2 * eps)
-            assert g[i] == pytest.approx(fd, rel=5e-2, abs=1e-4), (name, i)
+    check_against_finite_differences(lambda w: loss_only(w, x, target), weights, grads, checked,
+                                     rel=5e-2, abs_=1e-4)
     assert float(np.asarray(value)) == pytest.approx(
         float(np.mean((want - target) ** 2)), rel=1e-4)
 

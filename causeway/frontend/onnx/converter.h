@@ -134,6 +134,7 @@ void AddConvOps(OpTable& table);
 void AddResizeOps(OpTable& table);
 void AddControlFlowOps(OpTable& table);
 void AddEinsumOps(OpTable& table);
+void AddRecurrentOps(OpTable& table);
 
 }  // namespace causeway::onnx_import
 

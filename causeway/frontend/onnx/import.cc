@@ -31,6 +31,7 @@ const OpTable& Ops() {
     AddResizeOps(*t);
     AddControlFlowOps(*t);
     AddEinsumOps(*t);
+    AddRecurrentOps(*t);
     return t;
   }();
   return *table;
