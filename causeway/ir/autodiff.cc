@@ -327,6 +327,7 @@ void Reverse::Rule(int i, const Instruction& inst, Value g) {
     case OpKind::kFloor:
     case OpKind::kCompare:
     case OpKind::kIota:
+    case OpKind::kArgSort:
     case OpKind::kRngUniform:
     case OpKind::kRngNormal:
     case OpKind::kGeluGrad:

@@ -380,6 +380,16 @@ Value FunctionBuilder::ConvKernelGrad(Value x, Value y, std::vector<int64_t> ker
   return Add(std::move(inst));
 }
 
+Value FunctionBuilder::ArgSort(Value a, int64_t dimension, bool descending) {
+  if (!Check(a)) return Value{};
+  Instruction inst;
+  inst.op = OpKind::kArgSort;
+  inst.operands = {a.id};
+  inst.dimension = dimension;
+  inst.comparison = descending ? Comparison::kGt : Comparison::kLt;
+  return Add(std::move(inst));
+}
+
 Value FunctionBuilder::RngUniform(Value seed, std::vector<int64_t> dims) {
   if (!Check(seed)) return Value{};
   Instruction inst;

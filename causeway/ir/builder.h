@@ -143,6 +143,9 @@ class FunctionBuilder {
   Value ConvKernelGrad(Value x, Value y, std::vector<int64_t> kernel_dims,
                        const ConvSpec& spec);
 
+  // The indices that sort `a` along `dimension` (see OpKind::kArgSort).
+  Value ArgSort(Value a, int64_t dimension, bool descending);
+
   // Conveniences.
   Value ConstantI32(int32_t v) { return Constant(Literal::I32({}, {v})); }
   // A scalar broadcast to `shape`.

@@ -122,6 +122,8 @@ const char* OpName(OpKind op) {
       return "conv_input_grad";
     case OpKind::kConvKernelGrad:
       return "conv_kernel_grad";
+    case OpKind::kArgSort:
+      return "argsort";
   }
   return "unknown_op";
 }
@@ -222,6 +224,10 @@ std::string Function::ToString() const {
         break;
       case OpKind::kCompare:
         absl::StrAppend(&out, " comparison=", static_cast<int>(inst.comparison));
+        break;
+      case OpKind::kArgSort:
+        absl::StrAppend(&out, " dimension=", inst.dimension,
+                        inst.comparison == Comparison::kGt ? " descending" : " ascending");
         break;
       case OpKind::kSlice:
         absl::StrAppend(&out, " starts={", absl::StrJoin(inst.starts, ","), "} limits={",

@@ -111,13 +111,18 @@ enum class OpKind {
   kConvInputGrad,  // (y, w) -> x: the gradient of y's sum against x (and
                    // ONNX's ConvTranspose); input positions no window reaches are 0
   kConvKernelGrad, // (x, y) -> w
+  // --- Sorting (issue 36). ---
+  kArgSort,  // (f32 or i32) ; attrs: dimension, comparison (kLt: ascending,
+             // kGt: descending). i32 of the operand's dims: along
+             // `dimension`, the indices that sort each line, ties in index
+             // order; NaN is greater than every number. Not differentiable.
 };
 
 enum class ReduceKind { kSum, kMax };
 enum class Comparison { kEq, kNe, kLt, kLe, kGt, kGe };
 
 // Number of OpKind values (for range checks of untrusted input).
-inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kConvKernelGrad) + 1;
+inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kArgSort) + 1;
 
 // True for the collectives (ops that meet peers): they always run.
 bool IsCollective(OpKind op);

@@ -76,8 +76,9 @@ Function KitchenSink() {
   const Value conv = b.Convolution(img, b.Slice(ker, {0, 0, 0, 0}, {2, 1, 1, 2}), spec);
   const Value dx = b.ConvInputGrad(conv, b.Slice(ker, {0, 0, 0, 0}, {2, 1, 1, 2}), {1, 2, 3, 4}, spec);
   const Value dw = b.ConvKernelGrad(img, conv, {2, 1, 1, 2}, spec);
+  const Value sorted = b.ArgSort(sc, 1, true);
   absl::StatusOr<Function> f =
-      b.Build({ar, dot, mm, rng, ag, rs, a2a, cp, fused, branch[0], dx, dw});
+      b.Build({ar, dot, mm, rng, ag, rs, a2a, cp, fused, branch[0], dx, dw, sorted});
   CW_CHECK_OK(f.status());
   return *f;
 }

@@ -68,6 +68,7 @@ int ExpectedOperandCount(OpKind op) {
       return 2;
     case OpKind::kGelu:
     case OpKind::kSoftmax:
+    case OpKind::kArgSort:
       return 1;
     case OpKind::kConcatenate:
     case OpKind::kWhile:
@@ -674,6 +675,13 @@ absl::StatusOr<Shape> InferShapeNoContext(const Instruction& inst,
                                     ", ", operands[2].ToString()));
       }
       return operands[1];
+    case OpKind::kArgSort:
+      CW_RETURN_IF_ERROR(RequireNumeric(operands[0], "operand"));
+      CW_RETURN_IF_ERROR(CheckDimension(inst.dimension, operands[0], "dimension"));
+      if (inst.comparison != Comparison::kLt && inst.comparison != Comparison::kGt) {
+        return Invalid("argsort's comparison must be lt (ascending) or gt (descending)");
+      }
+      return Shape(DType::kI32, operands[0].dims);
     case OpKind::kIota: {
       CW_RETURN_IF_ERROR(ValidateShape(inst.shape));
       CW_RETURN_IF_ERROR(RequireNumeric(inst.shape, "iota"));

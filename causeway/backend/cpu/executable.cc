@@ -357,6 +357,10 @@ absl::Status CpuExecutable::RunStep(const Step& step, const Buffers& buffers,
                            static_cast<float*>(out));
       return absl::OkStatus();
     }
+    case OpKind::kArgSort:
+      kernels::ArgSort(a_shape, inst.dimension, inst.comparison == ir::Comparison::kGt, a,
+                       static_cast<int32_t*>(out));
+      return absl::OkStatus();
     case OpKind::kWhile:
       return RunWhile(step, buffers, context);
     case OpKind::kConditional:

@@ -104,6 +104,12 @@ void NormalizeGrad(const float* x, float epsilon, const float* g, float* out, in
 void Convolution(const ir::Instruction& inst, const ir::Shape& x, const ir::Shape& w,
                  const ir::Shape& y, const float* first, const float* second, float* out);
 
+// out (i32) = the indices that sort each line of `operand` along
+// `dimension`, ascending or descending, ties in index order, NaN greater
+// than every number (ir::OpKind::kArgSort).
+void ArgSort(const ir::Shape& operand, int64_t dimension, bool descending, const void* in,
+             int32_t* out);
+
 // Makes BLAS single-threaded in this process (each device computes on one
 // thread). Idempotent and thread-safe; called by cpu::Compile.
 void InitBlas();

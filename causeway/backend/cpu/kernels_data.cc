@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
 #include "causeway/backend/cpu/kernels.h"
@@ -210,6 +211,52 @@ void Reduce(OpKind op, const ir::Shape& operand, absl::Span<const int64_t> axes,
     CW_CHECK(operand.dtype == DType::kI32) << "reduce on " << ir::DTypeName(operand.dtype);
     ReduceLoop(op, operand, axes, static_cast<const int32_t*>(in),
                static_cast<int32_t*>(out));
+  }
+}
+
+namespace {
+
+// Sorts each line's indices by `key(index)`, stable.
+template <typename T>
+void ArgSortLines(const ir::Shape& operand, int64_t dimension, bool descending, const T* in,
+                  int32_t* out) {
+  const int64_t dim = operand.dims[static_cast<size_t>(dimension)];
+  int64_t inner = 1;
+  for (size_t k = static_cast<size_t>(dimension) + 1; k < operand.dims.size(); ++k) {
+    inner *= operand.dims[k];
+  }
+  const int64_t outer = dim == 0 || inner == 0 ? 0 : operand.num_elements() / (dim * inner);
+  // a before b: NaN counts as greater than every number.
+  const auto less = [](T a, T b) {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (std::isnan(a)) return false;
+      if (std::isnan(b)) return true;
+    }
+    return a < b;
+  };
+  std::vector<int32_t> order(static_cast<size_t>(dim));
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t r = 0; r < inner; ++r) {
+      const T* line = in + o * dim * inner + r;
+      for (int64_t k = 0; k < dim; ++k) order[static_cast<size_t>(k)] = static_cast<int32_t>(k);
+      std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+        const T va = line[a * inner], vb = line[b * inner];
+        return descending ? less(vb, va) : less(va, vb);
+      });
+      int32_t* dst = out + o * dim * inner + r;
+      for (int64_t k = 0; k < dim; ++k) dst[k * inner] = order[static_cast<size_t>(k)];
+    }
+  }
+}
+
+}  // namespace
+
+void ArgSort(const ir::Shape& operand, int64_t dimension, bool descending, const void* in,
+             int32_t* out) {
+  if (operand.dtype == ir::DType::kF32) {
+    ArgSortLines(operand, dimension, descending, static_cast<const float*>(in), out);
+  } else {
+    ArgSortLines(operand, dimension, descending, static_cast<const int32_t*>(in), out);
   }
 }
 

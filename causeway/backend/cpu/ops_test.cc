@@ -123,6 +123,23 @@ TEST(OpsTest, IotaSliceConcatenatePad) {
               ElementsAre(9, 9, 1, 2, 9));
 }
 
+TEST(OpsTest, ArgSortIsStableAlongAnyDimensionWithNaNLast) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // Rows of 5 with ties and a NaN.
+  const Literal x = Literal::F32({2, 5}, {3, 1, nan, 1, 2, -1, 4, 4, 0, 4});
+  EXPECT_THAT(I(Eval({x}, [](auto& b, auto& p) { return b.ArgSort(p[0], 1, false); })),
+              ElementsAre(1, 3, 4, 0, 2, 0, 3, 1, 2, 4));
+  EXPECT_THAT(I(Eval({x}, [](auto& b, auto& p) { return b.ArgSort(p[0], 1, true); })),
+              ElementsAre(2, 0, 4, 1, 3, 1, 2, 4, 3, 0));
+  // Along dimension 0 of [3, 2] i32: each column sorted.
+  const Literal y = Literal::I32({3, 2}, {5, -1, 2, 7, 5, 0});
+  EXPECT_THAT(I(Eval({y}, [](auto& b, auto& p) { return b.ArgSort(p[0], 0, false); })),
+              ElementsAre(1, 0, 0, 2, 2, 1));
+  FunctionBuilder b("bad");
+  b.ArgSort(b.Parameter(Shape(DType::kPred, {3})), 0, false);
+  EXPECT_THAT(b.status().message(), ::testing::HasSubstr("must be f32 or i32"));
+}
+
 TEST(OpsTest, StridedSlicesTakeEveryStepThElement) {
   std::vector<float> v(30);
   for (int i = 0; i < 30; ++i) v[static_cast<size_t>(i)] = static_cast<float>(i);

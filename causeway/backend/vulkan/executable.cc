@@ -410,6 +410,24 @@ class Lowering {
       case OpKind::kConvInputGrad:
       case OpKind::kConvKernelGrad:
         return Convolution(inst, a, b, out);
+      case OpKind::kArgSort: {
+        const size_t dim = static_cast<size_t>(inst.dimension);
+        const int64_t length = a_shape.dims[dim];
+        // lavapipe ends an invocation past kMaxLoopIterations in all.
+        const int64_t passes = (n + int64_t{kMaxGroups} * kLocalSize - 1) /
+                               (int64_t{kMaxGroups} * kLocalSize);
+        if (length * passes + 64 > kMaxLoopIterations) {
+          return Unsupported(inst, absl::StrCat("lines longer than ", kMaxLoopIterations - 64,
+                                                " elements"));
+        }
+        Dispatch d = Flat(Kernel::kArgSort, n, 0, a, Ref{}, out);
+        d.op = (inst.comparison == ir::Comparison::kGt ? 1u : 0u) |
+               (a_shape.dtype == DType::kI32 ? 2u : 0u);
+        d.x = static_cast<uint32_t>(length);
+        d.y = static_cast<uint32_t>(Product(a_shape.dims, dim + 1));
+        Add(d);
+        return absl::OkStatus();
+      }
       case OpKind::kGather:
       case OpKind::kScatterAdd: {
         const size_t dim = static_cast<size_t>(inst.dimension);

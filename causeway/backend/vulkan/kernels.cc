@@ -90,6 +90,9 @@ constexpr uint32_t kMembersI32[] =
 constexpr uint32_t kConvF32[] =
 #include "shaders/conv_f32.spv.inc"
     ;
+constexpr uint32_t kArgSort[] =
+#include "shaders/argsort.spv.inc"
+    ;
 
 struct Entry {
   const char* name;
@@ -112,6 +115,7 @@ const Entry kEntries[] = {
     {"rows_f32", kRowsF32},         {"matmul_f32_cpu", kMatmulF32Cpu},
     {"rows_f32_cpu", kRowsF32Cpu},   {"members_f32", kMembersF32},
     {"members_i32", kMembersI32},   {"conv_f32", kConvF32},
+    {"argsort", kArgSort},
 };
 static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == static_cast<size_t>(Kernel::kNumKernels));
 

@@ -143,6 +143,11 @@ enum class Kernel : int {
   // (rank 3; lower ranks with unit dims in front). The products around
   // them are kMatmulF32's.
   kConvF32,
+  // ir::OpKind::kArgSort: one invocation per element, which counts the
+  // elements of its line that go before it (a loop over the line) and
+  // writes its index at that rank. n elements; x the line's length, y the
+  // stride between its elements (inner); op bit 0 descending, bit 1 i32.
+  kArgSort,
   kNumKernels,
 };
 

@@ -343,6 +343,20 @@ TEST_F(VulkanOpsTest, MatrixProducts) {
          1e-5f});
 }
 
+TEST_F(VulkanOpsTest, ArgSort) {
+  // Few distinct values, so lines have ties; f32 with a NaN.
+  Literal f = RandomI32({4, 37, 3}, rng_, 0, 5);
+  Literal x(Shape(DType::kF32, {4, 37, 3}));
+  for (size_t i = 0; i < x.values<float>().size(); ++i) {
+    x.mutable_values<float>()[i] = static_cast<float>(f.values<int32_t>()[i]);
+  }
+  x.mutable_values<float>()[7] = std::numeric_limits<float>::quiet_NaN();
+  for (bool descending : {false, true}) {
+    Check({"argsort_f32", {x}, [descending](auto& b, auto& v) { return b.ArgSort(v[0], 1, descending); }});
+    Check({"argsort_i32", {f}, [descending](auto& b, auto& v) { return b.ArgSort(v[0], 2, descending); }});
+  }
+}
+
 TEST_F(VulkanOpsTest, StridedSlices) {
   Check({"strided_slice", {RandomF32({6, 7, 5}, rng_)},
          [](auto& f, auto& v) { return f.Slice(v[0], {1, 0, 2}, {6, 7, 5}, {2, 3, 1}); }});

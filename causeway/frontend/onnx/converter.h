@@ -121,6 +121,10 @@ absl::Status AddInitializers(Converter& c, const ::onnx::GraphProto& graph);
 // names the node.
 absl::Status ConvertNodes(Converter& c, const ::onnx::GraphProto& graph);
 
+// data[..., idx[...], ...] along `axis` element by element (ONNX's
+// GatherElements): idx (i32, in range) has data's rank.
+ir::Value GatherAlong(Converter& c, ir::Value data, ir::Value idx, int64_t axis);
+
 // An axis attribute or value in [-rank, rank) as a dimension in [0, rank).
 absl::StatusOr<int64_t> Axis(int64_t axis, int64_t rank);
 

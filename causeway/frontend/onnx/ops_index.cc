@@ -1,4 +1,4 @@
-// Index arithmetic: GatherElements, OneHot, DepthToSpace, SpaceToDepth, and
+// Index arithmetic: GatherElements, TopK, OneHot, DepthToSpace, SpaceToDepth, and
 // the losses that pick a class per element (NegativeLogLikelihoodLoss,
 // SoftmaxCrossEntropyLoss).
 #include <numeric>
@@ -14,6 +14,25 @@ using Node = ::onnx::NodeProto;
 using ir::DType;
 using ir::Value;
 
+}  // namespace
+
+Value GatherAlong(Converter& c, Value data, Value idx, int64_t axis) {
+  const std::vector<int64_t> dd = c.ShapeOf(data).dims, id = c.ShapeOf(idx).dims;
+  // The element's offset in data: the index along `axis`, its own
+  // coordinate along the others.
+  const std::vector<int64_t> strides = ir::RowMajorStrides(dd);
+  Value offset = c.Full(0, DType::kI32, id);
+  for (int64_t k = 0; k < static_cast<int64_t>(dd.size()); ++k) {
+    const Value coord = k == axis ? idx : c.b.Iota(ir::Shape(DType::kI32, id), k);
+    offset = c.b.Add(offset, c.b.Mul(coord, c.Full(static_cast<double>(strides[static_cast<size_t>(k)]),
+                                                   DType::kI32, id)));
+  }
+  const int64_t total = ir::Shape(DType::kI32, dd).num_elements();
+  return c.b.Gather(c.b.Reshape(data, {total}), offset, 0);
+}
+
+namespace {
+
 absl::Status GatherElements(Converter& c, const Node& n) {
   CW_ASSIGN_OR_RETURN(Value data, c.In(n, 0));
   CW_ASSIGN_OR_RETURN(Value idx, c.In(n, 1));
@@ -23,17 +42,33 @@ absl::Status GatherElements(Converter& c, const Node& n) {
   CW_ASSIGN_OR_RETURN(int64_t axis, Axis(c.AttrInt(n, "axis", 0), rank));
   if (c.ShapeOf(idx).dtype != DType::kI32) return absl::InvalidArgumentError("indices must be integers");
   idx = c.WrapNegative(idx, dd[static_cast<size_t>(axis)]);
-  // The element's offset in data: the index along `axis`, its own
-  // coordinate along the others.
-  const std::vector<int64_t> strides = ir::RowMajorStrides(dd);
-  Value offset = c.Full(0, DType::kI32, id);
-  for (int64_t k = 0; k < rank; ++k) {
-    const Value coord = k == axis ? idx : c.b.Iota(ir::Shape(DType::kI32, id), k);
-    offset = c.b.Add(offset, c.b.Mul(coord, c.Full(static_cast<double>(strides[static_cast<size_t>(k)]),
-                                                   DType::kI32, id)));
+  c.Set(n, 0, GatherAlong(c, data, idx, axis), c.TypeOf(n, 0));
+  return absl::OkStatus();
+}
+
+// The k largest (or smallest) along an axis, sorted, ties in index order:
+// the IR's argsort, its first k, and the values there.
+absl::Status TopK(Converter& c, const Node& n) {
+  CW_ASSIGN_OR_RETURN(Value x, c.In(n, 0));
+  const std::vector<int64_t> d = c.ShapeOf(x).dims;
+  const auto rank = static_cast<int64_t>(d.size());
+  CW_ASSIGN_OR_RETURN(int64_t axis, Axis(c.AttrInt(n, "axis", -1), rank));
+  int64_t k = c.AttrInt(n, "k", -1);
+  if (c.opset >= 10) {
+    CW_ASSIGN_OR_RETURN(std::vector<int64_t> kv, c.Ints(n, 1));
+    if (kv.size() != 1) return absl::InvalidArgumentError("K must hold one value");
+    k = kv[0];
   }
-  const int64_t total = ir::Shape(DType::kI32, dd).num_elements();
-  c.Set(n, 0, c.b.Gather(c.b.Reshape(data, {total}), offset, 0), c.TypeOf(n, 0));
+  const int64_t dim = d[static_cast<size_t>(axis)];
+  if (k < 0 || k > dim) {
+    return absl::InvalidArgumentError(absl::StrCat("k = ", k, " for an axis of ", dim));
+  }
+  const bool largest = c.AttrInt(n, "largest", 1) != 0;
+  std::vector<int64_t> lo(d.size(), 0), hi = d;
+  hi[static_cast<size_t>(axis)] = k;
+  const Value idx = c.b.Slice(c.b.ArgSort(x, axis, largest), lo, hi);
+  c.Set(n, 0, GatherAlong(c, x, idx, axis), c.TypeOf(n, 0));
+  c.Set(n, 1, idx, kInt64);
   return absl::OkStatus();
 }
 
@@ -142,6 +177,7 @@ absl::Status SoftmaxCrossEntropyLoss(Converter& c, const Node& n) {
 
 void AddIndexOps(OpTable& t) {
   t["GatherElements"] = GatherElements;
+  t["TopK"] = TopK;
   t["OneHot"] = OneHot;
   t["DepthToSpace"] = DepthSpace<true>;
   t["SpaceToDepth"] = DepthSpace<false>;
