@@ -20,3 +20,13 @@ def mesh(client):
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
+
+
+@pytest.fixture(params=["cpu", "vulkan"])
+def kind(request):
+    """A one-device embedded cluster of each kind this build has."""
+    try:
+        cw.local_cluster(1, 1, 1, device_kind=request.param)
+    except cw.NotFoundError:
+        pytest.skip(f"this build has no {request.param} kind")
+    return request.param

@@ -23,15 +23,6 @@ def _save(tmp_path, graph, opset=13):
     return path
 
 
-@pytest.fixture(params=["cpu", "vulkan"])
-def kind(request):
-    try:
-        cw.local_cluster(1, 1, 1, device_kind=request.param)
-    except cw.NotFoundError:
-        pytest.skip(f"this build has no {request.param} kind")
-    return request.param
-
-
 def _if_model(tmp_path):
     """y = x * 2 if sum(x) > 0 else x - w (w an initializer): the condition
     is computed at run time, and both branches read the outer x."""

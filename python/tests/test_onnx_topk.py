@@ -27,15 +27,6 @@ def _model(tmp_path, x, k, axis, largest):
     return cw.onnx.load(path)
 
 
-@pytest.fixture(params=["cpu", "vulkan"])
-def kind(request):
-    try:
-        cw.local_cluster(1, 1, 1, device_kind=request.param)
-    except cw.NotFoundError:
-        pytest.skip(f"this build has no {request.param} kind")
-    return request.param
-
-
 @pytest.mark.parametrize("dtype", [np.float32, np.int32])
 @pytest.mark.parametrize("axis,largest", [(-1, 1), (0, 0), (1, 1)])
 def test_topk_matches_a_stable_sort(tmp_path, kind, dtype, axis, largest):
