@@ -173,6 +173,12 @@ TEST(AutodiffTest, MatmulAndDotGeneral) {
             {0, 1});
 }
 
+TEST(AutodiffTest, TrigonometricFunctions) {
+  CheckGrad({Any(50)}, [](auto& b, auto& p) { return b.Sin(p[0]); }, {0});
+  CheckGrad({Any(51)}, [](auto& b, auto& p) { return b.Cos(p[0]); }, {0});
+  CheckGrad({Any(52)}, [](auto& b, auto& p) { return b.Atan(p[0]); }, {0});
+}
+
 TEST(AutodiffTest, StridedSlices) {
   // Steps that divide the range and steps that cut its last element.
   CheckGrad({Random({5, 7}, -1, 1, 40)},

@@ -197,6 +197,9 @@ Value FunctionBuilder::Pow(Value a, Value b) { return Elementwise(OpKind::kPow, 
 Value FunctionBuilder::Abs(Value a) { return Unary(OpKind::kAbs, a); }
 Value FunctionBuilder::Log(Value a) { return Unary(OpKind::kLog, a); }
 Value FunctionBuilder::Tanh(Value a) { return Unary(OpKind::kTanh, a); }
+Value FunctionBuilder::Sin(Value a) { return Unary(OpKind::kSin, a); }
+Value FunctionBuilder::Cos(Value a) { return Unary(OpKind::kCos, a); }
+Value FunctionBuilder::Atan(Value a) { return Unary(OpKind::kAtan, a); }
 Value FunctionBuilder::Gelu(Value a) { return Unary(OpKind::kGelu, a); }
 Value FunctionBuilder::GeluGrad(Value x, Value g) {
   return Elementwise(OpKind::kGeluGrad, {x, g});

@@ -77,6 +77,9 @@ class FunctionBuilder {
   Value Abs(Value a);
   Value Log(Value a);
   Value Tanh(Value a);
+  Value Sin(Value a);
+  Value Cos(Value a);
+  Value Atan(Value a);
   Value Logistic(Value a);
   Value Sqrt(Value a);
   Value Rsqrt(Value a);

@@ -124,6 +124,12 @@ const char* OpName(OpKind op) {
       return "conv_kernel_grad";
     case OpKind::kArgSort:
       return "argsort";
+    case OpKind::kSin:
+      return "sin";
+    case OpKind::kCos:
+      return "cos";
+    case OpKind::kAtan:
+      return "atan";
   }
   return "unknown_op";
 }

@@ -116,13 +116,18 @@ enum class OpKind {
              // kGt: descending). i32 of the operand's dims: along
              // `dimension`, the indices that sort each line, ties in index
              // order; NaN is greater than every number. Not differentiable.
+  // Elementwise unary, f32 (issue 36's trigonometric functions; the others
+  // are compositions of these and the ops above).
+  kSin,
+  kCos,
+  kAtan,
 };
 
 enum class ReduceKind { kSum, kMax };
 enum class Comparison { kEq, kNe, kLt, kLe, kGt, kGe };
 
 // Number of OpKind values (for range checks of untrusted input).
-inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kArgSort) + 1;
+inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kAtan) + 1;
 
 // True for the collectives (ops that meet peers): they always run.
 bool IsCollective(OpKind op);

@@ -81,6 +81,9 @@ int ExpectedOperandCount(OpKind op) {
     case OpKind::kAbs:
     case OpKind::kLog:
     case OpKind::kTanh:
+    case OpKind::kSin:
+    case OpKind::kCos:
+    case OpKind::kAtan:
     case OpKind::kLogistic:
     case OpKind::kSqrt:
     case OpKind::kRsqrt:
@@ -651,6 +654,9 @@ absl::StatusOr<Shape> InferShapeNoContext(const Instruction& inst,
     case OpKind::kExp:
     case OpKind::kLog:
     case OpKind::kTanh:
+    case OpKind::kSin:
+    case OpKind::kCos:
+    case OpKind::kAtan:
     case OpKind::kLogistic:
     case OpKind::kSqrt:
     case OpKind::kRsqrt:

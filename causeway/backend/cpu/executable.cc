@@ -199,6 +199,9 @@ absl::Status CpuExecutable::RunStep(const Step& step, const Buffers& buffers,
     case OpKind::kAbs:
     case OpKind::kLog:
     case OpKind::kTanh:
+    case OpKind::kSin:
+    case OpKind::kCos:
+    case OpKind::kAtan:
     case OpKind::kLogistic:
     case OpKind::kSqrt:
     case OpKind::kRsqrt:

@@ -370,6 +370,15 @@ void Unary(OpKind op, DType dtype, const void* a, void* out, int64_t n) {
     case OpKind::kTanh:
       y = x.tanh();
       return;
+    case OpKind::kSin:
+      y = x.sin();
+      return;
+    case OpKind::kCos:
+      y = x.cos();
+      return;
+    case OpKind::kAtan:
+      y = x.atan();
+      return;
     case OpKind::kLogistic:
       y = x.logistic();
       return;

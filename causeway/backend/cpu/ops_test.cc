@@ -75,6 +75,15 @@ TEST(OpsTest, UnaryMath) {
               Pointwise(FloatNear(1e-6f),
                         std::vector<float>{1 / (1 + std::exp(2.5f)), 1 / (1 + std::exp(0.5f)),
                                            0.5f, 1 / (1 + std::exp(-2.25f))}));
+  EXPECT_THAT(run([](auto& b, Value v) { return b.Sin(v); }),
+              Pointwise(FloatNear(1e-6f), std::vector<float>{std::sin(-2.5f), std::sin(-0.5f),
+                                                             0, std::sin(2.25f)}));
+  EXPECT_THAT(run([](auto& b, Value v) { return b.Cos(v); }),
+              Pointwise(FloatNear(1e-6f), std::vector<float>{std::cos(-2.5f), std::cos(-0.5f),
+                                                             1, std::cos(2.25f)}));
+  EXPECT_THAT(run([](auto& b, Value v) { return b.Atan(v); }),
+              Pointwise(FloatNear(1e-6f), std::vector<float>{std::atan(-2.5f), std::atan(-0.5f),
+                                                             0, std::atan(2.25f)}));
   const Literal pos = Literal::F32({3}, {0.25f, 1.0f, 4.0f});
   EXPECT_THAT(F(Eval({pos}, [](auto& b, auto& p) { return b.Sqrt(p[0]); })),
               Pointwise(FloatNear(1e-6f), std::vector<float>{0.5f, 1, 2}));

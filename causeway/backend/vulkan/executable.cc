@@ -254,6 +254,9 @@ class Lowering {
       case OpKind::kAbs:
       case OpKind::kLog:
       case OpKind::kTanh:
+      case OpKind::kSin:
+      case OpKind::kCos:
+      case OpKind::kAtan:
       case OpKind::kLogistic:
       case OpKind::kSqrt:
       case OpKind::kRsqrt:
@@ -264,7 +267,8 @@ class Lowering {
             {OpKind::kNeg, 0},      {OpKind::kExp, 1},  {OpKind::kAbs, 2},
             {OpKind::kLog, 3},      {OpKind::kTanh, 4}, {OpKind::kLogistic, 5},
             {OpKind::kSqrt, 6},     {OpKind::kRsqrt, 7}, {OpKind::kSign, 8},
-            {OpKind::kFloor, 9},    {OpKind::kGelu, 10}};
+            {OpKind::kFloor, 9},    {OpKind::kGelu, 10},  {OpKind::kSin, 12},
+            {OpKind::kCos, 13},     {OpKind::kAtan, 14}};
         const uint32_t op = code.at(inst.op);
         if (dt == DType::kF32) {
           Add(Flat(Kernel::kUnaryF32, n, op, a, Ref{}, out));

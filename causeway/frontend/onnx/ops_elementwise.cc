@@ -85,6 +85,38 @@ Value ExpF(Converter& c, Value x, const Node&) { return c.b.Exp(x); }
 Value LogF(Converter& c, Value x, const Node&) { return c.b.Log(x); }
 Value TanhF(Converter& c, Value x, const Node&) { return c.b.Tanh(x); }
 Value SigmoidF(Converter& c, Value x, const Node&) { return c.b.Logistic(x); }
+// The trigonometric and hyperbolic functions: the IR's sin, cos and atan,
+// and forms of them, exp, log and sqrt that keep their precision where the
+// plain ones cancel (acos near 1, asinh of negatives).
+Value SinF(Converter& c, Value x, const Node&) { return c.b.Sin(x); }
+Value CosF(Converter& c, Value x, const Node&) { return c.b.Cos(x); }
+Value TanF(Converter& c, Value x, const Node&) { return c.b.Div(c.b.Sin(x), c.b.Cos(x)); }
+Value AtanF(Converter& c, Value x, const Node&) { return c.b.Atan(x); }
+Value AsinF(Converter& c, Value x, const Node&) {  // atan(x / sqrt(1 - x^2))
+  return c.b.Atan(c.b.Div(x, c.b.Sqrt(c.b.Sub(Const(c, x, 1), c.b.Mul(x, x)))));
+}
+Value AcosF(Converter& c, Value x, const Node&) {  // 2 atan(sqrt((1 - x) / (1 + x)))
+  const Value q = c.b.Div(c.b.Sub(Const(c, x, 1), x), c.b.Add(Const(c, x, 1), x));
+  return c.b.Mul(Const(c, x, 2), c.b.Atan(c.b.Sqrt(q)));
+}
+Value SinhF(Converter& c, Value x, const Node&) {
+  return c.b.Mul(Const(c, x, 0.5), c.b.Sub(c.b.Exp(x), c.b.Exp(c.b.Neg(x))));
+}
+Value CoshF(Converter& c, Value x, const Node&) {
+  return c.b.Mul(Const(c, x, 0.5), c.b.Add(c.b.Exp(x), c.b.Exp(c.b.Neg(x))));
+}
+Value AsinhF(Converter& c, Value x, const Node&) {  // sign(x) log(|x| + sqrt(x^2 + 1))
+  const Value a = c.b.Abs(x);
+  const Value r = c.b.Sqrt(c.b.Add(c.b.Mul(x, x), Const(c, x, 1)));
+  return c.b.Mul(c.b.Sign(x), c.b.Log(c.b.Add(a, r)));
+}
+Value AcoshF(Converter& c, Value x, const Node&) {  // log(x + sqrt(x^2 - 1))
+  return c.b.Log(c.b.Add(x, c.b.Sqrt(c.b.Sub(c.b.Mul(x, x), Const(c, x, 1)))));
+}
+Value AtanhF(Converter& c, Value x, const Node&) {  // log((1 + x) / (1 - x)) / 2
+  const Value q = c.b.Div(c.b.Add(Const(c, x, 1), x), c.b.Sub(Const(c, x, 1), x));
+  return c.b.Mul(Const(c, x, 0.5), c.b.Log(q));
+}
 Value SqrtF(Converter& c, Value x, const Node&) { return c.b.Sqrt(x); }
 Value FloorF(Converter& c, Value x, const Node&) { return c.b.Floor(x); }
 Value CeilF(Converter& c, Value x, const Node&) { return c.b.Neg(c.b.Floor(c.b.Neg(x))); }
@@ -413,6 +445,17 @@ void AddElementwiseOps(OpTable& t) {
   t["Exp"] = Unary<ExpF, true>;
   t["Log"] = Unary<LogF, true>;
   t["Tanh"] = Unary<TanhF, true>;
+  t["Sin"] = Unary<SinF, true>;
+  t["Cos"] = Unary<CosF, true>;
+  t["Tan"] = Unary<TanF, true>;
+  t["Asin"] = Unary<AsinF, true>;
+  t["Acos"] = Unary<AcosF, true>;
+  t["Atan"] = Unary<AtanF, true>;
+  t["Sinh"] = Unary<SinhF, true>;
+  t["Cosh"] = Unary<CoshF, true>;
+  t["Asinh"] = Unary<AsinhF, true>;
+  t["Acosh"] = Unary<AcoshF, true>;
+  t["Atanh"] = Unary<AtanhF, true>;
   t["Sigmoid"] = Unary<SigmoidF, true>;
   t["Sqrt"] = Unary<SqrtF, true>;
   t["Floor"] = Unary<FloorF, true>;

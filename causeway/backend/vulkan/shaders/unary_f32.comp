@@ -22,6 +22,9 @@ void main() {
       case 8: r = isnan(x) ? x : sign(x); break;
       case 9: r = floor(x); break;
       case 10: r = 0.5 * x * (1.0 + tanh(kGeluK * (x + kGeluC * x * x * x))); break;
+      case 12: r = sin(x); break;
+      case 13: r = cos(x); break;
+      case 14: r = atan(x); break;
       default: r = x;
     }
     o.v[i] = r;
