@@ -3,7 +3,8 @@
 # (libonnx-testdata: a 2-D convolution converted from PyTorch): inputs as
 # .npy, the outputs written as .npy and compared with ONNX's expected ones,
 # on 1 device and with the batch split over 2; and its bad input (a missing
-# input, a malformed --input, a wrong shape, a corrupt model) as clear errors.
+# input, a malformed --input, a wrong shape, a corrupt model, too little
+# device memory) as clear errors.
 set -euo pipefail
 bin="$1"
 model_dir=/usr/include/onnx/backend/test/data/pytorch-converted/test_Conv2d
@@ -54,4 +55,8 @@ printf 'garbage' > "$work/bad.onnx"
 expect_error 1 "not an ONNX model" "$bin" run "$work/bad.onnx"
 expect_error 1 "cannot be split over 4 devices" "$bin" run "$model_dir/model.onnx" "${inputs[@]}" --devices 4
 expect_error 1 "cannot read" "$bin" run "$work/missing.onnx"
+# --memory sets each device's memory: too little for the model is named.
+expect_error 1 "exceeds the whole memory of device 0 (64 bytes)" "$bin" run "$model_dir/model.onnx" \
+  "${inputs[@]}" --memory 64
+expect_error 2 "memory" "$bin" run "$model_dir/model.onnx" "${inputs[@]}" --memory 0
 echo "run_onnx_test: ok"
