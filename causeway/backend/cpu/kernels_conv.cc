@@ -4,11 +4,15 @@
 //   col [R, P]     = w_g^T x y_g, added back to x     (kConvInputGrad)
 //   w_g [O/G, R]  += y_g x col^T, over the batch      (kConvKernelGrad)
 // where col holds, for each of the R = C/G * K kernel taps, the input
-// element each of the P output positions reads (0 in the padding). A 1x1
-// window of stride 1 and no padding reads the input as it lies, with no
-// copy. Spatial ranks 1 and 2 run as rank 3 with unit dims in front.
+// element each of the P output positions reads (0 in the padding). col
+// covers a chunk of whole output lines at a time, so that its buffer stays
+// within kChunkFloats (a large image would otherwise need R x P floats that
+// no device memory accounts for). A 1x1 window of stride 1 and no padding
+// reads the input as it lies, with no copy. Spatial ranks 1 and 2 run as
+// rank 3 with unit dims in front.
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "causeway/backend/cpu/kernels.h"
@@ -20,6 +24,9 @@ extern "C" {
 
 namespace causeway::backend::cpu::kernels {
 namespace {
+
+// Most floats of a col chunk (unless one output line of every tap is more).
+constexpr int64_t kChunkFloats = int64_t{1} << 21;
 
 struct Geometry {
   int64_t n = 0, c = 0, o = 0, groups = 1;
@@ -71,14 +78,21 @@ void ValidRange(int64_t off, int64_t stride, int64_t size, int64_t out, int64_t&
   hi = std::clamp(hi, lo, out);
 }
 
+// The output lines (of out[2] positions; (p0, p1) flattened) a col chunk
+// covers: [first, first + count).
+struct Lines {
+  int64_t first = 0, count = 0;
+  int64_t positions(const Geometry& g) const { return count * g.out[2]; }
+};
+
 // Visits every (col row, input line, output line) pairing of one group's
-// input: `line(r, src_offset, dst_offset, lo, hi, off)` for the positions
-// p2 in [lo, hi) of output line dst_offset of row r, which read input
-// element src_offset + p2 * stride2 + off; positions outside [lo, hi) and
-// whole lines outside the input read padding (`pad(r, dst_offset, count)`).
+// input for the output lines `lines`: `line(src, dst, lo, hi)` for the
+// positions p2 in [lo, hi) of the chunk's output line at dst, which read
+// input element src + p2 * stride2; positions outside [lo, hi) and whole
+// lines outside the input read padding (`pad(dst, count)`).
 template <typename Line, typename Pad>
-void ForEachTap(const Geometry& g, Line line, Pad pad) {
-  const int64_t p_size = g.out_size();
+void ForEachTap(const Geometry& g, Lines lines, Line line, Pad pad) {
+  const int64_t p_size = lines.positions(g);
   for (int64_t c = 0; c < g.cg(); ++c) {
     for (int64_t k0 = 0; k0 < g.k[0]; ++k0) {
       for (int64_t k1 = 0; k1 < g.k[1]; ++k1) {
@@ -87,11 +101,12 @@ void ForEachTap(const Geometry& g, Line line, Pad pad) {
           const int64_t off2 = k2 * g.dilation[2] - g.pad[2];
           int64_t lo = 0, hi = 0;
           ValidRange(off2, g.stride[2], g.in[2], g.out[2], lo, hi);
-          for (int64_t p0 = 0; p0 < g.out[0]; ++p0) {
+          for (int64_t l = lines.first; l < lines.first + lines.count; ++l) {
+            const int64_t p0 = l / g.out[1], p1 = l % g.out[1];
             const int64_t i0 = p0 * g.stride[0] + k0 * g.dilation[0] - g.pad[0];
-            for (int64_t p1 = 0; p1 < g.out[1]; ++p1) {
+            {
               const int64_t i1 = p1 * g.stride[1] + k1 * g.dilation[1] - g.pad[1];
-              const int64_t dst = r * p_size + (p0 * g.out[1] + p1) * g.out[2];
+              const int64_t dst = r * p_size + (l - lines.first) * g.out[2];
               if (i0 < 0 || i0 >= g.in[0] || i1 < 0 || i1 >= g.in[1] || lo == hi) {
                 pad(dst, g.out[2]);
                 continue;
@@ -108,11 +123,11 @@ void ForEachTap(const Geometry& g, Line line, Pad pad) {
   }
 }
 
-// col [rows, P] from one group's input x_g [C/G, S].
-void Im2Col(const Geometry& g, const float* x, float* col) {
+// col [rows, the chunk's positions] from one group's input x_g [C/G, S].
+void Im2Col(const Geometry& g, Lines lines, const float* x, float* col) {
   const int64_t s = g.stride[2];
   ForEachTap(
-      g,
+      g, lines,
       [&](int64_t src, int64_t dst, int64_t lo, int64_t hi) {
         if (s == 1) {
           std::memcpy(col + dst + lo, x + src + lo, static_cast<size_t>(hi - lo) * sizeof(float));
@@ -125,11 +140,12 @@ void Im2Col(const Geometry& g, const float* x, float* col) {
       });
 }
 
-// Adds col [rows, P] back into one group's input gradient dx_g [C/G, S].
-void Col2ImAdd(const Geometry& g, const float* col, float* dx) {
+// Adds col [rows, the chunk's positions] back into one group's input
+// gradient dx_g [C/G, S].
+void Col2ImAdd(const Geometry& g, Lines lines, const float* col, float* dx) {
   const int64_t s = g.stride[2];
   ForEachTap(
-      g,
+      g, lines,
       [&](int64_t src, int64_t dst, int64_t lo, int64_t hi) {
         for (int64_t p = lo; p < hi; ++p) dx[src + p * s] += col[dst + p];
       },
@@ -145,13 +161,15 @@ float* Scratch(int64_t n) {
 
 blasint B(int64_t v) { return static_cast<blasint>(v); }
 
-// The col matrix of batch element n, group grp of x: x itself where the
-// window reads it as it lies (col is null then), else its im2col in col.
-const float* ColOf(const Geometry& g, const float* x, int64_t n, int64_t grp, float* col) {
-  const float* xg = x + (n * g.c + grp * g.cg()) * g.in_size();
-  if (col == nullptr) return xg;
-  Im2Col(g, xg, col);
-  return col;
+// The chunks of output lines that a col buffer of kChunkFloats covers; one
+// chunk of every line where the input is read as it lies.
+std::vector<Lines> Chunks(const Geometry& g, bool direct) {
+  const int64_t lines = g.out[0] * g.out[1];
+  const int64_t per =
+      direct ? lines : std::max<int64_t>(1, kChunkFloats / std::max<int64_t>(1, g.rows() * g.out[2]));
+  std::vector<Lines> out;
+  for (int64_t l = 0; l < lines; l += per) out.push_back(Lines{l, std::min(per, lines - l)});
+  return out;
 }
 
 }  // namespace
@@ -162,17 +180,28 @@ void Convolution(const ir::Instruction& inst, const ir::Shape& x_shape,
   const Geometry g = Make(inst, x_shape, w_shape, y_shape);
   const int64_t rows = g.rows(), p = g.out_size(), s = g.in_size(), og = g.og();
   const bool direct = g.direct();
-  float* col = direct ? nullptr : Scratch(rows * p);
+  const std::vector<Lines> chunks = Chunks(g, direct);
+  float* col = direct ? nullptr : Scratch(rows * chunks.front().positions(g));
+  // Chunk c's col matrix of one group's input xg, and its leading dimension.
+  const auto col_of = [&](const float* xg, const Lines& c) -> std::pair<const float*, int64_t> {
+    if (direct) return {xg, p};
+    Im2Col(g, c, xg, col);
+    return {col, c.positions(g)};
+  };
   switch (inst.op) {
     case ir::OpKind::kConvolution: {
       const float* x = first;
       const float* w = second;
       for (int64_t n = 0; n < g.n; ++n) {
         for (int64_t grp = 0; grp < g.groups; ++grp) {
-          const float* src = ColOf(g, x, n, grp, col);
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B(og), B(p), B(rows), 1.0f,
-                      w + grp * og * rows, B(rows), src, B(p), 0.0f,
-                      out + (n * g.o + grp * og) * p, B(p));
+          const float* xg = x + (n * g.c + grp * g.cg()) * s;
+          float* yg = out + (n * g.o + grp * og) * p;
+          for (const Lines& c : chunks) {
+            const auto [src, ld] = col_of(xg, c);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B(og), B(c.positions(g)),
+                        B(rows), 1.0f, w + grp * og * rows, B(rows), src, B(ld), 0.0f,
+                        yg + c.first * g.out[2], B(p));
+          }
         }
       }
       return;
@@ -184,10 +213,14 @@ void Convolution(const ir::Instruction& inst, const ir::Shape& x_shape,
       for (int64_t n = 0; n < g.n; ++n) {
         for (int64_t grp = 0; grp < g.groups; ++grp) {
           float* dxg = out + (n * g.c + grp * g.cg()) * s;
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, B(rows), B(p), B(og), 1.0f,
-                      w + grp * og * rows, B(rows), y + (n * g.o + grp * og) * p, B(p), 0.0f,
-                      direct ? dxg : col, B(p));
-          if (!direct) Col2ImAdd(g, col, dxg);
+          const float* yg = y + (n * g.o + grp * og) * p;
+          for (const Lines& c : chunks) {
+            const int64_t cp = c.positions(g);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, B(rows), B(cp), B(og), 1.0f,
+                        w + grp * og * rows, B(rows), yg + c.first * g.out[2], B(p), 0.0f,
+                        direct ? dxg : col, B(direct ? p : cp));
+            if (!direct) Col2ImAdd(g, c, col, dxg);
+          }
         }
       }
       return;
@@ -198,10 +231,14 @@ void Convolution(const ir::Instruction& inst, const ir::Shape& x_shape,
       std::memset(out, 0, static_cast<size_t>(g.o * rows) * sizeof(float));
       for (int64_t n = 0; n < g.n; ++n) {
         for (int64_t grp = 0; grp < g.groups; ++grp) {
-          const float* src = ColOf(g, x, n, grp, col);
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B(og), B(rows), B(p), 1.0f,
-                      y + (n * g.o + grp * og) * p, B(p), src, B(p), 1.0f,
-                      out + grp * og * rows, B(rows));
+          const float* xg = x + (n * g.c + grp * g.cg()) * s;
+          const float* yg = y + (n * g.o + grp * og) * p;
+          for (const Lines& c : chunks) {
+            const auto [src, ld] = col_of(xg, c);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B(og), B(rows),
+                        B(c.positions(g)), 1.0f, yg + c.first * g.out[2], B(p), src, B(ld),
+                        1.0f, out + grp * og * rows, B(rows));
+          }
         }
       }
       return;
