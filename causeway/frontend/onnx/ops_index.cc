@@ -1,4 +1,5 @@
-// Index arithmetic: GatherElements, TopK, OneHot, DepthToSpace, SpaceToDepth, and
+// Index arithmetic: GatherElements, ScatterElements, GatherND, ScatterND,
+// TopK, OneHot, DepthToSpace, SpaceToDepth, and
 // the losses that pick a class per element (NegativeLogLikelihoodLoss,
 // SoftmaxCrossEntropyLoss).
 #include <numeric>
@@ -16,10 +17,13 @@ using ir::Value;
 
 }  // namespace
 
-Value GatherAlong(Converter& c, Value data, Value idx, int64_t axis) {
-  const std::vector<int64_t> dd = c.ShapeOf(data).dims, id = c.ShapeOf(idx).dims;
-  // The element's offset in data: the index along `axis`, its own
-  // coordinate along the others.
+namespace {
+
+// For each element of idx (i32, in range, of data's rank): the offset in
+// data (dims `dd`) of the element it names, its index along `axis` and its
+// own coordinate along the others.
+Value ElementOffsets(Converter& c, const std::vector<int64_t>& dd, Value idx, int64_t axis) {
+  const std::vector<int64_t> id = c.ShapeOf(idx).dims;
   const std::vector<int64_t> strides = ir::RowMajorStrides(dd);
   Value offset = c.Full(0, DType::kI32, id);
   for (int64_t k = 0; k < static_cast<int64_t>(dd.size()); ++k) {
@@ -27,8 +31,15 @@ Value GatherAlong(Converter& c, Value data, Value idx, int64_t axis) {
     offset = c.b.Add(offset, c.b.Mul(coord, c.Full(static_cast<double>(strides[static_cast<size_t>(k)]),
                                                    DType::kI32, id)));
   }
+  return offset;
+}
+
+}  // namespace
+
+Value GatherAlong(Converter& c, Value data, Value idx, int64_t axis) {
+  const std::vector<int64_t> dd = c.ShapeOf(data).dims;
   const int64_t total = ir::Shape(DType::kI32, dd).num_elements();
-  return c.b.Gather(c.b.Reshape(data, {total}), offset, 0);
+  return c.b.Gather(c.b.Reshape(data, {total}), ElementOffsets(c, dd, idx, axis), 0);
 }
 
 namespace {
@@ -43,6 +54,116 @@ absl::Status GatherElements(Converter& c, const Node& n) {
   if (c.ShapeOf(idx).dtype != DType::kI32) return absl::InvalidArgumentError("indices must be integers");
   idx = c.WrapNegative(idx, dd[static_cast<size_t>(axis)]);
   c.Set(n, 0, GatherAlong(c, data, idx, axis), c.TypeOf(n, 0));
+  return absl::OkStatus();
+}
+
+// `out` = `data` with the places `hit` (pred, data's dims) taken from
+// `sums` (a scatter_add into zeros): ONNX's reduction "none".
+Value Replace(Converter& c, Value data, Value hits, Value sums) {
+  const ir::Shape s = c.ShapeOf(hits);
+  const Value hit = c.b.Compare(hits, c.Full(0, s.dtype, s.dims), ir::Comparison::kGt);
+  return c.b.Select(hit, sums, data);
+}
+
+// A scatter of `updates` [M, inner] into rows `rows` (i32 [M]) of `table`
+// [R, inner] with ONNX's reduction ("none": replaced, "add": added).
+absl::StatusOr<Value> ScatterRows(Converter& c, Value table, Value rows, Value updates,
+                                  const std::string& reduction) {
+  const std::vector<int64_t> td = c.ShapeOf(table).dims;
+  if (reduction == "add") return c.b.ScatterAdd(table, rows, updates, 0);
+  if (reduction != "none") return absl::UnimplementedError(absl::StrCat("reduction ", reduction));
+  const ir::DType dt = c.ShapeOf(table).dtype;
+  const Value sums = c.b.ScatterAdd(c.Full(0, dt, td), rows, updates, 0);
+  const int64_t m = c.ShapeOf(rows).dims[0];
+  const Value hits = c.b.ScatterAdd(c.Full(0, ir::DType::kI32, {td[0]}), rows,
+                                    c.Full(1, ir::DType::kI32, {m}), 0);
+  return Replace(c, table, c.b.Broadcast(hits, td, {0}), sums);
+}
+
+// ScatterElements (and Scatter, its old name): updates placed at indices
+// along an axis, element by element, as flat rows of one element.
+absl::Status ScatterElements(Converter& c, const Node& n) {
+  CW_ASSIGN_OR_RETURN(Value data, c.In(n, 0));
+  CW_ASSIGN_OR_RETURN(Value idx, c.In(n, 1));
+  CW_ASSIGN_OR_RETURN(Value updates, c.In(n, 2));
+  const std::vector<int64_t> dd = c.ShapeOf(data).dims, id = c.ShapeOf(idx).dims;
+  if (dd.size() != id.size() || c.ShapeOf(updates).dims != id) {
+    return absl::InvalidArgumentError("data, indices and updates must have one rank, "
+                                      "indices and updates one shape");
+  }
+  if (c.ShapeOf(idx).dtype != DType::kI32) return absl::InvalidArgumentError("indices must be integers");
+  CW_ASSIGN_OR_RETURN(int64_t axis, Axis(c.AttrInt(n, "axis", 0), static_cast<int64_t>(dd.size())));
+  idx = c.WrapNegative(idx, dd[static_cast<size_t>(axis)]);
+  const Value offset = ElementOffsets(c, dd, idx, axis);
+  const int64_t total = ir::Shape(DType::kI32, dd).num_elements();
+  const int64_t m = ir::Shape(DType::kI32, id).num_elements();
+  CW_ASSIGN_OR_RETURN(Value out, ScatterRows(c, c.b.Reshape(data, {total, 1}), c.b.Reshape(offset, {m}),
+                                             c.b.Reshape(updates, {m, 1}),
+                                             c.AttrString(n, "reduction", "none")));
+  c.Set(n, 0, c.b.Reshape(out, dd), c.TypeOf(n, 0));
+  return absl::OkStatus();
+}
+
+// GatherND and ScatterND (batch_dims 0): indices [..., k] name slices of
+// data's first k dims, as rows of data viewed [prod(first k), rest].
+struct NdRows {
+  Value table, rows;
+  std::vector<int64_t> slice;  // data's dims past k
+  int64_t m = 0;               // index tuples
+};
+absl::StatusOr<NdRows> RowsOf(Converter& c, Value data, Value idx) {
+  const std::vector<int64_t> dd = c.ShapeOf(data).dims, id = c.ShapeOf(idx).dims;
+  if (id.empty() || c.ShapeOf(idx).dtype != DType::kI32) {
+    return absl::InvalidArgumentError("indices must be integers of rank at least 1");
+  }
+  const int64_t k = id.back();
+  if (k < 1 || k > static_cast<int64_t>(dd.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("index tuples of ", k, " for data of rank ", dd.size()));
+  }
+  NdRows r;
+  r.m = ir::Shape(DType::kI32, std::vector<int64_t>(id.begin(), id.end() - 1)).num_elements();
+  const Value tuples = c.b.Reshape(idx, {r.m, k});
+  int64_t rows = 1;
+  for (int64_t j = 0; j < k; ++j) rows *= dd[static_cast<size_t>(j)];
+  Value flat = c.Full(0, DType::kI32, {r.m});
+  int64_t stride = rows;
+  for (int64_t j = 0; j < k; ++j) {
+    const int64_t dim = dd[static_cast<size_t>(j)];
+    stride /= dim;
+    const Value col = c.WrapNegative(c.b.Reshape(c.b.Slice(tuples, {0, j}, {r.m, j + 1}), {r.m}), dim);
+    flat = c.b.Add(flat, c.b.Mul(col, c.Full(static_cast<double>(stride), DType::kI32, {r.m})));
+  }
+  r.slice.assign(dd.begin() + k, dd.end());
+  const int64_t inner = ir::Shape(DType::kI32, r.slice).num_elements();
+  r.table = c.b.Reshape(data, {rows, inner});
+  r.rows = flat;
+  return r;
+}
+
+absl::Status GatherND(Converter& c, const Node& n) {
+  if (c.AttrInt(n, "batch_dims", 0) != 0) return absl::UnimplementedError("batch_dims other than 0");
+  CW_ASSIGN_OR_RETURN(Value data, c.In(n, 0));
+  CW_ASSIGN_OR_RETURN(Value idx, c.In(n, 1));
+  CW_ASSIGN_OR_RETURN(NdRows r, RowsOf(c, data, idx));
+  std::vector<int64_t> out = c.ShapeOf(idx).dims;
+  out.pop_back();
+  out.insert(out.end(), r.slice.begin(), r.slice.end());
+  c.Set(n, 0, c.b.Reshape(c.b.Gather(r.table, r.rows, 0), out), c.TypeOf(n, 0));
+  return absl::OkStatus();
+}
+
+absl::Status ScatterND(Converter& c, const Node& n) {
+  CW_ASSIGN_OR_RETURN(Value data, c.In(n, 0));
+  CW_ASSIGN_OR_RETURN(Value idx, c.In(n, 1));
+  CW_ASSIGN_OR_RETURN(Value updates, c.In(n, 2));
+  CW_ASSIGN_OR_RETURN(NdRows r, RowsOf(c, data, idx));
+  const int64_t inner = c.ShapeOf(r.table).dims[1];
+  if (c.ShapeOf(updates).num_elements() != r.m * inner) {
+    return absl::InvalidArgumentError("updates do not match the indices' slices");
+  }
+  CW_ASSIGN_OR_RETURN(Value out, ScatterRows(c, r.table, r.rows, c.b.Reshape(updates, {r.m, inner}),
+                                             c.AttrString(n, "reduction", "none")));
+  c.Set(n, 0, c.b.Reshape(out, c.ShapeOf(data).dims), c.TypeOf(n, 0));
   return absl::OkStatus();
 }
 
@@ -178,6 +299,10 @@ absl::Status SoftmaxCrossEntropyLoss(Converter& c, const Node& n) {
 void AddIndexOps(OpTable& t) {
   t["GatherElements"] = GatherElements;
   t["TopK"] = TopK;
+  t["ScatterElements"] = ScatterElements;
+  t["Scatter"] = ScatterElements;
+  t["GatherND"] = GatherND;
+  t["ScatterND"] = ScatterND;
   t["OneHot"] = OneHot;
   t["DepthToSpace"] = DepthSpace<true>;
   t["SpaceToDepth"] = DepthSpace<false>;
