@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "causeway/base/status_macros.h"
 #include "causeway/ir/builder.h"
+#include "causeway/ir/convolution.h"
 #include "causeway/ir/verifier.h"
 
 namespace causeway::ir {
@@ -412,9 +413,7 @@ void Reverse::ConvolutionRule(const Instruction& inst, Value g) {
   // x, w and y of the form; `g` is the adjoint of the one inst computes.
   const bool conv = inst.op == OpKind::kConvolution;
   const bool input = inst.op == OpKind::kConvInputGrad;
-  const Shape& x = input ? inst.shape : OperandShape(inst, 0);
-  const Shape& w = conv ? OperandShape(inst, 1) : input ? OperandShape(inst, 1) : inst.shape;
-  const Shape& y = conv ? inst.shape : input ? OperandShape(inst, 0) : OperandShape(inst, 1);
+  const auto [x, w, y] = ConvolutionRoles(inst, OperandShape(inst, 0), OperandShape(inst, 1));
   // y from x and w: the high padding that gives y's spatial dims.
   const auto to_y = [&](Value xv, Value wv) {
     ConvSpec s = spec;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "causeway/base/status_macros.h"
+#include "causeway/ir/convolution.h"
 #include "causeway/ir/shape_inference.h"
 
 namespace causeway::ir {
@@ -149,14 +150,10 @@ absl::StatusOr<Shape> InferBroadcast(const Instruction& inst, const Shape& opera
 // window agree.
 absl::StatusOr<Shape> InferConvolution(const Instruction& inst,
                                        const std::vector<Shape>& operands) {
-  const Shape* x = nullptr;
-  const Shape* w = nullptr;
-  const Shape* y = nullptr;
-  switch (inst.op) {
-    case OpKind::kConvolution: x = &operands[0], w = &operands[1], y = &inst.shape; break;
-    case OpKind::kConvInputGrad: y = &operands[0], w = &operands[1], x = &inst.shape; break;
-    default: x = &operands[0], y = &operands[1], w = &inst.shape; break;
-  }
+  const ConvolutionShapes roles = ConvolutionRoles(inst, operands[0], operands[1]);
+  const Shape* x = &roles.x;
+  const Shape* w = &roles.w;
+  const Shape* y = &roles.y;
   for (const Shape* s : {x, w, y}) {
     CW_RETURN_IF_ERROR(RequireF32(*s, "convolution values"));
     CW_RETURN_IF_ERROR(ValidateShape(*s));
@@ -193,7 +190,7 @@ absl::StatusOr<Shape> InferConvolution(const Instruction& inst,
                                 w->ToString(), " and output ", y->ToString(), " in ", groups,
                                 " groups: the channels do not agree"));
   }
-  return inst.op == OpKind::kConvolution ? *y : inst.op == OpKind::kConvInputGrad ? *x : *w;
+  return inst.shape;
 }
 
 absl::StatusOr<Shape> InferTranspose(const Instruction& inst, const Shape& operand) {

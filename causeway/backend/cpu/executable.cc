@@ -19,6 +19,7 @@
 #include "causeway/base/fiber.h"
 #include "causeway/base/mutex.h"
 #include "causeway/base/status_macros.h"
+#include "causeway/ir/convolution.h"
 #include "causeway/ir/verifier.h"
 
 namespace causeway::backend::cpu {
@@ -349,13 +350,8 @@ absl::Status CpuExecutable::RunStep(const Step& step, const Buffers& buffers,
     case OpKind::kConvolution:
     case OpKind::kConvInputGrad:
     case OpKind::kConvKernelGrad: {
-      const ir::Shape& b_shape = OperandShape(inst, 1);
-      const bool input = inst.op == OpKind::kConvInputGrad;
-      const bool kernel = inst.op == OpKind::kConvKernelGrad;
-      kernels::Convolution(inst, input ? inst.shape : a_shape,
-                           input ? b_shape : kernel ? inst.shape : b_shape,
-                           inst.op == OpKind::kConvolution ? inst.shape : input ? a_shape : b_shape,
-                           static_cast<const float*>(a),
+      const auto [x, w, y] = ir::ConvolutionRoles(inst, a_shape, OperandShape(inst, 1));
+      kernels::Convolution(inst, x, w, y, static_cast<const float*>(a),
                            static_cast<const float*>(Resolve(step.operands[1], buffers)),
                            static_cast<float*>(out));
       return absl::OkStatus();

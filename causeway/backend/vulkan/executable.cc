@@ -9,6 +9,7 @@
 #include "causeway/backend/cpu/buffer_plan.h"
 #include "causeway/backend/vulkan/gpu.h"
 #include "causeway/base/status_macros.h"
+#include "causeway/ir/convolution.h"
 #include "causeway/ir/verifier.h"
 
 namespace causeway::backend::vulkan {
@@ -706,9 +707,7 @@ class Lowering {
   absl::Status Convolution(const Instruction& inst, Ref first, Ref second, Ref out) {
     const bool conv = inst.op == OpKind::kConvolution;
     const bool input = inst.op == OpKind::kConvInputGrad;
-    const ir::Shape& x = input ? inst.shape : OperandShape(inst, 0);
-    const ir::Shape& w = conv || input ? OperandShape(inst, 1) : inst.shape;
-    const ir::Shape& y = conv ? inst.shape : input ? OperandShape(inst, 0) : OperandShape(inst, 1);
+    const auto [x, w, y] = ir::ConvolutionRoles(inst, OperandShape(inst, 0), OperandShape(inst, 1));
     std::vector<int32_t> p(20, 0);
     const size_t spatial = x.dims.size() - 2, skip = 3 - spatial;
     for (size_t i = 0; i < 3; ++i) {

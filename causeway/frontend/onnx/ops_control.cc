@@ -388,40 +388,38 @@ absl::Status Loop(Converter& c, const Node& n) {
   for (ir::Value v : init) carry.push_back(c.ShapeOf(v));
 
   ir::FunctionBuilder cb("loop_condition");
-  {
-    const std::vector<ir::Value> p = Params(cb, carry);
-    ir::Value go = p[1];
-    if (has_trips) {
-      const ir::Value limit = trips.has_value() ? p[trips_at] : ConstI32(cb, *known_trips);
-      const ir::Value below = cb.Compare(p[0], limit, ir::Comparison::kLt);
-      go = has_cond ? cb.Select(p[1], below, ConstPred(cb, false)) : below;
-    }
-    CW_ASSIGN_OR_RETURN(ir::Function cond_fn, cb.Build({go}));
-    ir::FunctionBuilder bb("loop_body");
-    const std::vector<ir::Value> q = Params(bb, carry);
-    std::vector<ir::Value> args(q.begin(), q.begin() + 2 + carried);
-    args.insert(args.end(), q.begin() + 2 + carried, q.begin() + 2 + carried + captures.size());
-    const std::vector<ir::Value> r = bb.Call(f, args);
-    std::vector<ir::Value> next = {bb.Add(q[0], ConstI32(bb, 1)),
-                                   has_cond ? bb.Reshape(r[0], {}) : q[1]};
-    for (int i = 0; i < carried; ++i) next.push_back(r[1 + static_cast<size_t>(i)]);
-    for (size_t i = 2 + carried; i < stacks_at; ++i) next.push_back(q[i]);
-    for (int k = 0; k < stacked; ++k) {
-      next.push_back(StackRow(bb, q[stacks_at + static_cast<size_t>(k)], q[0],
-                              r[1 + static_cast<size_t>(carried + k)], 0));
-    }
-    CW_ASSIGN_OR_RETURN(ir::Function body_fn, bb.Build(next));
-    const std::vector<ir::Value> out = c.b.While(cond_fn, body_fn, init);
-    if (!c.b.status().ok()) return c.b.status();
-    for (int i = 0; i < carried && i < n.output_size(); ++i) {
-      c.Set(n, i, out[2 + static_cast<size_t>(i)], formals[2 + static_cast<size_t>(i)].onnx_type);
-    }
-    for (int k = 0; k < stacked && carried + k < n.output_size(); ++k) {
-      ir::Value v = out[stacks_at + static_cast<size_t>(k)];
-      const ir::Shape& row = f.output_shape(1 + carried + k);
-      if (row.dtype == ir::DType::kPred) v = c.b.Convert(v, ir::DType::kPred);
-      c.Set(n, carried + k, v, sub.output_types[1 + static_cast<size_t>(carried + k)]);
-    }
+  const std::vector<ir::Value> p = Params(cb, carry);
+  ir::Value go = p[1];
+  if (has_trips) {
+    const ir::Value limit = trips.has_value() ? p[trips_at] : ConstI32(cb, *known_trips);
+    const ir::Value below = cb.Compare(p[0], limit, ir::Comparison::kLt);
+    go = has_cond ? cb.Select(p[1], below, ConstPred(cb, false)) : below;
+  }
+  CW_ASSIGN_OR_RETURN(ir::Function cond_fn, cb.Build({go}));
+  ir::FunctionBuilder bb("loop_body");
+  const std::vector<ir::Value> q = Params(bb, carry);
+  // The body's arguments: iteration, condition, carried values, captures.
+  const std::vector<ir::Value> r =
+      bb.Call(f, std::vector<ir::Value>(q.begin(), q.begin() + 2 + carried + captures.size()));
+  std::vector<ir::Value> next = {bb.Add(q[0], ConstI32(bb, 1)),
+                                 has_cond ? bb.Reshape(r[0], {}) : q[1]};
+  for (int i = 0; i < carried; ++i) next.push_back(r[1 + static_cast<size_t>(i)]);
+  for (size_t i = 2 + carried; i < stacks_at; ++i) next.push_back(q[i]);
+  for (int k = 0; k < stacked; ++k) {
+    next.push_back(StackRow(bb, q[stacks_at + static_cast<size_t>(k)], q[0],
+                            r[1 + static_cast<size_t>(carried + k)], 0));
+  }
+  CW_ASSIGN_OR_RETURN(ir::Function body_fn, bb.Build(next));
+  const std::vector<ir::Value> out = c.b.While(cond_fn, body_fn, init);
+  if (!c.b.status().ok()) return c.b.status();
+  for (int i = 0; i < carried && i < n.output_size(); ++i) {
+    c.Set(n, i, out[2 + static_cast<size_t>(i)], formals[2 + static_cast<size_t>(i)].onnx_type);
+  }
+  for (int k = 0; k < stacked && carried + k < n.output_size(); ++k) {
+    ir::Value v = out[stacks_at + static_cast<size_t>(k)];
+    const ir::Shape& row = f.output_shape(1 + carried + k);
+    if (row.dtype == ir::DType::kPred) v = c.b.Convert(v, ir::DType::kPred);
+    c.Set(n, carried + k, v, sub.output_types[1 + static_cast<size_t>(carried + k)]);
   }
   return absl::OkStatus();
 }

@@ -210,7 +210,8 @@ absl::Status Recurrent(Converter& c, const Node& n) {
         const Value rh = c.b.Slice(rdir, {2 * hidden, 0}, {3 * hidden, hidden});
         const Value zr =
             biased(c.b.Add(Part(c, xt, 0, 2 * hidden), TimesTransposed(c, h, r_zr)), 0, 2);
-        CW_ASSIGN_OR_RETURN(const Value z, Apply(c, f[0], clipped(Part(c, zr, 0, hidden))));
+        const Value pre_z = clipped(Part(c, zr, 0, hidden));
+        CW_ASSIGN_OR_RETURN(const Value z, Apply(c, f[0], pre_z));
         CW_ASSIGN_OR_RETURN(const Value rg, Apply(c, f[0], clipped(Part(c, zr, 1, hidden))));
         const Value xh = Part(c, xt, 2, hidden);
         Value pre;
@@ -227,7 +228,7 @@ absl::Status Recurrent(Converter& c, const Node& n) {
         // its precision where z rounds to 1.
         const Value one_minus_z =
             f[0].name == "Sigmoid"
-                ? c.b.Logistic(c.b.Neg(clipped(Part(c, zr, 0, hidden))))
+                ? c.b.Logistic(c.b.Neg(pre_z))
                 : c.b.Sub(c.Full(1, DType::kF32, bh), z);
         h_new = c.b.Add(c.b.Mul(one_minus_z, hh), c.b.Mul(z, h));
       } else {
