@@ -413,7 +413,12 @@ void Reverse::ConvolutionRule(const Instruction& inst, Value g) {
   // x, w and y of the form; `g` is the adjoint of the one inst computes.
   const bool conv = inst.op == OpKind::kConvolution;
   const bool input = inst.op == OpKind::kConvInputGrad;
-  const auto [x, w, y] = ConvolutionRoles(inst, OperandShape(inst, 0), OperandShape(inst, 1));
+  // (Plain references: the lambda below captures them, which clang refuses
+  // for structured bindings.)
+  const ConvolutionShapes roles = ConvolutionRoles(inst, OperandShape(inst, 0), OperandShape(inst, 1));
+  const Shape& x = roles.x;
+  const Shape& w = roles.w;
+  const Shape& y = roles.y;
   // y from x and w: the high padding that gives y's spatial dims.
   const auto to_y = [&](Value xv, Value wv) {
     ConvSpec s = spec;
