@@ -19,6 +19,10 @@ std::vector<int64_t> Range0(int64_t n) {
   return v;
 }
 
+int64_t Product(const std::vector<int64_t>& dims) {
+  return std::accumulate(dims.begin(), dims.end(), int64_t{1}, std::multiplies<>());
+}
+
 // `v` reduced over `axes` (sorted) put back at rank: those dims become 1.
 Value KeepDims(Converter& c, Value reduced, const std::vector<int64_t>& dims,
                const std::vector<int64_t>& axes) {
@@ -42,10 +46,19 @@ absl::Status MatMul(Converter& c, const Node& n) {
   std::vector<int64_t> at = batch, bt = batch;
   at.insert(at.end(), ad.end() - 2, ad.end());
   bt.insert(bt.end(), bd.end() - 2, bd.end());
-  CW_ASSIGN_OR_RETURN(a, c.BroadcastTo(a, at));
-  CW_ASSIGN_OR_RETURN(b, c.BroadcastTo(b, bt));
   const auto nb = static_cast<int64_t>(batch.size());
-  Value y = c.b.DotGeneral(a, b, Range0(nb), Range0(nb), {nb + 1}, {nb});
+  CW_ASSIGN_OR_RETURN(a, c.BroadcastTo(a, at));
+  Value y;
+  if (Product(b_batch) == 1) {
+    // Activations times a weight matrix: the weight is shared by every
+    // batch, so the batch dims are rows of one matrix product. Broadcasting
+    // the weight instead would copy it once per batch and run one product
+    // per batch.
+    y = c.b.DotGeneral(a, c.b.Reshape(b, {bd.end() - 2, bd.end()}), {}, {}, {nb + 1}, {0});
+  } else {
+    CW_ASSIGN_OR_RETURN(b, c.BroadcastTo(b, bt));
+    y = c.b.DotGeneral(a, b, Range0(nb), Range0(nb), {nb + 1}, {nb});
+  }
   std::vector<int64_t> out = batch;
   if (!a_vec) out.push_back(ad[ad.size() - 2]);
   if (!b_vec) out.push_back(bd.back());
