@@ -97,6 +97,15 @@ class FutureState {
     return &*value_;
   }
 
+  // Awaits the value and moves it out. REQUIRES: the caller is its last
+  // reader (see Future::Take).
+  absl::StatusOr<T> Take() {
+    Await();
+    // Set() wrote value_ before publishing set_ and reads it afterwards only
+    // to run callbacks; the caller promises none will read it again.
+    return std::move(*value_);
+  }
+
  private:
   // Parks the calling fiber until the value is set (true) or `deadline`
   // (false), through a continuation that wakes it.
@@ -158,6 +167,14 @@ class Future {
   // Blocks until ready and returns the result. The reference stays valid as
   // long as any copy of this future exists.
   const absl::StatusOr<T>& Await() const { return state_->Await(); }
+
+  // Blocks until ready and moves the result out, where Await() would copy
+  // it. REQUIRES: nothing reads this future's result afterwards, through any
+  // copy of it: the caller is its only consumer, and every callback that
+  // reads it has run (such as one registered through OnReady or WhenAll, or
+  // the one calling Take). For handing on a large value (a fetched array)
+  // without a copy.
+  absl::StatusOr<T> Take() const { return state_->Take(); }
 
   // Blocks for at most `timeout`; nullptr if still not ready.
   const absl::StatusOr<T>* AwaitWithTimeout(absl::Duration timeout) const {

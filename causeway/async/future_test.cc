@@ -55,6 +55,21 @@ TEST(FutureTest, NotReadyUntilSet) {
   EXPECT_EQ(*f.Await(), 3);
 }
 
+TEST(FutureTest, TakeMovesTheValueOutOnceSetOnAnotherThread) {
+  Promise<std::vector<float>> p;
+  Future<std::vector<float>> f = p.future();
+  std::vector<float> big(1 << 16, 2.5f);
+  const float* storage = big.data();
+  std::thread setter([&] { p.Set(std::move(big)); });
+  absl::StatusOr<std::vector<float>> v = f.Take();  // waits for the setter
+  setter.join();
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->data(), storage) << "the same storage: moved, not copied";
+  EXPECT_EQ(v->size(), size_t{1} << 16);
+  EXPECT_EQ(Future<int>::Ready(absl::AbortedError("gone")).Take().status().code(),
+            absl::StatusCode::kAborted);
+}
+
 TEST(FutureTest, CopiesShareState) {
   Promise<std::string> p;
   Future<std::string> a = p.future();

@@ -346,8 +346,10 @@ void RegisterClient(py::module_& m) {
       .def(
           "fetch",
           [](const PyArray& a, double timeout_s) {
-            ir::Literal v = Unwrap(AwaitFromPython(a.array.Fetch(), timeout_s, "fetch"));
-            return NumpyFromLiteral(std::move(v));
+            const Future<ir::Literal> fetched = a.array.Fetch();
+            AwaitFromPython(fetched, timeout_s, "fetch");
+            // This fetch is the value's only reader: moved, not copied.
+            return NumpyFromLiteral(Unwrap(fetched.Take()));
           },
           py::arg("timeout") = -1.0, "The whole array as a numpy array")
       .def("delete", [](PyArray& a) { a.array.Release(); }, "Releases the array now");
