@@ -174,6 +174,10 @@ void Reverse::Rule(int i, const Instruction& inst, Value g) {
       return Acc(inst, 0, b_.Neg(b_.Mul(g, b_.Sin(X(inst, 0)))));
     case OpKind::kAtan:  // 1 / (1 + x^2)
       return Acc(inst, 0, b_.Div(g, b_.Add(Scalar(1, s), b_.Mul(X(inst, 0), X(inst, 0)))));
+    case OpKind::kErf:  // 2 / sqrt(pi) exp(-x^2)
+      return Acc(inst, 0,
+                 b_.Mul(g, b_.Mul(Scalar(1.1283791670955126f, s),
+                                  b_.Exp(b_.Neg(b_.Mul(X(inst, 0), X(inst, 0)))))));
     case OpKind::kGelu:
       return Acc(inst, 0, b_.GeluGrad(X(inst, 0), g));
     case OpKind::kSoftmax:

@@ -177,6 +177,7 @@ TEST(AutodiffTest, TrigonometricFunctions) {
   CheckGrad({Any(50)}, [](auto& b, auto& p) { return b.Sin(p[0]); }, {0});
   CheckGrad({Any(51)}, [](auto& b, auto& p) { return b.Cos(p[0]); }, {0});
   CheckGrad({Any(52)}, [](auto& b, auto& p) { return b.Atan(p[0]); }, {0});
+  CheckGrad({Any(53)}, [](auto& b, auto& p) { return b.Erf(p[0]); }, {0});
 }
 
 TEST(AutodiffTest, StridedSlices) {

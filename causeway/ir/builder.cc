@@ -200,6 +200,7 @@ Value FunctionBuilder::Tanh(Value a) { return Unary(OpKind::kTanh, a); }
 Value FunctionBuilder::Sin(Value a) { return Unary(OpKind::kSin, a); }
 Value FunctionBuilder::Cos(Value a) { return Unary(OpKind::kCos, a); }
 Value FunctionBuilder::Atan(Value a) { return Unary(OpKind::kAtan, a); }
+Value FunctionBuilder::Erf(Value a) { return Unary(OpKind::kErf, a); }
 Value FunctionBuilder::Gelu(Value a) { return Unary(OpKind::kGelu, a); }
 Value FunctionBuilder::GeluGrad(Value x, Value g) {
   return Elementwise(OpKind::kGeluGrad, {x, g});

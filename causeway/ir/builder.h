@@ -80,6 +80,7 @@ class FunctionBuilder {
   Value Sin(Value a);
   Value Cos(Value a);
   Value Atan(Value a);
+  Value Erf(Value a);
   Value Logistic(Value a);
   Value Sqrt(Value a);
   Value Rsqrt(Value a);

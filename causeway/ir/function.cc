@@ -130,6 +130,8 @@ const char* OpName(OpKind op) {
       return "cos";
     case OpKind::kAtan:
       return "atan";
+    case OpKind::kErf:
+      return "erf";
   }
   return "unknown_op";
 }

@@ -121,13 +121,16 @@ enum class OpKind {
   kSin,
   kCos,
   kAtan,
+  // Elementwise unary, f32: the error function (ONNX's Erf, and the exact
+  // GELU x/2 (1 + erf(x / sqrt 2)) that models export).
+  kErf,
 };
 
 enum class ReduceKind { kSum, kMax };
 enum class Comparison { kEq, kNe, kLt, kLe, kGt, kGe };
 
 // Number of OpKind values (for range checks of untrusted input).
-inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kAtan) + 1;
+inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kErf) + 1;
 
 // True for the collectives (ops that meet peers): they always run.
 bool IsCollective(OpKind op);

@@ -76,7 +76,7 @@ Function KitchenSink() {
   const Value conv = b.Convolution(img, b.Slice(ker, {0, 0, 0, 0}, {2, 1, 1, 2}), spec);
   const Value dx = b.ConvInputGrad(conv, b.Slice(ker, {0, 0, 0, 0}, {2, 1, 1, 2}), {1, 2, 3, 4}, spec);
   const Value dw = b.ConvKernelGrad(img, conv, {2, 1, 1, 2}, spec);
-  const Value sorted = b.ArgSort(b.Add(b.Sin(sc), b.Add(b.Cos(sc), b.Atan(sc))), 1, true);
+  const Value sorted = b.ArgSort(b.Add(b.Sin(sc), b.Add(b.Cos(sc), b.Add(b.Atan(sc), b.Erf(sc)))), 1, true);
   absl::StatusOr<Function> f =
       b.Build({ar, dot, mm, rng, ag, rs, a2a, cp, fused, branch[0], dx, dw, sorted});
   CW_CHECK_OK(f.status());

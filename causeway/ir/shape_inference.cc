@@ -85,6 +85,7 @@ int ExpectedOperandCount(OpKind op) {
     case OpKind::kSin:
     case OpKind::kCos:
     case OpKind::kAtan:
+    case OpKind::kErf:
     case OpKind::kLogistic:
     case OpKind::kSqrt:
     case OpKind::kRsqrt:
@@ -654,6 +655,7 @@ absl::StatusOr<Shape> InferShapeNoContext(const Instruction& inst,
     case OpKind::kSin:
     case OpKind::kCos:
     case OpKind::kAtan:
+    case OpKind::kErf:
     case OpKind::kLogistic:
     case OpKind::kSqrt:
     case OpKind::kRsqrt:

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <iterator>
 #include <map>
+#include <optional>
 
 #include "causeway/base/check.h"
 
@@ -141,9 +142,143 @@ std::vector<int64_t> FoldedBroadcasts(const ir::Function& function) {
   return row;
 }
 
+bool IsFusableUnary(OpKind op) {
+  switch (op) {
+    case OpKind::kNeg:
+    case OpKind::kExp:
+    case OpKind::kAbs:
+    case OpKind::kLog:
+    case OpKind::kTanh:
+    case OpKind::kSin:
+    case OpKind::kCos:
+    case OpKind::kAtan:
+    case OpKind::kErf:
+    case OpKind::kLogistic:
+    case OpKind::kSqrt:
+    case OpKind::kRsqrt:
+    case OpKind::kSign:
+    case OpKind::kFloor:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// The element count of `inst` if it is an f32 element-wise op a fused step
+// can run, else -1.
+int64_t FusableElements(const Instruction& inst, const std::vector<Instruction>& insts) {
+  if (inst.shape.dtype != ir::DType::kF32) return -1;
+  const bool unary = IsFusableUnary(inst.op);
+  if (!unary && !IsArithmetic(inst.op) && inst.op != OpKind::kPow) return -1;
+  if (inst.operands.size() != (unary ? 1u : 2u)) return -1;
+  for (int o : inst.operands) {
+    if (insts[o].shape.dtype != ir::DType::kF32) return -1;
+  }
+  return inst.shape.num_elements();
+}
+
+// Context of the fusion pass: what every instruction reads, who reads it.
+struct FusionContext {
+  const std::vector<Instruction>& insts;
+  const std::vector<std::vector<int>>& reads;
+  std::vector<std::vector<int>> readers;  // live readers of each value
+  std::vector<bool> is_output;
+};
+
+// `group` (at least two steps of `count` elements each) as one fused step,
+// or nullopt when a member reads another's value as a repeated row.
+std::optional<Step> Fuse(const FusionContext& fc, std::vector<Step>& group, int64_t count) {
+  std::map<int, int> index;  // instruction -> op
+  for (size_t t = 0; t < group.size(); ++t) index[group[t].instruction] = static_cast<int>(t);
+  std::vector<FusedOp> ops(group.size());
+  std::vector<int> last_read(group.size(), -1);
+  for (size_t t = 0; t < group.size(); ++t) {
+    const int i = group[t].instruction;
+    FusedOp& op = ops[t];
+    op.op = fc.insts[i].op;
+    op.num_operands = static_cast<int>(fc.reads[i].size());
+    for (int k = 0; k < op.num_operands; ++k) {
+      int64_t row = group[t].operand_row[k];
+      if (row == count) row = 0;  // a broadcast that adds only unit dims
+      auto it = index.find(fc.reads[i][k]);
+      if (it != index.end()) {
+        if (row != 0) return std::nullopt;
+        op.from[k] = it->second;
+        last_read[it->second] = static_cast<int>(t);
+      } else {
+        op.outside[k] = group[t].operands[k];
+        op.row[k] = row;
+      }
+    }
+    op.store = fc.is_output[i] ||
+               std::any_of(fc.readers[i].begin(), fc.readers[i].end(),
+                           [&](int r) { return index.find(r) == index.end(); });
+    op.result = group[t].result;
+  }
+  // Scratch slots for the values that stay inside, reused once read for the
+  // last time (after the reader's own slot is taken, so an op never writes
+  // over its operand).
+  std::vector<int> free_slots;
+  int slots = 0;
+  for (size_t t = 0; t < ops.size(); ++t) {
+    FusedOp& op = ops[t];
+    if (!op.store) {
+      if (free_slots.empty()) {
+        op.scratch = slots++;
+      } else {
+        op.scratch = free_slots.back();
+        free_slots.pop_back();
+      }
+    }
+    for (int k = 0; k < op.num_operands; ++k) {
+      const int from = op.from[k];
+      if (from < 0 || ops[from].store || last_read[from] != static_cast<int>(t)) continue;
+      if (k == 1 && op.from[0] == from) continue;  // released once
+      free_slots.push_back(ops[from].scratch);
+    }
+  }
+  Step fused;
+  fused.instruction = group.back().instruction;
+  fused.result = group.back().result;
+  fused.fused = std::move(ops);
+  fused.fused_scratch = slots;
+  fused.fused_elements = count;
+  fused.unfused = std::move(group);
+  return fused;
+}
+
+// Replaces runs of consecutive fusable steps of one element count by fused
+// steps (Step::fused).
+void FuseElementwise(const FusionContext& fc, std::vector<Step>& steps) {
+  std::vector<Step> out;
+  size_t s = 0;
+  while (s < steps.size()) {
+    const int64_t count = FusableElements(fc.insts[steps[s].instruction], fc.insts);
+    size_t e = s + 1;
+    while (count > 0 && e < steps.size() &&
+           FusableElements(fc.insts[steps[e].instruction], fc.insts) == count) {
+      ++e;
+    }
+    if (e - s >= 2) {
+      std::vector<Step> group(std::make_move_iterator(steps.begin() + s),
+                              std::make_move_iterator(steps.begin() + e));
+      std::optional<Step> fused = Fuse(fc, group, count);
+      if (fused.has_value()) {
+        out.push_back(std::move(*fused));
+      } else {
+        for (Step& g : group) out.push_back(std::move(g));
+      }
+    } else {
+      out.push_back(std::move(steps[s]));
+    }
+    s = e;
+  }
+  steps = std::move(out);
+}
+
 }  // namespace
 
-ExecutionPlan PlanExecution(const ir::Function& function) {
+ExecutionPlan PlanExecution(const ir::Function& function, PlanOptions options) {
   const std::vector<Instruction>& insts = function.instructions();
   const int n = static_cast<int>(insts.size());
   const std::vector<int>& outputs = function.outputs();
@@ -273,6 +408,16 @@ ExecutionPlan PlanExecution(const ir::Function& function) {
     }
   }
   plan.arena_bytes = arena.peak();
+
+  if (options.fuse_elementwise) {
+    FusionContext fc{insts, reads, std::vector<std::vector<int>>(n), std::vector<bool>(n, false)};
+    for (int i = 0; i < n; ++i) {
+      if (!live[i]) continue;
+      for (int o : reads[i]) fc.readers[o].push_back(i);
+    }
+    for (int o : outputs) fc.is_output[o] = true;
+    FuseElementwise(fc, plan.steps);
+  }
 
   for (int j = 0; j < static_cast<int>(outputs.size()); ++j) {
     const int o = outputs[j];

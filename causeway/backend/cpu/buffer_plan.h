@@ -27,6 +27,23 @@ struct BufferLocation {
   int64_t index = 0;
 };
 
+// One op of a fused element-wise step (Step::fused).
+struct FusedOp {
+  ir::OpKind op = ir::OpKind::kAdd;
+  int num_operands = 1;
+  // Per operand: the index of the earlier op of the step whose value it
+  // reads, or -1 for a value from outside the step, at `outside[k]` (a row
+  // of `row[k]` elements repeated over the elements when row[k] > 0).
+  int from[2] = {-1, -1};
+  BufferLocation outside[2];
+  int64_t row[2] = {0, 0};
+  // A value read after the step (or a result) is written to `result`; any
+  // other lives only in chunk-sized scratch slot `scratch` of the step.
+  bool store = false;
+  BufferLocation result;
+  int scratch = -1;
+};
+
 // One instruction to execute.
 struct Step {
   int instruction = 0;
@@ -39,6 +56,17 @@ struct Step {
   // result's shape); L > 0 if it is a broadcast folded into this step, read
   // as a row of L elements repeated over the result (1: a scalar).
   int64_t operand_row[2] = {0, 0};
+  // A fused step when not empty: consecutive f32 element-wise steps of the
+  // same element count, run together over chunks of `fused_elements` that
+  // stay in cache, each op reading its operands and writing its value for
+  // one chunk before the next chunk starts. Values read only inside the
+  // step are never written to memory. `instruction` is the last op's.
+  // `unfused` holds the original steps, which run instead when the run's
+  // buffers overlap in a way the chunked order would misread.
+  std::vector<FusedOp> fused;
+  int fused_scratch = 0;
+  int64_t fused_elements = 0;
+  std::vector<Step> unfused;
 };
 
 // After all steps: copy `bytes` from `source` into output `output`. Used for
@@ -63,8 +91,13 @@ struct ExecutionPlan {
 // on the device, and peers waiting for this device). A broadcast of a scalar,
 // or of a row onto the trailing dimensions, that only f32 arithmetic reads is
 // folded into its readers (Step::operand_row) instead of being written out.
+// Consecutive f32 element-wise steps of one element count are fused (see
+// Step::fused) unless `fuse_elementwise` is false.
 // REQUIRES: Verify(function) is OK.
-ExecutionPlan PlanExecution(const ir::Function& function);
+struct PlanOptions {
+  bool fuse_elementwise = true;
+};
+ExecutionPlan PlanExecution(const ir::Function& function, PlanOptions options = {});
 
 }  // namespace causeway::backend::cpu
 

@@ -7,6 +7,7 @@
 #endif
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstring>
@@ -105,6 +106,8 @@ class CpuExecutable final : public Executable {
   void* ResolveMutable(const BufferLocation& loc, const Buffers& buffers) const;
   absl::Status RunStep(const Step& step, const Buffers& buffers,
                        const RunContext& context) const;
+  absl::Status RunFused(const Step& step, const Buffers& buffers,
+                        const RunContext& context) const;
   absl::Status RunWhile(const Step& step, const Buffers& buffers,
                         const RunContext& context) const;
   absl::Status RunConditional(const Step& step, const Buffers& buffers,
@@ -170,8 +173,107 @@ void* CpuExecutable::ResolveMutable(const BufferLocation& loc,
   return buffers.arena + loc.index;
 }
 
+// Elements a fused step computes at a time: each op's chunk of values stays
+// in the L1 cache until the next op reads it.
+constexpr int64_t kFusedChunk = 1024;
+
+absl::Status CpuExecutable::RunFused(const Step& step, const Buffers& buffers,
+                                     const RunContext& context) const {
+  const int64_t n = step.fused_elements;
+  const size_t m = step.fused.size();
+  struct Span {
+    const std::byte* begin;
+    const std::byte* end;
+  };
+  auto span = [](const void* p, int64_t floats) {
+    const auto* b = static_cast<const std::byte*>(p);
+    return Span{b, b + floats * static_cast<int64_t>(sizeof(float))};
+  };
+  std::vector<float*> out(m, nullptr);
+  std::vector<std::array<const float*, 2>> outside(m, {nullptr, nullptr});
+  std::vector<Span> writes;
+  for (size_t j = 0; j < m; ++j) {
+    const FusedOp& op = step.fused[j];
+    if (op.store) {
+      out[j] = static_cast<float*>(ResolveMutable(op.result, buffers));
+      writes.push_back(span(out[j], n));
+    }
+    for (int k = 0; k < op.num_operands; ++k) {
+      if (op.from[k] < 0) outside[j][k] = static_cast<const float*>(Resolve(op.outside[k], buffers));
+    }
+  }
+  // Chunk by chunk, an op writes element i before a later op reads element
+  // i' > i of another value. That is the unfused order's result unless a
+  // written buffer overlaps a value read from outside other than exactly
+  // (the same dense elements, which an earlier op read before the write).
+  for (size_t j = 0; j < m; ++j) {
+    const FusedOp& op = step.fused[j];
+    for (int k = 0; k < op.num_operands; ++k) {
+      if (op.from[k] >= 0) continue;
+      const Span r = span(outside[j][k], op.row[k] > 0 ? op.row[k] : n);
+      for (const Span& w : writes) {
+        if (w.begin < r.end && r.begin < w.end && !(w.begin == r.begin && op.row[k] == 0)) {
+          for (const Step& s : step.unfused) CW_RETURN_IF_ERROR(RunStep(s, buffers, context));
+          return absl::OkStatus();
+        }
+      }
+    }
+  }
+  // Scratch slots, then one chunk per operand for a repeated row.
+  thread_local std::vector<float> scratch;
+  const size_t need = static_cast<size_t>((step.fused_scratch + 2) * kFusedChunk);
+  if (scratch.size() < need) scratch.resize(need);
+  float* const rows = scratch.data() + step.fused_scratch * kFusedChunk;
+  for (int64_t c = 0; c < n; c += kFusedChunk) {
+    const int64_t len = std::min(kFusedChunk, n - c);
+    auto value = [&](int j) -> float* {
+      const FusedOp& op = step.fused[j];
+      return op.store ? out[j] + c : scratch.data() + op.scratch * kFusedChunk;
+    };
+    for (size_t j = 0; j < m; ++j) {
+      const FusedOp& op = step.fused[j];
+      const float* a[2] = {nullptr, nullptr};
+      int64_t repeat[2] = {0, 0};
+      for (int k = 0; k < op.num_operands; ++k) {
+        const int64_t row = op.row[k];
+        if (op.from[k] >= 0) {
+          a[k] = value(op.from[k]);
+        } else if (row == 0) {
+          a[k] = outside[j][k] + c;
+        } else if (row == 1 || (c % row == 0 && len % row == 0)) {
+          a[k] = outside[j][k];  // whole rows from the row's start
+          repeat[k] = row;
+        } else {
+          // The row's elements at this chunk's positions: one row from
+          // the chunk's phase, then doubled.
+          float* r = rows + k * kFusedChunk;
+          const float* src = outside[j][k];
+          const int64_t at = c % row, first = std::min(row, len);
+          const int64_t head = std::min(row - at, first);
+          std::memcpy(r, src + at, static_cast<size_t>(head) * sizeof(float));
+          std::memcpy(r + head, src, static_cast<size_t>(first - head) * sizeof(float));
+          for (int64_t done = first; done < len; done *= 2) {
+            std::memcpy(r + done, r, static_cast<size_t>(std::min(done, len - done)) * sizeof(float));
+          }
+          a[k] = r;
+        }
+      }
+      float* y = value(static_cast<int>(j));
+      if (op.num_operands == 1) {
+        kernels::Unary(op.op, ir::DType::kF32, a[0], y, len);
+      } else if (repeat[0] > 0 || repeat[1] > 0) {
+        kernels::BinaryRepeated(op.op, a[0], repeat[0], a[1], repeat[1], y, len);
+      } else {
+        kernels::Binary(op.op, ir::DType::kF32, a[0], a[1], y, len);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CpuExecutable::RunStep(const Step& step, const Buffers& buffers,
                                     const RunContext& context) const {
+  if (!step.fused.empty()) return RunFused(step, buffers, context);
   const Instruction& inst = function().instructions()[step.instruction];
   void* out = ResolveMutable(step.result, buffers);
   const void* a = step.operands.empty() ? nullptr : Resolve(step.operands[0], buffers);
@@ -203,6 +305,7 @@ absl::Status CpuExecutable::RunStep(const Step& step, const Buffers& buffers,
     case OpKind::kSin:
     case OpKind::kCos:
     case OpKind::kAtan:
+    case OpKind::kErf:
     case OpKind::kLogistic:
     case OpKind::kSqrt:
     case OpKind::kRsqrt:
@@ -528,14 +631,15 @@ absl::Status CpuExecutable::Run(absl::Span<const void* const> inputs,
 namespace {
 
 // Compiles a verified function and, recursively, its sub-functions.
-std::shared_ptr<const Executable> CompileVerified(const ir::Function& function) {
-  ExecutionPlan plan = PlanExecution(function);
+std::shared_ptr<const Executable> CompileVerified(const ir::Function& function,
+                                                  bool fuse_elementwise) {
+  ExecutionPlan plan = PlanExecution(function, {.fuse_elementwise = fuse_elementwise});
   std::vector<ControlFlow> control_flow(function.instructions().size());
   for (size_t i = 0; i < function.instructions().size(); ++i) {
     const Instruction& inst = function.instructions()[i];
     if (!ir::IsMultiResult(inst.op)) continue;
     ControlFlow& cf = control_flow[i];
-    for (const auto& sub : inst.subfunctions) cf.subs.push_back(CompileVerified(*sub));
+    for (const auto& sub : inst.subfunctions) cf.subs.push_back(CompileVerified(*sub, fuse_elementwise));
     cf.shapes = ir::ResultShapes(inst);
     cf.offsets = ir::ResultOffsets(cf.shapes);
     cf.is_while = inst.op == OpKind::kWhile;
@@ -545,10 +649,11 @@ std::shared_ptr<const Executable> CompileVerified(const ir::Function& function) 
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<const Executable>> Compile(const ir::Function& function) {
+absl::StatusOr<std::shared_ptr<const Executable>> Compile(const ir::Function& function,
+                                                          bool fuse_elementwise) {
   CW_RETURN_IF_ERROR(ir::Verify(function));
   kernels::InitBlas();
-  return CompileVerified(function);
+  return CompileVerified(function, fuse_elementwise);
 }
 
 namespace {

@@ -20,8 +20,10 @@ using backend::RunContext;
 inline constexpr absl::string_view kKindName = "cpu";
 
 // Verifies `function` and compiles it. INVALID_ARGUMENT if it does not
-// verify.
-absl::StatusOr<std::shared_ptr<const Executable>> Compile(const ir::Function& function);
+// verify. Chains of element-wise ops run fused, over chunks that stay in
+// cache, unless `fuse_elementwise` is false (for comparing the two).
+absl::StatusOr<std::shared_ptr<const Executable>> Compile(const ir::Function& function,
+                                                          bool fuse_elementwise = true);
 
 // The CPU device kind, registered (RegisterDeviceKind) on first use.
 const DeviceKind& Kind();

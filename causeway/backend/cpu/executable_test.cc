@@ -577,7 +577,7 @@ TEST(CpuExecutableTest, BroadcastsFoldIntoArithmeticAndReshapesAreFree) {
   EXPECT_FLOAT_EQ(out[7].values<float>()[5], std::exp(3.0f));
   // The row and scalar broadcasts run no step; the column one, and the
   // scalar one read by exp (through a reshape, which runs no step), do.
-  const ExecutionPlan plan = PlanExecution(f);
+  const ExecutionPlan plan = PlanExecution(f, {.fuse_elementwise = false});
   int broadcasts = 0, reshapes = 0, folded = 0;
   for (const Step& s : plan.steps) {
     const OpKind op = f.instructions()[s.instruction].op;
@@ -606,7 +606,7 @@ TEST(CpuExecutableTest, PassThroughResultsHaveTheirOperandComputedInPlace) {
     EXPECT_EQ(out[1].values<float>()[i], xv[i] * xv[i]) << i;
     EXPECT_EQ(out[2].values<float>()[i], -xv[i] * xv[i]) << i;
   }
-  const ExecutionPlan plan = PlanExecution(f);
+  const ExecutionPlan plan = PlanExecution(f, {.fuse_elementwise = false});
   for (const Step& s : plan.steps) {
     const OpKind op = f.instructions()[s.instruction].op;
     if (op == OpKind::kAdd) {
@@ -619,6 +619,92 @@ TEST(CpuExecutableTest, PassThroughResultsHaveTheirOperandComputedInPlace) {
     }
   }
   EXPECT_TRUE(plan.final_copies.empty());
+}
+
+// The exact GELU with erf as Abramowitz and Stegun's polynomial: some
+// twenty element-wise ops over [3, 1500], reading a repeated row and
+// scalars. 4500 elements are four chunks and a partial one, and the row's
+// 1500 elements start each chunk at a different place.
+Function ErfGeluChain() {
+  FunctionBuilder b("gelu");
+  Value x = b.Parameter(F32({3, 1500}));
+  Value bias = b.Parameter(F32({1500}));
+  auto full = [&](float v) { return b.Full(v, {3, 1500}); };
+  Value h = b.Add(x, b.Broadcast(bias, {3, 1500}, {1}));
+  Value z = b.Div(h, full(1.4142135f));
+  Value az = b.Abs(z);
+  Value t = b.Div(full(1), b.Add(full(1), b.Mul(full(0.3275911f), az)));
+  Value poly = full(1.061405429f);
+  for (float a : {-1.453152027f, 1.421413741f, -0.284496736f, 0.254829592f}) {
+    poly = b.Add(b.Mul(poly, t), full(a));
+  }
+  poly = b.Mul(poly, t);
+  Value erf = b.Mul(b.Sign(z), b.Sub(full(1), b.Mul(poly, b.Exp(b.Neg(b.Mul(z, z))))));
+  Value gelu = b.Mul(b.Mul(h, full(0.5f)), b.Add(erf, full(1)));
+  return BuildOrDie(b, {gelu, h});  // h is also read after the chain
+}
+
+TEST(CpuExecutableTest, ElementwiseChainsRunAsOneFusedStepWithTheUnfusedResults) {
+  const Function f = ErfGeluChain();
+  const ExecutionPlan plan = PlanExecution(f);
+  ASSERT_EQ(plan.steps.size(), 1u) << "the whole chain is one step";
+  const Step& step = plan.steps[0];
+  EXPECT_EQ(step.fused_elements, 4500);
+  EXPECT_EQ(step.fused.size(), step.unfused.size());
+  EXPECT_GT(step.fused.size(), 20u);
+  int stored = 0;
+  for (const FusedOp& op : step.fused) stored += op.store;
+  EXPECT_EQ(stored, 2) << "only the two results are written to memory";
+  EXPECT_LE(step.fused_scratch, 4) << "scratch slots are reused";
+  EXPECT_EQ(step.fused[0].row[1], 1500) << "the bias is read as a repeated row";
+
+  const Literal x = RandomF32({3, 1500}, 21, -4, 4);
+  const Literal bias = RandomF32({1500}, 22);
+  const std::vector<Literal> fused = RunOrDie(f, {x, bias});
+  absl::StatusOr<std::shared_ptr<const Executable>> plain = Compile(f, false);
+  ASSERT_TRUE(plain.ok());
+  absl::StatusOr<std::vector<Literal>> unfused = RunExe(**plain, {x, bias});
+  ASSERT_TRUE(unfused.ok());
+  for (int r = 0; r < 2; ++r) {
+    const auto a = fused[r].values<float>(), e = (*unfused)[r].values<float>();
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_NEAR(a[i], e[i], 1e-6f * std::max(1.0f, std::abs(e[i]))) << r << " at " << i;
+    }
+  }
+  // And against erf itself: GELU(h) = h/2 (1 + erf(h / sqrt 2)).
+  const auto xv = x.values<float>(), bv = bias.values<float>();
+  for (size_t i = 0; i < xv.size(); ++i) {
+    const double h = static_cast<double>(xv[i]) + bv[i % 1500];
+    const double want = 0.5 * h * (1 + std::erf(h / std::sqrt(2.0)));
+    ASSERT_NEAR(fused[0].values<float>()[i], want, 2e-6 * std::max(1.0, std::abs(want))) << i;
+  }
+}
+
+TEST(CpuExecutableTest, AFusedStepRunsItsOpsOneByOneWhenAResultOverwritesARowItReads) {
+  // y = exp(x * row) + 1, with the caller's output buffer over the row: op
+  // by op, the product reads the whole row before the sum overwrites it;
+  // chunk by chunk, the second chunk would read a row the first had
+  // overwritten, so the step must fall back to the unfused order.
+  FunctionBuilder b("f");
+  Value x = b.Parameter(F32({4, 1000}));
+  Value row = b.Parameter(F32({1000}));
+  Value y = b.Add(b.Exp(b.Mul(x, b.Broadcast(row, {4, 1000}, {1}))), b.Full(1.0f, {4, 1000}));
+  const Function f = BuildOrDie(b, {y});
+  const ExecutionPlan plan = PlanExecution(f);
+  ASSERT_EQ(plan.steps.size(), 1u);
+  ASSERT_EQ(plan.steps[0].fused.size(), 3u);
+
+  const Literal xs = RandomF32({4, 1000}, 31, -1, 1);
+  const Literal rs = RandomF32({1000}, 32, -1, 1);
+  std::vector<float> shared(4000);
+  std::copy(rs.values<float>().begin(), rs.values<float>().end(), shared.begin());
+  const std::vector<const void*> in = {xs.data(), shared.data()};
+  const std::vector<void*> out = {shared.data()};
+  ASSERT_TRUE(CompileOrDie(f)->Run(in, out, RunContext{}).ok());
+  for (size_t i = 0; i < 4000; ++i) {
+    const float want = std::exp(xs.values<float>()[i] * rs.values<float>()[i % 1000]) + 1;
+    ASSERT_NEAR(shared[i], want, 1e-5f * want) << i;
+  }
 }
 
 #if defined(__SSE__)

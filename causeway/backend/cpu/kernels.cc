@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "Eigen/Core"
+#include "unsupported/Eigen/SpecialFunctions"
 #include "causeway/base/check.h"
 
 extern "C" {
@@ -378,6 +379,9 @@ void Unary(OpKind op, DType dtype, const void* a, void* out, int64_t n) {
       return;
     case OpKind::kAtan:
       y = x.atan();
+      return;
+    case OpKind::kErf:
+      y = x.erf();
       return;
     case OpKind::kLogistic:
       y = x.logistic();

@@ -28,7 +28,8 @@ void BinaryRepeated(ir::OpKind op, const float* a, int64_t a_row, const float* b
                     int64_t b_row, float* out, int64_t n);
 
 // out = OP a over `n` elements. `op` is kNeg, kAbs, kSign (f32, i32) or
-// kExp, kLog, kTanh, kSin, kCos, kAtan, kLogistic, kSqrt, kRsqrt, kFloor (f32).
+// kExp, kLog, kTanh, kSin, kCos, kAtan, kErf, kLogistic, kSqrt, kRsqrt, kFloor
+// (f32).
 void Unary(ir::OpKind op, ir::DType dtype, const void* a, void* out, int64_t n);
 
 // Broadcast-in-dim: operand dimension i maps to result dimension

@@ -81,6 +81,9 @@ TEST(OpsTest, UnaryMath) {
   EXPECT_THAT(run([](auto& b, Value v) { return b.Cos(v); }),
               Pointwise(FloatNear(1e-6f), std::vector<float>{std::cos(-2.5f), std::cos(-0.5f),
                                                              1, std::cos(2.25f)}));
+  EXPECT_THAT(run([](auto& b, Value v) { return b.Erf(v); }),
+              Pointwise(FloatNear(1e-6f), std::vector<float>{std::erf(-2.5f), std::erf(-0.5f), 0,
+                                                             std::erf(2.25f)}));
   EXPECT_THAT(run([](auto& b, Value v) { return b.Atan(v); }),
               Pointwise(FloatNear(1e-6f), std::vector<float>{std::atan(-2.5f), std::atan(-0.5f),
                                                              0, std::atan(2.25f)}));

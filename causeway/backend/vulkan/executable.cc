@@ -80,7 +80,9 @@ class Lowering {
   Lowering(const ir::Function& f, VulkanExecutable& exe) : f_(f), exe_(exe) {}
 
   absl::Status Run() {
-    const cpu::ExecutionPlan plan = cpu::PlanExecution(f_);
+    // One shader dispatch per step: the cpu kind's chunked fusion of
+    // element-wise runs has no counterpart here yet.
+    const cpu::ExecutionPlan plan = cpu::PlanExecution(f_, {.fuse_elementwise = false});
     temp_top_ = plan.arena_bytes;
     for (const Instruction& inst : f_.instructions()) {
       if (inst.shape.num_elements() > kMaxElements) {
@@ -258,6 +260,7 @@ class Lowering {
       case OpKind::kSin:
       case OpKind::kCos:
       case OpKind::kAtan:
+      case OpKind::kErf:
       case OpKind::kLogistic:
       case OpKind::kSqrt:
       case OpKind::kRsqrt:
@@ -269,7 +272,7 @@ class Lowering {
             {OpKind::kLog, 3},      {OpKind::kTanh, 4}, {OpKind::kLogistic, 5},
             {OpKind::kSqrt, 6},     {OpKind::kRsqrt, 7}, {OpKind::kSign, 8},
             {OpKind::kFloor, 9},    {OpKind::kGelu, 10},  {OpKind::kSin, 12},
-            {OpKind::kCos, 13},     {OpKind::kAtan, 14}};
+            {OpKind::kCos, 13},     {OpKind::kAtan, 14},     {OpKind::kErf, 15}};
         const uint32_t op = code.at(inst.op);
         if (dt == DType::kF32) {
           Add(Flat(Kernel::kUnaryF32, n, op, a, Ref{}, out));

@@ -216,6 +216,7 @@ TEST_F(VulkanOpsTest, ElementwiseUnary) {
   Check({"sin", {a}, [](auto& f, auto& p) { return f.Sin(p[0]); }, 1e-5f});
   Check({"cos", {a}, [](auto& f, auto& p) { return f.Cos(p[0]); }, 1e-5f});
   Check({"atan", {a}, [](auto& f, auto& p) { return f.Atan(p[0]); }, 1e-5f});
+  Check({"erf", {a}, [](auto& f, auto& p) { return f.Erf(p[0]); }, 1e-6f});
   Literal i = RandomI32({50}, rng_);
   i.mutable_values<int32_t>()[0] = std::numeric_limits<int32_t>::min();
   Check({"neg_i32", {i}, [](auto& f, auto& p) { return f.Neg(p[0]); }});

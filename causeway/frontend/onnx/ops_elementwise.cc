@@ -250,17 +250,7 @@ absl::Status Pow(Converter& c, const Node& n) {
 
 // erf(x) = sign(x) (1 - (a1 t + ... + a5 t^5) exp(-x^2)), t = 1 / (1 + p |x|)
 // (Abramowitz and Stegun 7.1.26: absolute error below 1.5e-7).
-Value ErfF(Converter& c, Value x, const Node&) {
-  constexpr double kP = 0.3275911;
-  constexpr double kA[] = {0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429};
-  const Value ax = c.b.Abs(x);
-  const Value t = c.b.Div(Const(c, x, 1), c.b.Add(Const(c, x, 1), c.b.Mul(Const(c, x, kP), ax)));
-  Value poly = Const(c, x, kA[4]);
-  for (int i = 3; i >= 0; --i) poly = c.b.Add(c.b.Mul(poly, t), Const(c, x, kA[i]));
-  poly = c.b.Mul(poly, t);
-  const Value e = c.b.Exp(c.b.Neg(c.b.Mul(x, x)));
-  return c.b.Mul(c.b.Sign(x), c.b.Sub(Const(c, x, 1), c.b.Mul(poly, e)));
-}
+Value ErfF(Converter& c, Value x, const Node&) { return c.b.Erf(x); }
 
 // a - floor(a / b) b (the divisor's sign; integers), or with fmod a -
 // trunc(a / b) b (the dividend's), computed in f32: integers exactly below
