@@ -160,10 +160,10 @@ int RunModel(const RunOptions& o) {
     }
     outputs.clear();
     for (const Array& a : last) {
-      const Future<ir::Literal> fetched = a.Fetch();
-      const absl::StatusOr<ir::Literal>& v = fetched.Await();
+      // This loop is the fetch's only reader: its value is moved, not copied.
+      absl::StatusOr<ir::Literal> v = a.Fetch().Take();
       if (!v.ok()) return Fail(v.status());
-      outputs.push_back(*v);
+      outputs.push_back(*std::move(v));
     }
     seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / runs;
   }

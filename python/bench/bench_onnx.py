@@ -13,6 +13,7 @@ relative difference of Causeway's outputs from PyTorch's.
     PYTHONPATH=build/release/python /usr/bin/python3 python/bench/bench_onnx.py [--json]
 """
 import argparse
+import ctypes
 import json
 import os
 import statistics
@@ -43,6 +44,23 @@ cw.local_cluster(1, 1, 2, device_memory_bytes=4 << 30)
 one = cw.NamedSharding(cw.make_mesh({"data": 1}), cw.P())
 mesh2 = cw.make_mesh({"data": 2})
 split = cw.NamedSharding(mesh2, cw.P("data"))
+
+
+# Debian's PyTorch does its matrix products in the system OpenBLAS, whose
+# thread count torch.set_num_threads does not set: left alone, "1 thread"
+# would multiply matrices on every core. It is the library Causeway's cpu
+# devices call too, each on one thread (they set it to 1 when they compile).
+try:
+    _openblas = ctypes.CDLL("libopenblas.so.0")
+except OSError:
+    _openblas = None
+    print("warning: libopenblas.so.0 not found; PyTorch's BLAS thread count is not set",
+          file=sys.stderr)
+
+
+def blas_threads(n):
+    if _openblas is not None:
+        _openblas.openblas_set_num_threads(n)
 
 
 def timed(run, iters):
@@ -77,7 +95,11 @@ for name, model, example in onnx_models.full_models():
     def torch_on(n):
         def run():
             torch.set_num_threads(n)
-            return torch_run()
+            blas_threads(n)
+            try:
+                return torch_run()
+            finally:
+                blas_threads(1)  # what Causeway's devices run with
         return run
 
     runs = {"pytorch": torch_on(threads),
