@@ -10,6 +10,7 @@
 #include <array>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <new>
 #include <utility>
@@ -220,15 +221,23 @@ absl::Status CpuExecutable::RunFused(const Step& step, const Buffers& buffers,
     }
   }
   // Scratch slots, then one chunk per operand for a repeated row.
-  thread_local std::vector<float> scratch;
+  // Aligned as the arena's slices are (and chunks start at multiples of 4
+  // KiB), so that Eigen computes the same elements with its vector code as
+  // it does op by op; its scalar code may round transcendentals apart.
+  thread_local std::vector<float> scratch_storage;
   const size_t need = static_cast<size_t>((step.fused_scratch + 2) * kFusedChunk);
-  if (scratch.size() < need) scratch.resize(need);
-  float* const rows = scratch.data() + step.fused_scratch * kFusedChunk;
+  constexpr size_t kAlignFloats = static_cast<size_t>(kArenaAlignment) / sizeof(float);
+  if (scratch_storage.size() < need + kAlignFloats) scratch_storage.resize(need + kAlignFloats);
+  float* const scratch_base = scratch_storage.data();
+  const size_t misalign =
+      (reinterpret_cast<uintptr_t>(scratch_base) / sizeof(float)) % kAlignFloats;
+  float* const scratch = scratch_base + (misalign == 0 ? 0 : kAlignFloats - misalign);
+  float* const rows = scratch + step.fused_scratch * kFusedChunk;
   for (int64_t c = 0; c < n; c += kFusedChunk) {
     const int64_t len = std::min(kFusedChunk, n - c);
     auto value = [&](int j) -> float* {
       const FusedOp& op = step.fused[j];
-      return op.store ? out[j] + c : scratch.data() + op.scratch * kFusedChunk;
+      return op.store ? out[j] + c : scratch + op.scratch * kFusedChunk;
     };
     for (size_t j = 0; j < m; ++j) {
       const FusedOp& op = step.fused[j];

@@ -43,7 +43,7 @@ enum class Kernel : int {
   kBinaryI32,
   // out[i] = OP a[i]. op: 0 neg, 1 exp, 2 abs, 3 log, 4 tanh, 5 logistic,
   // 6 sqrt, 7 rsqrt, 8 sign (NaN stays NaN), 9 floor, 10 gelu (tanh form),
-  // 11 copy, 12 sin, 13 cos, 14 atan.
+  // 11 copy, 12 sin, 13 cos, 14 atan, 15 erf.
   kUnaryF32,
   // op: 0 neg (wraps), 2 abs (abs(INT32_MIN) is INT32_MIN), 8 sign, 11 copy.
   kUnaryI32,

@@ -248,8 +248,7 @@ absl::Status Pow(Converter& c, const Node& n) {
   return absl::OkStatus();
 }
 
-// erf(x) = sign(x) (1 - (a1 t + ... + a5 t^5) exp(-x^2)), t = 1 / (1 + p |x|)
-// (Abramowitz and Stegun 7.1.26: absolute error below 1.5e-7).
+// The IR's erf (Eigen's vectorised approximation on the cpu kind).
 Value ErfF(Converter& c, Value x, const Node&) { return c.b.Erf(x); }
 
 // a - floor(a / b) b (the divisor's sign; integers), or with fmod a -

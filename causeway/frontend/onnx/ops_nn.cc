@@ -1,5 +1,6 @@
 // Matrix products, softmax, reductions, arg-max/min and normalisations.
 #include <algorithm>
+#include <functional>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
