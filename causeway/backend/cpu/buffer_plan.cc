@@ -190,30 +190,28 @@ struct FusionContext {
 std::optional<Step> Fuse(const FusionContext& fc, std::vector<Step>& group, int64_t count) {
   std::map<int, int> index;  // instruction -> op
   for (size_t t = 0; t < group.size(); ++t) index[group[t].instruction] = static_cast<int>(t);
+  // A "row" as long as the value is a broadcast that adds only unit dims:
+  // read densely, fused or not.
+  for (Step& s : group) {
+    for (int64_t& row : s.operand_row) {
+      if (row == count) row = 0;
+    }
+  }
   std::vector<FusedOp> ops(group.size());
   std::vector<int> last_read(group.size(), -1);
   for (size_t t = 0; t < group.size(); ++t) {
     const int i = group[t].instruction;
     FusedOp& op = ops[t];
-    op.op = fc.insts[i].op;
-    op.num_operands = static_cast<int>(fc.reads[i].size());
-    for (int k = 0; k < op.num_operands; ++k) {
-      int64_t row = group[t].operand_row[k];
-      if (row == count) row = 0;  // a broadcast that adds only unit dims
+    for (size_t k = 0; k < fc.reads[i].size(); ++k) {
       auto it = index.find(fc.reads[i][k]);
-      if (it != index.end()) {
-        if (row != 0) return std::nullopt;
-        op.from[k] = it->second;
-        last_read[it->second] = static_cast<int>(t);
-      } else {
-        op.outside[k] = group[t].operands[k];
-        op.row[k] = row;
-      }
+      if (it == index.end()) continue;
+      if (group[t].operand_row[k] != 0) return std::nullopt;
+      op.from[k] = it->second;
+      last_read[it->second] = static_cast<int>(t);
     }
     op.store = fc.is_output[i] ||
                std::any_of(fc.readers[i].begin(), fc.readers[i].end(),
                            [&](int r) { return index.find(r) == index.end(); });
-    op.result = group[t].result;
   }
   // Scratch slots for the values that stay inside, reused once read for the
   // last time (after the reader's own slot is taken, so an op never writes
@@ -222,6 +220,7 @@ std::optional<Step> Fuse(const FusionContext& fc, std::vector<Step>& group, int6
   int slots = 0;
   for (size_t t = 0; t < ops.size(); ++t) {
     FusedOp& op = ops[t];
+    const int num_operands = static_cast<int>(group[t].operands.size());
     if (!op.store) {
       if (free_slots.empty()) {
         op.scratch = slots++;
@@ -230,7 +229,7 @@ std::optional<Step> Fuse(const FusionContext& fc, std::vector<Step>& group, int6
         free_slots.pop_back();
       }
     }
-    for (int k = 0; k < op.num_operands; ++k) {
+    for (int k = 0; k < num_operands; ++k) {
       const int from = op.from[k];
       if (from < 0 || ops[from].store || last_read[from] != static_cast<int>(t)) continue;
       if (k == 1 && op.from[0] == from) continue;  // released once

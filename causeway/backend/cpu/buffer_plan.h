@@ -27,20 +27,16 @@ struct BufferLocation {
   int64_t index = 0;
 };
 
-// One op of a fused element-wise step (Step::fused).
+// How op j of a fused element-wise step (Step::fused) runs; what it
+// computes, its operands and its result buffer are those of unfused[j].
 struct FusedOp {
-  ir::OpKind op = ir::OpKind::kAdd;
-  int num_operands = 1;
   // Per operand: the index of the earlier op of the step whose value it
-  // reads, or -1 for a value from outside the step, at `outside[k]` (a row
-  // of `row[k]` elements repeated over the elements when row[k] > 0).
+  // reads, or -1 for a value from outside the step, read from unfused[j]'s
+  // operand (a row repeated when its operand_row is not 0).
   int from[2] = {-1, -1};
-  BufferLocation outside[2];
-  int64_t row[2] = {0, 0};
-  // A value read after the step (or a result) is written to `result`; any
-  // other lives only in chunk-sized scratch slot `scratch` of the step.
+  // A value read after the step (or a result) is written to unfused[j]'s
+  // result; any other lives only in chunk-sized scratch slot `scratch`.
   bool store = false;
-  BufferLocation result;
   int scratch = -1;
 };
 

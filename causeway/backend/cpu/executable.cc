@@ -195,12 +195,13 @@ absl::Status CpuExecutable::RunFused(const Step& step, const Buffers& buffers,
   std::vector<Span> writes;
   for (size_t j = 0; j < m; ++j) {
     const FusedOp& op = step.fused[j];
+    const Step& s = step.unfused[j];
     if (op.store) {
-      out[j] = static_cast<float*>(ResolveMutable(op.result, buffers));
+      out[j] = static_cast<float*>(ResolveMutable(s.result, buffers));
       writes.push_back(span(out[j], n));
     }
-    for (int k = 0; k < op.num_operands; ++k) {
-      if (op.from[k] < 0) outside[j][k] = static_cast<const float*>(Resolve(op.outside[k], buffers));
+    for (size_t k = 0; k < s.operands.size(); ++k) {
+      if (op.from[k] < 0) outside[j][k] = static_cast<const float*>(Resolve(s.operands[k], buffers));
     }
   }
   // Chunk by chunk, an op writes element i before a later op reads element
@@ -208,13 +209,14 @@ absl::Status CpuExecutable::RunFused(const Step& step, const Buffers& buffers,
   // written buffer overlaps a value read from outside other than exactly
   // (the same dense elements, which an earlier op read before the write).
   for (size_t j = 0; j < m; ++j) {
-    const FusedOp& op = step.fused[j];
-    for (int k = 0; k < op.num_operands; ++k) {
-      if (op.from[k] >= 0) continue;
-      const Span r = span(outside[j][k], op.row[k] > 0 ? op.row[k] : n);
+    const Step& s = step.unfused[j];
+    for (size_t k = 0; k < s.operands.size(); ++k) {
+      if (step.fused[j].from[k] >= 0) continue;
+      const int64_t row = s.operand_row[k];
+      const Span r = span(outside[j][k], row > 0 ? row : n);
       for (const Span& w : writes) {
-        if (w.begin < r.end && r.begin < w.end && !(w.begin == r.begin && op.row[k] == 0)) {
-          for (const Step& s : step.unfused) CW_RETURN_IF_ERROR(RunStep(s, buffers, context));
+        if (w.begin < r.end && r.begin < w.end && !(w.begin == r.begin && row == 0)) {
+          for (const Step& u : step.unfused) CW_RETURN_IF_ERROR(RunStep(u, buffers, context));
           return absl::OkStatus();
         }
       }
@@ -241,10 +243,12 @@ absl::Status CpuExecutable::RunFused(const Step& step, const Buffers& buffers,
     };
     for (size_t j = 0; j < m; ++j) {
       const FusedOp& op = step.fused[j];
+      const Step& s = step.unfused[j];
+      const OpKind kind = function().instructions()[s.instruction].op;
       const float* a[2] = {nullptr, nullptr};
       int64_t repeat[2] = {0, 0};
-      for (int k = 0; k < op.num_operands; ++k) {
-        const int64_t row = op.row[k];
+      for (size_t k = 0; k < s.operands.size(); ++k) {
+        const int64_t row = s.operand_row[k];
         if (op.from[k] >= 0) {
           a[k] = value(op.from[k]);
         } else if (row == 0) {
@@ -268,12 +272,12 @@ absl::Status CpuExecutable::RunFused(const Step& step, const Buffers& buffers,
         }
       }
       float* y = value(static_cast<int>(j));
-      if (op.num_operands == 1) {
-        kernels::Unary(op.op, ir::DType::kF32, a[0], y, len);
+      if (s.operands.size() == 1) {
+        kernels::Unary(kind, ir::DType::kF32, a[0], y, len);
       } else if (repeat[0] > 0 || repeat[1] > 0) {
-        kernels::BinaryRepeated(op.op, a[0], repeat[0], a[1], repeat[1], y, len);
+        kernels::BinaryRepeated(kind, a[0], repeat[0], a[1], repeat[1], y, len);
       } else {
-        kernels::Binary(op.op, ir::DType::kF32, a[0], a[1], y, len);
+        kernels::Binary(kind, ir::DType::kF32, a[0], a[1], y, len);
       }
     }
   }

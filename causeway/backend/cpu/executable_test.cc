@@ -656,7 +656,7 @@ TEST(CpuExecutableTest, ElementwiseChainsRunAsOneFusedStepWithTheUnfusedResults)
   for (const FusedOp& op : step.fused) stored += op.store;
   EXPECT_EQ(stored, 2) << "only the two results are written to memory";
   EXPECT_LE(step.fused_scratch, 4) << "scratch slots are reused";
-  EXPECT_EQ(step.fused[0].row[1], 1500) << "the bias is read as a repeated row";
+  EXPECT_EQ(step.unfused[0].operand_row[1], 1500) << "the bias is read as a repeated row";
 
   const Literal x = RandomF32({3, 1500}, 21, -4, 4);
   const Literal bias = RandomF32({1500}, 22);
