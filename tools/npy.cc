@@ -4,6 +4,8 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <optional>
+#include <utility>
 #include <regex>
 
 #include "absl/strings/numbers.h"
@@ -11,12 +13,33 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "causeway/ir/elements.h"
 
 namespace causeway::tools {
 namespace {
 
 constexpr char kMagic[] = "\x93NUMPY";
 constexpr size_t kMaxHeader = 1 << 16;
+
+// The little-endian descriptors stored as such, one per dtype (bf16 has none).
+constexpr std::pair<const char*, ir::DType> kDescrs[] = {
+    {"<f4", ir::DType::kF32}, {"<i4", ir::DType::kI32}, {"|b1", ir::DType::kPred},
+    {"<f2", ir::DType::kF16}, {"<i8", ir::DType::kI64}, {"|i1", ir::DType::kI8},
+    {"|u1", ir::DType::kU8}};
+
+std::optional<ir::DType> DTypeOfDescr(const std::string& descr) {
+  for (const auto& [d, dtype] : kDescrs) {
+    if (descr == d) return dtype;
+  }
+  return std::nullopt;
+}
+
+const char* DescrOf(ir::DType dtype) {
+  for (const auto& [d, t] : kDescrs) {
+    if (t == dtype) return d;
+  }
+  return "<f4";  // not reached: every dtype but bf16 has a descriptor
+}
 
 }  // namespace
 
@@ -70,14 +93,11 @@ absl::StatusOr<ir::Literal> ReadNpy(const std::string& path) {
     return absl::OkStatus();
   };
   const char* p = bytes.data() + at;
-  if (descr == "<f4" || descr == "<i4" || descr == "|b1" || descr == "|u1") {
-    const ir::DType dtype = descr == "<f4" ? ir::DType::kF32
-                            : descr == "<i4" ? ir::DType::kI32
-                                             : ir::DType::kPred;
-    if (absl::Status s = need(static_cast<size_t>(ir::ByteSize(dtype))); !s.ok()) return s;
-    ir::Literal l(ir::Shape(dtype, dims));
+  if (std::optional<ir::DType> dtype = DTypeOfDescr(descr)) {
+    if (absl::Status s = need(static_cast<size_t>(ir::ByteSize(*dtype))); !s.ok()) return s;
+    ir::Literal l(ir::Shape(*dtype, dims));
     if (n > 0) std::memcpy(l.data(), p, l.byte_size());
-    if (dtype == ir::DType::kPred) {
+    if (*dtype == ir::DType::kPred) {
       for (uint8_t& v : l.mutable_values<uint8_t>()) v = v != 0;
     }
     return l;
@@ -92,25 +112,18 @@ absl::StatusOr<ir::Literal> ReadNpy(const std::string& path) {
     }
     return l;
   }
-  if (descr == "<i8") {
-    if (absl::Status s = need(8); !s.ok()) return s;
-    ir::Literal l(ir::Shape(ir::DType::kI32, dims));
-    for (int64_t i = 0; i < n; ++i) {
-      int64_t v;
-      std::memcpy(&v, p + i * 8, 8);
-      if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max()) {
-        return bad(absl::StrCat("int64 value ", v, " outside int32 (Causeway computes int64 as int32)"));
-      }
-      l.mutable_values<int32_t>()[static_cast<size_t>(i)] = static_cast<int32_t>(v);
-    }
-    return l;
-  }
-  return bad(absl::StrCat("dtype ", descr, " (float32, float64, int32, int64 and bool are read)"));
+  return bad(absl::StrCat("dtype ", descr,
+                          " (float32, float16, float64, int32, int64, int8, uint8 and bool are "
+                          "read)"));
 }
 
 absl::Status WriteNpy(const std::string& path, const ir::Literal& literal) {
+  // NumPy has no bfloat16: it is written as float32, which holds it exactly.
+  if (literal.shape().dtype == ir::DType::kBF16) {
+    return WriteNpy(path, ir::ConvertLiteral(literal, ir::DType::kF32));
+  }
   const ir::Shape& s = literal.shape();
-  const char* descr = s.dtype == ir::DType::kF32 ? "<f4" : s.dtype == ir::DType::kI32 ? "<i4" : "|b1";
+  const char* descr = DescrOf(s.dtype);
   std::string shape = absl::StrJoin(s.dims, ", ");
   if (s.dims.size() == 1) shape += ",";
   std::string header = absl::StrCat("{'descr': '", descr, "', 'fortran_order': False, 'shape': (",

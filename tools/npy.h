@@ -1,6 +1,7 @@
 // NumPy's .npy files (format versions 1 to 3), for the tensors `causeway
-// run` reads and writes: little-endian float32, float64 (read as float32),
-// int32, int64 (read as int32, refused outside it) and bool, C order.
+// run` reads and writes: little-endian float32, float16, int32, int64, int8,
+// uint8 and bool as such, float64 read as float32 (the IR has no f64), bf16
+// written as float32 (NumPy has no bfloat16); C order.
 // A file is untrusted input: its header is bounded and checked, and its data
 // must hold exactly what the header says.
 #ifndef CAUSEWAY_TOOLS_NPY_H_

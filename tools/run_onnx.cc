@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -17,6 +18,7 @@
 #include "causeway/client/client.h"
 #include "causeway/cluster/local_cluster.h"
 #include "causeway/frontend/onnx/import.h"
+#include "causeway/ir/elements.h"
 #include "nlohmann/json.hpp"
 #include "tools/commands.h"
 #include "tools/npy.h"
@@ -36,8 +38,6 @@ struct RunOptions {
   bool json = false;
 };
 
-int32_t OnnxType(ir::DType d) { return d == ir::DType::kF32 ? 1 : d == ir::DType::kI32 ? 6 : 9; }
-
 Sharding Split(int rank, bool split) {
   std::vector<std::vector<std::string>> dims(static_cast<size_t>(rank));
   if (split && rank > 0) dims[0] = {"data"};
@@ -48,11 +48,12 @@ std::string Preview(const ir::Literal& l) {
   std::vector<std::string> v;
   const int64_t n = std::min<int64_t>(l.shape().num_elements(), 8);
   for (int64_t i = 0; i < n; ++i) {
-    const auto k = static_cast<size_t>(i);
-    switch (l.shape().dtype) {
-      case ir::DType::kF32: v.push_back(absl::StrCat(l.values<float>()[k])); break;
-      case ir::DType::kI32: v.push_back(absl::StrCat(l.values<int32_t>()[k])); break;
-      case ir::DType::kPred: v.push_back(l.values<uint8_t>()[k] ? "true" : "false"); break;
+    if (l.shape().dtype == ir::DType::kPred) {
+      v.push_back(l.values<uint8_t>()[static_cast<size_t>(i)] ? "true" : "false");
+    } else if (l.shape().dtype == ir::DType::kI64) {
+      v.push_back(absl::StrCat(l.values<int64_t>()[static_cast<size_t>(i)]));
+    } else {
+      v.push_back(absl::StrCat(ir::ElementAsDouble(l, i)));
     }
   }
   if (l.shape().num_elements() > n) v.push_back("...");
@@ -74,14 +75,17 @@ int RunModel(const RunOptions& o) {
     }
     absl::StatusOr<ir::Literal> l = ReadNpy(spec.substr(eq + 1));
     if (!l.ok()) return Fail(l.status());
-    onnx_import::HostTensor t;
-    t.name = spec.substr(0, eq);
-    t.onnx_type = OnnxType(l->shape().dtype);
-    if (l->shape().dtype == ir::DType::kI32) {
-      for (int32_t v : l->values<int32_t>()) t.ints.push_back(v);
+    // The model computes int64 as i32: a value past it would wrap unseen.
+    if (l->shape().dtype == ir::DType::kI64) {
+      for (int64_t v : l->values<int64_t>()) {
+        if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max()) {
+          return Fail(absl::InvalidArgumentError(absl::StrCat(
+              "input '", spec.substr(0, eq), "' holds ", v,
+              ", outside int32 (Causeway computes int64 as int32)")));
+        }
+      }
     }
-    t.literal = std::move(*l);
-    given.push_back(std::move(t));
+    given.push_back(onnx_import::FromLiteral(spec.substr(0, eq), *l));
   }
   // With --devices N, each device runs the model on its part of the batch
   // (dimension 0 of every input that is not constant).
@@ -142,7 +146,10 @@ int RunModel(const RunOptions& o) {
   if (!f.ok()) return Fail(f.status());
   std::vector<Array> arrays;
   for (size_t i = 0; i < args.size(); ++i) {
-    absl::StatusOr<Array> a = (*client)->Put(args[i]->literal, *mesh, co.in_shardings[i]);
+    // As the model stores the input (int64 token ids as i64).
+    absl::StatusOr<ir::Literal> value = onnx_import::StoredLiteral(*args[i]);
+    if (!value.ok()) return Fail(value.status());
+    absl::StatusOr<Array> a = (*client)->Put(*value, *mesh, co.in_shardings[i]);
     if (!a.ok()) return Fail(a.status());
     arrays.push_back(std::move(*a));
   }

@@ -367,6 +367,10 @@ absl::Status GlooCollectives::AllReduce(const CollectiveKey& key, absl::Span<con
                                         ir::ReduceKind kind, void* data, int64_t elements,
                                         absl::Time deadline) {
   if (elements == 0) return absl::OkStatus();
+  if (ir::IsStorageOnly(dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("an all-reduce of ", ir::DTypeName(dtype), " (f32, i32 or pred only)"));
+  }
   const int64_t bytes = elements * ir::ByteSize(dtype);
   const size_t n = hosts.size();
   // Halving-doubling moves fewer messages for small operands; it needs a
@@ -389,6 +393,9 @@ absl::Status GlooCollectives::AllReduce(const CollectiveKey& key, absl::Span<con
                    opts.setOutput(static_cast<uint8_t*>(data), count);
                    opts.setReduceFunction(ReduceOf<uint8_t>(kind));
                    break;
+                 default:
+                   // Shape inference admits f32 and i32 collectives only.
+                   CW_CHECK(false) << "a reduction of " << ir::DTypeName(dtype);
                }
                opts.setAlgorithm(ring ? gloo::AllreduceOptions::Algorithm::RING
                                       : gloo::AllreduceOptions::Algorithm::BCUBE);

@@ -51,7 +51,21 @@ class Reverse {
         }
         continue;
       }
-      if (inst.shape.dtype != DType::kF32) continue;
+      if (inst.shape.dtype != DType::kF32) {
+        // A float kept in a storage dtype would carry the gradient on, but
+        // adjoints are f32 only: refuse it rather than drop the gradient.
+        if (IsFloating(inst.shape.dtype) && error_.ok()) {
+          for (int o : inst.operands) {
+            if (!active_[o]) continue;
+            error_ = absl::UnimplementedError(absl::StrCat(
+                "instruction ", i, " (", OpName(inst.op), ") makes a ",
+                DTypeName(inst.shape.dtype), " value from one being differentiated; "
+                "gradients flow through f32 values only (keep the value in f32)"));
+            break;
+          }
+        }
+        continue;
+      }
       for (int o : inst.operands) active_[i] = active_[i] || active_[o];
     }
   }

@@ -318,5 +318,23 @@ TEST(AutodiffTest, AWhileLoopOnTheGradientPathIsAnErrorNotZeros) {
   EXPECT_EQ(out[1].values<float>()[0], 192.0f);
 }
 
+TEST(AutodiffTest, AValueKeptInF16OnTheGradientPathIsAnErrorNotZeros) {
+  FunctionBuilder b("loss");
+  Value x = b.Parameter(Shape(DType::kF32, {3}));
+  Value y = b.Parameter(Shape(DType::kF32, {3}));
+  Value rounded = b.Convert(b.Convert(x, DType::kF16), DType::kF32);
+  const Function f = *b.Build({b.ReduceSum(b.Mul(rounded, y), {0})});
+  absl::StatusOr<Function> g = Grad(f, {0});
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(g.status().message(), ::testing::HasSubstr("makes a f16 value"));
+  // Against y, the f16 round trip of x is a constant: d/dy = x in f16.
+  ASSERT_OK_AND_ASSIGN(Function gy, Grad(f, {1}));
+  std::vector<ir::Literal> out =
+      RunFunction(gy, {ir::Literal::F32({3}, {1.0f + 1e-4f, 2.0f, -3.0f}),
+                       ir::Literal::F32({3}, {1.0f, 1.0f, 1.0f})});
+  EXPECT_THAT(out[1].values<float>(), ::testing::ElementsAre(1.0f, 2.0f, -3.0f));
+}
+
 }  // namespace
 }  // namespace causeway::ir

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "causeway/ir/elements.h"
 
 namespace causeway::ir {
 
@@ -29,6 +30,18 @@ std::string Literal::ToString(int max_elements) const {
       }
       case DType::kPred:
         out += std::to_integer<uint8_t>(*p) != 0 ? "true" : "false";
+        break;
+      case DType::kI64: {
+        int64_t v;
+        std::memcpy(&v, p, sizeof(v));
+        absl::StrAppend(&out, v);
+        break;
+      }
+      case DType::kF16:
+      case DType::kBF16:
+      case DType::kI8:
+      case DType::kU8:
+        absl::StrAppend(&out, ElementAsDouble(*this, i));
         break;
     }
   }

@@ -30,6 +30,9 @@ class Literal {
   static Literal I32(std::vector<int64_t> dims, absl::Span<const int32_t> values) {
     return FromSpan(Shape(DType::kI32, std::move(dims)), values);
   }
+  static Literal I64(std::vector<int64_t> dims, absl::Span<const int64_t> values) {
+    return FromSpan(Shape(DType::kI64, std::move(dims)), values);
+  }
   static Literal ScalarF32(float v) { return F32({}, {v}); }
 
   const Shape& shape() const { return shape_; }
@@ -37,8 +40,9 @@ class Literal {
   std::byte* data() { return bytes_.data(); }
   size_t byte_size() const { return bytes_.size(); }
 
-  // REQUIRES: T matches the dtype (float for f32, int32_t for i32, uint8_t
-  // for pred).
+  // REQUIRES: T matches the dtype's storage (float for f32, int32_t for i32,
+  // uint8_t for pred and u8, uint16_t for f16 and bf16 bits, int64_t for
+  // i64, int8_t for i8).
   template <typename T>
   absl::Span<const T> values() const {
     return absl::MakeConstSpan(reinterpret_cast<const T*>(bytes_.data()),

@@ -29,7 +29,7 @@ void ToProto(const Shape& shape, proto::ShapeProto* p) {
 }
 
 absl::StatusOr<Shape> FromProto(const proto::ShapeProto& p) {
-  if (p.dtype() < 0 || p.dtype() > static_cast<int>(DType::kPred)) {
+  if (!IsValidDType(p.dtype())) {
     return absl::InvalidArgumentError(absl::StrCat("invalid dtype ", p.dtype()));
   }
   Shape shape(static_cast<DType>(p.dtype()), ToVector(p.dims()));

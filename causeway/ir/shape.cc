@@ -6,13 +6,21 @@
 
 namespace causeway::ir {
 
+bool IsValidDType(int64_t value) { return value >= 0 && value < kNumDTypes; }
+
 int64_t ByteSize(DType dtype) {
   switch (dtype) {
     case DType::kF32:
-      return 4;
     case DType::kI32:
       return 4;
+    case DType::kF16:
+    case DType::kBF16:
+      return 2;
+    case DType::kI64:
+      return 8;
     case DType::kPred:
+    case DType::kI8:
+    case DType::kU8:
       return 1;
   }
   return 0;  // Not a DType; ValidateShape rejects it.
@@ -26,8 +34,32 @@ const char* DTypeName(DType dtype) {
       return "i32";
     case DType::kPred:
       return "pred";
+    case DType::kF16:
+      return "f16";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kI64:
+      return "i64";
+    case DType::kI8:
+      return "i8";
+    case DType::kU8:
+      return "u8";
   }
   return "unknown_dtype";
+}
+
+DType ComputeDType(DType dtype) {
+  switch (dtype) {
+    case DType::kF16:
+    case DType::kBF16:
+      return DType::kF32;
+    case DType::kI64:
+    case DType::kI8:
+    case DType::kU8:
+      return DType::kI32;
+    default:
+      return dtype;
+  }
 }
 
 // For a valid shape, the product of the dimensions. Shapes that ValidateShape
@@ -54,8 +86,7 @@ std::string Shape::ToString() const {
 }
 
 absl::Status ValidateShape(const Shape& shape) {
-  if (shape.dtype != DType::kF32 && shape.dtype != DType::kI32 &&
-      shape.dtype != DType::kPred) {
+  if (!IsValidDType(static_cast<int64_t>(shape.dtype))) {
     return absl::InvalidArgumentError(
         absl::StrCat("invalid dtype ", static_cast<int>(shape.dtype)));
   }

@@ -11,11 +11,28 @@
 
 namespace causeway::ir {
 
-enum class DType { kF32, kI32, kPred };
+// Element types. f32, i32 and pred are computed on; the others are storage
+// dtypes: arrays, parameters, constants and results hold them as such, and
+// the ops that only move or pick elements (reshape, transpose, broadcast,
+// slice, concatenate, pad, gather, select, convert, control flow) take them,
+// while arithmetic runs in their compute dtype (ComputeDType), reached by a
+// convert. New dtypes are appended: the numbers are serialized.
+enum class DType { kF32, kI32, kPred, kF16, kBF16, kI64, kI8, kU8 };
+inline constexpr int kNumDTypes = 8;
 
+// True for the number of a DType (what a serialized dtype must be).
+bool IsValidDType(int64_t value);
 // Bytes per element (pred is stored as one byte).
 int64_t ByteSize(DType dtype);
+// "f32", "f16", "bf16", "i64", ...
 const char* DTypeName(DType dtype);
+// The dtype arithmetic on `dtype` runs in: f32 for f16 and bf16, i32 for
+// i64, i8 and u8, the dtype itself otherwise.
+DType ComputeDType(DType dtype);
+// f16, bf16, i64, i8 or u8.
+inline bool IsStorageOnly(DType dtype) { return ComputeDType(dtype) != dtype; }
+// f32, f16 or bf16.
+inline bool IsFloating(DType dtype) { return ComputeDType(dtype) == DType::kF32; }
 
 // A dtype and static dimensions. A value type.
 struct Shape {

@@ -21,16 +21,25 @@ absl::Status Invalid(std::string message) {
 
 bool IsNumeric(DType dtype) { return dtype == DType::kF32 || dtype == DType::kI32; }
 
+// For a storage dtype, what to do instead; empty otherwise.
+std::string StorageHint(DType dtype) {
+  if (!IsStorageOnly(dtype)) return "";
+  return absl::StrCat(" (", DTypeName(dtype), " is a storage dtype: convert it to ",
+                      DTypeName(ComputeDType(dtype)), " to compute on it)");
+}
+
 absl::Status RequireNumeric(const Shape& shape, absl::string_view what) {
   if (!IsNumeric(shape.dtype)) {
-    return Invalid(absl::StrCat(what, " must be f32 or i32, got ", shape.ToString()));
+    return Invalid(absl::StrCat(what, " must be f32 or i32, got ", shape.ToString(),
+                                StorageHint(shape.dtype)));
   }
   return absl::OkStatus();
 }
 
 absl::Status RequireF32(const Shape& shape, absl::string_view what) {
   if (shape.dtype != DType::kF32) {
-    return Invalid(absl::StrCat(what, " must be f32, got ", shape.ToString()));
+    return Invalid(absl::StrCat(what, " must be f32, got ", shape.ToString(),
+                                StorageHint(shape.dtype)));
   }
   return absl::OkStatus();
 }
@@ -666,6 +675,10 @@ absl::StatusOr<Shape> InferShapeNoContext(const Instruction& inst,
       if (operands[0] != operands[1]) {
         return Invalid(absl::StrCat("operand shapes differ: ", operands[0].ToString(),
                                     " and ", operands[1].ToString()));
+      }
+      if (IsStorageOnly(operands[0].dtype)) {
+        return Invalid(absl::StrCat("operands must be f32, i32 or pred, got ",
+                                    operands[0].ToString(), StorageHint(operands[0].dtype)));
       }
       if (static_cast<int>(inst.comparison) < 0 ||
           static_cast<int>(inst.comparison) > static_cast<int>(Comparison::kGe)) {

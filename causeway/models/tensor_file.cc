@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <set>
+#include <utility>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -25,14 +26,15 @@ using nlohmann::json;
 
 constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;
 
+// safetensors' dtype names, one per dtype.
+constexpr std::pair<const char*, ir::DType> kTags[] = {
+    {"F32", ir::DType::kF32}, {"I32", ir::DType::kI32},   {"BOOL", ir::DType::kPred},
+    {"F16", ir::DType::kF16}, {"BF16", ir::DType::kBF16}, {"I64", ir::DType::kI64},
+    {"I8", ir::DType::kI8},   {"U8", ir::DType::kU8}};
+
 const char* DTypeTag(ir::DType d) {
-  switch (d) {
-    case ir::DType::kF32:
-      return "F32";
-    case ir::DType::kI32:
-      return "I32";
-    case ir::DType::kPred:
-      return "BOOL";
+  for (const auto& [tag, dtype] : kTags) {
+    if (dtype == d) return tag;
   }
   return "?";
 }
@@ -159,16 +161,14 @@ absl::StatusOr<TensorFile> ReadTensorFile(const std::string& path) {
     }
     const std::string dtype = value["dtype"].get<std::string>();
     ir::Shape shape;
-    if (dtype == "F32") {
-      shape.dtype = ir::DType::kF32;
-    } else if (dtype == "I32") {
-      shape.dtype = ir::DType::kI32;
-    } else if (dtype == "BOOL") {
-      shape.dtype = ir::DType::kPred;
-    } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": tensor '", name, "' has dtype ", dtype, ", not F32, I32 or BOOL"));
+    const auto* tag = std::find_if(std::begin(kTags), std::end(kTags),
+                                   [&](const auto& t) { return dtype == t.first; });
+    if (tag == std::end(kTags)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": tensor '", name, "' has dtype ", dtype,
+          ", not one of F32, I32, BOOL, F16, BF16, I64, I8 or U8"));
     }
+    shape.dtype = tag->second;
     for (const json& d : value["shape"]) {
       if (!d.is_number_unsigned()) return bad("shape entries must be non-negative integers");
       shape.dims.push_back(static_cast<int64_t>(std::min<uint64_t>(d.get<uint64_t>(), ir::kMaxElements + 1)));

@@ -4,7 +4,8 @@
 //
 //   bytes 0..7   N, the header length, unsigned 64-bit little-endian
 //   bytes 8..8+N a JSON object: for each tensor
-//                  "name": {"dtype": "F32"|"I32"|"BOOL", "shape": [...],
+//                  "name": {"dtype": "F32"|"F16"|"BF16"|"I32"|"I64"|"I8"|"U8"|"BOOL",
+//                           "shape": [...],
 //                           "data_offsets": [begin, end]}
 //                and "__metadata__": {"key": "string value", ...};
 //                padded with spaces to a multiple of 8 bytes

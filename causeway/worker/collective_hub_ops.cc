@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "causeway/base/check.h"
 #include "causeway/base/status_macros.h"
 #include "causeway/topology/mesh.h"
 
@@ -59,6 +60,9 @@ void CombineRange(void* acc, const void* in, ir::DType dtype, int64_t begin, int
     case ir::DType::kPred:
       return Combine(static_cast<uint8_t*>(acc) + begin, static_cast<const uint8_t*>(in) + begin,
                      n, kind);
+    default:
+      // Shape inference admits f32 and i32 collectives only.
+      CW_CHECK(false) << "a reduction of " << ir::DTypeName(dtype);
   }
 }
 

@@ -1,10 +1,13 @@
 // The extension module causeway._causeway: errors, dtype and numpy
 // conversions, and the registration of every binding.
 #include <cstring>
+#include <optional>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "causeway/cluster/local_cluster.h"
 #include "causeway/cluster/remote_cluster.h"
+#include "causeway/ir/elements.h"
 #include "python/src/py_core.h"
 
 namespace causeway::python {
@@ -20,24 +23,29 @@ ClientOwner::~ClientOwner() {
   client.reset();
 }
 
+// NumPy's name for each dtype NumPy has (it has no bfloat16: such arrays
+// are fetched as float32, which holds them exactly, and cannot be put).
+constexpr std::pair<const char*, ir::DType> kNumpyNames[] = {
+    {"float32", ir::DType::kF32}, {"int32", ir::DType::kI32}, {"bool", ir::DType::kPred},
+    {"float16", ir::DType::kF16}, {"int64", ir::DType::kI64}, {"int8", ir::DType::kI8},
+    {"uint8", ir::DType::kU8}};
+
 const char* NumpyName(ir::DType dtype) {
-  switch (dtype) {
-    case ir::DType::kF32:
-      return "float32";
-    case ir::DType::kI32:
-      return "int32";
-    case ir::DType::kPred:
-      return "bool";
+  if (dtype == ir::DType::kBF16) return "float32";
+  for (const auto& [name, d] : kNumpyNames) {
+    if (d == dtype) return name;
   }
   return "?";
 }
 
 ir::DType DTypeFromName(const std::string& name) {
-  if (name == "float32" || name == "f32") return ir::DType::kF32;
-  if (name == "int32" || name == "i32") return ir::DType::kI32;
-  if (name == "bool" || name == "pred") return ir::DType::kPred;
-  throw StatusError(absl::InvalidArgumentError(
-      absl::StrCat("unsupported dtype ", name, ": causeway arrays are float32, int32 or bool")));
+  for (const auto& [numpy, d] : kNumpyNames) {
+    if (name == numpy || name == ir::DTypeName(d)) return d;
+  }
+  if (name == "bfloat16" || name == "bf16") return ir::DType::kBF16;
+  throw StatusError(absl::InvalidArgumentError(absl::StrCat(
+      "unsupported dtype ", name,
+      ": causeway arrays are float32, float16, bfloat16, int32, int64, int8, uint8 or bool")));
 }
 
 py::dtype NumpyDType(ir::DType dtype) { return py::dtype(NumpyName(dtype)); }
@@ -50,18 +58,17 @@ py::tuple DimsTuple(const std::vector<int64_t>& dims) {
 
 ir::Shape ShapeOfNumpy(const py::array& array) {
   const py::dtype dt = array.dtype();
-  ir::DType dtype;
-  if (dt.is(py::dtype::of<float>())) {
-    dtype = ir::DType::kF32;
-  } else if (dt.is(py::dtype::of<int32_t>())) {
-    dtype = ir::DType::kI32;
-  } else if (dt.is(py::dtype::of<bool>())) {
-    dtype = ir::DType::kPred;
-  } else {
+  std::optional<ir::DType> found;
+  for (const auto& [name, d] : kNumpyNames) {
+    if (dt.is(py::dtype(name))) found = d;
+  }
+  if (!found.has_value()) {
     throw StatusError(absl::InvalidArgumentError(absl::StrCat(
         "unsupported dtype ", std::string(py::str(py::handle(dt))),
-        ": causeway arrays are float32, int32 or bool")));
+        ": causeway arrays are float32, float16, int32, int64, int8, uint8 or bool "
+        "(and bfloat16, made by a convert)")));
   }
+  const ir::DType dtype = *found;
   std::vector<int64_t> dims(array.shape(), array.shape() + array.ndim());
   // A broadcast array's shape may name more bytes than any machine has
   // (its strides are 0): refuse a size past 2^62 bytes before any product
@@ -99,6 +106,9 @@ ir::Literal LiteralFromNumpy(const py::array& array) {
 }
 
 py::array NumpyFromLiteral(ir::Literal literal) {
+  if (literal.shape().dtype == ir::DType::kBF16) {
+    literal = ir::ConvertLiteral(literal, ir::DType::kF32);
+  }
   auto* owned = new ir::Literal(std::move(literal));
   py::capsule free_literal(owned, [](void* p) { delete static_cast<ir::Literal*>(p); });
   const ir::Shape& shape = owned->shape();

@@ -28,12 +28,14 @@ void RegisterOnnx(py::module_& m) {
         onnx_import::ImportOptions options;
         options.batch_parts = batch_parts;
         options.trainable = trainable;
+        options.stored_dtypes = false;  // Python's arrays are f32, i32 and bool
         // Shapes (and dtypes) of the inputs that are parameters.
         for (const py::tuple& t : inputs) {
           onnx_import::HostTensor h;
           h.name = t[0].cast<std::string>();
           const auto dims = t[1].cast<std::vector<int64_t>>();
-          h.literal = ir::Literal(ir::Shape(DTypeFromName(t[2].cast<std::string>()), dims));
+          h.literal = ir::Literal(
+              ir::Shape(ir::ComputeDType(DTypeFromName(t[2].cast<std::string>())), dims));
           options.inputs.push_back(std::move(h));
         }
         // Integer inputs fixed when the model is compiled.
@@ -87,7 +89,8 @@ void RegisterOnnx(py::module_& m) {
         const std::string bytes = ReadFile(path);
         py::list all;
         for (const auto& in : Unwrap(onnx_import::DeclaredInputs(bytes))) {
-          all.append(py::make_tuple(in.name, DimsTuple(in.shape.dims), NumpyName(in.shape.dtype),
+          all.append(py::make_tuple(in.name, DimsTuple(in.shape.dims),
+                                    NumpyName(ir::ComputeDType(in.shape.dtype)),
                                     onnx_import::TypeName(in.onnx_type)));
         }
         return all;

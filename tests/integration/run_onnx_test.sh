@@ -59,4 +59,46 @@ expect_error 1 "cannot read" "$bin" run "$work/missing.onnx"
 expect_error 1 "exceeds the whole memory of device 0 (64 bytes)" "$bin" run "$model_dir/model.onnx" \
   "${inputs[@]}" --memory 64
 expect_error 2 "memory" "$bin" run "$model_dir/model.onnx" "${inputs[@]}" --memory 0
+
+# Narrow types stored as such: uint8, int8 and float16 inputs and outputs,
+# int64 indices, read and written as .npy of those dtypes and equal to
+# ONNX's (dtype included), on the cpu kind and (conversions on the device)
+# the vulkan kind.
+node=/usr/include/onnx/backend/test/data/node
+for t in test_add_uint8 test_max_int8 test_cast_FLOAT_to_FLOAT16 test_cast_FLOAT16_to_FLOAT \
+         test_gather_0 test_argmax_default_axis_example; do
+  mkdir -p "$work/$t"
+  "$py" - "$node/$t" "$work/$t" <<'PY'
+import sys, numpy as np, onnx
+from onnx import numpy_helper
+d, w = sys.argv[1], sys.argv[2]
+m = onnx.load(f"{d}/model.onnx")
+inits = {i.name for i in m.graph.initializer}
+names = [i.name for i in m.graph.input if i.name not in inits]
+args = []
+for k, name in enumerate(names):
+    t = onnx.TensorProto(); t.ParseFromString(open(f"{d}/test_data_set_0/input_{k}.pb", "rb").read())
+    np.save(f"{w}/in{k}.npy", numpy_helper.to_array(t))
+    args += ["--input", f"{name}={w}/in{k}.npy"]
+t = onnx.TensorProto(); t.ParseFromString(open(f"{d}/test_data_set_0/output_0.pb", "rb").read())
+np.save(f"{w}/want.npy", numpy_helper.to_array(t))
+open(f"{w}/args", "w").write("\n".join(args))
+PY
+  mapfile -t args < "$work/$t/args"
+  for kind in cpu vulkan; do
+    mkdir -p "$work/$t/$kind"
+    "$bin" run "$node/$t/model.onnx" "${args[@]}" --device-kind "$kind" --out "$work/$t/$kind" >/dev/null
+    "$py" -c "
+import glob, numpy as np
+got = np.load(sorted(glob.glob('$work/$t/$kind/*.npy'))[0]); want = np.load('$work/$t/want.npy')
+assert got.dtype == want.dtype and got.shape == want.shape, ('$t', got.dtype, want.dtype, got.shape)
+np.testing.assert_array_equal(got, want)
+print('$t on $kind:', got.dtype, got.shape, 'equal to ONNX')"
+  done
+done
+# An int64 input the model would compute past int32 is refused by name.
+"$py" -c "import numpy as np; np.save('$work/big.npy', np.array([[0, 1 << 40]], np.int64))"
+mapfile -t args < "$work/test_gather_0/args"
+expect_error 1 "holds 1099511627776, outside int32" "$bin" run "$node/test_gather_0/model.onnx" \
+  "${args[0]}" "${args[1]}" --input indices="$work/big.npy"
 echo "run_onnx_test: ok"

@@ -20,6 +20,7 @@
 #include "Eigen/Core"
 #include "unsupported/Eigen/SpecialFunctions"
 #include "causeway/base/check.h"
+#include "causeway/ir/elements.h"
 
 extern "C" {
 #include <cblas.h>
@@ -137,13 +138,21 @@ void StridedGather(const T* src, absl::Span<const int64_t> src_strides,
 
 void Gather(DType dtype, const void* src, absl::Span<const int64_t> src_strides,
             absl::Span<const int64_t> dims, void* dst) {
-  if (ir::ByteSize(dtype) == 1) {
-    StridedGather(static_cast<const uint8_t*>(src), src_strides, dims,
-                  static_cast<uint8_t*>(dst));
-  } else {
-    StridedGather(static_cast<const uint32_t*>(src), src_strides, dims,
-                  static_cast<uint32_t*>(dst));
+  switch (ir::ByteSize(dtype)) {
+    case 1:
+      return StridedGather(static_cast<const uint8_t*>(src), src_strides, dims,
+                           static_cast<uint8_t*>(dst));
+    case 2:
+      return StridedGather(static_cast<const uint16_t*>(src), src_strides, dims,
+                           static_cast<uint16_t*>(dst));
+    case 4:
+      return StridedGather(static_cast<const uint32_t*>(src), src_strides, dims,
+                           static_cast<uint32_t*>(dst));
+    case 8:
+      return StridedGather(static_cast<const uint64_t*>(src), src_strides, dims,
+                           static_cast<uint64_t*>(dst));
   }
+  CW_CHECK(false) << "no element of " << ir::ByteSize(dtype) << " bytes";
 }
 
 // Adds every element of `src` (shape `dims`, dense) into dst at offset
@@ -187,47 +196,6 @@ void ScatterAdd(const T* src, absl::Span<const int64_t> dims,
       if (d == 0) return;
     }
     if (rank == 1) return;
-  }
-}
-
-template <typename To>
-To FromF32(float v) {
-  if constexpr (std::is_same_v<To, int32_t>) {
-    if (std::isnan(v)) return 0;
-    if (v <= -2147483648.0f) return std::numeric_limits<int32_t>::min();
-    if (v >= 2147483648.0f) return std::numeric_limits<int32_t>::max();
-    return static_cast<int32_t>(v);
-  } else {
-    return static_cast<To>(v);
-  }
-}
-
-template <typename From, typename To>
-void ConvertLoop(const void* in_ptr, void* out_ptr, int64_t n) {
-  const From* in = static_cast<const From*>(in_ptr);
-  To* out = static_cast<To*>(out_ptr);
-  for (int64_t i = 0; i < n; ++i) {
-    if constexpr (std::is_same_v<To, uint8_t>) {
-      out[i] = in[i] != From(0) ? 1 : 0;
-    } else if constexpr (std::is_same_v<From, uint8_t>) {
-      out[i] = in[i] != 0 ? To(1) : To(0);
-    } else if constexpr (std::is_same_v<From, float>) {
-      out[i] = FromF32<To>(in[i]);
-    } else {
-      out[i] = static_cast<To>(in[i]);
-    }
-  }
-}
-
-template <typename From>
-void ConvertFrom(DType to, const void* in, void* out, int64_t n) {
-  switch (to) {
-    case DType::kF32:
-      return ConvertLoop<From, float>(in, out, n);
-    case DType::kI32:
-      return ConvertLoop<From, int32_t>(in, out, n);
-    case DType::kPred:
-      return ConvertLoop<From, uint8_t>(in, out, n);
   }
 }
 
@@ -480,19 +448,7 @@ void Matmul(DType dtype, int64_t m, int64_t k, int64_t n, const void* a, const v
 }
 
 void Convert(DType from, DType to, const void* in, void* out, int64_t n) {
-  if (n == 0) return;
-  if (from == to) {
-    std::memcpy(out, in, static_cast<size_t>(n * ir::ByteSize(from)));
-    return;
-  }
-  switch (from) {
-    case DType::kF32:
-      return ConvertFrom<float>(to, in, out, n);
-    case DType::kI32:
-      return ConvertFrom<int32_t>(to, in, out, n);
-    case DType::kPred:
-      return ConvertFrom<uint8_t>(to, in, out, n);
-  }
+  ir::ConvertElements(from, to, in, out, n);
 }
 
 }  // namespace causeway::backend::cpu::kernels

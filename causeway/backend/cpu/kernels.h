@@ -49,9 +49,9 @@ void ReduceSum(const ir::Shape& operand, absl::Span<const int64_t> axes, const v
 void Matmul(ir::DType dtype, int64_t m, int64_t k, int64_t n, const void* a,
             const void* b, void* out);
 
-// Element conversion among f32, i32 and pred. f32 -> i32 truncates toward
-// zero and saturates (NaN -> 0); anything -> pred is "!= 0"; pred -> number
-// is 0 or 1.
+// Element conversion among all dtypes: ir::ConvertElements (a float to an
+// integer truncates toward zero and saturates, NaN -> 0; anything -> pred is
+// "!= 0"; pred -> number is 0 or 1; integers narrow by wrapping).
 void Convert(ir::DType from, ir::DType to, const void* in, void* out, int64_t n);
 
 // --- The rest of the op set (issue 3). ---

@@ -162,6 +162,11 @@ std::vector<int64_t> FreeDims(int rank, const std::vector<int64_t>& batch,
   return free;
 }
 
+template <typename T>
+void SelectLoop(const uint8_t* p, const T* t, const T* f, T* o, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) o[i] = p[i] ? t[i] : f[i];
+}
+
 int64_t Product(const std::vector<int64_t>& dims, const std::vector<int64_t>& which) {
   int64_t p = 1;
   for (int64_t d : which) p *= dims[d];
@@ -183,23 +188,29 @@ void Compare(Comparison cmp, DType dtype, const void* a, const void* b, void* ou
     case DType::kPred:
       return CompareLoop(cmp, static_cast<const uint8_t*>(a),
                          static_cast<const uint8_t*>(b), o, n);
+    default:
+      CW_CHECK(false) << "compare on " << ir::DTypeName(dtype);
   }
 }
 
 void Select(const void* pred, const void* on_true, const void* on_false, void* out,
             int64_t n, int64_t element_bytes) {
   const uint8_t* p = static_cast<const uint8_t*>(pred);
-  if (element_bytes == 4) {
-    const uint32_t* t = static_cast<const uint32_t*>(on_true);
-    const uint32_t* f = static_cast<const uint32_t*>(on_false);
-    uint32_t* o = static_cast<uint32_t*>(out);
-    for (int64_t i = 0; i < n; ++i) o[i] = p[i] ? t[i] : f[i];
-  } else {
-    const uint8_t* t = static_cast<const uint8_t*>(on_true);
-    const uint8_t* f = static_cast<const uint8_t*>(on_false);
-    uint8_t* o = static_cast<uint8_t*>(out);
-    for (int64_t i = 0; i < n; ++i) o[i] = p[i] ? t[i] : f[i];
+  switch (element_bytes) {
+    case 1:
+      return SelectLoop(p, static_cast<const uint8_t*>(on_true),
+                        static_cast<const uint8_t*>(on_false), static_cast<uint8_t*>(out), n);
+    case 2:
+      return SelectLoop(p, static_cast<const uint16_t*>(on_true),
+                        static_cast<const uint16_t*>(on_false), static_cast<uint16_t*>(out), n);
+    case 4:
+      return SelectLoop(p, static_cast<const uint32_t*>(on_true),
+                        static_cast<const uint32_t*>(on_false), static_cast<uint32_t*>(out), n);
+    case 8:
+      return SelectLoop(p, static_cast<const uint64_t*>(on_true),
+                        static_cast<const uint64_t*>(on_false), static_cast<uint64_t*>(out), n);
   }
+  CW_CHECK(false) << "select of " << element_bytes << "-byte elements";
 }
 
 void Reduce(OpKind op, const ir::Shape& operand, absl::Span<const int64_t> axes,
@@ -306,8 +317,12 @@ void Slice(const ir::Shape& operand, absl::Span<const int64_t> starts,
       const auto* from = reinterpret_cast<const uint32_t*>(base + src * eb);
       auto* to = reinterpret_cast<uint32_t*>(dst);
       for (int64_t j = 0; j < inner; ++j) to[j] = from[j * inner_step];
+    } else if (eb == 1) {
+      for (int64_t j = 0; j < inner; ++j) dst[j] = base[src + j * inner_step];
     } else {
-      for (int64_t j = 0; j < inner; ++j) dst[j] = base[(src + j * inner_step) * eb];
+      for (int64_t j = 0; j < inner; ++j) {
+        std::memcpy(dst + j * eb, base + (src + j * inner_step) * eb, static_cast<size_t>(eb));
+      }
     }
     dst += inner * eb;
     for (int d = rank - 2; d >= 0; --d) {

@@ -7,6 +7,7 @@
 
 #include "causeway/backend/cpu/executable.h"
 #include "causeway/ir/builder.h"
+#include "causeway/ir/elements.h"
 #include "causeway/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -373,6 +374,86 @@ TEST(OpsTest, CollectivesWithoutACollectiveContextFailCleanly) {
   const void* ins[] = {in.data()};
   void* outs[] = {out.data()};
   EXPECT_EQ(exe->Run(ins, outs, {}).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// Storage dtypes (f16, bf16, i64, i8, u8): every op that only moves or picks
+// elements moves them bit for bit, at 1, 2 and 8 bytes an element, and
+// convert reaches each from f32 and i32 and back.
+template <typename T>
+std::vector<T> V(const Literal& l) {
+  return std::vector<T>(l.values<T>().begin(), l.values<T>().end());
+}
+
+TEST(OpsTest, StorageDtypesMoveBitForBitThroughTheDataOps) {
+  const int64_t big = int64_t{1} << 40;
+  const Literal x = Literal::I64({2, 3}, {1, -2, big, 4, 5, -big});
+  EXPECT_THAT(V<int64_t>(Eval({x}, [](auto& b, auto& p) { return b.Transpose(p[0], {1, 0}); })),
+              ElementsAre(1, 4, -2, 5, big, -big));
+  // A stepped slice (its innermost stride is a gather of 8-byte elements).
+  EXPECT_THAT(V<int64_t>(Eval({x}, [](auto& b, auto& p) {
+                return b.Slice(p[0], {0, 0}, {2, 3}, {1, 2});
+              })),
+              ElementsAre(1, big, 4, -big));
+  EXPECT_THAT(V<int64_t>(Eval({x}, [](auto& b, auto& p) {
+                return b.Concatenate({p[0], p[0]}, 1);
+              })),
+              ElementsAre(1, -2, big, 1, -2, big, 4, 5, -big, 4, 5, -big));
+  EXPECT_THAT(V<int64_t>(Eval({x}, [](auto& b, auto& p) {
+                return b.Pad(p[0], b.Constant(Literal::I64({}, {-big})), {0, 1}, {0, 0});
+              })),
+              ElementsAre(-big, 1, -2, big, -big, 4, 5, -big));
+  EXPECT_THAT(V<int64_t>(Eval({x}, [](auto& b, auto& p) {
+                return b.Gather(p[0], b.Constant(Literal::I32({2}, {2, 0})), 1);
+              })),
+              ElementsAre(big, 1, -big, 4));
+  EXPECT_THAT(V<int64_t>(Eval({x}, [](auto& b, auto& p) {
+                const Value row = b.Slice(p[0], {1, 0}, {2, 3});
+                return b.Broadcast(b.Reshape(row, {3}), {2, 3}, {1});
+              })),
+              ElementsAre(4, 5, -big, 4, 5, -big));
+
+  // Two-byte elements: halves picked by a select and reversed by a stepped slice.
+  Literal h(Shape(DType::kF16, {5}));
+  const std::vector<float> hv = {0.5f, -1.0f, 65504.0f, 0.000061035156f, -0.0f};
+  for (size_t i = 0; i < hv.size(); ++i) h.mutable_values<uint16_t>()[i] = FloatToHalf(hv[i]);
+  Literal mask(Shape(DType::kPred, {5}));
+  for (size_t i = 0; i < 5; ++i) mask.mutable_values<uint8_t>()[i] = i % 2;
+  const Literal picked = Eval({mask, h}, [](auto& b, auto& p) {
+    return b.Select(p[0], p[1], b.Broadcast(b.Constant(Literal(Shape(DType::kF16, {}))), {5}, {}));
+  });
+  EXPECT_THAT(V<uint16_t>(picked), ElementsAre(0, FloatToHalf(-1.0f), 0,
+                                               FloatToHalf(0.000061035156f), 0));
+  EXPECT_THAT(V<uint16_t>(Eval({h}, [](auto& b, auto& p) {
+                return b.Slice(p[0], {0}, {5}, {2});
+              })),
+              ElementsAre(FloatToHalf(0.5f), FloatToHalf(65504.0f), FloatToHalf(-0.0f)));
+
+  // One-byte elements: u8 through a transpose.
+  Literal u(Shape(DType::kU8, {2, 2}));
+  for (size_t i = 0; i < 4; ++i) u.mutable_values<uint8_t>()[i] = static_cast<uint8_t>(250 + i);
+  EXPECT_THAT(V<uint8_t>(Eval({u}, [](auto& b, auto& p) { return b.Transpose(p[0], {1, 0}); })),
+              ElementsAre(250, 252, 251, 253));
+}
+
+TEST(OpsTest, ConvertReachesEveryStorageDtypeAndComesBack) {
+  const Literal x = Literal::F32({6}, {-1.5f, 0.1f, 300.25f, -300.0f, 1e10f, 70000.0f});
+  for (DType d : {DType::kF16, DType::kBF16, DType::kI64, DType::kI8, DType::kU8}) {
+    SCOPED_TRACE(DTypeName(d));
+    const Literal stored = Eval({x}, [&](auto& b, auto& p) { return b.Convert(p[0], d); });
+    EXPECT_EQ(stored, ConvertLiteral(x, d));  // the kernel is ir::ConvertElements
+    const Literal back = Eval({stored}, [](auto& b, auto& p) {
+      return b.Convert(p[0], DType::kF32);
+    });
+    EXPECT_EQ(back, ConvertLiteral(stored, DType::kF32));
+  }
+  // Computing needs the compute dtype: f16 + f16 is refused by name.
+  FunctionBuilder b("add_f16");
+  const Value h = b.Parameter(Shape(DType::kF16, {2}));
+  b.Add(h, h);
+  EXPECT_THAT(b.Build({h}).status(),
+              causeway::testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                          ::testing::HasSubstr("f16 is a storage dtype: convert "
+                                                               "it to f32")));
 }
 
 }  // namespace

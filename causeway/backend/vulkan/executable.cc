@@ -41,6 +41,11 @@ uint32_t DTypeCode(DType d) {
     case DType::kF32: return 0;
     case DType::kI32: return 1;
     case DType::kPred: return 2;
+    case DType::kF16: return 3;
+    case DType::kBF16: return 4;
+    case DType::kI64: return 5;
+    case DType::kI8: return 6;
+    case DType::kU8: return 7;
   }
   return 0;
 }
@@ -85,6 +90,19 @@ class Lowering {
     const cpu::ExecutionPlan plan = cpu::PlanExecution(f_, {.fuse_elementwise = false});
     temp_top_ = plan.arena_bytes;
     for (const Instruction& inst : f_.instructions()) {
+      // Storage dtypes are held, and converted from and to; every other
+      // op on them is the cpu kind's alone.
+      const bool storage = ir::IsStorageOnly(inst.shape.dtype) ||
+                           std::any_of(inst.operands.begin(), inst.operands.end(), [&](int o) {
+                             return ir::IsStorageOnly(f_.instructions()[o].shape.dtype);
+                           });
+      if (storage && inst.op != OpKind::kParameter && inst.op != OpKind::kConstant &&
+          inst.op != OpKind::kConvert) {
+        return absl::UnimplementedError(absl::StrCat(
+            "the vulkan kind cannot run ", ir::OpName(inst.op), " of ",
+            inst.shape.ToString(), ": it converts ", ir::DTypeName(inst.shape.dtype),
+            " values from and to f32 or i32 but computes on f32, i32 and pred only"));
+      }
       if (inst.shape.num_elements() > kMaxElements) {
         return absl::InvalidArgumentError(absl::StrCat(
             "the vulkan kind cannot run ", ir::OpName(inst.op), " of ",

@@ -55,9 +55,11 @@ enum class Kernel : int {
   // out[i] = a[i] != 0 ? b[i] : c[i], a pred; 4-byte or 1-byte elements.
   kSelectB32,
   kSelectB8,
-  // out[i] = convert(a[i]) from dtype x to dtype y. f32 -> i32 truncates
-  // toward zero and saturates, NaN -> 0; anything -> pred is != 0; pred ->
-  // number is 0 or 1.
+  // out[i] = convert(a[i]) from dtype x to dtype y (codes: 0 f32, 1 i32,
+  // 2 pred, 3 f16, 4 bf16, 5 i64, 6 i8, 7 u8), as ir::ConvertElements: a
+  // float to an integer truncates toward zero and saturates, NaN -> 0;
+  // integers narrow by wrapping; anything -> pred is != 0; pred -> number is
+  // 0 or 1; to f16 and bf16 rounds to nearest even.
   kConvert,
   // out[i] = (i / x) % y as f32 (op 0) or i32 (op 1).
   kIota,

@@ -36,9 +36,17 @@ inline bool IsFloatType(int32_t t) {
   return t == kFloat || t == kDouble || t == kFloat16 || t == kBFloat16;
 }
 
-// The Causeway dtype of an ONNX element type; UNIMPLEMENTED naming it for
-// one Causeway lacks.
+// The Causeway dtype an ONNX element type is computed in; UNIMPLEMENTED
+// naming it for one Causeway lacks.
 absl::StatusOr<ir::DType> DTypeOf(int32_t onnx_type);
+// The Causeway dtype it is stored in, at the function's parameters and
+// results and in constants: float16, bfloat16, int64, int8 and uint8 as
+// such, the rest as DTypeOf.
+absl::StatusOr<ir::DType> StoredDTypeOf(int32_t onnx_type);
+// `v` (of its compute dtype) rounded or wrapped to what `onnx_type` holds
+// and back: float16's and bfloat16's precision, int8's and uint8's range
+// (int64 holds every int32; other types are returned as they are).
+ir::Value RoundTrip(ir::FunctionBuilder& b, ir::Value v, int32_t onnx_type);
 // A HostTensor from an onnx.TensorProto (initializers, Constant's value).
 absl::StatusOr<HostTensor> FromProto(const ::onnx::TensorProto& proto);
 // A known tensor of `onnx_type` (int32/int64 from `ints`, bool from their

@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "causeway/base/status_macros.h"
 #include "causeway/frontend/onnx/converter.h"
+#include "causeway/ir/elements.h"
 #include "onnx/checker.h"
 #include "onnx/shape_inference/implementation.h"
 #include "onnx/version_converter/convert.h"
@@ -60,7 +61,7 @@ absl::StatusOr<ModelValue> InputOf(const ::onnx::ValueInfoProto& in,
     return absl::UnimplementedError(absl::StrCat("input '", in.name(), "' is not a tensor"));
   }
   const int32_t type = in.type().tensor_type().elem_type();
-  absl::StatusOr<ir::DType> dtype = DTypeOf(type);
+  absl::StatusOr<ir::DType> dtype = StoredDTypeOf(type);
   if (!dtype.ok()) return Annotate(dtype.status(), absl::StrCat("input '", in.name(), "'"));
   return ModelValue{in.name(), ir::Shape(*dtype, DimsOf(in.type(), symbols)), type};
 }
@@ -111,6 +112,25 @@ absl::StatusOr<ir::DType> DTypeOf(int32_t onnx_type) {
   }
 }
 
+absl::StatusOr<ir::DType> StoredDTypeOf(int32_t onnx_type) {
+  switch (onnx_type) {
+    case kFloat16: return ir::DType::kF16;
+    case kBFloat16: return ir::DType::kBF16;
+    case kInt64: return ir::DType::kI64;
+    case 3: return ir::DType::kI8;
+    case 2: return ir::DType::kU8;
+    default: return DTypeOf(onnx_type);
+  }
+}
+
+ir::Value RoundTrip(ir::FunctionBuilder& b, ir::Value v, int32_t onnx_type) {
+  absl::StatusOr<ir::DType> stored = StoredDTypeOf(onnx_type);
+  // int64 holds every int32 value: nothing to round.
+  if (!stored.ok() || !ir::IsStorageOnly(*stored) || *stored == ir::DType::kI64) return v;
+  const ir::DType compute = b.shape(v).dtype;
+  return b.Convert(b.Convert(v, *stored), compute);
+}
+
 HostTensor MakeInts(std::vector<int64_t> ints, std::vector<int64_t> dims, int32_t onnx_type) {
   HostTensor t;
   t.onnx_type = onnx_type;
@@ -127,6 +147,7 @@ HostTensor MakeInts(std::vector<int64_t> ints, std::vector<int64_t> dims, int32_
                                 std::numeric_limits<int32_t>::max()));
         break;
       case ir::DType::kPred: t.literal.mutable_values<uint8_t>()[i] = ints[i] != 0; break;
+      default: break;  // not a compute dtype
     }
   }
   if (!IsFloatType(onnx_type)) t.ints = std::move(ints);
@@ -134,38 +155,6 @@ HostTensor MakeInts(std::vector<int64_t> ints, std::vector<int64_t> dims, int32_
 }
 
 namespace {
-
-float HalfToFloat(uint16_t h) {
-  const uint32_t sign = (h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
-  uint32_t bits;
-  if (exp == 0) {
-    if (mant == 0) {
-      bits = sign;
-    } else {  // subnormal: normalise
-      exp = 127 - 15 + 1;
-      while ((mant & 0x400u) == 0) {
-        mant <<= 1;
-        --exp;
-      }
-      bits = sign | (exp << 23) | ((mant & 0x3ffu) << 13);
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7f800000u | (mant << 13);
-  } else {
-    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-float BFloat16ToFloat(uint16_t h) {
-  const uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
 
 // Bytes per element in raw_data.
 int64_t RawWidth(int32_t t) {
@@ -242,7 +231,7 @@ absl::StatusOr<HostTensor> FromProto(const ::onnx::TensorProto& p) {
         }
         default: {
           const auto h = static_cast<uint16_t>(raw ? raw_bits(i) : static_cast<uint64_t>(p.int32_data(static_cast<int>(i))));
-          f = type == kFloat16 ? HalfToFloat(h) : BFloat16ToFloat(h);
+          f = type == kFloat16 ? ir::HalfToFloat(h) : ir::BFloat16ToFloat(h);
         }
       }
       values[static_cast<size_t>(i)] = f;
@@ -277,6 +266,43 @@ absl::StatusOr<HostTensor> FromProto(const ::onnx::TensorProto& p) {
   }
   HostTensor t = MakeInts(std::move(ints), dims, type);
   t.name = p.name();
+  return t;
+}
+
+absl::StatusOr<ir::Literal> StoredLiteral(const HostTensor& t) {
+  if (t.onnx_type == 0) return t.literal;
+  CW_ASSIGN_OR_RETURN(ir::DType stored, StoredDTypeOf(t.onnx_type));
+  if (stored == t.literal.shape().dtype) return t.literal;
+  if (!ir::IsFloating(stored) &&
+      static_cast<int64_t>(t.ints.size()) == t.literal.shape().num_elements()) {
+    return ir::ConvertLiteral(ir::Literal::I64(t.literal.shape().dims, t.ints), stored);
+  }
+  return ir::ConvertLiteral(t.literal, stored);
+}
+
+HostTensor FromLiteral(std::string name, const ir::Literal& stored) {
+  const ir::DType dtype = stored.shape().dtype;
+  int32_t type = kFloat;
+  switch (dtype) {
+    case ir::DType::kF32: type = kFloat; break;
+    case ir::DType::kF16: type = kFloat16; break;
+    case ir::DType::kBF16: type = kBFloat16; break;
+    case ir::DType::kI32: type = kInt32; break;
+    case ir::DType::kI64: type = kInt64; break;
+    case ir::DType::kI8: type = 3; break;
+    case ir::DType::kU8: type = 2; break;
+    case ir::DType::kPred: type = kBool; break;
+  }
+  HostTensor t;
+  if (ir::IsFloating(dtype)) {
+    t.onnx_type = type;
+    t.literal = dtype == ir::DType::kF32 ? stored : ir::ConvertLiteral(stored, ir::DType::kF32);
+  } else {
+    const ir::Literal wide = ir::ConvertLiteral(stored, ir::DType::kI64);
+    const auto v = wide.values<int64_t>();
+    t = MakeInts(std::vector<int64_t>(v.begin(), v.end()), stored.shape().dims, type);
+  }
+  t.name = std::move(name);
   return t;
 }
 
@@ -317,7 +343,16 @@ absl::StatusOr<ir::Value> Converter::In(const ::onnx::NodeProto& node, int i) {
           ", outside int32 (Causeway computes int64 as int32)"));
     }
   }
-  const ir::Value v = b.Constant(k.literal);
+  // A constant of a narrower type (float16 weights, int8 or uint8 tables)
+  // is held as such and widened where it is read.
+  ir::Value v;
+  absl::StatusOr<ir::DType> stored = StoredDTypeOf(k.onnx_type);
+  if (stored.ok() && ir::IsStorageOnly(*stored) && *stored != ir::DType::kI64 &&
+      ir::ComputeDType(*stored) == k.literal.shape().dtype) {
+    v = b.Convert(b.Constant(ir::ConvertLiteral(k.literal, *stored)), k.literal.shape().dtype);
+  } else {
+    v = b.Constant(k.literal);
+  }
   values[node.input(i)].value = v;
   return v;
 }
@@ -362,6 +397,11 @@ int32_t Converter::TypeOf(const ::onnx::NodeProto& node, int i) const {
 
 void Converter::Set(const ::onnx::NodeProto& node, int i, ir::Value v, int32_t onnx_type) {
   if (i >= node.output_size() || node.output(i).empty()) return;
+  // An int8 or uint8 result wraps as ONNX's does, after every op (it is
+  // computed in i32).
+  if ((onnx_type == 2 || onnx_type == 3) && b.shape(v).dtype == ir::DType::kI32) {
+    v = RoundTrip(b, v, onnx_type);
+  }
   Entry& e = values[node.output(i)];
   e = Entry();
   e.value = v;
@@ -420,6 +460,8 @@ ir::Value Converter::Scalar(double v, ir::DType dtype) {
       l.mutable_values<uint8_t>()[0] = v != 0;
       return b.Constant(std::move(l));
     }
+    default:
+      break;
   }
   return ir::Value{};
 }
@@ -652,6 +694,7 @@ absl::StatusOr<ImportedModel> Import(absl::string_view model_bytes, const Import
     if (is_initializer.contains(in.name())) continue;
     std::vector<std::string> symbols;
     CW_ASSIGN_OR_RETURN(ModelValue mv, InputOf(in, &symbols));
+    if (!options.stored_dtypes) mv.shape.dtype = ir::ComputeDType(mv.shape.dtype);
     const int32_t type = mv.onnx_type;
     if (!symbols.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -659,7 +702,7 @@ absl::StatusOr<ImportedModel> Import(absl::string_view model_bytes, const Import
           "): give its shape (an input of that shape) to fix them"));
     }
     Entry& e = c.values[in.name()];
-    e.shape = mv.shape;
+    e.shape = ir::Shape(ir::ComputeDType(mv.shape.dtype), mv.shape.dims);
     e.onnx_type = type;
     auto it = given.find(in.name());
     // Integer inputs named constant are known: an op may need them at
@@ -669,10 +712,10 @@ absl::StatusOr<ImportedModel> Import(absl::string_view model_bytes, const Import
         std::find(options.constant_inputs.begin(), options.constant_inputs.end(), in.name()) !=
             options.constant_inputs.end();
     if (it != given.end() && !IsFloatType(type) && constant) {
-      if (it->second->literal.shape() != mv.shape) {
+      if (it->second->literal.shape() != e.shape) {
         return absl::InvalidArgumentError(absl::StrCat(
             "input '", in.name(), "' given as ", it->second->literal.shape().ToString(),
-            ", the model says ", mv.shape.ToString()));
+            ", the model says ", e.shape.ToString()));
       }
       e.known = *it->second;
     }
@@ -683,8 +726,11 @@ absl::StatusOr<ImportedModel> Import(absl::string_view model_bytes, const Import
   for (size_t i = 0; i < out.inputs.size(); ++i) {
     Entry& e = c.values[out.inputs[i].name];
     if (!e.known.has_value()) {
+      // The parameter holds the input as the model stores it; the nodes
+      // read it in its compute dtype.
       params[i] = c.b.Parameter(out.inputs[i].shape);
-      e.value = params[i];
+      e.value = out.inputs[i].shape.dtype == e.shape.dtype ? params[i]
+                                                            : c.b.Convert(params[i], e.shape.dtype);
       out.is_parameter.push_back(true);
       auto it = given.find(out.inputs[i].name);
       if (options.given_values_known && it != given.end()) e.known = *it->second;
@@ -705,8 +751,15 @@ absl::StatusOr<ImportedModel> Import(absl::string_view model_bytes, const Import
   std::vector<ir::Value> results;
   for (const auto& o : graph.output()) {
     CW_ASSIGN_OR_RETURN(ir::Value v, c.Named(o.name()));
+    // Each result in the dtype the model stores its type in.
+    const int32_t type = c.values[o.name()].onnx_type;
+    absl::StatusOr<ir::DType> stored = StoredDTypeOf(type);
+    if (options.stored_dtypes && stored.ok() && *stored != c.b.shape(v).dtype &&
+        ir::ComputeDType(*stored) == c.b.shape(v).dtype) {
+      v = c.b.Convert(v, *stored);
+    }
     results.push_back(v);
-    out.outputs.push_back(ModelValue{o.name(), c.b.shape(v), c.values[o.name()].onnx_type});
+    out.outputs.push_back(ModelValue{o.name(), c.b.shape(v), type});
   }
   absl::StatusOr<ir::Function> f = c.b.Build(results);
   if (!f.ok()) return Annotate(f.status(), "the converted function does not verify");

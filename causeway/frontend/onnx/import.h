@@ -5,11 +5,14 @@
 // leaves symbolic (the batch) is fixed by the shapes of the inputs given at
 // import, as cw.compile fixes them. docs/ONNX.md lists the ops.
 //
-// Dtypes: float, int32 and bool map to f32, i32 and pred. int64 (ONNX's
-// type for indices and shapes) is computed as i32, as JAX does without x64:
-// a constant outside int32 is refused by name, and outputs are reported with
-// their ONNX type. An op, attribute or dtype the importer cannot convert is
-// an UNIMPLEMENTED error naming the node and its op.
+// Dtypes: float, int32 and bool map to f32, i32 and pred. float16,
+// bfloat16, int64, int8 and uint8 are stored as such (f16, bf16, i64, i8,
+// u8: at the function's parameters and results, and in constants) and
+// computed in f32 or i32; int64 (ONNX's type for indices and shapes) is
+// thus computed as i32, as JAX does without x64: a constant outside int32
+// is refused by name. double, int16, uint16, uint32 and uint64 are stored
+// and computed as f32 or i32. An op, attribute or dtype the importer cannot
+// convert is an UNIMPLEMENTED error naming the node and its op.
 //
 // The ONNX library (libonnx-dev) stays inside this component: the interface
 // takes serialized protobufs.
@@ -41,6 +44,14 @@ struct HostTensor {
 // A serialized onnx.TensorProto (a test's input_0.pb). INVALID_ARGUMENT if
 // it does not parse; UNIMPLEMENTED for an element type Causeway lacks.
 absl::StatusOr<HostTensor> ParseTensor(absl::string_view bytes);
+// `t`'s values in the dtype the model stores its type in (what a parameter
+// of ImportOptions::stored_dtypes holds): int64 from `ints`, float16 from
+// the f32 values. `t.literal` itself when the two are one dtype or `t` has
+// no ONNX type.
+absl::StatusOr<ir::Literal> StoredLiteral(const HostTensor& t);
+// The HostTensor of a literal in a stored dtype (a .npy file's, a result's):
+// its ONNX type follows the dtype, its literal is in the compute dtype.
+HostTensor FromLiteral(std::string name, const ir::Literal& stored);
 // The ONNX element type's name, e.g. "int64".
 std::string TypeName(int32_t onnx_type);
 
@@ -70,6 +81,12 @@ struct ImportOptions {
   // needs a weight's values when compiled (Resize's scales) still reads
   // them, as a constant.
   bool trainable = false;
+  // Parameters and results hold float16, bfloat16, int64, int8 and uint8
+  // values as the model stores them (ModelValue::shape), converted to and
+  // from their compute dtypes inside the function. False: they are in their
+  // compute dtypes (f32, i32), as Python's arrays are (it narrows int64 to
+  // int32, as JAX does without x64).
+  bool stored_dtypes = true;
 };
 
 struct ModelValue {
@@ -101,7 +118,7 @@ absl::StatusOr<ImportedModel> ImportFile(const std::string& path,
 
 // The graph inputs a model declares (initializers excluded), in order, as
 // it states them: a symbolic dimension is -1, the dtype the one Causeway
-// computes the ONNX type in. INVALID_ARGUMENT for bytes that are not a
+// stores the ONNX type in. INVALID_ARGUMENT for bytes that are not a
 // model; UNIMPLEMENTED for an input that is not a tensor of a type it has.
 absl::StatusOr<std::vector<ModelValue>> DeclaredInputs(absl::string_view model_bytes);
 

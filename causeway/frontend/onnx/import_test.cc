@@ -10,6 +10,7 @@
 
 #include "causeway/backend/cpu/executable.h"
 #include "causeway/backend/executable.h"
+#include "causeway/ir/elements.h"
 #include "causeway/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -203,6 +204,117 @@ TEST(OnnxImportTest, TheSupportedOpsAreListedSorted) {
   for (const char* op : {"Conv", "MatMul", "Gemm", "Softmax", "LayerNormalization", "MaxPool"}) {
     EXPECT_NE(std::find(ops.begin(), ops.end(), op), ops.end()) << op;
   }
+}
+
+// x float16 [3], ids int64 [2]: y = float16(float(x)^2), b = bfloat16(x),
+// twice = ids + ids, q = uint8(ids) (an initializer of uint8 added).
+::onnx::ModelProto NarrowTypes() {
+  ::onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(13);
+  auto* g = m.mutable_graph();
+  g->set_name("narrow");
+  AddValue(g->add_input(), "x", 10, {"3"});
+  AddValue(g->add_input(), "ids", 7, {"2"});
+  AddValue(g->add_output(), "y", 10, {"3"});
+  AddValue(g->add_output(), "b", 16, {"3"});
+  AddValue(g->add_output(), "twice", 7, {"2"});
+  AddValue(g->add_output(), "q", 2, {"2"});
+  auto* k = g->add_initializer();
+  k->set_name("k");
+  k->set_data_type(2);  // uint8
+  k->add_dims(2);
+  k->add_int32_data(200);
+  k->add_int32_data(7);
+  const auto node = [&](const std::string& op, std::vector<std::string> in, const std::string& out,
+                        int64_t to = 0) {
+    auto* n = g->add_node();
+    n->set_op_type(op);
+    for (auto& i : in) n->add_input(i);
+    n->add_output(out);
+    if (to != 0) {
+      auto* a = n->add_attribute();
+      a->set_name("to");
+      a->set_type(::onnx::AttributeProto::INT);
+      a->set_i(to);
+    }
+  };
+  node("Cast", {"x"}, "xf", 1);
+  node("Mul", {"xf", "xf"}, "sq");
+  node("Cast", {"sq"}, "y", 10);
+  node("Cast", {"xf"}, "b", 16);
+  node("Add", {"ids", "ids"}, "twice");
+  node("Cast", {"ids"}, "ids8", 2);
+  node("Add", {"ids8", "k"}, "q");
+  return m;
+}
+
+TEST(OnnxImportTest, NarrowTypesAreStoredAsSuchAndComputedWide) {
+  ::onnx::TensorProto x;
+  x.set_data_type(10);
+  x.add_dims(3);
+  // 1 + 2^-10, 3, -0.5 as float16 bits.
+  for (float v : {1.0f + std::ldexp(1.0f, -10), 3.0f, -0.5f}) {
+    x.add_int32_data(ir::FloatToHalf(v));
+  }
+  ::onnx::TensorProto ids;
+  ids.set_data_type(7);
+  ids.add_dims(2);
+  ids.add_int64_data(100);
+  ids.add_int64_data(-3);
+  ImportOptions o;
+  ASSERT_OK_AND_ASSIGN(HostTensor xt, ParseTensor(x.SerializeAsString()));
+  ASSERT_OK_AND_ASSIGN(HostTensor it, ParseTensor(ids.SerializeAsString()));
+  xt.name = "x";
+  it.name = "ids";
+  o.inputs = {xt, it};
+  ASSERT_OK_AND_ASSIGN(ImportedModel m, Import(NarrowTypes().SerializeAsString(), o));
+  EXPECT_EQ(m.inputs[0].shape, ir::Shape(ir::DType::kF16, {3}));
+  EXPECT_EQ(m.inputs[1].shape, ir::Shape(ir::DType::kI64, {2}));
+  EXPECT_EQ(m.function.parameter_shape(0), ir::Shape(ir::DType::kF16, {3}));
+  ASSERT_EQ(m.outputs.size(), 4u);
+  EXPECT_EQ(m.outputs[0].shape, ir::Shape(ir::DType::kF16, {3}));
+  EXPECT_EQ(m.outputs[1].shape, ir::Shape(ir::DType::kBF16, {3}));
+  EXPECT_EQ(m.outputs[2].shape, ir::Shape(ir::DType::kI64, {2}));
+  EXPECT_EQ(m.outputs[3].shape, ir::Shape(ir::DType::kU8, {2}));
+
+  auto exe = backend::cpu::Kind().Compile(m.function);
+  ASSERT_OK(exe.status());
+  ASSERT_OK_AND_ASSIGN(ir::Literal xs, StoredLiteral(xt));
+  ASSERT_OK_AND_ASSIGN(ir::Literal is, StoredLiteral(it));
+  EXPECT_EQ(xs.shape().dtype, ir::DType::kF16);
+  EXPECT_EQ(is.values<int64_t>()[1], -3);
+  std::vector<ir::Literal> outs;
+  std::vector<void*> out_ptrs;
+  for (int i = 0; i < m.function.num_outputs(); ++i) outs.emplace_back(m.function.output_shape(i));
+  for (ir::Literal& l : outs) out_ptrs.push_back(l.data());
+  std::vector<const void*> args = {xs.data(), is.data()};
+  ASSERT_OK((*exe)->Run(args, out_ptrs, backend::RunContext{}));
+  // (1 + 2^-10)^2 = 1 + 2^-9 + 2^-20, rounded to float16: 1 + 2^-9.
+  EXPECT_EQ(ir::ElementAsDouble(outs[0], 0), 1.0 + std::ldexp(1.0, -9));
+  EXPECT_EQ(ir::ElementAsDouble(outs[0], 1), 9.0);
+  // bfloat16 keeps 8 bits: 1 + 2^-10 rounds to 1.
+  EXPECT_EQ(ir::ElementAsDouble(outs[1], 0), 1.0);
+  EXPECT_EQ(ir::ElementAsDouble(outs[1], 2), -0.5);
+  EXPECT_THAT(outs[2].values<int64_t>(), ElementsAre(200, -6));
+  // uint8: 100 + 200 wraps to 44; -3 is 253, + 7 wraps to 4.
+  EXPECT_THAT(outs[3].values<uint8_t>(), ElementsAre(44, 4));
+
+  // Python's arrays: parameters and results in their compute dtypes.
+  ImportOptions wide = o;
+  wide.stored_dtypes = false;
+  ASSERT_OK_AND_ASSIGN(ImportedModel w, Import(NarrowTypes().SerializeAsString(), wide));
+  EXPECT_EQ(w.function.parameter_shape(0), ir::Shape(ir::DType::kF32, {3}));
+  EXPECT_EQ(w.function.parameter_shape(1), ir::Shape(ir::DType::kI32, {2}));
+  EXPECT_EQ(w.function.output_shape(2), ir::Shape(ir::DType::kI32, {2}));
+  EXPECT_EQ(w.function.output_shape(3), ir::Shape(ir::DType::kI32, {2}));
+
+  // A literal read from a file comes back to the same stored values.
+  const HostTensor back = FromLiteral("ids", is);
+  EXPECT_EQ(back.onnx_type, 7);
+  EXPECT_THAT(back.ints, ElementsAre(100, -3));
+  ASSERT_OK_AND_ASSIGN(ir::Literal again, StoredLiteral(back));
+  EXPECT_EQ(again, is);
 }
 
 }  // namespace

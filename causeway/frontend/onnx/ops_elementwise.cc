@@ -408,15 +408,32 @@ absl::Status Clip(Converter& c, const Node& n) {
   return absl::OkStatus();
 }
 
+// An integer as ONNX type `to` holds it: narrower integers wrap.
+int64_t WrapTo(int64_t v, int32_t to) {
+  switch (to) {
+    case 2: return static_cast<uint8_t>(v);
+    case 3: return static_cast<int8_t>(v);
+    case 4: return static_cast<uint16_t>(v);
+    case 5: return static_cast<int16_t>(v);
+    case kInt32: return static_cast<int32_t>(v);
+    case 12: return static_cast<uint32_t>(v);
+    case kBool: return v != 0;
+    default: return v;
+  }
+}
+
 absl::Status CastTo(Converter& c, const Node& n, int32_t to) {
   CW_ASSIGN_OR_RETURN(DType dtype, DTypeOf(to));
   CW_ASSIGN_OR_RETURN(const Entry* e, c.Get(n, 0));
   if (e->known.has_value() && !IsFloatType(e->onnx_type) && !IsFloatType(to)) {
-    c.SetKnown(n, 0, MakeInts(e->known->ints, e->shape.dims, to));
+    std::vector<int64_t> ints = e->known->ints;
+    for (int64_t& v : ints) v = WrapTo(v, to);
+    c.SetKnown(n, 0, MakeInts(std::move(ints), e->shape.dims, to));
     return absl::OkStatus();
   }
   CW_ASSIGN_OR_RETURN(Value x, c.In(n, 0));
   if (DT(c, x) != dtype) x = c.b.Convert(x, dtype);
+  if (IsFloatType(to)) x = RoundTrip(c.b, x, to);  // float16's precision (Set wraps uint8)
   c.Set(n, 0, x, to);
   return absl::OkStatus();
 }

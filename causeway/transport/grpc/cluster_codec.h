@@ -213,7 +213,7 @@ inline absl::StatusOr<std::vector<RestoreShardRequest>> DecodeRestoreShards(
   out.reserve(static_cast<size_t>(in.shards_size()));
   for (const cluster::RestoreShard& w : in.shards()) {
     if (w.shard() < 0 || w.name().size() > kMaxCheckpointPath ||
-        w.dtype() < 0 || w.dtype() > static_cast<int32_t>(ir::DType::kPred) ||
+        !ir::IsValidDType(w.dtype()) ||
         w.offset_size() != w.extent_size() || w.extent_size() > kMaxCheckpointRank) {
       return absl::InvalidArgumentError("a malformed shard in a restore");
     }

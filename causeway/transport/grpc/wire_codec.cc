@@ -316,7 +316,7 @@ void EncodeShape(const ir::Shape& s, Shape* out) {
 }
 
 absl::StatusOr<ir::Shape> DecodeShape(const Shape& in) {
-  if (in.dtype() < 0 || in.dtype() > static_cast<int>(ir::DType::kPred)) {
+  if (!ir::IsValidDType(in.dtype())) {
     return Invalid("invalid dtype ", in.dtype());
   }
   ir::Shape shape(static_cast<ir::DType>(in.dtype()), {in.dims().begin(), in.dims().end()});
