@@ -7,6 +7,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <list>
 #include <map>
 #include <string_view>
 #include <thread>
@@ -29,6 +30,7 @@ namespace {
 
 std::atomic<int> g_selected_gpu{-1};
 std::atomic<int64_t> g_collectives_on_gpu{0};
+std::atomic<int64_t> g_segment_recordings{0};
 
 // Submissions a device keeps in flight before a new one waits.
 constexpr size_t kMaxPending = 256;
@@ -190,9 +192,22 @@ class VulkanDevice final : public Device {
               Completion done) override;
 
  private:
+  // A command buffer recorded once for one segment of one executable, with
+  // its argument table (kernels.h, Push): later launches of that segment
+  // write their buffers' addresses into the table and submit it again.
+  struct Recorded {
+    uint64_t executable = 0;  // VulkanExecutable::id()
+    size_t segment = 0;
+    VkCommandBuffer cb = VK_NULL_HANDLE;
+    std::unique_ptr<VulkanAllocation> table;  // host-visible: one address per slot
+  };
+  // Idle recorded command buffers kept, the most recently used first.
+  static constexpr size_t kMaxIdleRecorded = 64;
+
   struct Pending {
     uint64_t value = 0;
     VkCommandBuffer cb = VK_NULL_HANDLE;
+    std::unique_ptr<Recorded> recorded;  // set: cb is its, back to idle_ when done
     std::vector<std::unique_ptr<VulkanAllocation>> keep;
     Completion done;
   };
@@ -259,10 +274,41 @@ class VulkanDevice final : public Device {
     return {nullptr, 0};
   }
 
-  absl::Status RecordSegment(VkCommandBuffer cb, const Segment& seg, const Operands& ops)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(pool_mu_) {
+  // A Ref's slot in an argument table: the inputs, the outputs, the
+  // temporaries, the resident image.
+  static uint32_t Slot(const Ref& r, const Operands& ops) {
+    const auto ins = static_cast<uint32_t>(ops.inputs.size());
+    const auto outs = static_cast<uint32_t>(ops.outputs.size());
+    switch (r.kind) {
+      case Ref::Kind::kNone: return kNoSlot;
+      case Ref::Kind::kInput: return static_cast<uint32_t>(r.index);
+      case Ref::Kind::kOutput: return ins + static_cast<uint32_t>(r.index);
+      case Ref::Kind::kTemp: return ins + outs;
+      case Ref::Kind::kResident: return ins + outs + 1;
+    }
+    return kNoSlot;
+  }
+  static size_t TableSlots(const Operands& ops) {
+    return ops.inputs.size() + ops.outputs.size() + 2;
+  }
+  // The addresses of this launch's buffers, slot by slot, into `table`.
+  void FillTable(const VulkanAllocation& table, const Operands& ops) const {
+    auto* t = reinterpret_cast<uint64_t*>(table.host());
+    size_t k = 0;
+    for (const DeviceAllocation* a : ops.inputs) t[k++] = V(*a).address();
+    for (DeviceAllocation* a : ops.outputs) t[k++] = V(*a).address();
+    t[k++] = ops.temp != nullptr ? ops.temp->address() : 0;
+    t[k++] = ops.resident != nullptr ? ops.resident->address() : 0;
+  }
+
+  // Records `seg`'s dispatches into `cb`: with the buffers' addresses when
+  // `table` is 0, else as offsets into the slots of the argument table at
+  // `table` (kernels.h, Push), so the commands outlive this launch.
+  absl::Status RecordSegment(VkCommandBuffer cb, const Segment& seg, const Operands& ops,
+                             uint64_t table = 0) ABSL_EXCLUSIVE_LOCKS_REQUIRED(pool_mu_) {
     Begin(cb);
-    std::unique_ptr<DispatchTimer> timer(DispatchTimer::Create(*gpu_, seg.dispatches.size()));
+    std::unique_ptr<DispatchTimer> timer(
+        table != 0 ? nullptr : DispatchTimer::Create(*gpu_, seg.dispatches.size()));
     if (timer != nullptr) timer->Reset(cb);
     VkPipeline bound = VK_NULL_HANDLE;
     for (size_t i = 0; i < seg.dispatches.size(); ++i) {
@@ -275,12 +321,25 @@ class VulkanDevice final : public Device {
         bound = p;
       }
       Push push;
-      push.a = Address(d.a, ops);
-      push.b = Address(d.b, ops);
-      push.c = Address(d.c, ops);
-      push.d = Address(d.d, ops);
-      push.out = Address(d.out, ops);
-      push.params = Address(d.params, ops);
+      if (table == 0) {
+        push.a = Address(d.a, ops);
+        push.b = Address(d.b, ops);
+        push.c = Address(d.c, ops);
+        push.d = Address(d.d, ops);
+        push.out = Address(d.out, ops);
+        push.params = Address(d.params, ops);
+      } else {
+        push.table = table;
+        push.a = d.a.offset;
+        push.b = d.b.offset;
+        push.c = d.c.offset;
+        push.d = d.d.offset;
+        push.out = d.out.offset;
+        push.params = d.params.offset;
+        push.slots[0] = Slot(d.a, ops) | Slot(d.b, ops) << 16;
+        push.slots[1] = Slot(d.c, ops) | Slot(d.d, ops) << 16;
+        push.slots[2] = Slot(d.out, ops) | Slot(d.params, ops) << 16;
+      }
       push.n = d.n;
       push.op = d.op;
       push.x = d.x;
@@ -336,6 +395,26 @@ class VulkanDevice final : public Device {
   absl::Status RunControlFlow(const ControlFlow& cf, const Operands& ops,
                               const RunContext& context);
 
+  // A command buffer of the pool, reset, or an error.
+  absl::StatusOr<VkCommandBuffer> NewCommandBuffer() ABSL_EXCLUSIVE_LOCKS_REQUIRED(pool_mu_) {
+    VkCommandBuffer cb = VK_NULL_HANDLE;
+    if (!free_cbs_.empty()) {
+      cb = free_cbs_.back();
+      free_cbs_.pop_back();
+      vkResetCommandBuffer(cb, 0);
+      return cb;
+    }
+    VkCommandBufferAllocateInfo info{};
+    info.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO;
+    info.commandPool = pool_;
+    info.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    info.commandBufferCount = 1;
+    if (vkAllocateCommandBuffers(gpu_->device(), &info, &cb) != VK_SUCCESS) {
+      return absl::ResourceExhaustedError(absl::StrCat(id_.ToString(), ": no command buffer"));
+    }
+    return cb;
+  }
+
   // Records with `record` and submits one command buffer; `done` runs on the
   // completion thread when the GPU finished it (or at once with the error
   // if recording or submitting failed). `keep` lives until then.
@@ -344,25 +423,12 @@ class VulkanDevice final : public Device {
     VkCommandBuffer cb = VK_NULL_HANDLE;
     {
       MutexLock lock(&pool_mu_);
-      if (!free_cbs_.empty()) {
-        cb = free_cbs_.back();
-        free_cbs_.pop_back();
-      } else {
-        VkCommandBufferAllocateInfo info{};
-        info.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO;
-        info.commandPool = pool_;
-        info.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-        info.commandBufferCount = 1;
-        if (vkAllocateCommandBuffers(gpu_->device(), &info, &cb) != VK_SUCCESS) {
-          std::move(done)(absl::ResourceExhaustedError(
-              absl::StrCat(id_.ToString(), ": no command buffer")));
-          return;
-        }
-      }
+      absl::StatusOr<VkCommandBuffer> got = NewCommandBuffer();
+      if (!got.ok()) return std::move(done)(got.status());
+      cb = *got;
       VkCommandBufferBeginInfo begin{};
       begin.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
       begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
-      vkResetCommandBuffer(cb, 0);
       vkBeginCommandBuffer(cb, &begin);
       absl::Status s = record(cb);
       vkEndCommandBuffer(cb);
@@ -372,6 +438,81 @@ class VulkanDevice final : public Device {
         return;
       }
     }
+    SubmitRecorded(cb, nullptr, std::move(keep), std::move(done));
+  }
+
+  // Submits segment `index` of `exe` over `ops`: its command buffer as
+  // recorded by an earlier launch when one is idle, else recorded now (and
+  // kept for later launches); only the argument table is written per
+  // launch. With dispatch timing (CAUSEWAY_VULKAN_PROFILE) or more slots
+  // than a Push can name, it is recorded for this launch alone.
+  void SubmitSegment(const VulkanExecutable& exe, size_t index, const Operands& ops,
+                     std::vector<std::unique_ptr<VulkanAllocation>> keep, Completion done) {
+    const Segment& seg = exe.segments()[index];
+    if (DispatchTimer::Enabled() || TableSlots(ops) >= kNoSlot) {
+      Submit([&](VkCommandBuffer cb) { return RecordSegment(cb, seg, ops); }, std::move(keep),
+             std::move(done));
+      return;
+    }
+    std::unique_ptr<Recorded> rec;
+    {
+      MutexLock lock(&pool_mu_);
+      for (auto it = idle_.begin(); it != idle_.end(); ++it) {
+        if ((*it)->executable == exe.id() && (*it)->segment == index) {
+          rec = std::move(*it);
+          idle_.erase(it);
+          break;
+        }
+      }
+      if (rec == nullptr) {
+        absl::StatusOr<std::unique_ptr<Recorded>> made = Record(exe, index, ops);
+        if (!made.ok()) return std::move(done)(made.status());
+        rec = *std::move(made);
+      }
+    }
+    FillTable(*rec->table, ops);
+    const VkCommandBuffer cb = rec->cb;
+    SubmitRecorded(cb, std::move(rec), std::move(keep), std::move(done));
+  }
+
+  absl::StatusOr<std::unique_ptr<Recorded>> Record(const VulkanExecutable& exe, size_t index,
+                                                   const Operands& ops)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(pool_mu_) {
+    g_segment_recordings.fetch_add(1, std::memory_order_relaxed);
+    auto rec = std::make_unique<Recorded>();
+    rec->executable = exe.id();
+    rec->segment = index;
+    CW_ASSIGN_OR_RETURN(
+        rec->table,
+        gpu_->Allocate(static_cast<int64_t>(TableSlots(ops) * sizeof(uint64_t)), true,
+                       absl::StrCat("the argument table of ", exe.function().name(), " on ",
+                                    id_.ToString())));
+    CW_ASSIGN_OR_RETURN(rec->cb, NewCommandBuffer());
+    VkCommandBufferBeginInfo begin{};
+    begin.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
+    vkBeginCommandBuffer(rec->cb, &begin);
+    absl::Status s = RecordSegment(rec->cb, exe.segments()[index], ops, rec->table->address());
+    vkEndCommandBuffer(rec->cb);
+    if (!s.ok()) {
+      free_cbs_.push_back(rec->cb);
+      return s;
+    }
+    return rec;
+  }
+
+  // A finished recorded command buffer back among the idle ones; the least
+  // recently used beyond kMaxIdleRecorded is freed.
+  void Idle(std::unique_ptr<Recorded> rec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(pool_mu_) {
+    idle_.push_front(std::move(rec));
+    if (idle_.size() > kMaxIdleRecorded) {
+      free_cbs_.push_back(idle_.back()->cb);
+      idle_.pop_back();
+    }
+  }
+
+  // Submits the recorded `cb` (`rec`'s if set); as Submit.
+  void SubmitRecorded(VkCommandBuffer cb, std::unique_ptr<Recorded> rec,
+                      std::vector<std::unique_ptr<VulkanAllocation>> keep, Completion done) {
     VkResult r;
     {
       // Released waking the completion thread first: the work may complete,
@@ -402,7 +543,7 @@ class VulkanDevice final : public Device {
       r = gpu_->Submit(submit);
       if (r == VK_SUCCESS) {
         submitted_ = value;
-        pending_.push_back(Pending{value, cb, std::move(keep), std::move(done)});
+        pending_.push_back(Pending{value, cb, std::move(rec), std::move(keep), std::move(done)});
         mu_.UnlockWakingFirst();
         return;
       }
@@ -410,7 +551,11 @@ class VulkanDevice final : public Device {
     }
     {
       MutexLock pool_lock(&pool_mu_);
-      free_cbs_.push_back(cb);
+      if (rec != nullptr) {
+        Idle(std::move(rec));
+      } else {
+        free_cbs_.push_back(cb);
+      }
     }
     std::move(done)(absl::InternalError(absl::StrCat(
         "the GPU refused work for ", id_.ToString(), " (VkResult ", static_cast<int>(r),
@@ -452,7 +597,11 @@ class VulkanDevice final : public Device {
       std::unique_ptr<DispatchTimer> timer;
       {
         MutexLock lock(&pool_mu_);
-        free_cbs_.push_back(done.cb);
+        if (done.recorded != nullptr) {
+          Idle(std::move(done.recorded));
+        } else {
+          free_cbs_.push_back(done.cb);
+        }
         if (auto it = timers_.find(done.cb); it != timers_.end()) {
           timer = std::move(it->second);
           timers_.erase(it);
@@ -477,6 +626,7 @@ class VulkanDevice final : public Device {
 
   Mutex pool_mu_;  // the command pool is externally synchronised
   std::vector<VkCommandBuffer> free_cbs_ ABSL_GUARDED_BY(pool_mu_);
+  std::list<std::unique_ptr<Recorded>> idle_ ABSL_GUARDED_BY(pool_mu_);
   // CAUSEWAY_VULKAN_PROFILE=1: the timers of command buffers in flight.
   std::map<VkCommandBuffer, std::unique_ptr<DispatchTimer>> timers_ ABSL_GUARDED_BY(pool_mu_);
 
@@ -742,17 +892,15 @@ void VulkanDevice::LaunchOn(const VulkanExecutable& executable,
   const std::vector<Segment>& segments = exe->segments();
   if (segments.size() == 1) {
     // No host step: one submission, completed by the GPU.
-    Submit([&](VkCommandBuffer cb) { return RecordSegment(cb, segments[0], ops); },
-           std::move(keep), std::move(done));
+    SubmitSegment(*exe, 0, ops, std::move(keep), std::move(done));
     return;
   }
   // Host steps between segments: run them here, in order.
-  for (const Segment& seg : segments) {
+  for (size_t index = 0; index < segments.size(); ++index) {
+    const Segment& seg = segments[index];
     if (!seg.dispatches.empty()) {
-      absl::Status s = Await([&](Completion c) {
-        Submit([&](VkCommandBuffer cb) { return RecordSegment(cb, seg, ops); }, {},
-               std::move(c));
-      });
+      absl::Status s =
+          Await([&](Completion c) { SubmitSegment(*exe, index, ops, {}, std::move(c)); });
       if (!s.ok()) return std::move(done)(std::move(s));
     }
     if (seg.has_host_step) {
@@ -827,6 +975,8 @@ const DeviceKind& Kind() {
 }
 
 int64_t CollectivesOnGpu() { return g_collectives_on_gpu.load(std::memory_order_relaxed); }
+
+int64_t SegmentRecordings() { return g_segment_recordings.load(std::memory_order_relaxed); }
 
 absl::Status SelectGpu(int gpu) {
   if (gpu >= 0) {

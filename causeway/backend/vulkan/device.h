@@ -44,6 +44,13 @@ absl::Status SelectGpu(int gpu);
 // GPUs or processes, and every group under CAUSEWAY_VULKAN_COLLECTIVES=host,
 // go through the host-staged hub and are not counted.
 int64_t CollectivesOnGpu();
+// Command buffers recorded for launches so far in this process. A launch's
+// commands are recorded once per device, executable and segment between
+// host steps, and submitted again by later launches (only the addresses in
+// its argument table are written each time), while at most 64 idle ones
+// per device are kept; launches timed by CAUSEWAY_VULKAN_PROFILE are
+// recorded afresh and not counted.
+int64_t SegmentRecordings();
 
 // This machine's Vulkan devices, one line each (name, driver, Vulkan
 // version, memory), or UNAVAILABLE saying why there are none.

@@ -1,6 +1,7 @@
 #include "causeway/backend/vulkan/executable.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <numeric>
 #include <utility>
@@ -899,6 +900,12 @@ absl::StatusOr<std::shared_ptr<const VulkanExecutable>> VulkanExecutable::Compil
   if (exe->resident_.empty()) exe->resident_.resize(4);
   return std::shared_ptr<const VulkanExecutable>(std::move(exe));
 }
+
+VulkanExecutable::VulkanExecutable(ir::Function function)
+    : Executable(std::move(function)), id_([] {
+        static std::atomic<uint64_t> next{1};
+        return next.fetch_add(1, std::memory_order_relaxed);
+      }()) {}
 
 VulkanExecutable::~VulkanExecutable() = default;
 

@@ -94,6 +94,9 @@ class VulkanExecutable final : public Executable {
   ~VulkanExecutable() override;
 
   int64_t temporary_bytes() const override { return temp_bytes_; }
+  // Unique in the process, never reused: what a device's recorded command
+  // buffers are kept under.
+  uint64_t id() const { return id_; }
   const std::vector<Segment>& segments() const { return segments_; }
   const std::vector<ControlFlow>& control() const { return control_; }
 
@@ -109,12 +112,13 @@ class VulkanExecutable final : public Executable {
                    const RunContext& context) const override;
 
  private:
-  explicit VulkanExecutable(ir::Function function) : Executable(std::move(function)) {}
+  explicit VulkanExecutable(ir::Function function);
   // Compile without verifying again (a sub-function, verified with the
   // function holding it).
   static absl::StatusOr<std::shared_ptr<const VulkanExecutable>> CompileVerified(
       const ir::Function& function);
 
+  const uint64_t id_;
   std::vector<Segment> segments_;
   std::vector<ControlFlow> control_;
   std::vector<std::byte> resident_;

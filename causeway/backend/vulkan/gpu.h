@@ -98,7 +98,7 @@ class Gpu {
                                          int64_t bytes);
 
   // The compute pipeline of `kernel`, made on first use; its layout takes
-  // the 64-byte Push constants and no descriptor sets.
+  // the 88-byte Push constants and no descriptor sets.
   absl::StatusOr<VkPipeline> Pipeline(Kernel kernel);
   VkPipelineLayout pipeline_layout() const { return layout_; }
 

@@ -17,16 +17,28 @@
 
 namespace causeway::backend::vulkan {
 
-// The push constants of every dispatch (64 bytes; std430 as in GLSL).
+// The push constants of every dispatch (88 bytes; std430 as in GLSL).
+//
+// Two ways to name operands. Without a table (table == 0), a to params are
+// buffer device addresses. With one, the command buffer is recorded once
+// and reused by later launches of the same executable: table is the
+// address of that command buffer's argument table (one address per slot,
+// written by the host before each submission) and a to params are byte
+// offsets into the buffer of their slot, `slots` holding the slots, 16
+// bits each in the order a, b, c, d, out, params (kNoSlot: none).
 struct Push {
-  uint64_t a = 0, b = 0, c = 0, d = 0;  // operand addresses
-  uint64_t out = 0;                     // result address
+  uint64_t table = 0;
+  uint64_t a = 0, b = 0, c = 0, d = 0;  // operands
+  uint64_t out = 0;                     // result
   uint64_t params = 0;                  // int32 parameter block
   uint32_t n = 0;                       // work items
   uint32_t op = 0;                      // selector within the kernel
   uint32_t x = 0, y = 0;                // kernel-specific scalars
+  uint32_t slots[3] = {0, 0, 0};
+  uint32_t pad = 0;
 };
-static_assert(sizeof(Push) == 64);
+static_assert(sizeof(Push) == 88);
+inline constexpr uint32_t kNoSlot = 0xffff;
 
 // Maximum rank of the strided kernels' parameter blocks.
 inline constexpr int kMaxRank = 8;

@@ -675,5 +675,55 @@ TEST_F(VulkanOpsTest, StorageDtypesConvertFromAndToEveryDtype) {
                        ::testing::HasSubstr("cannot run transpose of f16[2,4]")));
 }
 
+// A launch's commands are recorded once and submitted again: later launches
+// of the executable, over other buffers each time, record nothing and read
+// and write the buffers they were given.
+TEST_F(VulkanOpsTest, LaunchesReuseTheirRecordedCommandsOverNewBuffers) {
+  FunctionBuilder b("axpy");
+  Value x = b.Parameter(Shape(DType::kF32, {300}));
+  Value y = b.Parameter(Shape(DType::kF32, {300}));
+  auto f = b.Build({b.Add(b.Mul(x, x), y)});
+  ASSERT_OK(f.status());
+  auto exe = Kind().Compile(*f);
+  ASSERT_OK(exe.status());
+  const int64_t bytes = 300 * 4;
+  // Every buffer stays allocated to the end, so each launch has new addresses.
+  std::vector<std::unique_ptr<DeviceAllocation>> kept;
+  auto run = [&](float xv, float yv) -> std::vector<float> {
+    std::vector<std::unique_ptr<DeviceAllocation>> in;
+    for (float v : {xv, yv}) {
+      auto a = device_->Allocate(bytes);
+      CW_CHECK_OK(a.status());
+      const std::vector<float> host(300, v);
+      CW_CHECK_OK(Await([&](Completion done) {
+        device_->CopyIn(host.data(), **a, BoxCopy::Flat(0, bytes, 0, bytes, bytes),
+                        std::move(done));
+      }));
+      in.push_back(std::move(*a));
+    }
+    auto out = device_->Allocate(bytes);
+    CW_CHECK_OK(out.status());
+    const DeviceAllocation* ins[] = {in[0].get(), in[1].get()};
+    DeviceAllocation* outs[] = {out->get()};
+    CW_CHECK_OK(Await([&](Completion done) {
+      device_->Launch(**exe, ins, outs, {}, std::move(done));
+    }));
+    std::vector<float> got(300);
+    CW_CHECK_OK(Await([&](Completion done) {
+      device_->CopyOut(**out, got.data(), BoxCopy::Flat(0, bytes, 0, bytes, bytes),
+                       std::move(done));
+    }));
+    for (auto& a : in) kept.push_back(std::move(a));
+    kept.push_back(std::move(*out));
+    return got;
+  };
+  EXPECT_THAT(run(2, 1), ::testing::Each(5.0f));
+  const int64_t recorded = SegmentRecordings();
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_THAT(run(static_cast<float>(i), 0.5f), ::testing::Each(i * i + 0.5f)) << i;
+  }
+  EXPECT_EQ(SegmentRecordings(), recorded);
+}
+
 }  // namespace
 }  // namespace causeway::backend::vulkan

@@ -10,15 +10,16 @@
 #include "causeway/base/mutex.h"
 
 namespace causeway::backend::vulkan {
-namespace {
 
-bool Enabled() {
+bool DispatchTimer::Enabled() {
   static const bool on = [] {
     const char* v = std::getenv("CAUSEWAY_VULKAN_PROFILE");
     return v != nullptr && std::strcmp(v, "1") == 0;
   }();
   return on;
 }
+
+namespace {
 
 struct Totals {
   Mutex mu;

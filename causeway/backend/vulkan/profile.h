@@ -22,6 +22,9 @@ class DispatchTimer {
  public:
   // Null unless CAUSEWAY_VULKAN_PROFILE=1 and `gpu`'s queue can time work.
   static DispatchTimer* Create(const Gpu& gpu, size_t dispatches);
+  // Whether CAUSEWAY_VULKAN_PROFILE=1 (launches are then recorded afresh,
+  // each with its own timestamps).
+  static bool Enabled();
   ~DispatchTimer();
   DispatchTimer(const DispatchTimer&) = delete;
   DispatchTimer& operator=(const DispatchTimer&) = delete;
