@@ -200,6 +200,7 @@ class VulkanDevice final : public Device {
     size_t segment = 0;
     VkCommandBuffer cb = VK_NULL_HANDLE;
     std::unique_ptr<VulkanAllocation> table;  // host-visible: one address per slot
+    bool reuse = true;                        // false: freed once done (profiled)
   };
   // Idle recorded command buffers kept, the most recently used first.
   static constexpr size_t kMaxIdleRecorded = 64;
@@ -252,16 +253,6 @@ class VulkanDevice final : public Device {
     return absl::OkStatus();
   }
 
-  uint64_t Address(const Ref& r, const Operands& ops) const {
-    switch (r.kind) {
-      case Ref::Kind::kNone: return 0;
-      case Ref::Kind::kInput: return V(*ops.inputs[r.index]).address() + r.offset;
-      case Ref::Kind::kOutput: return V(*ops.outputs[r.index]).address() + r.offset;
-      case Ref::Kind::kTemp: return ops.temp->address() + r.offset;
-      case Ref::Kind::kResident: return ops.resident->address() + r.offset;
-    }
-    return 0;
-  }
   // The allocation and byte offset of a Ref (host steps).
   std::pair<const VulkanAllocation*, uint64_t> Place(const Ref& r, const Operands& ops) const {
     switch (r.kind) {
@@ -274,19 +265,8 @@ class VulkanDevice final : public Device {
     return {nullptr, 0};
   }
 
-  // A Ref's slot in an argument table: the inputs, the outputs, the
-  // temporaries, the resident image.
   static uint32_t Slot(const Ref& r, const Operands& ops) {
-    const auto ins = static_cast<uint32_t>(ops.inputs.size());
-    const auto outs = static_cast<uint32_t>(ops.outputs.size());
-    switch (r.kind) {
-      case Ref::Kind::kNone: return kNoSlot;
-      case Ref::Kind::kInput: return static_cast<uint32_t>(r.index);
-      case Ref::Kind::kOutput: return ins + static_cast<uint32_t>(r.index);
-      case Ref::Kind::kTemp: return ins + outs;
-      case Ref::Kind::kResident: return ins + outs + 1;
-    }
-    return kNoSlot;
+    return TableSlot(r, ops.inputs.size(), ops.outputs.size());
   }
   static size_t TableSlots(const Operands& ops) {
     return ops.inputs.size() + ops.outputs.size() + 2;
@@ -301,14 +281,13 @@ class VulkanDevice final : public Device {
     t[k++] = ops.resident != nullptr ? ops.resident->address() : 0;
   }
 
-  // Records `seg`'s dispatches into `cb`: with the buffers' addresses when
-  // `table` is 0, else as offsets into the slots of the argument table at
-  // `table` (kernels.h, Push), so the commands outlive this launch.
+  // Records `seg`'s dispatches into `cb`, their operands as offsets into
+  // the slots of the argument table at `table` (kernels.h, Push), so the
+  // commands outlive this launch.
   absl::Status RecordSegment(VkCommandBuffer cb, const Segment& seg, const Operands& ops,
-                             uint64_t table = 0) ABSL_EXCLUSIVE_LOCKS_REQUIRED(pool_mu_) {
+                             uint64_t table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(pool_mu_) {
     Begin(cb);
-    std::unique_ptr<DispatchTimer> timer(
-        table != 0 ? nullptr : DispatchTimer::Create(*gpu_, seg.dispatches.size()));
+    std::unique_ptr<DispatchTimer> timer(DispatchTimer::Create(*gpu_, seg.dispatches.size()));
     if (timer != nullptr) timer->Reset(cb);
     VkPipeline bound = VK_NULL_HANDLE;
     for (size_t i = 0; i < seg.dispatches.size(); ++i) {
@@ -321,25 +300,16 @@ class VulkanDevice final : public Device {
         bound = p;
       }
       Push push;
-      if (table == 0) {
-        push.a = Address(d.a, ops);
-        push.b = Address(d.b, ops);
-        push.c = Address(d.c, ops);
-        push.d = Address(d.d, ops);
-        push.out = Address(d.out, ops);
-        push.params = Address(d.params, ops);
-      } else {
-        push.table = table;
-        push.a = d.a.offset;
-        push.b = d.b.offset;
-        push.c = d.c.offset;
-        push.d = d.d.offset;
-        push.out = d.out.offset;
-        push.params = d.params.offset;
-        push.slots[0] = Slot(d.a, ops) | Slot(d.b, ops) << 16;
-        push.slots[1] = Slot(d.c, ops) | Slot(d.d, ops) << 16;
-        push.slots[2] = Slot(d.out, ops) | Slot(d.params, ops) << 16;
-      }
+      push.table = table;
+      push.a = d.a.offset;
+      push.b = d.b.offset;
+      push.c = d.c.offset;
+      push.d = d.d.offset;
+      push.out = d.out.offset;
+      push.params = d.params.offset;
+      push.slots[0] = Slot(d.a, ops) | Slot(d.b, ops) << 16;
+      push.slots[1] = Slot(d.c, ops) | Slot(d.d, ops) << 16;
+      push.slots[2] = Slot(d.out, ops) | Slot(d.params, ops) << 16;
       push.n = d.n;
       push.op = d.op;
       push.x = d.x;
@@ -444,20 +414,15 @@ class VulkanDevice final : public Device {
   // Submits segment `index` of `exe` over `ops`: its command buffer as
   // recorded by an earlier launch when one is idle, else recorded now (and
   // kept for later launches); only the argument table is written per
-  // launch. With dispatch timing (CAUSEWAY_VULKAN_PROFILE) or more slots
-  // than a Push can name, it is recorded for this launch alone.
+  // launch. With dispatch timing (CAUSEWAY_VULKAN_PROFILE) it is recorded
+  // for this launch alone, with its timestamps.
   void SubmitSegment(const VulkanExecutable& exe, size_t index, const Operands& ops,
                      std::vector<std::unique_ptr<VulkanAllocation>> keep, Completion done) {
-    const Segment& seg = exe.segments()[index];
-    if (DispatchTimer::Enabled() || TableSlots(ops) >= kNoSlot) {
-      Submit([&](VkCommandBuffer cb) { return RecordSegment(cb, seg, ops); }, std::move(keep),
-             std::move(done));
-      return;
-    }
+    const bool profiled = DispatchTimer::Enabled();
     std::unique_ptr<Recorded> rec;
     {
       MutexLock lock(&pool_mu_);
-      for (auto it = idle_.begin(); it != idle_.end(); ++it) {
+      for (auto it = idle_.begin(); !profiled && it != idle_.end(); ++it) {
         if ((*it)->executable == exe.id() && (*it)->segment == index) {
           rec = std::move(*it);
           idle_.erase(it);
@@ -468,6 +433,7 @@ class VulkanDevice final : public Device {
         absl::StatusOr<std::unique_ptr<Recorded>> made = Record(exe, index, ops);
         if (!made.ok()) return std::move(done)(made.status());
         rec = *std::move(made);
+        rec->reuse = !profiled;
       }
     }
     FillTable(*rec->table, ops);
@@ -503,6 +469,10 @@ class VulkanDevice final : public Device {
   // A finished recorded command buffer back among the idle ones; the least
   // recently used beyond kMaxIdleRecorded is freed.
   void Idle(std::unique_ptr<Recorded> rec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(pool_mu_) {
+    if (!rec->reuse) {
+      free_cbs_.push_back(rec->cb);
+      return;
+    }
     idle_.push_front(std::move(rec));
     if (idle_.size() > kMaxIdleRecorded) {
       free_cbs_.push_back(idle_.back()->cb);

@@ -37,6 +37,33 @@ uint32_t Groups(int64_t n) {
       std::clamp<int64_t>((n + kLocalSize - 1) / kLocalSize, 1, kMaxGroups));
 }
 
+// The op codes of kBinaryF32 / kBinaryI32 and kUnaryF32 / kUnaryI32.
+uint32_t BinaryCode(OpKind op) {
+  static const std::map<OpKind, uint32_t> code = {
+      {OpKind::kAdd, 0}, {OpKind::kSub, 1}, {OpKind::kMul, 2}, {OpKind::kDiv, 3},
+      {OpKind::kMax, 4}, {OpKind::kMin, 5}, {OpKind::kPow, 6}, {OpKind::kGeluGrad, 7}};
+  return code.at(op);
+}
+uint32_t UnaryCode(OpKind op) {
+  static const std::map<OpKind, uint32_t> code = {
+      {OpKind::kNeg, 0},   {OpKind::kExp, 1},   {OpKind::kAbs, 2},    {OpKind::kLog, 3},
+      {OpKind::kTanh, 4},  {OpKind::kLogistic, 5}, {OpKind::kSqrt, 6}, {OpKind::kRsqrt, 7},
+      {OpKind::kSign, 8},  {OpKind::kFloor, 9}, {OpKind::kGelu, 10},  {OpKind::kSin, 12},
+      {OpKind::kCos, 13},  {OpKind::kAtan, 14}, {OpKind::kErf, 15}};
+  return code.at(op);
+}
+
+// Whether byte ranges [a, a + a_bytes) and [b, b + b_bytes) of two Refs
+// share memory.
+bool Overlap(const Ref& a, int64_t a_bytes, const Ref& b, int64_t b_bytes) {
+  if (a.kind != b.kind || a.kind == Ref::Kind::kNone) return false;
+  if ((a.kind == Ref::Kind::kInput || a.kind == Ref::Kind::kOutput) && a.index != b.index) {
+    return false;
+  }
+  return a.offset < b.offset + static_cast<uint64_t>(b_bytes) &&
+         b.offset < a.offset + static_cast<uint64_t>(a_bytes);
+}
+
 uint32_t DTypeCode(DType d) {
   switch (d) {
     case DType::kF32: return 0;
@@ -86,9 +113,14 @@ class Lowering {
   Lowering(const ir::Function& f, VulkanExecutable& exe) : f_(f), exe_(exe) {}
 
   absl::Status Run() {
-    // One shader dispatch per step: the cpu kind's chunked fusion of
-    // element-wise runs has no counterpart here yet.
-    const cpu::ExecutionPlan plan = cpu::PlanExecution(f_, {.fuse_elementwise = false});
+    // The cpu kind's plan, its runs of element-wise ops fused (one
+    // kFusedF32 dispatch each, LowerFused).
+    const cpu::ExecutionPlan plan = cpu::PlanExecution(f_, {.fuse_elementwise = true});
+    if (static_cast<uint64_t>(f_.num_parameters()) + f_.num_outputs() + 2 >= kNoSlot) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the vulkan kind cannot run ", f_.name(), ": ", f_.num_parameters(),
+          " parameters and ", f_.num_outputs(), " results are more than a launch can name"));
+    }
     temp_top_ = plan.arena_bytes;
     for (const Instruction& inst : f_.instructions()) {
       // Storage dtypes are held, and converted from and to; every other
@@ -236,7 +268,97 @@ class Lowering {
   // Element size of a copy kernel: 4 or 1 bytes.
   static int64_t Bytes(DType d) { return ir::ByteSize(d); }
 
+  uint32_t Slot(const Ref& r) const {
+    return TableSlot(r, static_cast<size_t>(f_.num_parameters()),
+                     static_cast<size_t>(f_.num_outputs()));
+  }
+
+  // A fused step of the plan as one kFusedF32 dispatch, or as its unfused
+  // steps when it exceeds the kernel's bounds or when a value it stores
+  // shares memory with an input other than exactly (the planner reuses a
+  // buffer read inside the run; each invocation reads an element before
+  // writing it, which a repeated row or a shifted range would break).
+  absl::Status LowerFused(const cpu::Step& step) {
+    const auto unfused = [&]() -> absl::Status {
+      for (const cpu::Step& u : step.unfused) CW_RETURN_IF_ERROR(Lower(u));
+      return absl::OkStatus();
+    };
+    const int k = static_cast<int>(step.fused.size());
+    const int64_t n = step.fused_elements;
+    if (k > kMaxFusedOps) return unfused();
+    struct Input {
+      Ref ref;
+      int64_t row = 0;
+    };
+    std::vector<Input> inputs;
+    std::vector<std::pair<int, Ref>> stores;
+    std::vector<int32_t> op_block;
+    for (int t = 0; t < k; ++t) {
+      const cpu::Step& u = step.unfused[static_cast<size_t>(t)];
+      const Instruction& inst = f_.instructions()[static_cast<size_t>(u.instruction)];
+      const bool unary = u.operands.size() == 1;
+      int32_t src[2] = {0, 0};
+      for (size_t o = 0; o < u.operands.size(); ++o) {
+        const int from = step.fused[static_cast<size_t>(t)].from[o];
+        if (from >= 0) {
+          src[o] = from;
+          continue;
+        }
+        const Ref r = Resolve(u.operands[o]);
+        const int64_t row = u.operand_row[o];
+        size_t j = 0;
+        while (j < inputs.size() &&
+               !(inputs[j].ref.kind == r.kind && inputs[j].ref.index == r.index &&
+                 inputs[j].ref.offset == r.offset && inputs[j].row == row)) {
+          ++j;
+        }
+        if (j == inputs.size()) inputs.push_back({r, row});
+        src[o] = k + static_cast<int32_t>(j);
+      }
+      op_block.insert(op_block.end(),
+                      {unary ? 0 : 1,
+                       static_cast<int32_t>(unary ? UnaryCode(inst.op) : BinaryCode(inst.op)),
+                       src[0], src[1]});
+      if (step.fused[static_cast<size_t>(t)].store) stores.push_back({t, Resolve(u.result)});
+    }
+    if (inputs.size() > static_cast<size_t>(kMaxFusedInputs) ||
+        stores.size() > static_cast<size_t>(kMaxFusedStores)) {
+      return unfused();
+    }
+    const int64_t bytes = n * 4;
+    for (size_t s = 0; s < stores.size(); ++s) {
+      for (const Input& in : inputs) {
+        const int64_t in_bytes = (in.row == 0 ? n : in.row) * 4;
+        const bool exact = in.row == 0 && in.ref.kind == stores[s].second.kind &&
+                           in.ref.index == stores[s].second.index &&
+                           in.ref.offset == stores[s].second.offset;
+        if (!exact && Overlap(stores[s].second, bytes, in.ref, in_bytes)) return unfused();
+      }
+      for (size_t q = 0; q < s; ++q) {
+        if (Overlap(stores[s].second, bytes, stores[q].second, bytes)) return unfused();
+      }
+    }
+    const auto lo = [](uint64_t v) { return static_cast<int32_t>(static_cast<uint32_t>(v)); };
+    const auto hi = [](uint64_t v) { return static_cast<int32_t>(static_cast<uint32_t>(v >> 32)); };
+    std::vector<int32_t> block = {k, static_cast<int32_t>(inputs.size()),
+                                  static_cast<int32_t>(stores.size())};
+    for (const Input& in : inputs) {
+      block.insert(block.end(), {static_cast<int32_t>(Slot(in.ref)), lo(in.ref.offset),
+                                 hi(in.ref.offset), static_cast<int32_t>(in.row)});
+    }
+    block.insert(block.end(), op_block.begin(), op_block.end());
+    for (const auto& [t, ref] : stores) {
+      block.insert(block.end(),
+                   {t, static_cast<int32_t>(Slot(ref)), lo(ref.offset), hi(ref.offset)});
+    }
+    Dispatch d = Flat(Kernel::kFusedF32, n, 0, Ref{}, Ref{}, Ref{});
+    d.params = Params(block);
+    Add(d);
+    return absl::OkStatus();
+  }
+
   absl::Status Lower(const cpu::Step& step) {
+    if (!step.fused.empty()) return LowerFused(step);
     const Instruction& inst = f_.instructions()[static_cast<size_t>(step.instruction)];
     const Ref out = Resolve(step.result);
     std::vector<Ref> ops;
@@ -256,16 +378,13 @@ class Lowering {
       case OpKind::kMin:
       case OpKind::kPow:
       case OpKind::kGeluGrad: {
-        static const std::map<OpKind, uint32_t> code = {
-            {OpKind::kAdd, 0}, {OpKind::kSub, 1}, {OpKind::kMul, 2}, {OpKind::kDiv, 3},
-            {OpKind::kMax, 4}, {OpKind::kMin, 5}, {OpKind::kPow, 6}, {OpKind::kGeluGrad, 7}};
         if (dt == DType::kF32) {
-          Dispatch d = Flat(Kernel::kBinaryF32, n, code.at(inst.op), a, b, out);
+          Dispatch d = Flat(Kernel::kBinaryF32, n, BinaryCode(inst.op), a, b, out);
           d.x = static_cast<uint32_t>(step.operand_row[0]);
           d.y = static_cast<uint32_t>(step.operand_row[1]);
           Add(d);
         } else if (dt == DType::kI32 && inst.op != OpKind::kPow && inst.op != OpKind::kGeluGrad) {
-          Add(Flat(Kernel::kBinaryI32, n, code.at(inst.op), a, b, out));
+          Add(Flat(Kernel::kBinaryI32, n, BinaryCode(inst.op), a, b, out));
         } else {
           return Unsupported(inst, "no kernel for this dtype");
         }
@@ -286,13 +405,7 @@ class Lowering {
       case OpKind::kSign:
       case OpKind::kFloor:
       case OpKind::kGelu: {
-        static const std::map<OpKind, uint32_t> code = {
-            {OpKind::kNeg, 0},      {OpKind::kExp, 1},  {OpKind::kAbs, 2},
-            {OpKind::kLog, 3},      {OpKind::kTanh, 4}, {OpKind::kLogistic, 5},
-            {OpKind::kSqrt, 6},     {OpKind::kRsqrt, 7}, {OpKind::kSign, 8},
-            {OpKind::kFloor, 9},    {OpKind::kGelu, 10},  {OpKind::kSin, 12},
-            {OpKind::kCos, 13},     {OpKind::kAtan, 14},     {OpKind::kErf, 15}};
-        const uint32_t op = code.at(inst.op);
+        const uint32_t op = UnaryCode(inst.op);
         if (dt == DType::kF32) {
           Add(Flat(Kernel::kUnaryF32, n, op, a, Ref{}, out));
         } else if (dt == DType::kI32 && (op == 0 || op == 2 || op == 8)) {

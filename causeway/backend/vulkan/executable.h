@@ -40,6 +40,21 @@ struct Ref {
   uint64_t offset = 0;  // bytes into it (kTemp, kResident: into the image)
 };
 
+// A Ref's slot in a launch's argument table (kernels.h, Push): the
+// launch's inputs, then its outputs, the temporaries, the resident image.
+inline uint32_t TableSlot(const Ref& r, size_t inputs, size_t outputs) {
+  const auto ins = static_cast<uint32_t>(inputs);
+  const auto outs = static_cast<uint32_t>(outputs);
+  switch (r.kind) {
+    case Ref::Kind::kNone: return kNoSlot;
+    case Ref::Kind::kInput: return static_cast<uint32_t>(r.index);
+    case Ref::Kind::kOutput: return ins + static_cast<uint32_t>(r.index);
+    case Ref::Kind::kTemp: return ins + outs;
+    case Ref::Kind::kResident: return ins + outs + 1;
+  }
+  return kNoSlot;
+}
+
 struct Dispatch {
   Kernel kernel = Kernel::kUnaryF32;
   Ref a, b, c, d, out;

@@ -69,6 +69,9 @@ constexpr uint32_t kScatterAddF32[] =
 constexpr uint32_t kScatterAddI32[] =
 #include "shaders/scatter_add_i32.spv.inc"
     ;
+constexpr uint32_t kFusedF32[] =
+#include "shaders/fused_f32.spv.inc"
+    ;
 constexpr uint32_t kRng[] =
 #include "shaders/rng.spv.inc"
     ;
@@ -115,7 +118,7 @@ const Entry kEntries[] = {
     {"rows_f32", kRowsF32},         {"matmul_f32_cpu", kMatmulF32Cpu},
     {"rows_f32_cpu", kRowsF32Cpu},   {"members_f32", kMembersF32},
     {"members_i32", kMembersI32},   {"conv_f32", kConvF32},
-    {"argsort", kArgSort},
+    {"argsort", kArgSort},          {"fused_f32", kFusedF32},
 };
 static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == static_cast<size_t>(Kernel::kNumKernels));
 

@@ -40,6 +40,11 @@ struct Push {
 static_assert(sizeof(Push) == 88);
 inline constexpr uint32_t kNoSlot = 0xffff;
 
+// Bounds of a kFusedF32 dispatch (its registers; shaders/fused_f32.comp).
+inline constexpr int kMaxFusedOps = 32;
+inline constexpr int kMaxFusedInputs = 8;
+inline constexpr int kMaxFusedStores = 8;
+
 // Maximum rank of the strided kernels' parameter blocks.
 inline constexpr int kMaxRank = 8;
 
@@ -162,6 +167,15 @@ enum class Kernel : int {
   // writes its index at that rank. n elements; x the line's length, y the
   // stride between its elements (inner); op bit 0 descending, bit 1 i32.
   kArgSort,
+  // A run of f32 element-wise ops (the cpu planner's fused step) in one
+  // pass over n elements: each invocation computes its elements op by op in
+  // registers (kBinaryF32's and kUnaryF32's op codes), reading the run's
+  // inputs and writing only the values read after it. At most
+  // kMaxFusedOps ops, kMaxFusedInputs inputs (each dense or a repeated
+  // row) and kMaxFusedStores stores; operands through the argument table
+  // (slots and offsets in the parameter block, laid out in
+  // shaders/fused_f32.comp).
+  kFusedF32,
   kNumKernels,
 };
 

@@ -6,6 +6,7 @@
 // tolerance for f32 arithmetic (GPU transcendentals and summation orders
 // differ). Each case also runs with the staged copy path
 // (CAUSEWAY_VULKAN_STAGING) in vulkan_staging_ops_test.
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -19,6 +20,7 @@
 #include "causeway/backend/cpu/executable.h"
 #include "causeway/backend/device.h"
 #include "causeway/backend/vulkan/device.h"
+#include "causeway/backend/vulkan/executable.h"
 #include "causeway/base/check.h"
 #include "causeway/ir/builder.h"
 #include "causeway/ir/elements.h"
@@ -723,6 +725,80 @@ TEST_F(VulkanOpsTest, LaunchesReuseTheirRecordedCommandsOverNewBuffers) {
     ASSERT_THAT(run(static_cast<float>(i), 0.5f), ::testing::Each(i * i + 0.5f)) << i;
   }
   EXPECT_EQ(SegmentRecordings(), recorded);
+}
+
+// The kernels of the first segment of `f` compiled for the vulkan kind.
+std::vector<Kernel> KernelsOf(const Function& f) {
+  auto exe = VulkanExecutable::Compile(f);
+  CW_CHECK_OK(exe.status());
+  std::vector<Kernel> out;
+  for (const Dispatch& d : (*exe)->segments()[0].dispatches) out.push_back(d.kernel);
+  return out;
+}
+
+// Runs of f32 element-wise ops are one kFusedF32 dispatch each (the cpu
+// planner's fused steps), equal to the cpu kind's results: with repeated
+// rows, values stored because they are results, and the fallbacks to one
+// dispatch per op past the kernel's bounds (inputs, ops).
+TEST_F(VulkanOpsTest, ElementwiseRunsAreOneFusedDispatch) {
+  const Literal x = RandomF32({6, 250}, rng_), bias = RandomF32({250}, rng_);
+  const Body gelu = [](FunctionBuilder& f, const std::vector<Value>& v) {
+    const Value xb = f.Add(v[0], f.Broadcast(v[1], {6, 250}, {1}));
+    const Value e = f.Erf(f.Mul(xb, f.Broadcast(f.ConstantF32(0.70710678f), {6, 250}, {})));
+    const Value one = f.Broadcast(f.ConstantF32(1.0f), {6, 250}, {});
+    return f.Mul(f.Mul(xb, f.Broadcast(f.ConstantF32(0.5f), {6, 250}, {})), f.Add(e, one));
+  };
+  Check({"gelu", {x, bias}, gelu});
+  {
+    FunctionBuilder b("gelu");
+    const Value p0 = b.Parameter(x.shape()), p1 = b.Parameter(bias.shape());
+    auto f = b.Build({gelu(b, {p0, p1})});
+    ASSERT_OK(f.status());
+    EXPECT_THAT(KernelsOf(*f), ::testing::ElementsAre(Kernel::kFusedF32));
+  }
+  // An intermediate that is also a result is stored; the rest are not.
+  {
+    FunctionBuilder b("two_results");
+    const Value p = b.Parameter(x.shape());
+    const Value t = b.Tanh(p);
+    auto f = b.Build({b.Exp(b.Mul(t, t)), t});
+    ASSERT_OK(f.status());
+    EXPECT_THAT(KernelsOf(*f), ::testing::ElementsAre(Kernel::kFusedF32));
+    Check({"first_result", {x}, [](auto& f, auto& v) { return f.Exp(f.Mul(f.Tanh(v[0]), f.Tanh(v[0]))); }});
+  }
+  // Nine inputs are past the kernel's eight: one dispatch per op.
+  std::vector<Literal> nine;
+  for (int i = 0; i < 9; ++i) nine.push_back(RandomF32({300}, rng_));
+  const Body sum = [](FunctionBuilder& f, const std::vector<Value>& v) {
+    Value s = v[0];
+    for (size_t i = 1; i < v.size(); ++i) s = f.Add(s, v[i]);
+    return f.Tanh(s);
+  };
+  Check({"nine_inputs", nine, sum});
+  {
+    FunctionBuilder b("nine_inputs");
+    std::vector<Value> ps;
+    for (const Literal& l : nine) ps.push_back(b.Parameter(l.shape()));
+    auto f = b.Build({sum(b, ps)});
+    ASSERT_OK(f.status());
+    const std::vector<Kernel> k = KernelsOf(*f);
+    EXPECT_EQ(std::count(k.begin(), k.end(), Kernel::kFusedF32), 0);
+    EXPECT_EQ(k.size(), 9u);
+  }
+  // Forty ops are past its 32 registers.
+  const Body long_chain = [](FunctionBuilder& f, const std::vector<Value>& v) {
+    Value s = v[0];
+    for (int i = 0; i < 20; ++i) s = f.Tanh(f.Add(s, v[0]));
+    return s;
+  };
+  Check({"forty_ops", {x}, long_chain});
+  {
+    FunctionBuilder b("forty_ops");
+    const Value p = b.Parameter(x.shape());
+    auto f = b.Build({long_chain(b, {p})});
+    ASSERT_OK(f.status());
+    EXPECT_EQ(KernelsOf(*f).size(), 40u);
+  }
 }
 
 }  // namespace
