@@ -1,6 +1,7 @@
 #include "causeway/ir/autodiff.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <string>
 #include <utility>
@@ -125,6 +126,14 @@ class Reverse {
   // gradient against either operand is the op computing it from the other
   // operand and the result's adjoint.
   void ConvolutionRule(const Instruction& inst, Value g);
+  // The adjoint of a slice of `in_dims` from `starts` by `steps` (empty:
+  // 1): g spread to the slice's elements, zeros elsewhere.
+  Value SliceAdjoint(Value g, const std::vector<int64_t>& in_dims,
+                     const std::vector<int64_t>& starts, const std::vector<int64_t>& steps);
+  // Pooling's: each window position's slice of the padded input, as the
+  // pooling op's reading of it, gets g (sum) or, for max, g where it holds
+  // the window's maximum, only the first such position of each window.
+  void PoolRule(const Instruction& inst, Value result, Value g);
 
   const Function& f_;
   FunctionBuilder& b_;
@@ -255,33 +264,11 @@ void Reverse::Rule(int i, const Instruction& inst, Value g) {
     case OpKind::kConvInputGrad:
     case OpKind::kConvKernelGrad:
       return ConvolutionRule(inst, g);
-    case OpKind::kSlice: {
-      const Shape& in = OperandShape(inst, 0);
-      // A strided slice's adjoint first spreads g: step - 1 zeros after
-      // each element along each strided dim (the last element's cut).
-      Value spread = g;
-      std::vector<int64_t> high(in.rank());
-      for (int d = 0; d < in.rank(); ++d) {
-        const int64_t step = inst.window_strides.empty() ? 1 : inst.window_strides[d];
-        const int64_t n = s.dims[d];
-        int64_t span = n;
-        if (step > 1 && n > 0) {
-          std::vector<int64_t> dims = b_.shape(spread).dims, split = dims;
-          split.insert(split.begin() + d + 1, 1);
-          std::vector<int64_t> lo(split.size(), 0), hi(split.size(), 0);
-          hi[static_cast<size_t>(d) + 1] = step - 1;
-          spread = b_.Pad(b_.Reshape(spread, split), b_.ConstantF32(0), lo, hi);
-          dims[d] = n * step;
-          spread = b_.Reshape(spread, dims);
-          span = (n - 1) * step + 1;
-          std::vector<int64_t> starts(dims.size(), 0), limits = dims;
-          limits[d] = span;
-          spread = b_.Slice(spread, starts, limits);
-        }
-        high[d] = in.dims[d] - inst.starts[d] - span;
-      }
-      return Acc(inst, 0, b_.Pad(spread, b_.ConstantF32(0), inst.starts, high));
-    }
+    case OpKind::kSlice:
+      return Acc(inst, 0,
+                 SliceAdjoint(g, OperandShape(inst, 0).dims, inst.starts, inst.window_strides));
+    case OpKind::kPool:
+      return PoolRule(inst, y, g);
     case OpKind::kConcatenate: {
       std::vector<int64_t> starts(s.rank(), 0);
       for (size_t k = 0; k < inst.operands.size(); ++k) {
@@ -421,10 +408,83 @@ void Reverse::ConditionalRule(int i, const Instruction& inst) {
   for (size_t t = 0; t < wrt.size() && t < grads.size(); ++t) Acc(inst, wrt[t] + 1, grads[t]);
 }
 
-// Result dims of dot_general are [batch, lhs free, rhs free]. The lhs
-// gradient contracts g with rhs over rhs's free dims, giving [batch, lhs
-// free, rhs contracting (in rhs dim order)], then transposes to lhs order;
-// symmetrically for rhs.
+Value Reverse::SliceAdjoint(Value g, const std::vector<int64_t>& in_dims,
+                            const std::vector<int64_t>& starts,
+                            const std::vector<int64_t>& steps) {
+  const std::vector<int64_t> s = b_.shape(g).dims;
+  const int rank = static_cast<int>(in_dims.size());
+  // A strided slice's adjoint first spreads g: step - 1 zeros after each
+  // element along each strided dim (the last element's cut).
+  Value spread = g;
+  std::vector<int64_t> high(in_dims.size());
+  for (int d = 0; d < rank; ++d) {
+    const int64_t step = steps.empty() ? 1 : steps[d];
+    const int64_t n = s[d];
+    int64_t span = n;
+    if (step > 1 && n > 0) {
+      std::vector<int64_t> dims = b_.shape(spread).dims, split = dims;
+      split.insert(split.begin() + d + 1, 1);
+      std::vector<int64_t> lo(split.size(), 0), hi(split.size(), 0);
+      hi[static_cast<size_t>(d) + 1] = step - 1;
+      spread = b_.Pad(b_.Reshape(spread, split), b_.ConstantF32(0), lo, hi);
+      dims[d] = n * step;
+      spread = b_.Reshape(spread, dims);
+      span = (n - 1) * step + 1;
+      std::vector<int64_t> begin(dims.size(), 0), limits = dims;
+      limits[d] = span;
+      spread = b_.Slice(spread, begin, limits);
+    }
+    high[d] = in_dims[d] - starts[d] - span;
+  }
+  return b_.Pad(spread, b_.ConstantF32(0), starts, high);
+}
+
+void Reverse::PoolRule(const Instruction& inst, Value result, Value g) {
+  if (!Active(inst, 0)) return;
+  const Shape& x = OperandShape(inst, 0);
+  const Shape& y = inst.shape;
+  const size_t spatial = inst.dims.size();
+  const bool max = inst.reduce_kind == ReduceKind::kMax;
+  // The input padded with the reduction's identity, as the op reads it.
+  std::vector<int64_t> lo(x.dims.size(), 0), hi(x.dims.size(), 0);
+  for (size_t i = 0; i < spatial; ++i) {
+    lo[i + 2] = inst.pad_low[i];
+    hi[i + 2] = inst.pad_high[i];
+  }
+  const Value padded = b_.Pad(
+      X(inst, 0), b_.ConstantF32(max ? -std::numeric_limits<float>::infinity() : 0.0f), lo, hi);
+  const std::vector<int64_t> padded_dims = b_.shape(padded).dims;
+  std::vector<int64_t> steps(x.dims.size(), 1);
+  for (size_t i = 0; i < spatial; ++i) steps[i + 2] = inst.window_strides[i];
+  // Of each window, the share of g not yet given to an earlier position
+  // holding its maximum (max only).
+  Value left = max ? Scalar(1.0f, y) : Value{};
+  Value sum{};
+  std::vector<int64_t> at(spatial, 0);
+  while (true) {
+    std::vector<int64_t> starts(x.dims.size(), 0), limits = padded_dims;
+    for (size_t i = 0; i < spatial; ++i) {
+      starts[i + 2] = at[i] * inst.window_dilations[i];
+      limits[i + 2] = starts[i + 2] + (y.dims[i + 2] - 1) * inst.window_strides[i] + 1;
+    }
+    Value part = g;
+    if (max) {
+      const Value patch = b_.Slice(padded, starts, limits, steps);
+      const Value share = b_.Select(b_.Compare(patch, result, Comparison::kEq), left, Zeros(y));
+      left = b_.Sub(left, share);
+      part = b_.Mul(g, share);
+    }
+    const Value adj = SliceAdjoint(part, padded_dims, starts, steps);
+    sum = sum.id < 0 ? adj : b_.Add(sum, adj);
+    size_t i = spatial;
+    while (i > 0 && ++at[i - 1] == inst.dims[i - 1]) at[--i] = 0;
+    if (i == 0) break;
+  }
+  std::vector<int64_t> limits = padded_dims;
+  for (size_t i = 0; i < spatial; ++i) limits[i + 2] = lo[i + 2] + x.dims[i + 2];
+  Acc(inst, 0, b_.Slice(sum, lo, limits));
+}
+
 void Reverse::ConvolutionRule(const Instruction& inst, Value g) {
   ConvSpec spec{inst.window_strides, inst.window_dilations, inst.pad_low, {},
                 inst.feature_groups};
@@ -459,6 +519,10 @@ void Reverse::ConvolutionRule(const Instruction& inst, Value g) {
   }
 }
 
+// Result dims of dot_general are [batch, lhs free, rhs free]. The lhs
+// gradient contracts g with rhs over rhs's free dims, giving [batch, lhs
+// free, rhs contracting (in rhs dim order)], then transposes to lhs order;
+// symmetrically for rhs.
 void Reverse::DotGeneralRule(const Instruction& inst, Value g) {
   const Shape& lhs = OperandShape(inst, 0);
   const Shape& rhs = OperandShape(inst, 1);

@@ -3,6 +3,7 @@
 // tests/integration/collectives_test.cc.
 #include "causeway/ir/autodiff.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -206,6 +207,50 @@ TEST(AutodiffTest, ConvolutionAndItsGradientOps) {
   CheckGrad({Random({1, 2, 7}, -1, 1, 33), Random({3, 2, 3}, -1, 1, 34)},
             [](auto& b, auto& p) { return b.Convolution(p[0], p[1], ConvSpec{{1}, {1}, {-1}, {0}, 1}); },
             {0, 1});
+}
+
+// Distinct values 0.05 apart, shuffled: no two within a finite
+// difference's step, so a maximum never changes hands.
+Literal Spread(std::vector<int64_t> dims, uint32_t seed) {
+  Literal l(Shape(DType::kF32, std::move(dims)));
+  auto v = l.mutable_values<float>();
+  for (size_t i = 0; i < v.size(); ++i) v[i] = 0.05f * static_cast<float>(i) - 1.0f;
+  std::mt19937 rng(seed);
+  std::shuffle(v.begin(), v.end(), rng);
+  return l;
+}
+
+TEST(AutodiffTest, Pooling) {
+  // ResNet's max pooling (3x3, stride 2, padding 1), and windows with
+  // dilation and asymmetric padding, by max and by sum.
+  const ConvSpec resnet{{2, 2}, {1, 1}, {1, 1}, {1, 1}, 1};
+  const ConvSpec odd{{1, 2}, {2, 1}, {0, 1}, {1, 0}, 1};
+  for (ReduceKind kind : {ReduceKind::kMax, ReduceKind::kSum}) {
+    CheckGrad({Spread({1, 2, 5, 5}, 60)},
+              [&](auto& b, auto& p) { return b.Pool(p[0], kind, {3, 3}, resnet); }, {0});
+    CheckGrad({Spread({2, 1, 5, 4}, 61)},
+              [&](auto& b, auto& p) { return b.Pool(p[0], kind, {2, 3}, odd); }, {0});
+    CheckGrad({Spread({1, 2, 7}, 62)},
+              [&](auto& b, auto& p) {
+                return b.Pool(p[0], kind, {3}, ConvSpec{{2}, {1}, {0}, {2}, 1});
+              },
+              {0});
+  }
+}
+
+TEST(AutodiffTest, MaxPoolingGivesATiedWindowsGradientToItsFirstMaximumOnly) {
+  // Zeros after a ReLU: every position of each window ties.
+  FunctionBuilder b("f");
+  const Value x = b.Parameter(Shape(DType::kF32, {1, 1, 3, 3}));
+  const Value y = b.Pool(x, ReduceKind::kMax, {2, 2}, ConvSpec{{1, 1}, {}, {}, {}, 1});
+  ASSERT_OK_AND_ASSIGN(Function f, b.Build({b.ReduceSum(y, {0, 1, 2, 3})}));
+  ASSERT_OK_AND_ASSIGN(Function g, Grad(f, {0}));
+  const std::vector<Literal> out = RunFunction(g, {Literal::F32({1, 1, 3, 3}, std::vector<float>(9, 0))});
+  // Windows start at (0,0), (0,1), (1,0), (1,1): each gives its gradient
+  // to its top-left element.
+  const auto dx = out[1].values<float>();
+  EXPECT_EQ(std::vector<float>(dx.begin(), dx.end()),
+            (std::vector<float>{1, 1, 0, 1, 1, 0, 0, 0, 0}));
 }
 
 TEST(AutodiffTest, GatherAndScatterAdd) {

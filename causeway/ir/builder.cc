@@ -362,6 +362,23 @@ Value FunctionBuilder::Convolution(Value x, Value kernel, const ConvSpec& spec) 
   return Add(std::move(inst));
 }
 
+Value FunctionBuilder::Pool(Value x, ReduceKind kind, std::vector<int64_t> window,
+                            const ConvSpec& spec) {
+  if (!Check(x)) return Value{};
+  const Shape& xs = shape(x);
+  Instruction inst;
+  inst.op = OpKind::kPool;
+  inst.operands = {x.id};
+  inst.reduce_kind = kind;
+  const size_t spatial = window.size();
+  SetWindow(inst, spec, spatial);
+  inst.pad_high = spec.pad_high.empty() ? std::vector<int64_t>(spatial, 0) : spec.pad_high;
+  inst.dims = std::move(window);
+  // The result's dims are inferred (inference names a malformed window).
+  inst.shape = Shape(xs.dtype, {});
+  return Add(std::move(inst));
+}
+
 Value FunctionBuilder::ConvInputGrad(Value y, Value kernel, std::vector<int64_t> input_dims,
                                      const ConvSpec& spec) {
   if (!Check(y) || !Check(kernel)) return Value{};

@@ -147,6 +147,12 @@ class FunctionBuilder {
   Value ConvKernelGrad(Value x, Value y, std::vector<int64_t> kernel_dims,
                        const ConvSpec& spec);
 
+  // Max or sum pooling of x [N, C, S...] over windows of size `window`
+  // (see OpKind::kPool); `spec` has one stride, dilation, low and high
+  // padding per spatial dimension (empty: 1, 1, 0, 0); its groups are not
+  // used.
+  Value Pool(Value x, ReduceKind kind, std::vector<int64_t> window, const ConvSpec& spec);
+
   // The indices that sort `a` along `dimension` (see OpKind::kArgSort).
   Value ArgSort(Value a, int64_t dimension, bool descending);
 

@@ -132,6 +132,8 @@ const char* OpName(OpKind op) {
       return "atan";
     case OpKind::kErf:
       return "erf";
+    case OpKind::kPool:
+      return "pool";
   }
   return "unknown_op";
 }
@@ -284,6 +286,14 @@ std::string Function::ToString() const {
                         "} dilations={", absl::StrJoin(inst.window_dilations, ","),
                         "} pad_low={", absl::StrJoin(inst.pad_low, ","),
                         "} groups=", inst.feature_groups);
+        break;
+      case OpKind::kPool:
+        absl::StrAppend(&out, inst.reduce_kind == ReduceKind::kMax ? " max" : " sum",
+                        " window={", absl::StrJoin(inst.dims, ","), "} strides={",
+                        absl::StrJoin(inst.window_strides, ","), "} dilations={",
+                        absl::StrJoin(inst.window_dilations, ","), "} pad_low={",
+                        absl::StrJoin(inst.pad_low, ","), "} pad_high={",
+                        absl::StrJoin(inst.pad_high, ","), "}");
         break;
       case OpKind::kWhile:
       case OpKind::kConditional:

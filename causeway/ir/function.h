@@ -124,13 +124,24 @@ enum class OpKind {
   // Elementwise unary, f32: the error function (ONNX's Erf, and the exact
   // GELU x/2 (1 + erf(x / sqrt 2)) that models export).
   kErf,
+  // Pooling (issue 36): x f32 [N, C, S...] (1 to 3 spatial dims) ->
+  // y [N, C, P...], each element the max or sum (reduce_kind) of a window
+  // of its plane:
+  //   y[n,c,p] = reduce_{k} x[n, c, p*stride + k*dilation - pad_low]
+  // over the window's positions k (attr dims: its size per spatial dim),
+  // where positions in the padding hold the reduction's identity (-inf
+  // for max, 0 for sum; an average divides by its own counts). Attrs:
+  // dims, window_strides, window_dilations, pad_low, pad_high (>= 0, one
+  // per spatial dim), reduce_kind; P = (S + pad_low + pad_high -
+  // (K - 1) * dilation - 1) / stride + 1, at least 1.
+  kPool,
 };
 
 enum class ReduceKind { kSum, kMax };
 enum class Comparison { kEq, kNe, kLt, kLe, kGt, kGe };
 
 // Number of OpKind values (for range checks of untrusted input).
-inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kErf) + 1;
+inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kPool) + 1;
 
 // True for the collectives (ops that meet peers): they always run.
 bool IsCollective(OpKind op);
@@ -152,10 +163,10 @@ struct Instruction {
 
   int parameter_index = -1;          // kParameter
   Literal literal;                   // kConstant
-  std::vector<int64_t> dims;         // kBroadcast, kTranspose, kReduce*
+  std::vector<int64_t> dims;         // kBroadcast, kTranspose, kReduce*, kPool (window)
   int64_t delay_us = 0;              // kDelay
   std::vector<std::string> axes;     // collectives
-  ReduceKind reduce_kind = ReduceKind::kSum;  // kAllReduce, kReduceScatter
+  ReduceKind reduce_kind = ReduceKind::kSum;  // kAllReduce, kReduceScatter, kPool
   // kIota, kConcatenate, kGather, kScatterAdd, kAllGather, kReduceScatter,
   // kAllToAll (split dimension).
   int64_t dimension = 0;
@@ -163,8 +174,8 @@ struct Instruction {
   Comparison comparison = Comparison::kEq;  // kCompare
   std::vector<int64_t> starts;       // kSlice
   std::vector<int64_t> limits;       // kSlice
-  std::vector<int64_t> pad_low;      // kPad
-  std::vector<int64_t> pad_high;     // kPad
+  std::vector<int64_t> pad_low;      // kPad, kPool
+  std::vector<int64_t> pad_high;     // kPad, kPool
   std::vector<int64_t> lhs_batch;    // kDotGeneral
   std::vector<int64_t> rhs_batch;
   std::vector<int64_t> lhs_contracting;
@@ -175,8 +186,8 @@ struct Instruction {
   // so copying an instruction is cheap.
   std::vector<std::shared_ptr<const Function>> subfunctions;
   int64_t result_index = 0;          // kGetResult
-  // kConvolution, kConvInputGrad, kConvKernelGrad (with pad_low); kSlice's
-  // steps (window_strides only).
+  // kConvolution, kConvInputGrad, kConvKernelGrad (with pad_low), kPool;
+  // kSlice's steps (window_strides only).
   std::vector<int64_t> window_strides;
   std::vector<int64_t> window_dilations;
   int64_t feature_groups = 1;

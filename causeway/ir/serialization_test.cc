@@ -77,8 +77,9 @@ Function KitchenSink() {
   const Value dx = b.ConvInputGrad(conv, b.Slice(ker, {0, 0, 0, 0}, {2, 1, 1, 2}), {1, 2, 3, 4}, spec);
   const Value dw = b.ConvKernelGrad(img, conv, {2, 1, 1, 2}, spec);
   const Value sorted = b.ArgSort(b.Add(b.Sin(sc), b.Add(b.Cos(sc), b.Add(b.Atan(sc), b.Erf(sc)))), 1, true);
+  const Value pooled = b.Pool(img, ReduceKind::kMax, {2, 2}, ConvSpec{{1, 2}, {1, 1}, {1, 0}, {0, 1}, 1});
   absl::StatusOr<Function> f =
-      b.Build({ar, dot, mm, rng, ag, rs, a2a, cp, fused, branch[0], dx, dw, sorted});
+      b.Build({ar, dot, mm, rng, ag, rs, a2a, cp, fused, branch[0], dx, dw, sorted, pooled});
   CW_CHECK_OK(f.status());
   return *f;
 }

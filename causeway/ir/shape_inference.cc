@@ -79,6 +79,7 @@ int ExpectedOperandCount(OpKind op) {
     case OpKind::kGelu:
     case OpKind::kSoftmax:
     case OpKind::kArgSort:
+    case OpKind::kPool:
       return 1;
     case OpKind::kConcatenate:
     case OpKind::kWhile:
@@ -201,6 +202,46 @@ absl::StatusOr<Shape> InferConvolution(const Instruction& inst,
                                 " groups: the channels do not agree"));
   }
   return inst.shape;
+}
+
+absl::StatusOr<Shape> InferPool(const Instruction& inst, const Shape& x) {
+  CW_RETURN_IF_ERROR(RequireF32(x, "pooled value"));
+  const int rank = x.rank();
+  if (rank < 3 || rank > 5) {
+    return Invalid(absl::StrCat("pooling of ", x.ToString(),
+                                ": it must be [batch, channels, 1 to 3 spatial dims]"));
+  }
+  const size_t spatial = static_cast<size_t>(rank - 2);
+  if (inst.dims.size() != spatial || inst.window_strides.size() != spatial ||
+      inst.window_dilations.size() != spatial || inst.pad_low.size() != spatial ||
+      inst.pad_high.size() != spatial) {
+    return Invalid(absl::StrCat("pooling over ", spatial,
+                                " spatial dims needs that many window sizes, strides, "
+                                "dilations and low and high pads"));
+  }
+  if (inst.reduce_kind != ReduceKind::kMax && inst.reduce_kind != ReduceKind::kSum) {
+    return Invalid("pooling reduces by max or sum");
+  }
+  std::vector<int64_t> dims = {x.dims[0], x.dims[1]};
+  for (size_t i = 0; i < spatial; ++i) {
+    const int64_t k = inst.dims[i], stride = inst.window_strides[i];
+    const int64_t dil = inst.window_dilations[i], lo = inst.pad_low[i], hi = inst.pad_high[i];
+    if (k < 1 || k > kMaxElements || stride < 1 || stride > kMaxElements || dil < 1 ||
+        dil > kMaxElements || lo < 0 || lo > kMaxElements || hi < 0 || hi > kMaxElements) {
+      return Invalid(absl::StrCat("pooling window: sizes, strides and dilations must be in [1, ",
+                                  kMaxElements, "], pads in [0, ", kMaxElements, "]"));
+    }
+    const int64_t span = (k - 1) * dil + 1;
+    const int64_t room = x.dims[i + 2] + lo + hi - span;
+    if (room < 0) {
+      return Invalid(absl::StrCat("pooling of ", x.ToString(), ": a window of ", span,
+                                  " along spatial dim ", i, " is larger than the padded input"));
+    }
+    dims.push_back(room / stride + 1);
+  }
+  Shape result(DType::kF32, std::move(dims));
+  CW_RETURN_IF_ERROR(ValidateShape(result));
+  return result;
 }
 
 absl::StatusOr<Shape> InferTranspose(const Instruction& inst, const Shape& operand) {
@@ -792,6 +833,8 @@ absl::StatusOr<Shape> InferShapeNoContext(const Instruction& inst,
     case OpKind::kConvInputGrad:
     case OpKind::kConvKernelGrad:
       return InferConvolution(inst, operands);
+    case OpKind::kPool:
+      return InferPool(inst, operands[0]);
     case OpKind::kWhile:
       return InferWhile(inst, operands);
     case OpKind::kConditional:

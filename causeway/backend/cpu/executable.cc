@@ -472,6 +472,10 @@ absl::Status CpuExecutable::RunStep(const Step& step, const Buffers& buffers,
                            static_cast<float*>(out));
       return absl::OkStatus();
     }
+    case OpKind::kPool:
+      kernels::Pool(inst, a_shape, inst.shape, static_cast<const float*>(a),
+                    static_cast<float*>(out));
+      return absl::OkStatus();
     case OpKind::kArgSort:
       kernels::ArgSort(a_shape, inst.dimension, inst.comparison == ir::Comparison::kGt, a,
                        static_cast<int32_t*>(out));

@@ -105,6 +105,10 @@ void NormalizeGrad(const float* x, float epsilon, const float* g, float* out, in
 void Convolution(const ir::Instruction& inst, const ir::Shape& x, const ir::Shape& w,
                  const ir::Shape& y, const float* first, const float* second, float* out);
 
+// y = max or sum pooling of x (ir::OpKind::kPool), f32.
+void Pool(const ir::Instruction& inst, const ir::Shape& x, const ir::Shape& y, const float* in,
+          float* out);
+
 // out (i32) = the indices that sort each line of `operand` along
 // `dimension`, ascending or descending, ties in index order, NaN greater
 // than every number (ir::OpKind::kArgSort).

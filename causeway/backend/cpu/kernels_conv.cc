@@ -12,6 +12,7 @@
 // rank 3 with unit dims in front.
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -245,6 +246,58 @@ void Convolution(const ir::Instruction& inst, const ir::Shape& x_shape,
     }
     default:
       CW_CHECK(false) << "not a convolution: " << ir::OpName(inst.op);
+  }
+}
+
+void Pool(const ir::Instruction& inst, const ir::Shape& x_shape, const ir::Shape& y_shape,
+          const float* x, float* y) {
+  // As a convolution of one channel per group with a kernel of the window.
+  Geometry g;
+  g.n = x_shape.dims[0];
+  g.c = g.o = g.groups = x_shape.dims[1];
+  const size_t spatial = x_shape.dims.size() - 2;
+  const size_t skip = 3 - spatial;
+  for (size_t i = 0; i < spatial; ++i) {
+    g.in[skip + i] = x_shape.dims[i + 2];
+    g.k[skip + i] = inst.dims[i];
+    g.out[skip + i] = y_shape.dims[i + 2];
+    g.stride[skip + i] = inst.window_strides[i];
+    g.dilation[skip + i] = inst.window_dilations[i];
+    g.pad[skip + i] = inst.pad_low[i];
+  }
+  const bool max = inst.reduce_kind == ir::ReduceKind::kMax;
+  const float identity = max ? -std::numeric_limits<float>::infinity() : 0.0f;
+  const int64_t s = g.in_size(), p = g.out_size(), s2 = g.stride[2];
+  // Each output line takes each window tap's input line in turn, over the
+  // positions whose input lies inside it (the padding is the identity).
+  for (int64_t plane = 0; plane < g.n * g.c; ++plane) {
+    const float* xp = x + plane * s;
+    float* yp = y + plane * p;
+    std::fill(yp, yp + p, identity);
+    for (int64_t p0 = 0; p0 < g.out[0]; ++p0) {
+      for (int64_t p1 = 0; p1 < g.out[1]; ++p1) {
+        float* row = yp + (p0 * g.out[1] + p1) * g.out[2];
+        for (int64_t k0 = 0; k0 < g.k[0]; ++k0) {
+          const int64_t i0 = p0 * g.stride[0] + k0 * g.dilation[0] - g.pad[0];
+          if (i0 < 0 || i0 >= g.in[0]) continue;
+          for (int64_t k1 = 0; k1 < g.k[1]; ++k1) {
+            const int64_t i1 = p1 * g.stride[1] + k1 * g.dilation[1] - g.pad[1];
+            if (i1 < 0 || i1 >= g.in[1]) continue;
+            const float* line = xp + (i0 * g.in[1] + i1) * g.in[2];
+            for (int64_t k2 = 0; k2 < g.k[2]; ++k2) {
+              const int64_t off = k2 * g.dilation[2] - g.pad[2];
+              int64_t lo = 0, hi = 0;
+              ValidRange(off, s2, g.in[2], g.out[2], lo, hi);
+              if (max) {
+                for (int64_t q = lo; q < hi; ++q) row[q] = std::max(row[q], line[q * s2 + off]);
+              } else {
+                for (int64_t q = lo; q < hi; ++q) row[q] += line[q * s2 + off];
+              }
+            }
+          }
+        }
+      }
+    }
   }
 }
 

@@ -341,6 +341,86 @@ TEST(OpsTest, ConvolutionsOfMismatchedChannelsOrWindowsAreRefused) {
   EXPECT_THAT(b3.status().message(), ::testing::HasSubstr("at least 1"));
 }
 
+// Max or sum pooling by direct loops (ir::OpKind::kPool), rank 3 to 5.
+std::vector<float> PoolLoops(const Shape& x, const Shape& y, ReduceKind kind,
+                             const std::vector<int64_t>& window, const ConvSpec& spec,
+                             const std::vector<float>& xv) {
+  const size_t spatial = window.size();
+  std::vector<float> out(static_cast<size_t>(y.num_elements()));
+  const int64_t planes = x.dims[0] * x.dims[1];
+  const int64_t in = x.num_elements() / planes, outs = y.num_elements() / planes;
+  int64_t taps = 1;
+  for (int64_t k : window) taps *= k;
+  for (int64_t plane = 0; plane < planes; ++plane) {
+    for (int64_t q = 0; q < outs; ++q) {
+      float v = kind == ReduceKind::kMax ? -std::numeric_limits<float>::infinity() : 0.0f;
+      for (int64_t t = 0; t < taps; ++t) {
+        int64_t at = 0, rest_q = q, rest_t = t;
+        bool inside = true;
+        for (size_t i = spatial; i-- > 0;) {
+          const int64_t p = rest_q % y.dims[i + 2], k = rest_t % window[i];
+          rest_q /= y.dims[i + 2];
+          rest_t /= window[i];
+          const int64_t pos = p * spec.strides[i] + k * spec.dilations[i] - spec.pad_low[i];
+          inside = inside && pos >= 0 && pos < x.dims[i + 2];
+          int64_t stride = 1;
+          for (size_t j = i + 1; j < spatial; ++j) stride *= x.dims[j + 2];
+          at += pos * stride;
+        }
+        if (!inside) continue;
+        const float e = xv[static_cast<size_t>(plane * in + at)];
+        v = kind == ReduceKind::kMax ? std::max(v, e) : v + e;
+      }
+      out[static_cast<size_t>(plane * outs + q)] = v;
+    }
+  }
+  return out;
+}
+
+TEST(OpsTest, PoolingMatchesLoopsForEveryWindow) {
+  struct Geometry {
+    const char* name;
+    std::vector<int64_t> x, window, y;
+    ConvSpec spec;
+  };
+  const std::vector<Geometry> cases = {
+      {"ResNet's 3x3, stride 2, padding 1", {2, 3, 9, 8}, {3, 3}, {2, 3, 5, 4},
+       {{2, 2}, {1, 1}, {1, 1}, {1, 1}, 1}},
+      {"1-D dilated, padded past the end (ceil mode)", {1, 2, 10}, {3}, {1, 2, 4},
+       {{3}, {2}, {1}, {3}, 1}},
+      {"2-D asymmetric", {1, 1, 6, 7}, {2, 3}, {1, 1, 6, 3}, {{1, 2}, {1, 1}, {1, 0}, {0, 0}, 1}},
+      {"3-D", {1, 2, 4, 5, 3}, {2, 2, 2}, {1, 2, 3, 4, 2}, {{1, 1, 1}, {1, 1, 1}, {0, 0, 0}, {0, 0, 0}, 1}},
+  };
+  uint32_t seed = 7;
+  for (const Geometry& g : cases) {
+    SCOPED_TRACE(g.name);
+    std::vector<float> xv(static_cast<size_t>(Shape(DType::kF32, g.x).num_elements()));
+    for (float& e : xv) e = static_cast<float>((seed = seed * 1103515245u + 12345u) >> 16 & 0xff) / 64 - 2;
+    const Literal x = Literal::F32(g.x, xv);
+    for (ReduceKind kind : {ReduceKind::kMax, ReduceKind::kSum}) {
+      const Literal y = Eval({x}, [&](auto& b, auto& p) { return b.Pool(p[0], kind, g.window, g.spec); });
+      ASSERT_EQ(y.shape().dims, g.y);
+      EXPECT_THAT(F(y), Pointwise(FloatNear(1e-5f),
+                                  PoolLoops(x.shape(), y.shape(), kind, g.window, g.spec, xv)));
+    }
+  }
+}
+
+TEST(OpsTest, MalformedPoolingIsRefused) {
+  const auto refused = [](Shape x, std::vector<int64_t> window, ConvSpec spec) {
+    FunctionBuilder b("bad");
+    b.Pool(b.Parameter(x), ReduceKind::kMax, std::move(window), spec);
+    return std::string(b.status().message());
+  };
+  using ::testing::HasSubstr;
+  EXPECT_THAT(refused(Shape(DType::kF32, {1, 2, 5, 5}), {3, 3}, {{1, 1}, {}, {-1, 0}, {}, 1}),
+              HasSubstr("pads in [0,"));
+  EXPECT_THAT(refused(Shape(DType::kF32, {1, 2, 5, 5}), {3}, {}), HasSubstr("needs that many"));
+  EXPECT_THAT(refused(Shape(DType::kF32, {1, 2, 2, 2}), {3, 3}, {}), HasSubstr("larger than the padded input"));
+  EXPECT_THAT(refused(Shape(DType::kI32, {1, 2, 5, 5}), {3, 3}, {}), HasSubstr("must be f32"));
+  EXPECT_THAT(refused(Shape(DType::kF32, {5, 5}), {3}, {}), HasSubstr("1 to 3 spatial dims"));
+}
+
 TEST(OpsTest, RandomNumbersAreDeterministicPerSeedAndWellDistributed) {
   auto run = [](int32_t seed, bool normal) {
     return F(Eval({Literal::I32({}, {seed})}, [&](auto& b, auto& p) {

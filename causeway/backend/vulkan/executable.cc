@@ -550,6 +550,8 @@ class Lowering {
       case OpKind::kConvInputGrad:
       case OpKind::kConvKernelGrad:
         return Convolution(inst, a, b, out);
+      case OpKind::kPool:
+        return Pool(inst, a, out);
       case OpKind::kArgSort: {
         const size_t dim = static_cast<size_t>(inst.dimension);
         const int64_t length = a_shape.dims[dim];
@@ -839,6 +841,38 @@ class Lowering {
   // one group), col2im for the input gradient, and a sum over the batch
   // for the kernel gradient. A 1x1 window of stride 1 and no padding reads
   // the input as its col matrix.
+  // By conv_f32's pooling ops, over the convolution's parameter block.
+  absl::Status Pool(const Instruction& inst, Ref x, Ref out) {
+    const ir::Shape& xs = OperandShape(inst, 0);
+    const int64_t n = inst.shape.num_elements();
+    const int64_t taps = Product(inst.dims);
+    // lavapipe ends an invocation past kMaxLoopIterations in all.
+    const int64_t passes =
+        (n + int64_t{kMaxGroups} * kLocalSize - 1) / (int64_t{kMaxGroups} * kLocalSize);
+    if (passes * (taps + 1) + 64 > kMaxLoopIterations) {
+      return Unsupported(inst, "windows that large over that many outputs");
+    }
+    std::vector<int32_t> p(20, 0);
+    const size_t spatial = xs.dims.size() - 2, skip = 3 - spatial;
+    for (size_t i = 0; i < 3; ++i) {
+      p[2 + i] = p[5 + i] = p[8 + i] = p[11 + i] = p[14 + i] = 1;
+    }
+    for (size_t i = 0; i < spatial; ++i) {
+      p[2 + skip + i] = static_cast<int32_t>(xs.dims[i + 2]);
+      p[5 + skip + i] = static_cast<int32_t>(inst.dims[i]);
+      p[8 + skip + i] = static_cast<int32_t>(inst.shape.dims[i + 2]);
+      p[11 + skip + i] = static_cast<int32_t>(inst.window_strides[i]);
+      p[14 + skip + i] = static_cast<int32_t>(inst.window_dilations[i]);
+      p[17 + skip + i] = static_cast<int32_t>(inst.pad_low[i]);
+    }
+    p[1] = static_cast<int32_t>(xs.dims[1]);
+    Dispatch d = Flat(Kernel::kConvF32, n, inst.reduce_kind == ir::ReduceKind::kMax ? 3 : 2, x,
+                      Ref{}, out);
+    d.params = Params(p);
+    Add(d);
+    return absl::OkStatus();
+  }
+
   absl::Status Convolution(const Instruction& inst, Ref first, Ref second, Ref out) {
     const bool conv = inst.op == OpKind::kConvolution;
     const bool input = inst.op == OpKind::kConvInputGrad;

@@ -401,6 +401,20 @@ TEST_F(VulkanOpsTest, ConvolutionsAndTheirGradients) {
   }
 }
 
+TEST_F(VulkanOpsTest, Pooling) {
+  const ConvSpec resnet{{2, 2}, {1, 1}, {1, 1}, {1, 1}, 1};
+  const ConvSpec dilated{{3}, {2}, {1}, {3}, 1};
+  for (ReduceKind kind : {ReduceKind::kMax, ReduceKind::kSum}) {
+    const std::string name = kind == ReduceKind::kMax ? "max_pool" : "sum_pool";
+    Check({name + "_2d", {RandomF32({2, 3, 9, 8}, rng_)},
+           [kind, resnet](auto& f, auto& v) { return f.Pool(v[0], kind, {3, 3}, resnet); }, 1e-5f});
+    Check({name + "_1d", {RandomF32({1, 2, 10}, rng_)},
+           [kind, dilated](auto& f, auto& v) { return f.Pool(v[0], kind, {3}, dilated); }, 1e-5f});
+    Check({name + "_3d", {RandomF32({1, 2, 4, 5, 3}, rng_)},
+           [kind](auto& f, auto& v) { return f.Pool(v[0], kind, {2, 2, 2}, ConvSpec{}); }, 1e-5f});
+  }
+}
+
 TEST_F(VulkanOpsTest, GatherAndScatterAdd) {
   const Literal table = RandomF32({11, 6}, rng_);
   Literal idx = RandomI32({4, 5}, rng_, -2, 13);  // some out of range

@@ -72,39 +72,6 @@ absl::StatusOr<Window> MakeWindow(Converter& c, const Node& n, const std::vector
   return w;
 }
 
-// x [N, C, S...] padded (`pad_value`) as `w` says; every patch, one per
-// kernel offset in row-major order, each [N, C, out...].
-std::vector<Value> Patches(Converter& c, Value x, const Window& w, double pad_value) {
-  const size_t k = w.kernel.size();
-  const std::vector<int64_t> d = c.ShapeOf(x).dims;
-  std::vector<int64_t> lo(d.size(), 0), hi(d.size(), 0);
-  bool padded = false;
-  for (size_t i = 0; i < k; ++i) {
-    lo[i + 2] = w.pad_begin[i];
-    hi[i + 2] = w.pad_end[i] + w.extra_end[i];
-    padded = padded || lo[i + 2] > 0 || hi[i + 2] > 0;
-  }
-  if (padded) x = c.b.Pad(x, c.Scalar(pad_value, c.ShapeOf(x).dtype), lo, hi);
-  std::vector<Value> patches;
-  std::vector<int64_t> at(k, 0);
-  const std::vector<int64_t> padded_dims = c.ShapeOf(x).dims;
-  while (true) {
-    // One strided slice per kernel offset.
-    std::vector<int64_t> starts(padded_dims.size(), 0), limits = padded_dims,
-                         steps(padded_dims.size(), 1);
-    for (size_t i = 0; i < k; ++i) {
-      starts[i + 2] = at[i] * w.dilations[i];
-      limits[i + 2] = starts[i + 2] + (w.out[i] - 1) * w.strides[i] + 1;
-      steps[i + 2] = w.strides[i];
-    }
-    patches.push_back(c.b.Slice(x, starts, limits, steps));
-    size_t i = k;
-    while (i > 0 && ++at[i - 1] == w.kernel[i - 1]) at[--i] = 0;
-    if (i == 0) break;
-  }
-  return patches;
-}
-
 // x [N, C, S...] convolved with wt [M, C/group, K...] over window `w`
 // (kernel = K), plus bias [M] if given: [N, M, out...], by the IR's
 // convolution.
@@ -236,12 +203,17 @@ absl::Status Pool(Converter& c, const Node& n) {
   std::optional<std::vector<int64_t>> kernel = c.AttrInts(n, "kernel_shape");
   if (!kernel.has_value()) return absl::InvalidArgumentError("kernel_shape is required");
   CW_ASSIGN_OR_RETURN(Window w, MakeWindow(c, n, spatial, *kernel, true));
-  const double lowest = -std::numeric_limits<float>::infinity();
-  std::vector<Value> patches = Patches(c, x, w, kMax ? lowest : 0.0);
-  Value y = patches[0];
-  for (size_t i = 1; i < patches.size(); ++i) {
-    y = kMax ? c.b.Max(y, patches[i]) : c.b.Add(y, patches[i]);
-  }
+  // One pooling op, ceil_mode's extra windows as more padding at the end.
+  const auto spec = [&](bool explicit_pads) {
+    ir::ConvSpec s{w.strides, w.dilations, w.pad_begin, w.pad_end, 1};
+    for (size_t i = 0; i < spatial.size(); ++i) {
+      if (!explicit_pads) s.pad_low[i] = s.pad_high[i] = 0;
+      s.pad_high[i] += w.extra_end[i];
+    }
+    return s;
+  };
+  const ir::ReduceKind kind = kMax ? ir::ReduceKind::kMax : ir::ReduceKind::kSum;
+  Value y = c.b.Pool(x, kind, w.kernel, spec(true));
   if (!kMax) {
     // Divided by the elements each window covers: the input's, and the
     // explicit padding's when count_include_pad (never ceil_mode's).
@@ -249,19 +221,15 @@ absl::Status Pool(Converter& c, const Node& n) {
     std::vector<int64_t> ones_dims = {1, 1};
     ones_dims.insert(ones_dims.end(), spatial.begin(), spatial.end());
     Value ones = c.Full(1, DType::kF32, ones_dims);
-    Window inner = w;
     if (include_pad) {
       std::vector<int64_t> lo(ones_dims.size(), 0), hi(ones_dims.size(), 0);
       for (size_t i = 0; i < spatial.size(); ++i) {
         lo[i + 2] = w.pad_begin[i];
         hi[i + 2] = w.pad_end[i];
-        inner.pad_begin[i] = inner.pad_end[i] = 0;
       }
       ones = c.b.Pad(ones, c.Scalar(1, DType::kF32), lo, hi);
     }
-    std::vector<Value> counts = Patches(c, ones, inner, 0.0);
-    Value count = counts[0];
-    for (size_t i = 1; i < counts.size(); ++i) count = c.b.Add(count, counts[i]);
+    Value count = c.b.Pool(ones, ir::ReduceKind::kSum, w.kernel, spec(!include_pad));
     CW_ASSIGN_OR_RETURN(count, c.BroadcastTo(count, c.ShapeOf(y).dims));
     y = c.b.Div(y, count);
   }

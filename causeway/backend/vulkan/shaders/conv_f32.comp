@@ -1,6 +1,7 @@
 #version 460
 // The data movement of the convolutions (kernels.h, kConvF32): op 0 im2col,
-// op 1 col2im. col is [N*C, taps, P]: for each input plane, each kernel tap
+// op 1 col2im; and pooling (ir::OpKind::kPool): op 2 sums, op 3 the max of
+// each window of x [N*C, S] into y [N*C, P], the padding the identity. col is [N*C, taps, P]: for each input plane, each kernel tap
 // and each output position, the input element the position reads through
 // the tap (0 in the padding). Parameter block: [1] C, [2..4] S (input
 // spatial dims), [5..7] K (kernel), [8..10] P (output), [11..13] strides,
@@ -29,6 +30,19 @@ void main() {
       float v = 0.0;
       if (all(greaterThanEqual(at, ivec3(0))) && all(lessThan(at, S))) {
         v = a.v[nc * plane + (at.x * S.y + at.y) * S.z + at.z];
+      }
+      o.v[i] = v;
+    } else if (pc.op >= 2) {
+      // i over y: a = x [N*C, S], o = y [N*C, P].
+      const int q = int(i) % outs, nc = int(i) / outs;
+      const ivec3 pos = ivec3(q / (P.y * P.z), (q / P.z) % P.y, q % P.z);
+      float v = pc.op == 3 ? uintBitsToFloat(0xff800000u) : 0.0;
+      for (int t = 0; t < taps; ++t) {
+        const ivec3 k = ivec3(t / (K.y * K.z), (t / K.z) % K.y, t % K.z);
+        const ivec3 at = pos * st + k * dl - pad;
+        if (any(lessThan(at, ivec3(0))) || any(greaterThanEqual(at, S))) continue;
+        const float e = a.v[nc * plane + (at.x * S.y + at.y) * S.z + at.z];
+        v = pc.op == 3 ? max(v, e) : v + e;
       }
       o.v[i] = v;
     } else {
