@@ -198,7 +198,15 @@ absl::Status Pool(Converter& c, const Node& n) {
   CW_ASSIGN_OR_RETURN(Value x, c.In(n, 0));
   const std::vector<int64_t> xd = c.ShapeOf(x).dims;
   if (xd.size() < 3) return absl::InvalidArgumentError("input [N, C, S...] expected");
-  if (c.ShapeOf(x).dtype != DType::kF32) return absl::UnimplementedError("pooling of integers");
+  // int8 and uint8 (MaxPool's integer types, held as i32) are pooled in
+  // f32, which holds every such value exactly.
+  const int32_t type = c.TypeOf(n, 0);
+  const bool narrow = kMax && (type == 2 || type == 3);
+  if (narrow && c.ShapeOf(x).dtype == DType::kI32) x = c.b.Convert(x, DType::kF32);
+  if (c.ShapeOf(x).dtype != DType::kF32) {
+    return absl::UnimplementedError(kMax ? "max pooling of integers other than int8 and uint8"
+                                         : "average pooling of integers");
+  }
   const std::vector<int64_t> spatial(xd.begin() + 2, xd.end());
   std::optional<std::vector<int64_t>> kernel = c.AttrInts(n, "kernel_shape");
   if (!kernel.has_value()) return absl::InvalidArgumentError("kernel_shape is required");
@@ -233,7 +241,8 @@ absl::Status Pool(Converter& c, const Node& n) {
     CW_ASSIGN_OR_RETURN(count, c.BroadcastTo(count, c.ShapeOf(y).dims));
     y = c.b.Div(y, count);
   }
-  c.Set(n, 0, y, c.TypeOf(n, 0));
+  if (narrow) y = c.b.Convert(y, DType::kI32);
+  c.Set(n, 0, y, type);
   return absl::OkStatus();
 }
 
