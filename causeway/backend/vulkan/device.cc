@@ -894,7 +894,7 @@ class VulkanKind final : public DeviceKind {
   absl::StatusOr<std::shared_ptr<const Executable>> Compile(
       const ir::Function& function) const override {
     CW_ASSIGN_OR_RETURN(std::shared_ptr<const VulkanExecutable> exe,
-                        VulkanExecutable::Compile(function));
+                        VulkanExecutable::Compile(function, FuseElementwise()));
     return std::shared_ptr<const Executable>(std::move(exe));
   }
   absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceSpec& spec) const override {
@@ -913,9 +913,28 @@ class VulkanKind final : public DeviceKind {
   }
 
  private:
-  // The physical GPU device `spec` runs on: --gpu N, CAUSEWAY_VULKAN_GPU=N,
-  // or the devices spread over every GPU by local index.
-  static absl::StatusOr<Gpu*> GpuFor(const DeviceSpec& spec) {
+  // Whether compiled functions fuse runs of element-wise ops: not where
+  // every GPU the devices may run on is a CPU running the CPU variants
+  // (lavapipe: llvmpipe runs the fused kernel's interpreter switch in full
+  // for every op, 6x the time of the single-op dispatches it replaces;
+  // docs/BENCHMARKS.md). CAUSEWAY_VULKAN_KERNELS=gpu keeps fusion there too.
+  static bool FuseElementwise() {
+    absl::StatusOr<int> chosen = ChosenGpu();
+    std::vector<int> used;
+    if (chosen.ok() && *chosen >= 0) {
+      used.push_back(*chosen);
+    } else {
+      for (int i = 0; i < GpuCount(); ++i) used.push_back(i);
+    }
+    if (used.empty()) return true;
+    for (int i : used) {
+      absl::StatusOr<Gpu*> gpu = Gpu::Get(i);
+      if (!gpu.ok() || !(*gpu)->cpu_kernels()) return true;
+    }
+    return false;
+  }
+  // --gpu N or CAUSEWAY_VULKAN_GPU=N; -1 for neither.
+  static absl::StatusOr<int> ChosenGpu() {
     int index = g_selected_gpu.load();
     if (index < 0) {
       // CAUSEWAY_VULKAN_GPU=N: the default of SelectGpu for processes
@@ -929,6 +948,12 @@ class VulkanKind final : public DeviceKind {
         index = chosen;
       }
     }
+    return index;
+  }
+  // The physical GPU device `spec` runs on: --gpu N, CAUSEWAY_VULKAN_GPU=N,
+  // or the devices spread over every GPU by local index.
+  static absl::StatusOr<Gpu*> GpuFor(const DeviceSpec& spec) {
+    CW_ASSIGN_OR_RETURN(int index, ChosenGpu());
     if (index < 0) {
       const int n = GpuCount();
       index = n > 0 ? spec.local_index % n : 0;

@@ -110,12 +110,13 @@ Strided Squeeze(const Strided& s) {
 // Lowers a function's plan into segments of dispatches.
 class Lowering {
  public:
-  Lowering(const ir::Function& f, VulkanExecutable& exe) : f_(f), exe_(exe) {}
+  Lowering(const ir::Function& f, VulkanExecutable& exe, bool fuse)
+      : f_(f), exe_(exe), fuse_(fuse) {}
 
   absl::Status Run() {
     // The cpu kind's plan, its runs of element-wise ops fused (one
-    // kFusedF32 dispatch each, LowerFused).
-    const cpu::ExecutionPlan plan = cpu::PlanExecution(f_, {.fuse_elementwise = true});
+    // kFusedF32 dispatch each, LowerFused) unless !fuse_.
+    const cpu::ExecutionPlan plan = cpu::PlanExecution(f_, {.fuse_elementwise = fuse_});
     if (static_cast<uint64_t>(f_.num_parameters()) + f_.num_outputs() + 2 >= kNoSlot) {
       return absl::InvalidArgumentError(absl::StrCat(
           "the vulkan kind cannot run ", f_.name(), ": ", f_.num_parameters(),
@@ -663,7 +664,7 @@ class Lowering {
         for (const auto& sub : inst.subfunctions) {
           // Verified with the function that holds it.
           absl::StatusOr<std::shared_ptr<const VulkanExecutable>> compiled =
-              VulkanExecutable::CompileVerified(*sub);
+              VulkanExecutable::CompileVerified(*sub, fuse_);
           if (!compiled.ok()) {
             return Annotate(compiled.status(), absl::StrCat("in ", ir::OpName(inst.op),
                                                             " sub-function ", sub->name()));
@@ -1027,6 +1028,7 @@ class Lowering {
 
   const ir::Function& f_;
   VulkanExecutable& exe_;
+  const bool fuse_;
   int64_t temp_top_ = 0;
   Ref conv_scratch_;
   int64_t conv_scratch_bytes_ = 0;
@@ -1034,15 +1036,15 @@ class Lowering {
 };
 
 absl::StatusOr<std::shared_ptr<const VulkanExecutable>> VulkanExecutable::Compile(
-    const ir::Function& function) {
+    const ir::Function& function, bool fuse) {
   CW_RETURN_IF_ERROR(ir::Verify(function));
-  return CompileVerified(function);
+  return CompileVerified(function, fuse);
 }
 
 absl::StatusOr<std::shared_ptr<const VulkanExecutable>> VulkanExecutable::CompileVerified(
-    const ir::Function& function) {
+    const ir::Function& function, bool fuse) {
   auto exe = std::shared_ptr<VulkanExecutable>(new VulkanExecutable(function));
-  Lowering lowering(exe->function(), *exe);
+  Lowering lowering(exe->function(), *exe, fuse);
   CW_RETURN_IF_ERROR(lowering.Run());
   if (exe->resident_.empty()) exe->resident_.resize(4);
   return std::shared_ptr<const VulkanExecutable>(std::move(exe));

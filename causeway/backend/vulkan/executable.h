@@ -103,9 +103,11 @@ class VulkanExecutable final : public Executable {
  public:
   // Verifies and lowers `function`. INVALID_ARGUMENT naming the op for what
   // this kind cannot run (a dtype without a kernel, an array of 2^31 or more
-  // elements).
+  // elements). `fuse`: runs of element-wise ops are one kFusedF32 dispatch
+  // each; false: one dispatch per op (what a CPU device runs faster, the
+  // kind's Compile decides).
   static absl::StatusOr<std::shared_ptr<const VulkanExecutable>> Compile(
-      const ir::Function& function);
+      const ir::Function& function, bool fuse = true);
   ~VulkanExecutable() override;
 
   int64_t temporary_bytes() const override { return temp_bytes_; }
@@ -131,7 +133,7 @@ class VulkanExecutable final : public Executable {
   // Compile without verifying again (a sub-function, verified with the
   // function holding it).
   static absl::StatusOr<std::shared_ptr<const VulkanExecutable>> CompileVerified(
-      const ir::Function& function);
+      const ir::Function& function, bool fuse);
 
   const uint64_t id_;
   std::vector<Segment> segments_;
