@@ -49,18 +49,18 @@ struct Geometry {
   }
 };
 
-Geometry Make(const ir::Instruction& inst, const ir::Shape& x, const ir::Shape& w,
+// `window`: the kernel's spatial dims (a convolution's w.dims past the
+// first two, a pooling's inst.dims).
+Geometry Make(const ir::Instruction& inst, const ir::Shape& x, const int64_t* window,
               const ir::Shape& y) {
   Geometry g;
   g.n = x.dims[0];
   g.c = x.dims[1];
-  g.o = w.dims[0];
-  g.groups = inst.feature_groups;
   const size_t spatial = x.dims.size() - 2;
   const size_t skip = 3 - spatial;
   for (size_t i = 0; i < spatial; ++i) {
     g.in[skip + i] = x.dims[i + 2];
-    g.k[skip + i] = w.dims[i + 2];
+    g.k[skip + i] = window[i];
     g.out[skip + i] = y.dims[i + 2];
     g.stride[skip + i] = inst.window_strides[i];
     g.dilation[skip + i] = inst.window_dilations[i];
@@ -178,7 +178,9 @@ std::vector<Lines> Chunks(const Geometry& g, bool direct) {
 void Convolution(const ir::Instruction& inst, const ir::Shape& x_shape,
                  const ir::Shape& w_shape, const ir::Shape& y_shape, const float* first,
                  const float* second, float* out) {
-  const Geometry g = Make(inst, x_shape, w_shape, y_shape);
+  Geometry g = Make(inst, x_shape, w_shape.dims.data() + 2, y_shape);
+  g.o = w_shape.dims[0];
+  g.groups = inst.feature_groups;
   const int64_t rows = g.rows(), p = g.out_size(), s = g.in_size(), og = g.og();
   const bool direct = g.direct();
   const std::vector<Lines> chunks = Chunks(g, direct);
@@ -252,19 +254,8 @@ void Convolution(const ir::Instruction& inst, const ir::Shape& x_shape,
 void Pool(const ir::Instruction& inst, const ir::Shape& x_shape, const ir::Shape& y_shape,
           const float* x, float* y) {
   // As a convolution of one channel per group with a kernel of the window.
-  Geometry g;
-  g.n = x_shape.dims[0];
-  g.c = g.o = g.groups = x_shape.dims[1];
-  const size_t spatial = x_shape.dims.size() - 2;
-  const size_t skip = 3 - spatial;
-  for (size_t i = 0; i < spatial; ++i) {
-    g.in[skip + i] = x_shape.dims[i + 2];
-    g.k[skip + i] = inst.dims[i];
-    g.out[skip + i] = y_shape.dims[i + 2];
-    g.stride[skip + i] = inst.window_strides[i];
-    g.dilation[skip + i] = inst.window_dilations[i];
-    g.pad[skip + i] = inst.pad_low[i];
-  }
+  Geometry g = Make(inst, x_shape, inst.dims.data(), y_shape);
+  g.o = g.groups = g.c;
   const bool max = inst.reduce_kind == ir::ReduceKind::kMax;
   const float identity = max ? -std::numeric_limits<float>::infinity() : 0.0f;
   const int64_t s = g.in_size(), p = g.out_size(), s2 = g.stride[2];

@@ -837,14 +837,30 @@ class Lowering {
     return conv_scratch_;
   }
 
-  // The convolution form (ir::OpKind::kConvolution): im2col (kConvF32) and
-  // kMatmulF32 per batch element (one product over the batch where there is
-  // one group), col2im for the input gradient, and a sum over the batch
-  // for the kernel gradient. A 1x1 window of stride 1 and no padding reads
-  // the input as its col matrix.
-  // By conv_f32's pooling ops, over the convolution's parameter block.
+  // conv_f32's parameter block: [1] C, then S, K, P, strides, dilations and
+  // low pads, three each, unit dims in front. `window`: K's spatial dims.
+  static std::vector<int32_t> WindowParams(const Instruction& inst, const ir::Shape& x,
+                                           const int64_t* window, const ir::Shape& y) {
+    std::vector<int32_t> p(20, 0);
+    const size_t spatial = x.dims.size() - 2, skip = 3 - spatial;
+    for (size_t i = 0; i < 3; ++i) {
+      p[2 + i] = p[5 + i] = p[8 + i] = p[11 + i] = p[14 + i] = 1;
+    }
+    for (size_t i = 0; i < spatial; ++i) {
+      p[2 + skip + i] = static_cast<int32_t>(x.dims[i + 2]);
+      p[5 + skip + i] = static_cast<int32_t>(window[i]);
+      p[8 + skip + i] = static_cast<int32_t>(y.dims[i + 2]);
+      p[11 + skip + i] = static_cast<int32_t>(inst.window_strides[i]);
+      p[14 + skip + i] = static_cast<int32_t>(inst.window_dilations[i]);
+      p[17 + skip + i] = static_cast<int32_t>(inst.pad_low[i]);
+    }
+    p[1] = static_cast<int32_t>(x.dims[1]);
+    return p;
+  }
+
+  // Pooling (ir::OpKind::kPool) by conv_f32's ops 2 (sum) and 3 (max), one
+  // invocation per output.
   absl::Status Pool(const Instruction& inst, Ref x, Ref out) {
-    const ir::Shape& xs = OperandShape(inst, 0);
     const int64_t n = inst.shape.num_elements();
     const int64_t taps = Product(inst.dims);
     // lavapipe ends an invocation past kMaxLoopIterations in all.
@@ -853,49 +869,30 @@ class Lowering {
     if (passes * (taps + 1) + 64 > kMaxLoopIterations) {
       return Unsupported(inst, "windows that large over that many outputs");
     }
-    std::vector<int32_t> p(20, 0);
-    const size_t spatial = xs.dims.size() - 2, skip = 3 - spatial;
-    for (size_t i = 0; i < 3; ++i) {
-      p[2 + i] = p[5 + i] = p[8 + i] = p[11 + i] = p[14 + i] = 1;
-    }
-    for (size_t i = 0; i < spatial; ++i) {
-      p[2 + skip + i] = static_cast<int32_t>(xs.dims[i + 2]);
-      p[5 + skip + i] = static_cast<int32_t>(inst.dims[i]);
-      p[8 + skip + i] = static_cast<int32_t>(inst.shape.dims[i + 2]);
-      p[11 + skip + i] = static_cast<int32_t>(inst.window_strides[i]);
-      p[14 + skip + i] = static_cast<int32_t>(inst.window_dilations[i]);
-      p[17 + skip + i] = static_cast<int32_t>(inst.pad_low[i]);
-    }
-    p[1] = static_cast<int32_t>(xs.dims[1]);
     Dispatch d = Flat(Kernel::kConvF32, n, inst.reduce_kind == ir::ReduceKind::kMax ? 3 : 2, x,
                       Ref{}, out);
-    d.params = Params(p);
+    d.params = Params(WindowParams(inst, OperandShape(inst, 0), inst.dims.data(), inst.shape));
     Add(d);
     return absl::OkStatus();
   }
 
+  // The convolution form (ir::OpKind::kConvolution): im2col (kConvF32) and
+  // kMatmulF32 per batch element (one product over the batch where there is
+  // one group), col2im for the input gradient, and a sum over the batch
+  // for the kernel gradient. A 1x1 window of stride 1 and no padding reads
+  // the input as its col matrix.
   absl::Status Convolution(const Instruction& inst, Ref first, Ref second, Ref out) {
     const bool conv = inst.op == OpKind::kConvolution;
     const bool input = inst.op == OpKind::kConvInputGrad;
     const auto [x, w, y] = ir::ConvolutionRoles(inst, OperandShape(inst, 0), OperandShape(inst, 1));
-    std::vector<int32_t> p(20, 0);
-    const size_t spatial = x.dims.size() - 2, skip = 3 - spatial;
-    for (size_t i = 0; i < 3; ++i) {
-      p[2 + i] = p[5 + i] = p[8 + i] = p[11 + i] = p[14 + i] = 1;
-    }
+    const std::vector<int32_t> p = WindowParams(inst, x, w.dims.data() + 2, y);
+    const size_t spatial = x.dims.size() - 2;
     bool direct = true;
     for (size_t i = 0; i < spatial; ++i) {
-      p[2 + skip + i] = static_cast<int32_t>(x.dims[i + 2]);
-      p[5 + skip + i] = static_cast<int32_t>(w.dims[i + 2]);
-      p[8 + skip + i] = static_cast<int32_t>(y.dims[i + 2]);
-      p[11 + skip + i] = static_cast<int32_t>(inst.window_strides[i]);
-      p[14 + skip + i] = static_cast<int32_t>(inst.window_dilations[i]);
-      p[17 + skip + i] = static_cast<int32_t>(inst.pad_low[i]);
       direct = direct && w.dims[i + 2] == 1 && inst.window_strides[i] == 1 &&
                inst.pad_low[i] == 0 && y.dims[i + 2] == x.dims[i + 2];
     }
     const int64_t n = x.dims[0], c = x.dims[1], o = w.dims[0], groups = inst.feature_groups;
-    p[1] = static_cast<int32_t>(c);
     const int64_t taps = Product(w.dims, 2), outs = Product(y.dims, 2);
     const int64_t plane = Product(x.dims, 2);
     const int64_t rows = c / groups * taps, og = o / groups;

@@ -1,7 +1,8 @@
 #version 460
 // The data movement of the convolutions (kernels.h, kConvF32): op 0 im2col,
 // op 1 col2im; and pooling (ir::OpKind::kPool): op 2 sums, op 3 the max of
-// each window of x [N*C, S] into y [N*C, P], the padding the identity. col is [N*C, taps, P]: for each input plane, each kernel tap
+// each window of x [N*C, S] into y [N*C, P], the padding the identity.
+// col is [N*C, taps, P]: for each input plane, each kernel tap
 // and each output position, the input element the position reads through
 // the tap (0 in the padding). Parameter block: [1] C, [2..4] S (input
 // spatial dims), [5..7] K (kernel), [8..10] P (output), [11..13] strides,
