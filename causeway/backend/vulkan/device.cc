@@ -292,8 +292,8 @@ class VulkanDevice final : public Device {
     VkPipeline bound = VK_NULL_HANDLE;
     for (size_t i = 0; i < seg.dispatches.size(); ++i) {
       const Dispatch& d = seg.dispatches[i];
-      const Variant v = gpu_->cpu_kernels() ? CpuVariant(d.kernel, d.n, d.x, d.groups[0])
-                                            : Variant{d.kernel, d.groups[0]};
+      const Variant v = ChooseVariant(d.kernel, d.n, d.x,
+                                      {d.groups[0], d.groups[1], d.groups[2]}, gpu_->cpu_kernels());
       CW_ASSIGN_OR_RETURN(VkPipeline p, gpu_->Pipeline(v.kernel));
       if (p != bound) {
         vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p);
@@ -317,7 +317,7 @@ class VulkanDevice final : public Device {
       vkCmdPushConstants(cb, gpu_->pipeline_layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0,
                          sizeof(Push), &push);
       if (timer != nullptr) timer->Before(cb, i);
-      vkCmdDispatch(cb, v.groups0, d.groups[1], d.groups[2]);
+      vkCmdDispatch(cb, v.groups[0], v.groups[1], v.groups[2]);
       if (timer != nullptr) timer->After(cb, i, v.kernel, d.op);
       Barrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT,
               VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,

@@ -774,7 +774,7 @@ class Lowering {
       }
       d.kernel = Kernel::kMatmulF32;
       d.n = static_cast<uint32_t>(total);
-      d.x = static_cast<uint32_t>(k);  // CpuVariant's K
+      d.x = static_cast<uint32_t>(k);  // ChooseVariant's K
       d.groups[0] = static_cast<uint32_t>((n + kMatmulTile - 1) / kMatmulTile);
       d.groups[1] = static_cast<uint32_t>((m + kMatmulTile - 1) / kMatmulTile);
       d.groups[2] = static_cast<uint32_t>(batch);

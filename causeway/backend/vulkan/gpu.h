@@ -77,7 +77,7 @@ class Gpu {
   // GPUs): copies then run on the host, with no staging.
   bool memory_is_mapped() const { return mapped_memory_ && !force_staging_; }
   // Whether the device is a CPU (lavapipe): the CPU variants of the
-  // kernels (kernels.h, CpuVariant) then run in place of the GPU ones.
+  // kernels (kernels.h, ChooseVariant) then run in place of the GPU ones.
   // CAUSEWAY_VULKAN_KERNELS=gpu keeps the GPU ones (tests of them here).
   bool cpu_kernels() const { return cpu_kernels_; }
   // Whether the Vulkan device is a CPU (lavapipe), whatever the kernels.

@@ -54,6 +54,9 @@ constexpr uint32_t kReduceI32[] =
 constexpr uint32_t kMatmulF32[] =
 #include "shaders/matmul_f32.spv.inc"
     ;
+constexpr uint32_t kMatmulF32Large[] =
+#include "shaders/matmul_f32_large.spv.inc"
+    ;
 constexpr uint32_t kMatmulI32[] =
 #include "shaders/matmul_i32.spv.inc"
     ;
@@ -119,6 +122,7 @@ const Entry kEntries[] = {
     {"rows_f32_cpu", kRowsF32Cpu},   {"members_f32", kMembersF32},
     {"members_i32", kMembersI32},   {"conv_f32", kConvF32},
     {"argsort", kArgSort},          {"fused_f32", kFusedF32},
+    {"matmul_f32_large", kMatmulF32Large},
 };
 static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == static_cast<size_t>(Kernel::kNumKernels));
 
@@ -130,19 +134,42 @@ absl::Span<const uint32_t> KernelCode(Kernel kernel) {
   return kEntries[static_cast<int>(kernel)].code;
 }
 
-Variant CpuVariant(Kernel kernel, uint32_t n, uint32_t x, uint32_t groups0) {
+Variant ChooseVariant(Kernel kernel, uint32_t n, uint32_t x, std::array<uint32_t, 3> groups,
+                      bool cpu) {
+  if (kernel == Kernel::kMatmulF32) {
+    // groups[0..1] count tiles of kMatmulTile = kMatmulLargeTile / 2.
+    static_assert(kMatmulLargeTile == 2 * kMatmulTile);
+    const std::array<uint32_t, 3> large = {(groups[0] + 1) / 2, (groups[1] + 1) / 2, groups[2]};
+    const uint64_t small_tiles = uint64_t{groups[0]} * groups[1];
+    const uint64_t tiles = uint64_t{large[0]} * large[1];
+    // The large tiles cover at most a third more of the result than the
+    // small ones (a 64x64 product, one small tile, would compute 4 times
+    // its area).
+    const bool full = 3 * tiles <= small_tiles;
+    // On a CPU its loop over K keeps within lavapipe's limit (steps of 8,
+    // one more to start).
+    const bool enough = cpu ? int64_t{x} / 8 + 64 <= kMaxLoopIterations
+                            : tiles * large[2] >= kMatmulLargeMinTiles;
+    if (full && enough) {
+      return {Kernel::kMatmulF32Large, large};
+    }
+  }
+  if (!cpu) return {kernel, groups};
   // Iterations besides the main loop (the store loops are unrolled).
   constexpr int64_t kSpare = 64;
   if (kernel == Kernel::kMatmulF32 && int64_t{x} + kSpare <= kMaxLoopIterations) {
-    return {Kernel::kMatmulF32Cpu, groups0};
+    return {Kernel::kMatmulF32Cpu, groups};
   }
   if (kernel == Kernel::kRowsF32 && 4 * int64_t{x} + kSpare <= kMaxLoopIterations) {
-    const int64_t groups = (int64_t{n} + kLocalSize - 1) / kLocalSize;
+    const int64_t rows = (int64_t{n} + kLocalSize - 1) / kLocalSize;
     // Past 65535 workgroups an invocation takes several rows: keep the
     // workgroup version.
-    if (groups <= 65535) return {Kernel::kRowsF32Cpu, static_cast<uint32_t>(std::max<int64_t>(groups, 1))};
+    if (rows <= 65535) {
+      return {Kernel::kRowsF32Cpu,
+              {static_cast<uint32_t>(std::max<int64_t>(rows, 1)), groups[1], groups[2]}};
+    }
   }
-  return {kernel, groups0};
+  return {kernel, groups};
 }
 
 }  // namespace causeway::backend::vulkan

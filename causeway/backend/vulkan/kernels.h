@@ -11,6 +11,7 @@
 #ifndef CAUSEWAY_BACKEND_VULKAN_KERNELS_H_
 #define CAUSEWAY_BACKEND_VULKAN_KERNELS_H_
 
+#include <array>
 #include <cstdint>
 
 #include "absl/types/span.h"
@@ -139,7 +140,7 @@ enum class Kernel : int {
   // invocations as coroutines on one thread and switch between them at
   // every barrier: no shared memory, no barriers. The lowering emits the
   // kernels above; the device substitutes these at record time
-  // (CpuVariant).
+  // (ChooseVariant).
   //   kMatmulF32Cpu: kMatmulF32's contract and dispatch, each invocation
   //     its 4x4 block straight from memory; x = K.
   //   kRowsF32Cpu: kRowsF32's contract, one invocation per row,
@@ -176,6 +177,12 @@ enum class Kernel : int {
   // (slots and offsets in the parameter block, laid out in
   // shaders/fused_f32.comp).
   kFusedF32,
+  // kMatmulF32's contract with a 128x128 tile per workgroup (local size
+  // 256, each invocation an 8x8 block; operands through double-buffered
+  // shared memory 8 values of K at a time), dispatched (ceil(N/128),
+  // ceil(M/128), batch). ChooseVariant substitutes it for kMatmulF32
+  // where the product fills enough of its tiles.
+  kMatmulF32Large,
   kNumKernels,
 };
 
@@ -186,15 +193,26 @@ const char* KernelName(Kernel kernel);
 // whole row or all of K keeps within this many iterations.
 inline constexpr int64_t kMaxLoopIterations = 65535;
 
-// The CPU variant of `d`'s kernel where one exists and its loops stay
-// within kMaxLoopIterations (K for the matrix product, 4 passes over the
-// columns for the row kernels), with its workgroup count; else `kernel`
-// and `groups` unchanged.
+// The kernel a device runs for a dispatch of `kernel` over `groups`
+// workgroups, and its workgroup counts:
+// - for kMatmulF32, kMatmulF32Large where its 128x128 tiles cover at most
+//   a third more of the result than the 64x64 ones, and, on a GPU, there
+//   are at least kMatmulLargeMinTiles of them (fewer, larger workgroups
+//   pay only where there are enough to occupy every compute unit); on a
+//   device that takes the CPU variants (`cpu`, Gpu::cpu_kernels) whatever
+//   their number (lavapipe runs it faster than its CPU variant:
+//   docs/VULKAN.md);
+// - else, where the device takes the CPU variants, the CPU variant of the
+//   kernel where one exists and its loops stay within kMaxLoopIterations
+//   (K for the matrix product, 4 passes over the columns for the row
+//   kernels);
+// - else `kernel` and `groups` unchanged.
 struct Variant {
   Kernel kernel;
-  uint32_t groups0;
+  std::array<uint32_t, 3> groups;
 };
-Variant CpuVariant(Kernel kernel, uint32_t n, uint32_t x, uint32_t groups0);
+Variant ChooseVariant(Kernel kernel, uint32_t n, uint32_t x, std::array<uint32_t, 3> groups,
+                      bool cpu);
 
 // The SPIR-V of `kernel`, compiled from shaders/<name>.comp at build time.
 absl::Span<const uint32_t> KernelCode(Kernel kernel);
@@ -203,6 +221,10 @@ absl::Span<const uint32_t> KernelCode(Kernel kernel);
 inline constexpr uint32_t kLocalSize = 256;
 // The tile of the result one workgroup of kMatmulF32 computes.
 inline constexpr uint32_t kMatmulTile = 64;
+// kMatmulF32Large's tile, and the fewest of them it is chosen for: an
+// H200 has 132 compute units.
+inline constexpr uint32_t kMatmulLargeTile = 128;
+inline constexpr uint64_t kMatmulLargeMinTiles = 128;
 
 }  // namespace causeway::backend::vulkan
 

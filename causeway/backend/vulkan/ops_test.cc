@@ -21,6 +21,7 @@
 #include "causeway/backend/device.h"
 #include "causeway/backend/vulkan/device.h"
 #include "causeway/backend/vulkan/executable.h"
+#include "causeway/backend/vulkan/kernels.h"
 #include "causeway/base/check.h"
 #include "causeway/ir/builder.h"
 #include "causeway/ir/elements.h"
@@ -351,6 +352,47 @@ TEST_F(VulkanOpsTest, MatrixProducts) {
   Check({"permuted", {RandomF32({4, 5, 6}, rng_), RandomF32({6, 7, 4}, rng_)},
          [](auto& f, auto& v) { return f.DotGeneral(v[0], v[1], {}, {}, {0, 2}, {2, 0}); },
          1e-5f});
+  // Enough 128x128 tiles for kMatmulF32Large on a GPU (ChooseVariant), with
+  // ragged edges and K not a multiple of its step: operands row-major, then
+  // both transposed (each loaded along its other dimension).
+  Check({"matmul_large_tiles", {RandomF32({32, 250, 37}, rng_), RandomF32({32, 37, 255}, rng_)},
+         [](auto& f, auto& v) { return f.DotGeneral(v[0], v[1], {0}, {0}, {2}, {1}); }, 1e-4f});
+  Check({"matmul_large_transposed",
+         {RandomF32({32, 37, 250}, rng_), RandomF32({32, 255, 37}, rng_)},
+         [](auto& f, auto& v) { return f.DotGeneral(v[0], v[1], {0}, {0}, {1}, {2}); }, 1e-4f});
+}
+
+TEST(VulkanKernelChoice, LargeTilesWhereTheyAreFilledAndEnough) {
+  // 4096x4096: 64x64 tiles of 64, 32x32 of 128.
+  Variant v = ChooseVariant(Kernel::kMatmulF32, 0, 4096, {64, 64, 1}, /*cpu=*/false);
+  EXPECT_EQ(v.kernel, Kernel::kMatmulF32Large);
+  EXPECT_EQ(v.groups, (std::array<uint32_t, 3>{32, 32, 1}));
+  // Odd counts round up: 250 rows are 4 tiles of 64, 2 of 128.
+  v = ChooseVariant(Kernel::kMatmulF32, 0, 37, {4, 3, 64}, false);
+  EXPECT_EQ(v.kernel, Kernel::kMatmulF32Large);
+  EXPECT_EQ(v.groups, (std::array<uint32_t, 3>{2, 2, 64}));
+  // 3x3 small tiles as 2x2 large ones: 16 small tiles' work for 9.
+  v = ChooseVariant(Kernel::kMatmulF32, 0, 37, {3, 3, 64}, false);
+  EXPECT_EQ(v.kernel, Kernel::kMatmulF32);
+  EXPECT_EQ(v.groups, (std::array<uint32_t, 3>{3, 3, 64}));
+  // Too few tiles of 128 to occupy a GPU: the 64x64 kernel's four times as
+  // many workgroups.
+  v = ChooseVariant(Kernel::kMatmulF32, 0, 512, {8, 8, 1}, false);
+  EXPECT_EQ(v.kernel, Kernel::kMatmulF32);
+  // A CPU takes the large kernel however few its tiles, where they are
+  // filled and K keeps its loop within lavapipe's limit...
+  v = ChooseVariant(Kernel::kMatmulF32, 0, 512, {2, 2, 1}, /*cpu=*/true);
+  EXPECT_EQ(v.kernel, Kernel::kMatmulF32Large);
+  EXPECT_EQ(v.groups, (std::array<uint32_t, 3>{1, 1, 1}));
+  v = ChooseVariant(Kernel::kMatmulF32, 0, 600000, {2, 2, 1}, true);
+  EXPECT_EQ(v.kernel, Kernel::kMatmulF32);
+  // ... and its CPU variant elsewhere.
+  v = ChooseVariant(Kernel::kMatmulF32, 0, 512, {1, 1, 48}, true);
+  EXPECT_EQ(v.kernel, Kernel::kMatmulF32Cpu);
+  EXPECT_EQ(v.groups, (std::array<uint32_t, 3>{1, 1, 48}));
+  // Other kernels are left alone on a GPU.
+  v = ChooseVariant(Kernel::kRowsF32, 256, 100, {1, 1, 1}, false);
+  EXPECT_EQ(v.kernel, Kernel::kRowsF32);
 }
 
 TEST_F(VulkanOpsTest, ArgSort) {

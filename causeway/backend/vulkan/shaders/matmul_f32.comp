@@ -15,7 +15,10 @@ layout(local_size_x = 16, local_size_y = 16) in;
 #define TILE 64
 #define BK 16
 
-shared float ta[BK][TILE];  // ta[k][m]
+// ta[k][m], one value of padding per row so that the transposing stores
+// (16 values of k of one row of a per half-subgroup) do not all fall in
+// one bank.
+shared float ta[BK][TILE + 1];
 shared float tb[BK][TILE];  // tb[k][n]
 
 void main() {

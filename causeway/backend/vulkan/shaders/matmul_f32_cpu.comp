@@ -4,7 +4,7 @@
 // kMatmulF32's contract and dispatch (a 64x64 tile of the result per
 // workgroup, each invocation a 4x4 block of it: rows ly + 16 i, columns
 // lx + 16 j) for devices that are CPUs: operands read straight from memory,
-// no shared memory and no barriers (kernels.h, CpuVariant). Rows and
+// no shared memory and no barriers (kernels.h, ChooseVariant). Rows and
 // columns past the edge read the last one and are not stored.
 layout(local_size_x = 16, local_size_y = 16) in;
 
