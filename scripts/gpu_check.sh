@@ -160,6 +160,18 @@ cat "$out/matmul"
 while read -r line; do
   summary+=("bench matmul: $line")
 done < <(grep -o 'matmul [0-9x]*: function (vulkan) [0-9.]* GFLOP/s' "$out/matmul")
+# The kernel alone at the largest size, from the GPU's own timestamps
+# (CAUSEWAY_VULKAN_PROFILE): which kernel ChooseVariant took, and its rate
+# without the launches around it.
+big=${sizes##*,}
+step matmul_profile 90 env CAUSEWAY_VULKAN_PROFILE=1 "${cw[@]}" bench matmul \
+  --device-kind vulkan --sizes "$big" --min-seconds 0.5
+grep -E '^ +matmul_' "$out/matmul_profile" || true
+while read -r kernel n ms; do
+  summary+=("matmul kernel alone at $big: $kernel, $n dispatches in $ms ms of GPU time, $(
+    awk -v n="$n" -v ms="$ms" -v s="$big" 'BEGIN { printf "%.2f", n * 2 * s * s * s / (ms * 1e-3) / 1e12 }'
+  ) TFLOP/s")
+done < <(awk '/^ +matmul_f32/ { print $1, $3, $4 }' "$out/matmul_profile")
 
 echo "== all-reduce among 4 vulkan devices of the GPU: on the GPU, and through the host"
 for mode in gpu host; do

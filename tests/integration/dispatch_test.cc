@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "causeway/base/limits.h"
@@ -95,13 +96,49 @@ LocalClusterOptions SixteenHosts() {
   return o;
 }
 
+// While `on`, holds every launch on host 0 before it computes until the
+// trace holds `launches` prepared launches (or 20 s have passed, below the
+// tests' hang timeout). With parallel dispatch no launch's preparation waits
+// for a computation, so the hold ends once the control plane has done its
+// part, however loaded the machine; a dispatch that prepared a launch only
+// after its predecessor ran holds until the deadline, and the ordering
+// checked afterwards fails. No timing decides the outcome.
+struct Hold {
+  std::atomic<bool> on{false};
+  std::atomic<LocalCluster*> cluster{nullptr};
+
+  FaultInjector Injector(int launches) {
+    return [this, launches](const LaunchInfo& launch) {
+      if (!on.load() || launch.host != HostId(0)) return absl::OkStatus();
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (std::chrono::steady_clock::now() < deadline) {
+        int prepared = 0;
+        for (const TraceEvent& e : cluster.load()->trace().Events()) {
+          prepared += e.kind == TraceKind::kPrepared;
+        }
+        if (prepared >= launches) break;
+        std::this_thread::yield();
+      }
+      return absl::OkStatus();
+    };
+  }
+};
+
 TEST(DispatchTest, EveryLaunchOfAChainIsPreparedBeforeTheFirstFinishes) {
-  auto cluster = MakeCluster(SixteenHosts());
+  // The measured run holds the first stage's computation until every launch
+  // is prepared (Hold).
+  Hold hold;
+  LocalClusterOptions options = SixteenHosts();
+  options.fault_injector = hold.Injector(kStages);
+  auto cluster = MakeCluster(options);
+  hold.cluster = cluster.get();
   constexpr int64_t kDelay = 10'000;
   Chain chain = MakeChain(cluster.get(), DispatchMode::kParallel, kDelay);
   RunOnce(chain);  // warm-up
   cluster->trace().Clear();
-  const int64_t wall = RunOnce(chain);
+  hold.on = true;
+  RunOnce(chain);
+  hold.on = false;
 
   const std::vector<TraceEvent> events = cluster->trace().Events();
   std::vector<int64_t> prepared, run_end;
@@ -119,8 +156,9 @@ TEST(DispatchTest, EveryLaunchOfAChainIsPreparedBeforeTheFirstFinishes) {
   EXPECT_LE(*std::max_element(prepared.begin(), prepared.end()),
             *std::min_element(run_end.begin(), run_end.end()))
       << "a launch was prepared only after the first computation finished";
-  // The chain costs about 16 d: never less, and control latency does not
-  // add a round trip per stage.
+  // Without the hold, the chain costs about 16 d: never less, and control
+  // latency does not add a round trip per stage.
+  const int64_t wall = RunOnce(chain);
   EXPECT_GE(wall, kStages * kDelay);
   if (!kSanitized) {
     EXPECT_LT(wall, kStages * kDelay * 5 / 4 + 50'000) << "wall " << wall << " us";
@@ -135,7 +173,10 @@ TEST(DispatchTest, EveryLaunchOfAPipelinedStepIsPreparedBeforeTheFirstBackwardSt
   constexpr int64_t kForward = 10'000, kBackward = 2'000;
   LocalClusterOptions o = HostsOfOneDevice(kS);
   o.trace = true;
+  Hold hold;  // the measured step's first forward waits for every launch
+  o.fault_injector = hold.Injector(2 * kS * kM);
   auto cluster = MakeCluster(o);
+  hold.cluster = cluster.get();
   std::unique_ptr<Client> client = Connect(cluster.get());
   std::vector<Mesh> meshes;
   std::vector<CompiledFunction> forward, backward;
@@ -175,10 +216,12 @@ TEST(DispatchTest, EveryLaunchOfAPipelinedStepIsPreparedBeforeTheFirstBackwardSt
   Array input = *client->Put(ir::Literal::F32({1}, {0.0f}), meshes[0], Sharding::Replicated(1));
   for (int k = 0; k < 2; ++k) {  // a warm-up step, then the one measured
     cluster->trace().Clear();
+    hold.on = k == 1;
     std::vector<Array> out = *program.Run({input});
     for (const Array& a : out) ASSERT_OK(AwaitOrHang(a.Fetch()).status());
     EXPECT_EQ(AwaitOrHang(out.back().Fetch())->values<float>()[0], float{kS});
   }
+  hold.on = false;
   int64_t last_prepared = -1, first_backward = -1;
   int prepared = 0;
   for (const TraceEvent& e : cluster->trace().Events()) {
