@@ -6,7 +6,8 @@
 #   3. a while loop's cost per iteration on the vulkan and the cpu kind
 #      (control_flow_bench), and `bench matmul` on the vulkan kind at 1024
 #      and 4096 (GFLOP/s, with single-threaded OpenBLAS and Eigen on the
-#      host as the baselines of the same run);
+#      host as the baselines of the same run), and the kernel alone at 4096
+#      from the GPU's timestamps (which kernel ran, and its GFLOP/s);
 #   4. an all-reduce among 4 vulkan devices of the GPU, done by the GPU and
 #      through the host (CAUSEWAY_VULKAN_COLLECTIVES=gpu / host): latency;
 #   5. a short `train lm` on one vulkan device and on the cpu kind with the
@@ -169,8 +170,8 @@ step matmul_profile 90 env CAUSEWAY_VULKAN_PROFILE=1 "${cw[@]}" bench matmul \
 grep -E '^ +matmul_' "$out/matmul_profile" || true
 while read -r kernel n ms; do
   summary+=("matmul kernel alone at $big: $kernel, $n dispatches in $ms ms of GPU time, $(
-    awk -v n="$n" -v ms="$ms" -v s="$big" 'BEGIN { printf "%.2f", n * 2 * s * s * s / (ms * 1e-3) / 1e12 }'
-  ) TFLOP/s")
+    awk -v n="$n" -v ms="$ms" -v s="$big" 'BEGIN { printf "%.1f", n * 2 * s * s * s / (ms * 1e-3) / 1e9 }'
+  ) GFLOP/s")
 done < <(awk '/^ +matmul_f32/ { print $1, $3, $4 }' "$out/matmul_profile")
 
 echo "== all-reduce among 4 vulkan devices of the GPU: on the GPU, and through the host"
