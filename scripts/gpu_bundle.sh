@@ -56,7 +56,7 @@ done | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\/.*ld-linux/ { print $
     esac
   done
 ldd --version | head -n1 | grep -o '[0-9]*\.[0-9]*$' >"$root/lib/glibc/VERSION"
-cp scripts/gpu_check.sh "$root/scripts/"
+cp scripts/gpu_check.sh scripts/reference_gpt.py "$root/scripts/"
 cp "$data" "$root/data/corpus.txt"
 mkdir -p "$(dirname "$out")"
 tar -C "$stage" -cJf "$out" causeway-gpu

@@ -12,7 +12,10 @@
 #      through the host (CAUSEWAY_VULKAN_COLLECTIVES=gpu / host): latency;
 #   5. a short `train lm` on one vulkan device and on the cpu kind with the
 #      same seed: tokens/s of each, and the largest difference of their
-#      logged losses.
+#      logged losses;
+#   6. where python3 has PyTorch with CUDA, the same matrix product and the
+#      same GPT (scripts/reference_gpt.py) on the GPU: the ratios of the
+#      vulkan kind's figures to PyTorch's.
 # Then one summary. Exit status 0 when every step passed.
 #
 #   scripts/gpu_check.sh [--gpu N] [--data FILE] [--build DIR]
@@ -32,7 +35,7 @@ while (($#)); do
     --gpu) gpu=$2; shift 2 ;;
     --data) data=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
-    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -195,6 +198,44 @@ if [[ -s "$out/train_vulkan" && -s "$out/train_cpu" ]]; then
          awk '{d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d} END {printf "%.2e", m}')
   echo "losses (vulkan, cpu):"; paste <(losses "$out/train_vulkan") <(losses "$out/train_cpu")
   summary+=("train lm: largest loss difference vulkan vs cpu $diff; tokens/s vulkan $(rate "$out/train_vulkan"), cpu $(rate "$out/train_cpu")")
+fi
+
+echo "== the same work in PyTorch on the same GPU (where python3 has torch with CUDA)"
+# The baselines of the issue's ratios, in the same run: a matrix product of
+# the largest size in FP32 (TF32 off: cuBLAS's FP32 rate), and the same GPT
+# and recipe (scripts/reference_gpt.py) for as many iterations. Python runs
+# without the bundle's libraries, which are not torch's.
+py=${PYTHON:-python3}
+if env -u LD_LIBRARY_PATH "$py" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' \
+    >/dev/null 2>&1; then
+  step torch_matmul 90 env -u LD_LIBRARY_PATH "$py" -c "
+import time, torch
+torch.backends.cuda.matmul.allow_tf32 = False
+n = $big
+a = torch.randn(n, n, device='cuda'); b = torch.randn(n, n, device='cuda')
+for _ in range(3): a @ b
+torch.cuda.synchronize(); k = 20; t = time.time()
+for _ in range(k): a @ b
+torch.cuda.synchronize()
+print('torch fp32 matmul', n, round(2 * n ** 3 * k / (time.time() - t) / 1e9, 1), 'GFLOP/s')
+"
+  cat "$out/torch_matmul"
+  torch_mm=$(grep -o 'torch fp32 matmul [0-9]* [0-9.]*' "$out/torch_matmul" | awk '{print $5}')
+  ours_mm=$(grep -o "matmul ${big}x${big}x${big}: function (vulkan) [0-9.]*" "$out/matmul" | awk '{print $5}')
+  if [[ -n "$torch_mm" && -n "$ours_mm" ]]; then
+    summary+=("matmul at $big: vulkan $ours_mm GFLOP/s, PyTorch FP32 $torch_mm GFLOP/s, ratio $(
+      awk -v a="$ours_mm" -v b="$torch_mm" 'BEGIN { printf "%.3f", a / b }')")
+  fi
+  step torch_train 150 env -u LD_LIBRARY_PATH "$py" "$here/reference_gpt.py" --data "$data" \
+    --iters 30 --eval-every 0 --device cuda
+  torch_rate=$(grep -o '"tokens_per_s": [0-9.]*' "$out/torch_train" | awk '{print $2}')
+  ours_rate=$(rate "$out/train_vulkan" 2>/dev/null)
+  if [[ -n "$torch_rate" && -n "$ours_rate" ]]; then
+    summary+=("train lm, 30 iterations: vulkan $ours_rate tokens/s, PyTorch on the GPU $torch_rate, ratio $(
+      awk -v a="$ours_rate" -v b="$torch_rate" 'BEGIN { printf "%.3f", a / b }')")
+  fi
+else
+  summary+=("PyTorch with CUDA: not in $py here, so no ratios to it (pip install torch)")
 fi
 
 echo
