@@ -155,6 +155,23 @@ Variant ChooseVariant(Kernel kernel, uint32_t n, uint32_t x, std::array<uint32_t
     }
   }
   if (!cpu) return {kernel, groups};
+  switch (kernel) {
+    // The one-pass element-wise kernels (at most a loop over the rank per
+    // element): each invocation takes kCpuItemsPerInvocation elements, so
+    // its set-up (the argument table's six operands resolved before main)
+    // is paid once for them (train lm on lavapipe: these kernels' GPU time
+    // a third less; docs/VULKAN.md).
+    case Kernel::kBinaryF32: case Kernel::kBinaryI32: case Kernel::kUnaryF32:
+    case Kernel::kUnaryI32: case Kernel::kCompareF32: case Kernel::kCompareI32:
+    case Kernel::kCompareU8: case Kernel::kSelectB32: case Kernel::kSelectB8:
+    case Kernel::kConvert: case Kernel::kCopyB32: case Kernel::kCopyB8:
+      return {kernel,
+              {std::max<uint32_t>(1, (groups[0] + kCpuItemsPerInvocation - 1) /
+                                         kCpuItemsPerInvocation),
+               groups[1], groups[2]}};
+    default:
+      break;
+  }
   // Iterations besides the main loop (the store loops are unrolled).
   constexpr int64_t kSpare = 64;
   if (kernel == Kernel::kMatmulF32 && int64_t{x} + kSpare <= kMaxLoopIterations) {

@@ -205,7 +205,9 @@ inline constexpr int64_t kMaxLoopIterations = 65535;
 // - else, where the device takes the CPU variants, the CPU variant of the
 //   kernel where one exists and its loops stay within kMaxLoopIterations
 //   (K for the matrix product, 4 passes over the columns for the row
-//   kernels);
+//   kernels), and for the one-pass element-wise kernels (binary, unary,
+//   compare, select, convert, copy) 1/kCpuItemsPerInvocation of the
+//   workgroups, their grid-stride loops taking that many elements each;
 // - else `kernel` and `groups` unchanged.
 struct Variant {
   Kernel kernel;
@@ -221,6 +223,11 @@ absl::Span<const uint32_t> KernelCode(Kernel kernel);
 inline constexpr uint32_t kLocalSize = 256;
 // The tile of the result one workgroup of kMatmulF32 computes.
 inline constexpr uint32_t kMatmulTile = 64;
+// Elements per invocation of the one-pass element-wise kernels on a CPU
+// device (ChooseVariant). Their loops stay far within kMaxLoopIterations:
+// at most 8 (the rank) per element, and past 65535 workgroups of the full
+// grid at most 2^31 / (65535 / 8 * 256) = 1024 elements per invocation.
+inline constexpr uint32_t kCpuItemsPerInvocation = 8;
 // kMatmulF32Large's tile, and the fewest of them it is chosen for: an
 // H200 has 132 compute units.
 inline constexpr uint32_t kMatmulLargeTile = 128;

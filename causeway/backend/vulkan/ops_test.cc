@@ -393,6 +393,17 @@ TEST(VulkanKernelChoice, LargeTilesWhereTheyAreFilledAndEnough) {
   // Other kernels are left alone on a GPU.
   v = ChooseVariant(Kernel::kRowsF32, 256, 100, {1, 1, 1}, false);
   EXPECT_EQ(v.kernel, Kernel::kRowsF32);
+  v = ChooseVariant(Kernel::kBinaryF32, 25600, 0, {100, 1, 1}, false);
+  EXPECT_EQ(v.groups, (std::array<uint32_t, 3>{100, 1, 1}));
+  // On a CPU the one-pass element-wise kernels take several elements per
+  // invocation (their grid-stride loops cover the rest), never no grid.
+  v = ChooseVariant(Kernel::kBinaryF32, 25600, 0, {100, 1, 1}, true);
+  EXPECT_EQ(v.kernel, Kernel::kBinaryF32);
+  EXPECT_EQ(v.groups, (std::array<uint32_t, 3>{13, 1, 1}));
+  v = ChooseVariant(Kernel::kCopyB8, 3, 0, {1, 1, 1}, true);
+  EXPECT_EQ(v.groups, (std::array<uint32_t, 3>{1, 1, 1}));
+  v = ChooseVariant(Kernel::kReduceF32, 25600, 0, {100, 1, 1}, true);
+  EXPECT_EQ(v.groups, (std::array<uint32_t, 3>{100, 1, 1}));
 }
 
 TEST_F(VulkanOpsTest, ArgSort) {
