@@ -160,7 +160,7 @@ Variant ChooseVariant(Kernel kernel, uint32_t n, uint32_t x, std::array<uint32_t
     // element): each invocation takes kCpuItemsPerInvocation elements, so
     // its set-up (the argument table's six operands resolved before main)
     // is paid once for them (train lm on lavapipe: these kernels' GPU time
-    // a third less; docs/VULKAN.md).
+    // a fifth to a third less; docs/VULKAN.md).
     case Kernel::kBinaryF32: case Kernel::kBinaryI32: case Kernel::kUnaryF32:
     case Kernel::kUnaryI32: case Kernel::kCompareF32: case Kernel::kCompareI32:
     case Kernel::kCompareU8: case Kernel::kSelectB32: case Kernel::kSelectB8:
