@@ -292,8 +292,7 @@ class VulkanDevice final : public Device {
     VkPipeline bound = VK_NULL_HANDLE;
     for (size_t i = 0; i < seg.dispatches.size(); ++i) {
       const Dispatch& d = seg.dispatches[i];
-      const Variant v = ChooseVariant(d.kernel, d.n, d.x,
-                                      {d.groups[0], d.groups[1], d.groups[2]}, gpu_->cpu_kernels());
+      const Variant v = ChooseVariant(d.kernel, d.n, d.x, d.groups, gpu_->cpu_kernels());
       CW_ASSIGN_OR_RETURN(VkPipeline p, gpu_->Pipeline(v.kernel));
       if (p != bound) {
         vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p);

@@ -60,7 +60,7 @@ struct Dispatch {
   Ref a, b, c, d, out;
   Ref params;  // kResident, or kNone
   uint32_t n = 0, op = 0, x = 0, y = 0;
-  uint32_t groups[3] = {1, 1, 1};
+  std::array<uint32_t, 3> groups = {1, 1, 1};
 };
 
 // Runs on the host between segments.

@@ -201,7 +201,8 @@ absl::Status Pool(Converter& c, const Node& n) {
   // int8 and uint8 (MaxPool's integer types, held as i32) are pooled in
   // f32, which holds every such value exactly.
   const int32_t type = c.TypeOf(n, 0);
-  const bool narrow = kMax && (type == 2 || type == 3);
+  const bool narrow =
+      kMax && (type == ::onnx::TensorProto::UINT8 || type == ::onnx::TensorProto::INT8);
   if (narrow && c.ShapeOf(x).dtype == DType::kI32) x = c.b.Convert(x, DType::kF32);
   if (c.ShapeOf(x).dtype != DType::kF32) {
     return absl::UnimplementedError(kMax ? "max pooling of integers other than int8 and uint8"
