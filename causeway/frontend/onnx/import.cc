@@ -399,7 +399,8 @@ void Converter::Set(const ::onnx::NodeProto& node, int i, ir::Value v, int32_t o
   if (i >= node.output_size() || node.output(i).empty()) return;
   // An int8 or uint8 result wraps as ONNX's does, after every op (it is
   // computed in i32).
-  if ((onnx_type == 2 || onnx_type == 3) && b.shape(v).dtype == ir::DType::kI32) {
+  if ((onnx_type == ::onnx::TensorProto::UINT8 || onnx_type == ::onnx::TensorProto::INT8) &&
+      b.shape(v).dtype == ir::DType::kI32) {
     v = RoundTrip(b, v, onnx_type);
   }
   Entry& e = values[node.output(i)];
