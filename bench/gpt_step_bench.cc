@@ -20,7 +20,7 @@ namespace {
 void TimeOnThisThread(benchmark::State& state, const absl::StatusOr<ir::Function>& f,
                       int64_t batch, std::vector<ir::Literal> inputs = {}) {
   CW_CHECK_OK(f.status());
-  absl::StatusOr<std::shared_ptr<const backend::cpu::Executable>> exe =
+  absl::StatusOr<std::shared_ptr<const backend::cpu::HostExecutable>> exe =
       backend::cpu::Compile(*f);
   CW_CHECK_OK(exe.status());
   const models::GptConfig config;

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Packs what scripts/gpu_check.sh needs into one archive for a GPU machine
 # that has none of Debian's packages: the stripped `causeway`,
-# `conformance_test`, `vulkan_ops_test`, `device_test` and
-# `control_flow_bench`, every shared library they load
+# `conformance_test`, `vulkan_ops_test`, `device_test`,
+# `control_flow_bench` and `cuda_ops_test` (where built), every shared
+# library they load but NVIDIA's (cuBLASLt comes from the GPU machine)
 # (the Vulkan loader libvulkan.so.1, gRPC, protobuf, abseil, OpenBLAS, the
 # C++ runtime, and glibc with its dynamic loader in lib/glibc, so that the
 # binaries run whatever the machine's own libraries are), the check script
@@ -34,6 +35,7 @@ trap 'rm -rf "$stage"' EXIT
 root=$stage/causeway-gpu
 mkdir -p "$root/bin" "$root/lib" "$root/scripts" "$root/data"
 binaries=(causeway conformance_test vulkan_ops_test device_test control_flow_bench)
+[[ -x $build/bin/cuda_ops_test ]] && binaries+=(cuda_ops_test)
 for b in "${binaries[@]}"; do
   if [[ ! -x $build/bin/$b ]]; then
     echo "gpu_bundle.sh: $build/bin/$b is missing (build the release preset first)" >&2
@@ -50,6 +52,9 @@ done | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\/.*ld-linux/ { print $
     # glibc apart: gpu_check.sh runs the binaries under it only where the
     # machine's own glibc is older than the one they were built against.
     case $name in
+      # NVIDIA's libraries (hundreds of MB) come from the GPU machine: its
+      # CUDA toolkit, or PyTorch's nvidia-* packages (gpu_check.sh).
+      libcublas*|libcudart*|libcudnn*|libnccl*) ;;
       ld-linux*|libc.so.*|libm.so.*|libmvec.so.*|libpthread.so.*|libdl.so.*|librt.so.*|libresolv.so.*|libutil.so.*)
         mkdir -p "$root/lib/glibc"; cp -L "$lib" "$root/lib/glibc/$name" ;;
       *) cp -L "$lib" "$root/lib/$name" ;;

@@ -13,9 +13,12 @@
 #   5. a short `train lm` on one vulkan device and on the cpu kind with the
 #      same seed: tokens/s of each, and the largest difference of their
 #      logged losses;
-#   6. where python3 has PyTorch with CUDA, the same matrix product and the
+#   6. where the cuda kind sees the GPU (docs/CUDA.md): its op tests and
+#      device suite, `bench matmul --device-kind cuda`, and the same short
+#      `train lm` (tokens/s, and the largest loss difference from cpu);
+#   7. where python3 has PyTorch with CUDA, the same matrix product and the
 #      same GPT (scripts/reference_gpt.py) on the GPU: the ratios of the
-#      vulkan kind's figures to PyTorch's.
+#      vulkan and cuda kinds' figures to PyTorch's.
 # Then one summary. Exit status 0 when every step passed.
 #
 #   scripts/gpu_check.sh [--gpu N] [--data FILE] [--build DIR]
@@ -95,6 +98,21 @@ if [[ -z "${VK_ICD_FILENAMES:-}${VK_DRIVER_FILES:-}" ]] &&
       break
     fi
   done
+fi
+
+# The cuda kind's cuBLASLt: the bundle does not carry NVIDIA's libraries;
+# where the machine has no CUDA toolkit on the loader's path, PyTorch's
+# nvidia-cublas package has them.
+py=${PYTHON:-python3}
+cublas=$(env -u LD_LIBRARY_PATH "$py" -c \
+  'import os, nvidia.cublas as c; print(os.path.join(list(c.__path__)[0], "lib"))' 2>/dev/null)
+if [[ -n "$cublas" && -d "$cublas" ]]; then
+  if ((${#run[@]})); then
+    run[2]="${run[2]}:$cublas"
+  else
+    export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$cublas
+  fi
+  echo "cuBLASLt from $cublas"
 fi
 
 out=$(mktemp -d)
@@ -200,12 +218,39 @@ if [[ -s "$out/train_vulkan" && -s "$out/train_cpu" ]]; then
   summary+=("train lm: largest loss difference vulkan vs cpu $diff; tokens/s vulkan $(rate "$out/train_vulkan"), cpu $(rate "$out/train_cpu")")
 fi
 
+if grep -q '^cuda ' "$out/gpus"; then
+  echo "== the cuda kind: op tests, device suite, bench matmul, train lm"
+  export CAUSEWAY_CUDA_GPU=$gpu
+  if [[ -x "$bin/cuda_ops_test" ]]; then
+    step cuda_ops_test 90 "${run[@]}" "$bin/cuda_ops_test" --gtest_brief=1
+    tail -n3 "$out/cuda_ops_test"
+  fi
+  if [[ -x "$bin/device_test" ]]; then
+    step cuda_device_test 60 "${run[@]}" "$bin/device_test" --gtest_brief=1 --gtest_filter='*cuda*'
+    tail -n3 "$out/cuda_device_test"
+  fi
+  step cuda_matmul 120 "${cw[@]}" bench matmul --device-kind cuda --sizes 1024,4096 \
+    --min-seconds 0.5
+  cat "$out/cuda_matmul"
+  while read -r line; do
+    summary+=("bench matmul: $line")
+  done < <(grep -o 'matmul [0-9x]*: function (cuda) [0-9.]* GFLOP/s' "$out/cuda_matmul")
+  step train_cuda 120 "${cw[@]}" train lm --device-kind cuda --data "$data" --iters 30 \
+    --log-every 5 --eval-every 0 --json
+  if [[ -s "$out/train_cuda" && -s "$out/train_cpu" ]]; then
+    diff=$(paste <(losses "$out/train_cuda") <(losses "$out/train_cpu") |
+           awk '{d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d} END {printf "%.2e", m}')
+    summary+=("train lm: largest loss difference cuda vs cpu $diff; tokens/s cuda $(rate "$out/train_cuda")")
+  fi
+else
+  summary+=("the cuda kind sees no GPU here (causeway gpus), so none of its checks ran")
+fi
+
 echo "== the same work in PyTorch on the same GPU (where python3 has torch with CUDA)"
 # The baselines of the issue's ratios, in the same run: a matrix product of
 # the largest size in FP32 (TF32 off: cuBLAS's FP32 rate), and the same GPT
 # and recipe (scripts/reference_gpt.py) for as many iterations. Python runs
 # without the bundle's libraries, which are not torch's.
-py=${PYTHON:-python3}
 if env -u LD_LIBRARY_PATH "$py" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' \
     >/dev/null 2>&1; then
   step torch_matmul 90 env -u LD_LIBRARY_PATH "$py" -c "
@@ -221,19 +266,27 @@ print('torch fp32 matmul', n, round(2 * n ** 3 * k / (time.time() - t) / 1e9, 1)
 "
   cat "$out/torch_matmul"
   torch_mm=$(grep -o 'torch fp32 matmul [0-9]* [0-9.]*' "$out/torch_matmul" | awk '{print $5}')
-  ours_mm=$(grep -o "matmul ${big}x${big}x${big}: function (vulkan) [0-9.]*" "$out/matmul" | awk '{print $5}')
-  if [[ -n "$torch_mm" && -n "$ours_mm" ]]; then
-    summary+=("matmul at $big: vulkan $ours_mm GFLOP/s, PyTorch FP32 $torch_mm GFLOP/s, ratio $(
-      awk -v a="$ours_mm" -v b="$torch_mm" 'BEGIN { printf "%.3f", a / b }')")
-  fi
+  for kind in vulkan cuda; do
+    f=$out/matmul
+    [[ $kind == cuda ]] && f=$out/cuda_matmul
+    [[ -f $f ]] || continue
+    ours_mm=$(grep -o "matmul ${big}x${big}x${big}: function ($kind) [0-9.]*" "$f" | awk '{print $5}')
+    if [[ -n "$torch_mm" && -n "$ours_mm" ]]; then
+      summary+=("matmul at $big: $kind $ours_mm GFLOP/s, PyTorch FP32 $torch_mm GFLOP/s, ratio $(
+        awk -v a="$ours_mm" -v b="$torch_mm" 'BEGIN { printf "%.3f", a / b }')")
+    fi
+  done
   step torch_train 150 env -u LD_LIBRARY_PATH "$py" "$here/reference_gpt.py" --data "$data" \
     --iters 30 --eval-every 0 --device cuda
   torch_rate=$(grep -o '"tokens_per_s": [0-9.]*' "$out/torch_train" | awk '{print $2}')
-  ours_rate=$(rate "$out/train_vulkan" 2>/dev/null)
-  if [[ -n "$torch_rate" && -n "$ours_rate" ]]; then
-    summary+=("train lm, 30 iterations: vulkan $ours_rate tokens/s, PyTorch on the GPU $torch_rate, ratio $(
-      awk -v a="$ours_rate" -v b="$torch_rate" 'BEGIN { printf "%.3f", a / b }')")
-  fi
+  for kind in vulkan cuda; do
+    [[ -f $out/train_$kind ]] || continue
+    ours_rate=$(rate "$out/train_$kind" 2>/dev/null)
+    if [[ -n "$torch_rate" && -n "$ours_rate" ]]; then
+      summary+=("train lm, 30 iterations: $kind $ours_rate tokens/s, PyTorch on the GPU $torch_rate, ratio $(
+        awk -v a="$ours_rate" -v b="$torch_rate" 'BEGIN { printf "%.3f", a / b }')")
+    fi
+  done
 else
   summary+=("PyTorch with CUDA: not in $py here, so no ratios to it (pip install torch)")
 fi

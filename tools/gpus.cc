@@ -22,12 +22,13 @@ void AddGpuFlag(CLI::App& app) {
   app.add_option_function<int>(
          "--gpu",
          [](int index) {
-           if (absl::Status s = backend::SelectGpu(index); !s.ok()) {
+           if (absl::Status s = backend::SelectAccelerator(index); !s.ok()) {
              throw CLI::ValidationError("--gpu", std::string(s.message()));
            }
          },
-         "The GPU (of `causeway gpus`) that every device of the vulkan kind made by this "
-         "command uses (default: device i uses GPU i modulo their number)")
+         "The GPU (an index of `causeway gpus`) that every device of a GPU kind made by this "
+         "command uses, in each kind that has it (default: device i uses its kind's GPU i "
+         "modulo their number)")
       ->check(CLI::NonNegativeNumber)
       ->trigger_on_parse();
 }
@@ -35,22 +36,31 @@ void AddGpuFlag(CLI::App& app) {
 void AddGpusCommand(CLI::App& app, int* exit_code) {
   auto json = std::make_shared<bool>(false);
   CLI::App* cmd = app.add_subcommand(
-      "gpus", "List the GPUs the vulkan device kind sees on this machine (index: name, driver, "
-              "Vulkan version, memory); exits 1 when there are none, saying why");
+      "gpus", "List the GPUs each GPU device kind of this build sees on this machine (kind, "
+              "index: name, driver, memory); exits 1 when there are none, saying why");
   cmd->add_flag("--json", *json, "Print one JSON object instead of text");
   cmd->callback([json, exit_code] {
-    absl::StatusOr<std::vector<std::string>> gpus = backend::ListGpus();
+    const backend::Accelerators found = backend::ListAccelerators();
     if (*json) {
       nlohmann::json j;
-      j["gpus"] = gpus.ok() ? nlohmann::json(*gpus) : nlohmann::json::array();
-      if (!gpus.ok()) j["error"] = std::string(gpus.status().message());
+      j["gpus"] = nlohmann::json::array();
+      for (const backend::Accelerators::Entry& e : found.devices) {
+        j["gpus"].push_back({{"kind", e.kind}, {"index", e.index}, {"description", e.description}});
+      }
+      j["missing"] = found.missing;
       std::printf("%s\n", j.dump().c_str());
-    } else if (gpus.ok()) {
-      for (size_t i = 0; i < gpus->size(); ++i) std::printf("%zu: %s\n", i, (*gpus)[i].c_str());
     } else {
-      std::fprintf(stderr, "error: %s\n", std::string(gpus.status().message()).c_str());
+      for (const backend::Accelerators::Entry& e : found.devices) {
+        std::printf("%s %d: %s\n", e.kind.c_str(), e.index, e.description.c_str());
+      }
+      for (const std::string& m : found.missing) {
+        std::fprintf(stderr, "%s%s\n", found.devices.empty() ? "error: " : "note: ", m.c_str());
+      }
+      if (found.devices.empty() && found.missing.empty()) {
+        std::fprintf(stderr, "error: this build has no GPU device kind\n");
+      }
     }
-    *exit_code = gpus.ok() ? 0 : kExitRuntime;
+    *exit_code = found.devices.empty() ? kExitRuntime : 0;
   });
 }
 

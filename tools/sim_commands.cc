@@ -538,7 +538,8 @@ absl::StatusOr<WaitedRun> MeasureWaitedRun(ClusterConnection* cluster) {
 // Seconds per run of `f` on the CPU backend (a device of this machine):
 // the fastest of a few timed batches.
 absl::StatusOr<double> SecondsPerRun(const ir::Function& f) {
-  CW_ASSIGN_OR_RETURN(std::shared_ptr<const backend::Executable> e, backend::cpu::Compile(f));
+  CW_ASSIGN_OR_RETURN(std::shared_ptr<const backend::cpu::HostExecutable> e,
+                      backend::cpu::Compile(f));
   std::vector<std::vector<float>> in;
   std::vector<const void*> in_ptrs;
   for (int i = 0; i < f.num_parameters(); ++i) {

@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "causeway/base/mutex.h"
 #include "causeway/base/status_macros.h"
+#include "causeway/topology/mesh.h"
 
 namespace causeway::backend {
 namespace {
@@ -136,6 +137,13 @@ std::string FormatDescription(const DeviceDescription& d) {
 absl::StatusOr<DeviceDescription> DeviceKind::Describe(const DeviceSpec& spec) const {
   CW_ASSIGN_OR_RETURN(std::unique_ptr<Device> device, CreateDevice(spec));
   return device->description();
+}
+
+absl::Status Device::Load(const Executable&) { return absl::OkStatus(); }
+
+void CopyHostBox(const void* src, void* dst, const BoxCopy& box) {
+  CopyBox(src, box.src_dims, box.src_offset, dst, box.dst_dims, box.dst_offset, box.extent,
+          box.element_bytes);
 }
 
 absl::Status CheckLaunchOperands(const Executable& executable,

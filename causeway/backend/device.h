@@ -9,9 +9,13 @@
 // allocation may be made (capacity, quotas, back-pressure); the device only
 // gives the bytes. Every operation is asynchronous and reports through a
 // Completion; the cpu kind completes inline, a GPU kind when its queue has
-// run the work. No order between two operations is implied: the runtime
-// sequences dependent operations by their completions (an output is marked
-// ready only once the launch or copy that wrote it completed).
+// run the work. Copies are not ordered with anything: the runtime sequences
+// them by their completions (an output is marked ready only once the launch
+// or copy that wrote it completed). Launches are ordered among themselves:
+// they run, and complete, in the order they were started, each seeing what
+// the ones before it wrote, so a device stream keeps several in flight
+// (max_launches_in_flight) and starts a launch that reads an output of one
+// still running.
 #ifndef CAUSEWAY_BACKEND_DEVICE_H_
 #define CAUSEWAY_BACKEND_DEVICE_H_
 
@@ -138,17 +142,39 @@ class Device {
   virtual void CopyToPeer(const DeviceAllocation& src, Device& peer, DeviceAllocation& dst,
                           const BoxCopy& box, Completion done);
 
+  // Makes `executable` (compiled by this device's kind) ready to launch
+  // here: what a kind does once per executable and device (uploading its
+  // constants, building its pipelines or graphs) is done now, when a program
+  // is registered, and not inside its first launch. Idempotent and
+  // thread-safe; Launch still loads an executable that was never loaded.
+  // The error (out of memory, a driver's refusal) names the device. The
+  // default loads nothing.
+  virtual absl::Status Load(const Executable& executable);
+
   // Runs `executable` (compiled by this device's kind) over `inputs` (one
   // per parameter, never written) into `outputs` (one per result, of the
   // results' sizes). `done` gets the kernel's error, if any. The allocations,
   // `executable` and `context`'s collectives stay alive until `done` runs.
   // Collectives go through `context.collectives` (the host-staged hub, or a
-  // kind's own).
+  // kind's own). Launches run and complete in the order they were started
+  // (see the top of this file); an input may be the output of a launch
+  // started before and not yet completed, never of one started after.
   virtual void Launch(const Executable& executable,
                       absl::Span<const DeviceAllocation* const> inputs,
                       absl::Span<DeviceAllocation* const> outputs, const RunContext& context,
                       Completion done) = 0;
+
+  // How many launches the device stream keeps started and not completed
+  // (>= 1): a kind that completes on another thread (a GPU's queue) takes
+  // more, so its queue never runs dry while the host prepares the next. The
+  // default, 1, starts a launch only once the last completed.
+  virtual int max_launches_in_flight() const { return 1; }
 };
+
+// Copies `box` from host memory at `src` to host memory at `dst`: the cpu
+// kind's copies, and the staging of any kind that copies through the host.
+// REQUIRES: box.Validate passed for the two buffers' sizes.
+void CopyHostBox(const void* src, void* dst, const BoxCopy& box);
 
 // For kinds' Launch: INVALID_ARGUMENT, naming `device`, unless there is one
 // allocation per parameter and per result of `executable`, each at least its

@@ -36,6 +36,26 @@ absl::Status CollectiveOps::MeetOnDevices(int, absl::Span<const std::string>, ir
   return absl::UnimplementedError("this runtime cannot meet a group on its devices");
 }
 
+absl::StatusOr<std::vector<std::string>> DeviceKind::ListDevices() const {
+  return absl::UnimplementedError(
+      absl::StrCat("the ", name(), " kind has no physical devices to list"));
+}
+absl::Status DeviceKind::SelectDevice(int) const {
+  return absl::UnimplementedError(
+      absl::StrCat("the ", name(), " kind has no physical devices to choose from"));
+}
+
+absl::Status RunContext::Stopped(absl::string_view where) const {
+  if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
+    return absl::CancelledError(
+        absl::StrCat(where, ": cancelled (its client left, or its work was cancelled)"));
+  }
+  if (stop != nullptr && stop->load(std::memory_order_relaxed)) {
+    return absl::CancelledError(absl::StrCat(where, ": the device is shutting down"));
+  }
+  return absl::OkStatus();
+}
+
 bool CollectiveGroup::local() const {
   return std::find(devices.begin(), devices.end(), nullptr) == devices.end();
 }

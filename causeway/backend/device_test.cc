@@ -1,7 +1,8 @@
 // The Device conformance suite (causeway/backend/device.h), run on the cpu
 // kind, on the arena test kind, whose memory the host cannot address and
 // whose operations complete later on the device's own thread, and on the
-// vulkan kind where this build has it (its GPU's queue completes them).
+// vulkan and cuda kinds where this build has them (their GPU's queue
+// completes them; skipped where the machine has no such GPU).
 #include "causeway/backend/device.h"
 
 #include <atomic>
@@ -16,10 +17,13 @@
 
 #include "causeway/backend/cpu/device.h"
 #include "causeway/backend/cpu/executable.h"
-#if CAUSEWAY_HAVE_VULKAN
 #include "causeway/backend/builtin_kinds.h"
+#if CAUSEWAY_HAVE_VULKAN
 #include "causeway/backend/compile_cache.h"
 #include "causeway/backend/vulkan/device.h"
+#endif
+#if CAUSEWAY_HAVE_CUDA
+#include "causeway/backend/cuda/device.h"
 #endif
 #include "causeway/base/mutex.h"
 #include "causeway/ir/builder.h"
@@ -45,13 +49,12 @@ struct KindCase {
 class DeviceTest : public ::testing::TestWithParam<KindCase> {
  protected:
   void SetUp() override {
-#if CAUSEWAY_HAVE_VULKAN
-    if (GetParam().name == "vulkan") {
-      if (absl::StatusOr<std::vector<std::string>> gpus = ListGpus(); !gpus.ok()) {
+    if (GetParam().name == "vulkan" || GetParam().name == "cuda") {
+      if (absl::StatusOr<std::vector<std::string>> gpus = ListDevices(GetParam().name);
+          !gpus.ok()) {
         GTEST_SKIP() << gpus.status();
       }
     }
-#endif
   }
   std::unique_ptr<Device> Make(int id = 0) {
     DeviceSpec spec;
@@ -379,6 +382,12 @@ INSTANTIATE_TEST_SUITE_P(
         // Several devices of one GPU; vulkan_staging_device_test runs the
         // same with staged copies (the path of a discrete GPU).
         KindCase{"vulkan", [](const DeviceSpec& s) { return vulkan::Kind().CreateDevice(s); },
+                 false}
+#endif
+#if CAUSEWAY_HAVE_CUDA
+        ,
+        // Skipped where the machine has no CUDA GPU.
+        KindCase{"cuda", [](const DeviceSpec& s) { return cuda::Kind().CreateDevice(s); },
                  false}
 #endif
         ),

@@ -13,8 +13,8 @@
 // client compiles with the kind of its mesh's devices, a plan carries its
 // kind's name, and a host compiles a plan it receives with that kind.
 //
-// An Executable is immutable after compilation and may be run concurrently
-// by many device threads (each run gets its own temporaries).
+// An Executable is immutable after compilation and may be launched
+// concurrently on many devices (each run gets its own temporaries).
 #ifndef CAUSEWAY_BACKEND_EXECUTABLE_H_
 #define CAUSEWAY_BACKEND_EXECUTABLE_H_
 
@@ -122,18 +122,26 @@ class CollectiveOps {
   virtual int64_t micros_in_collectives() const { return 0; }
 };
 
-// Per-run context given to Executable::Run.
+// Per-run context given to Device::Launch.
 struct RunContext {
   // May be null if the function has no collectives.
   CollectiveOps* collectives = nullptr;
-  // May be null. Set when the device shuts down: a run that could go on
-  // indefinitely (a while loop whose condition never fails) checks it and
-  // ends with CANCELLED rather than holding the device's thread forever.
+  // May be null. Set when the device shuts down.
   const std::atomic<bool>* stop = nullptr;
+  // May be null. Set when the run is cancelled: its client left (a closed
+  // connection, a lost heartbeat, a killed process) or an operator
+  // cancelled the client's work (`causeway cluster cancel`).
+  const std::atomic<bool>* cancel = nullptr;
+
+  // OK, or CANCELLED saying why once `stop` or `cancel` is set. A run that
+  // could go on indefinitely (a while loop whose condition never fails)
+  // checks it between steps and ends rather than holding the device
+  // forever; `where` says where it stopped ("while: iteration 12").
+  absl::Status Stopped(absl::string_view where) const;
 };
 
-// A function compiled for one kind of device, run by a device's thread over
-// its own shards.
+// A function compiled for one kind of device, run by its devices
+// (Device::Launch) over their own shards.
 class Executable {
  public:
   virtual ~Executable() = default;
@@ -142,13 +150,8 @@ class Executable {
   // Bytes of temporaries one run uses besides its inputs and outputs.
   virtual int64_t temporary_bytes() const { return 0; }
 
-  // Runs the function. `inputs[i]` points at parameter i's bytes (row-major,
-  // shape function().parameter_shape(i)); `outputs[i]` at preallocated space
-  // for result i. Inputs are never written. Thread-safe: concurrent runs do
-  // not share temporaries.
-  virtual absl::Status Run(absl::Span<const void* const> inputs,
-                           absl::Span<void* const> outputs,
-                           const RunContext& context) const = 0;
+  // Running it is the device's (Device::Launch): a kind whose memory is
+  // the host's also runs it over host pointers (cpu::HostExecutable::Run).
 
  protected:
   explicit Executable(ir::Function function) : function_(std::move(function)) {}
@@ -180,6 +183,20 @@ class DeviceKind {
   // default makes the device and asks it; a kind whose devices are costly
   // to make answers from what it knows.
   virtual absl::StatusOr<DeviceDescription> Describe(const DeviceSpec& spec) const;
+
+  // The physical devices of this kind on this machine (GPUs), one line each
+  // ("NVIDIA H100 80GB HBM3, driver 580.65, 79.1 GiB"), in the order
+  // SelectDevice numbers them; UNAVAILABLE saying why there are none (no
+  // driver, no GPU). A kind whose devices are the host's own threads (cpu)
+  // returns UNIMPLEMENTED, the default.
+  virtual absl::StatusOr<std::vector<std::string>> ListDevices() const;
+  // Makes every device of this kind that this process makes from now on run
+  // on physical device `index` of ListDevices() (by default device i runs on
+  // physical device i modulo their number; `index` < 0 restores that).
+  // INVALID_ARGUMENT naming the devices there are when `index` is not one of
+  // them; UNAVAILABLE when there are none; UNIMPLEMENTED (the default) for
+  // a kind without physical devices to choose from.
+  virtual absl::Status SelectDevice(int index) const;
 };
 
 // Makes `kind` findable by its name for the rest of the process. Registering

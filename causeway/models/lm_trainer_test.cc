@@ -151,7 +151,7 @@ TEST_F(LmTrainerTest, EveryParallelLayoutGivesTheOneDeviceLossCurve) {
 // device and with data and model axes (collectives done by the GPU under
 // ctest, which sets CAUSEWAY_VULKAN_COLLECTIVES=gpu; by the hub otherwise).
 TEST_F(LmTrainerTest, VulkanDevicesGiveTheCpuKindsLossCurve) {
-  if (absl::StatusOr<std::vector<std::string>> gpus = backend::ListGpus(); !gpus.ok()) {
+  if (absl::StatusOr<std::vector<std::string>> gpus = backend::ListDevices("vulkan"); !gpus.ok()) {
     GTEST_SKIP() << gpus.status();
   }
   LmTrainOptions base = SmallOptions();

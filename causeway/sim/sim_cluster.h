@@ -147,6 +147,10 @@ struct SimClusterOptions {
   SchedulingPolicy scheduling = SchedulingPolicy::kProportionalShare;
   absl::Duration run_ahead = absl::Milliseconds(10);
   int64_t device_memory_bytes = int64_t{1} << 30;
+  // The kind the simulated devices say they are, which the hosts compile
+  // their plans for (its kernels never run: a simulated device costs a
+  // launch by its ops). Any kind of this build (backend/builtin_kinds.h).
+  std::string device_kind = "cpu";
   // Time the real code's CPU (this thread's CPU clock) in each kind of
   // work, for `causeway sim calibrate`. Does not change the simulation.
   bool profile_cpu = false;

@@ -19,7 +19,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "causeway/backend/cpu/executable.h"
+#include "causeway/backend/builtin_kinds.h"
+#include "causeway/backend/executable.h"
 #include "causeway/base/check.h"
 #include "causeway/base/status_macros.h"
 #include "causeway/base/trace.h"
@@ -169,6 +170,21 @@ class SimDevice final : public LaunchQueue {
       RefuseLaunch(l, absl::UnavailableError(absl::StrCat(
                           device_.id.ToString(), " shut down with the launch queued")));
     }
+  }
+  int CancelOwner(ClientId owner) override {
+    int taken = 0;
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      if (it->owner != owner) {
+        ++it;
+        continue;
+      }
+      Launch l = std::move(*it);
+      it = queue_.erase(it);
+      RefuseLaunch(l, absl::CancelledError(absl::StrCat(device_.id.ToString(), ": ",
+                                                        owner.ToString(), " left")));
+      ++taken;
+    }
+    return taken;
   }
   DeviceCounters stats() const override { return stats_; }
   void ResetStats() override { stats_ = DeviceCounters{}; }

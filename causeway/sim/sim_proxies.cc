@@ -205,7 +205,9 @@ absl::StatusOr<std::unique_ptr<SimCluster>> SimCluster::Create(const SimClusterO
     return absl::InvalidArgumentError("core counts must be >= 0");
   }
   CW_RETURN_IF_ERROR(CheckReportFanout(o.report_fanout));
-  backend::cpu::Kind();  // plans are compiled for the CPU kind
+  // The hosts compile their plans for the devices' kind.
+  backend::RegisterBuiltinKinds();
+  CW_RETURN_IF_ERROR(backend::FindDeviceKind(o.device_kind).status());
   auto c = std::unique_ptr<SimCluster>(new SimCluster(o));
   c->Build();
   return c;
@@ -235,7 +237,7 @@ void SimCluster::Build() {
   trace_ = std::make_unique<TraceRecorder>(false);
   hub_ = std::make_unique<CollectiveHub>(absl::Minutes(5));
   transport_ = std::make_unique<Transport>(this);
-  const std::string kind(backend::cpu::Kind().name());
+  const std::string& kind = o.device_kind;
   Topology topology;
   int64_t next_device = 0;
   int64_t next_host = 0;

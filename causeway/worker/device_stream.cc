@@ -20,7 +20,8 @@ DeviceStream::DeviceStream(DeviceInfo device, backend::Device* backend, Clock* c
       clock_(clock),
       trace_(trace),
       fault_injector_(std::move(fault_injector)),
-      input_timeout_(input_timeout) {
+      input_timeout_(input_timeout),
+      depth_(static_cast<size_t>(std::max(1, backend->max_launches_in_flight()))) {
   if (pool != nullptr) {
     task_ = pool->Spawn([this] { Loop(); });
   } else {
@@ -32,12 +33,6 @@ DeviceStream::DeviceStream(DeviceInfo device, backend::Device* backend, Clock* c
       Loop();
     });
   }
-}
-
-void DeviceStream::Signal(bool waiting) {
-  if (!waiting) return;
-  signal_.fetch_add(1, std::memory_order_release);
-  fiber::WakeAll(signal_);
 }
 
 DeviceStream::~DeviceStream() { Shutdown(); }
@@ -53,17 +48,15 @@ void DeviceStream::Prepared(const Launch& launch) {
 void DeviceStream::Enqueue(Launch launch) {
   Prepared(launch);
   bool queued = false;
-  bool waiting = false;
   {
     MutexLock lock(&mu_);
     if (!stopping_) {
       queue_.push_back(std::move(launch));
       queued = true;
-      waiting = std::exchange(waiting_, false);
     }
   }
   if (queued) {
-    Signal(waiting);
+    waker_->Wake();
     return;
   }
   Refuse(launch);
@@ -71,16 +64,14 @@ void DeviceStream::Enqueue(Launch launch) {
 
 void DeviceStream::EnqueueBatch(std::vector<Launch> launches) {
   for (const Launch& l : launches) Prepared(l);
-  bool waiting = false;
   {
     MutexLock lock(&mu_);
     if (!stopping_) {
       for (Launch& l : launches) queue_.push_back(std::move(l));
-      waiting = std::exchange(waiting_, false);
       launches.clear();
     }
   }
-  Signal(waiting);
+  waker_->Wake();
   for (Launch& l : launches) Refuse(l);
 }
 
@@ -113,64 +104,109 @@ void RefuseLaunch(Launch& launch, const absl::Status& status) {
   CompleteLaunch(launch, status, 0);
 }
 
+template <typename Progress>
+void DeviceStream::WaitUnless(const Progress& progress) {
+  const uint32_t seen = waker_->signal.load(std::memory_order_acquire);
+  waker_->waiting.store(true);
+  if (progress()) {
+    waker_->waiting.store(false);
+    return;
+  }
+  // Without a lock: on a fiber, a wait must not hold a mutex.
+  fiber::WaitWhileEqual(waker_->signal, seen, fiber::kNever);
+}
+
 void DeviceStream::Loop() {
   while (true) {
+    Reap();
     Launch launch;
     bool popped = false;
-    uint32_t seen = 0;
+    bool stopping = false;
     {
       MutexLock lock(&mu_);
-      if (queue_.empty()) {
-        if (stopping_) return;  // stopping and drained
-        waiting_ = true;
-        seen = signal_.load(std::memory_order_relaxed);
-      } else {
+      if (in_flight_.size() < depth_ && !queue_.empty()) {
         launch = std::move(queue_.front());
         queue_.pop_front();
         popped = true;
       }
+      stopping = stopping_;
     }
-    if (!popped) {
-      // Without the lock: on a fiber, a wait must not hold a mutex.
-      fiber::WaitWhileEqual(signal_, seen, fiber::kNever);
+    if (popped) {
+      Start(std::move(launch));
       continue;
     }
-    Execute(launch);
+    if (stopping && in_flight_.empty()) {
+      MutexLock lock(&mu_);
+      if (queue_.empty()) return;  // stopping and drained
+      continue;
+    }
+    // Nothing to start: wait for work, or for the oldest launch in flight.
+    WaitUnless([this] {
+      if (!in_flight_.empty() && in_flight_.front().outcome != nullptr &&
+          in_flight_.front().outcome->done.load()) {
+        return true;
+      }
+      MutexLock lock(&mu_);
+      return (in_flight_.size() < depth_ && !queue_.empty()) ||
+             (stopping_ && in_flight_.empty());
+    });
   }
 }
 
-// Waits for the launch's inputs (in order; the first error is the root
-// cause), all of them within `input_timeout`, and then for its output
-// memory (whose waits DeviceMemory bounds).
-// An input's error is already the root cause and passes on unchanged; an
-// output that could not be allocated, or an input that never came, is this
-// launch's own failure.
-static absl::Status AwaitDependencies(const Launch& launch, absl::Duration input_timeout,
-                                      bool* own_failure) {
+void DeviceStream::Reap() {
+  while (!in_flight_.empty()) {
+    InFlight& front = in_flight_.front();
+    if (front.outcome != nullptr && !front.outcome->done.load(std::memory_order_acquire)) {
+      return;
+    }
+    InFlight f = std::move(front);
+    in_flight_.pop_front();
+    Finish(f);
+    if (in_flight_.empty()) running_since_us_.store(-1, std::memory_order_relaxed);
+  }
+}
+
+void DeviceStream::Drain() {
+  while (true) {
+    Reap();
+    if (in_flight_.empty()) return;
+    WaitUnless([this] { return in_flight_.front().outcome->done.load(); });
+  }
+}
+
+absl::Status DeviceStream::AwaitDependencies(const Launch& launch, bool* own_failure) {
   // Most inputs are ready by the time their launch reaches the head of the
-  // queue: only the first that is not reads the clock.
+  // queue, or are written by a launch in flight here: only the first that
+  // is neither drains what is in flight and reads the clock.
   absl::Time deadline = absl::InfinitePast();
   for (size_t i = 0; i < launch.inputs.size(); ++i) {
     const absl::StatusOr<Unit>* r = launch.inputs[i]->ready_if_known();
+    if (r == nullptr && written_in_flight_.contains(launch.inputs[i].get())) continue;
+    if (r == nullptr) {
+      Drain();
+      r = launch.inputs[i]->ready_if_known();
+    }
     if (r == nullptr) {
       if (deadline == absl::InfinitePast()) {
-        deadline = input_timeout == absl::InfiniteDuration() ? absl::InfiniteFuture()
-                                                             : absl::Now() + input_timeout;
+        deadline = input_timeout_ == absl::InfiniteDuration() ? absl::InfiniteFuture()
+                                                              : absl::Now() + input_timeout_;
       }
       r = launch.inputs[i]->ready().AwaitWithTimeout(deadline - absl::Now());
     }
     if (r == nullptr) {
       *own_failure = true;
       return absl::DeadlineExceededError(absl::StrCat(
-          "input ", i, " was not ready after ", absl::FormatDuration(input_timeout),
+          "input ", i, " was not ready after ", absl::FormatDuration(input_timeout_),
           " at the head of the device's queue: its producer (a launch of this run, or a piece "
           "another host was to send) never ran or never came"));
     }
     if (!r->ok()) return r->status();
   }
+  // Memory a launch in flight holds may be what an allocation waits for.
   for (const BufferRef& b : launch.outputs) {
     if (b->granted()) continue;
     const absl::StatusOr<Unit>* known = b->allocated_if_known();
+    if (known == nullptr) Drain();
     if (const absl::StatusOr<Unit>& r = known != nullptr ? *known : b->allocated().Await();
         !r.ok()) {
       *own_failure = true;
@@ -178,6 +214,7 @@ static absl::Status AwaitDependencies(const Launch& launch, absl::Duration input
     }
   }
   if (launch.scratch != nullptr) {
+    if (launch.scratch->allocated_if_known() == nullptr) Drain();
     if (const absl::StatusOr<Unit>& r = launch.scratch->allocated().Await(); !r.ok()) {
       *own_failure = true;
       return Annotate(r.status(), "temporaries");
@@ -186,108 +223,154 @@ static absl::Status AwaitDependencies(const Launch& launch, absl::Duration input
   return absl::OkStatus();
 }
 
-absl::Status DeviceStream::Run(const Launch& launch) {
+std::shared_ptr<DeviceStream::Outcome> DeviceStream::NewOutcome() {
+  // An outcome whose completion has let go of it is ours alone again.
+  for (std::shared_ptr<Outcome>& o : spare_outcomes_) {
+    if (o.use_count() == 1) {
+      o->done.store(false, std::memory_order_relaxed);
+      o->status = absl::OkStatus();
+      return o;
+    }
+  }
+  auto o = std::make_shared<Outcome>();
+  if (spare_outcomes_.size() < depth_ + 1) spare_outcomes_.push_back(o);
+  return o;
+}
+
+void DeviceStream::Start(Launch launch) {
+  // Only the trace needs to know how long the launch waited.
+  const int64_t wait_start = trace_->enabled() ? clock_->NowMicros() : 0;
+  InFlight f;
+  // A fault injector may hold the launch until something else happened:
+  // nothing of this device may wait behind it.
+  if (fault_injector_) Drain();
+  f.status = AwaitDependencies(launch, &f.own_failure);
+  f.start_us = clock_->NowMicros();
+  if (trace_->enabled() && f.start_us - wait_start > 0) {
+    trace_->Record(TraceEvent{TraceKind::kWait, device_.host, device_.id, launch.info.run,
+                              launch.info.node, std::string(launch.info.name), wait_start,
+                              f.start_us - wait_start});
+  }
+  if (f.status.ok() && launch.cancel != nullptr && launch.cancel->load()) {
+    f.status = absl::CancelledError(
+        absl::StrCat(launch.owner.ToString(), "'s work was cancelled (it left) before it ran"));
+    f.own_failure = true;
+  }
+  if (f.status.ok() && fault_injector_) {
+    f.status = fault_injector_(launch.info);
+    f.ran = true;
+  }
   absl::InlinedVector<const backend::DeviceAllocation*, 8> in;
   absl::InlinedVector<backend::DeviceAllocation*, 8> out;
   for (const BufferRef& b : launch.inputs) {
-    CW_ASSIGN_OR_RETURN(backend::DeviceAllocation * a, b->storage());
-    in.push_back(a);
+    if (!f.status.ok()) break;
+    absl::StatusOr<backend::DeviceAllocation*> a = b->storage();
+    if (a.ok()) in.push_back(*a);
+    f.status = a.status();
+    f.ran = !f.status.ok() || f.ran;
   }
   for (const BufferRef& b : launch.outputs) {
-    CW_ASSIGN_OR_RETURN(backend::DeviceAllocation * a, b->storage());
-    out.push_back(a);
+    if (!f.status.ok()) break;
+    absl::StatusOr<backend::DeviceAllocation*> a = b->storage();
+    if (a.ok()) out.push_back(*a);
+    f.status = a.status();
+    f.ran = !f.status.ok() || f.ran;
   }
+  if (!f.status.ok()) {
+    f.launch = std::move(launch);
+    in_flight_.push_back(std::move(f));
+    return;
+  }
+  f.ran = true;
+  f.outcome = NewOutcome();
+  for (const BufferRef& b : launch.outputs) written_in_flight_.insert(b.get());
   backend::RunContext context;
   context.collectives = launch.collectives.get();
   context.stop = &stop_launch_;
-  // The cpu kind completes before Launch returns; another kind completes
-  // when its queue ran the work, and the stream (a thread, or a fiber that
-  // parks) waits for it: the launch's buffers and collectives stay alive
-  // meanwhile in `launch`. One launch is in flight at a time, so its
-  // outcome has one place for the stream's life, held by the completion
-  // too (it may still be waking the stream when the stream is gone): the
-  // common case (inline) costs no allocation.
-  // `done`: kPending, then kDone; kWaiting while the loop sleeps on it,
-  // so that a completion wakes (a system call) only a loop that sleeps.
-  LaunchOutcome& outcome = *outcome_;
-  outcome.done.store(LaunchOutcome::kPending, std::memory_order_relaxed);
-  backend_->Launch(*launch.executable, in, out, context,
-                   [outcome = outcome_](absl::Status status) {
+  context.cancel = launch.cancel.get();
+  f.launch = std::move(launch);
+  in_flight_.push_back(std::move(f));
+  InFlight& started = in_flight_.back();
+  int64_t idle = -1;
+  running_since_us_.compare_exchange_strong(idle, started.start_us, std::memory_order_relaxed);
+  // The allocations, the executable and the collectives stay alive in
+  // `started.launch` until the completion ran; the cpu kind runs it before
+  // Launch returns, another kind on its own thread.
+  backend_->Launch(*started.launch.executable, in, out, context,
+                   [outcome = started.outcome, waker = waker_,
+                    clock = clock_](absl::Status status) {
                      outcome->status = std::move(status);
-                     if (outcome->done.exchange(LaunchOutcome::kDone, std::memory_order_acq_rel) ==
-                         LaunchOutcome::kWaiting) {
-                       fiber::WakeAll(outcome->done);
-                     }
+                     outcome->end_us = clock->NowMicros();
+                     outcome->done.store(true);
+                     waker->Wake();
                    });
-  uint32_t seen = LaunchOutcome::kPending;
-  if (outcome.done.compare_exchange_strong(seen, LaunchOutcome::kWaiting,
-                                           std::memory_order_acq_rel)) {
-    while (outcome.done.load(std::memory_order_acquire) != LaunchOutcome::kDone) {
-      fiber::WaitWhileEqual(outcome.done, LaunchOutcome::kWaiting, fiber::kNever);
-    }
-  }
-  return std::exchange(outcome.status, absl::OkStatus());
 }
 
-void DeviceStream::Execute(Launch& launch) {
-  // Only the trace needs to know how long the launch waited.
-  const int64_t wait_start = trace_->enabled() ? clock_->NowMicros() : 0;
-  bool own_failure = false;
-  absl::Status status = AwaitDependencies(launch, input_timeout_, &own_failure);
-  const int64_t start = clock_->NowMicros();
-  if (trace_->enabled() && start - wait_start > 0) {
-    trace_->Record(TraceEvent{TraceKind::kWait, device_.host, device_.id, launch.info.run,
-                              launch.info.node, std::string(launch.info.name), wait_start,
-                              start - wait_start});
-  }
-  // An input's error is already the root cause; pass it on unchanged.
-  bool ran = false;
+void DeviceStream::Finish(InFlight& f) {
+  Launch& launch = f.launch;
+  absl::Status status = std::move(f.status);
+  int64_t end = f.start_us;
   int64_t collective_us = 0;
-  if (status.ok() && fault_injector_) {
-    status = fault_injector_(launch.info);
-    ran = true;
-  }
-  if (status.ok()) {
-    status = Run(launch);
+  if (f.outcome != nullptr) {
+    status = std::move(f.outcome->status);
+    end = f.outcome->end_us;
+    f.outcome.reset();
+    for (const BufferRef& b : launch.outputs) written_in_flight_.erase(b.get());
+    // It may have read the output of a launch before it that failed: that
+    // error is its root cause, whatever the kernel said.
+    for (const BufferRef& b : launch.inputs) {
+      const absl::StatusOr<Unit>* r = b->ready_if_known();
+      if (r != nullptr && !r->ok()) {
+        status = r->status();
+        f.own_failure = false;
+        f.ran = false;
+        break;
+      }
+    }
     if (launch.collectives != nullptr) {
       collective_us = launch.collectives->micros_in_collectives();
     }
-    launch.scratch.reset();
-    launch.scratch_hold.reset();
-    ran = true;
+  } else if (f.ran) {
+    end = clock_->NowMicros();
   }
-  if (!status.ok() && (ran || own_failure)) {
+  launch.scratch.reset();
+  launch.scratch_hold.reset();
+  if (!status.ok() && (f.ran || f.own_failure)) {
     status = Annotate(status, absl::StrCat("node ", launch.info.node, " (", launch.info.name,
                                            ") of ", launch.info.run.ToString(), " on ",
                                            device_.id.ToString(), ", ", device_.host.ToString()));
   }
   if (!status.ok() && launch.on_failure) launch.on_failure(status);
-  const int64_t end = clock_->NowMicros();
-  if (trace_->enabled() && ran) {
+  if (trace_->enabled() && f.ran) {
     trace_->Record(TraceEvent{TraceKind::kRun, device_.host, device_.id, launch.info.run,
-                              launch.info.node, std::string(launch.info.name), start, end - start});
+                              launch.info.node, std::string(launch.info.name), f.start_us,
+                              end - f.start_us});
   }
+  int64_t busy = 0;
   {
     MutexLock lock(&mu_);
     ++stats_.launches;
     if (!status.ok()) ++stats_.failed;
-    if (ran) {
-      stats_.busy_us += end - start;
-      stats_.collective_us += std::min(collective_us, end - start);
-      if (stats_.first_start_us < 0) stats_.first_start_us = start;
-      stats_.last_end_us = end;
+    if (f.ran) {
+      // Launches in flight overlap: the device was busy from the later of
+      // this one's start and the last one's end.
+      const int64_t from =
+          stats_.last_end_us >= 0 ? std::max(f.start_us, stats_.last_end_us) : f.start_us;
+      busy = std::max<int64_t>(0, end - from);
+      stats_.busy_us += busy;
+      stats_.collective_us += std::min(collective_us, busy);
+      if (stats_.first_start_us < 0) stats_.first_start_us = f.start_us;
+      stats_.last_end_us = std::max(stats_.last_end_us, end);
     }
   }
-  CompleteLaunch(launch, status, ran ? end - start : 0);
+  CompleteLaunch(launch, status, busy);
 }
 
 void DeviceStream::Shutdown() {
-  bool waiting;
   std::deque<Launch> queued;
   {
     MutexLock lock(&mu_);
     stopping_ = true;
-    waiting = std::exchange(waiting_, false);
     // What has not started fails now rather than running first: a stop is
     // bounded by the launch in progress, not by the whole queue (a
     // worker's SIGTERM, an interpreter's exit).
@@ -300,7 +383,7 @@ void DeviceStream::Shutdown() {
                         " when it shut down; it did not run")));
   }
   stop_launch_.store(true, std::memory_order_relaxed);
-  Signal(waiting);
+  waker_->Signal();
   if (thread_.joinable()) thread_.join();
   if (task_ != nullptr) {
     task_->Join();
@@ -308,11 +391,37 @@ void DeviceStream::Shutdown() {
   }
 }
 
+int DeviceStream::CancelOwner(ClientId owner) {
+  std::vector<Launch> cancelled;
+  {
+    MutexLock lock(&mu_);
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      if (it->owner == owner) {
+        cancelled.push_back(std::move(*it));
+        it = queue_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (Launch& l : cancelled) {
+    RefuseLaunch(l, absl::CancelledError(absl::StrCat(
+                        "node ", l.info.node, " (", l.info.name, ") of ", l.info.run.ToString(),
+                        " was queued on ", device_.id.ToString(), ", ", device_.host.ToString(),
+                        " when ", owner.ToString(), "'s work was cancelled; it did not run")));
+  }
+  return static_cast<int>(cancelled.size());
+}
+
 DeviceCounters DeviceStream::stats() const {
   MutexLock lock(&mu_);
   DeviceCounters s = stats_;
   s.device = device_.id;
   s.queued = static_cast<int64_t>(queue_.size());
+  if (const int64_t running = running_since_us_.load(std::memory_order_relaxed); running >= 0) {
+    const int64_t from = std::max(running, s.last_end_us);
+    s.busy_us += std::max<int64_t>(0, clock_->NowMicros() - from);
+  }
   return s;
 }
 

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "causeway/async/future.h"
 #include "causeway/backend/executable.h"
@@ -52,6 +53,12 @@ struct RunTally {
 
 struct Launch {
   LaunchInfo info;
+  // The client whose run it is, and its cancellation: set when the client
+  // left or its work was cancelled (HostExecutor::ReleaseOwner). A launch
+  // whose flag is set fails with CANCELLED instead of starting, and one
+  // running sees it (RunContext::cancel). May be null.
+  ClientId owner;
+  std::shared_ptr<const std::atomic<bool>> cancel;
   // Keeps alive what the launch points into (its program plan, which owns
   // the executable), unless its tally does.
   std::shared_ptr<const void> keep_alive;
@@ -97,7 +104,12 @@ class LaunchQueue {
   virtual void EnqueueBatch(std::vector<Launch> launches) = 0;
   // Runs or fails what is queued; later launches fail with UNAVAILABLE.
   virtual void Shutdown() = 0;
-  // Its launch and time counters (DeviceCounters without memory).
+  // Fails every queued launch of `owner` with CANCELLED, naming it; one
+  // already running ends at its next check of its cancel flag, which the
+  // caller set first. Returns how many were taken from the queue.
+  virtual int CancelOwner(ClientId owner) = 0;
+  // Its launch and time counters (DeviceCounters without memory); busy_us
+  // includes the launch running now, so far.
   virtual DeviceCounters stats() const = 0;
   virtual void ResetStats() = 0;
 };
@@ -115,9 +127,14 @@ class DeviceStream final : public LaunchQueue {
   // park the fiber, and the pool's threads run other devices meanwhile. The
   // pool must outlive the stream.
   //
-  // Launches go to `backend` (which outlives the stream) in queue order,
-  // one at a time: the next starts once the device completed the last, and
-  // a launch's outputs are marked ready on its completion.
+  // Launches go to `backend` (which outlives the stream) in queue order.
+  // Up to backend->max_launches_in_flight() are started and not yet
+  // completed: a launch starts as soon as each input is ready or is written
+  // by a launch in flight on this device (which the device runs first), so
+  // a GPU's queue holds the next launch while the last runs. A launch's
+  // outputs are marked ready, and its tally told, on the stream's thread
+  // once it completed, in queue order; a launch that read the output of
+  // one that failed fails with that error.
   DeviceStream(DeviceInfo device, backend::Device* backend, Clock* clock, TraceRecorder* trace,
                FaultInjector fault_injector,
                absl::Duration input_timeout = absl::InfiniteDuration(),
@@ -137,21 +154,75 @@ class DeviceStream final : public LaunchQueue {
   // with UNAVAILABLE. Every queued launch must be able to finish or fail (its
   // inputs' producers are running or failed).
   void Shutdown() override;
+  int CancelOwner(ClientId owner) override;
 
   DeviceCounters stats() const override;
   void ResetStats() override;
 
  private:
+  // What wakes the loop: new work, Shutdown, or a launch's completion (from
+  // the device's thread). Shared with the completions, which may still be
+  // waking it as the stream goes away.
+  struct Waker {
+    // The loop waits on `signal` (fiber::WaitWhileEqual) after setting
+    // `waiting` and looking once more for something to do; whoever gives it
+    // something to do (under mu_, or a completion's `done`) then calls
+    // Wake(), which signals only a loop that says it waits.
+    std::atomic<uint32_t> signal{0};
+    std::atomic<bool> waiting{false};
+    void Wake() {
+      if (waiting.exchange(false)) Signal();
+    }
+    void Signal() {
+      signal.fetch_add(1, std::memory_order_release);
+      fiber::WakeAll(signal);
+    }
+  };
+  // The outcome of a launch in flight: `status` and `end_us` are written by
+  // its completion before `done` is set (release), read by the loop after
+  // it saw `done` (acquire). Reused once the completion let go of it.
+  struct Outcome {
+    std::atomic<bool> done{false};
+    absl::Status status;
+    int64_t end_us = 0;
+  };
+  // A launch started on the device (or failed before it could be), in queue
+  // order. Touched by the loop only.
+  struct InFlight {
+    Launch launch;
+    std::shared_ptr<Outcome> outcome;  // null: never started, `status` says why
+    absl::Status status;
+    bool own_failure = false;  // `status` is this launch's failure, not an input's
+    bool ran = false;          // its kernel (or the fault injector) ran
+    int64_t start_us = 0;
+  };
+
   void Loop();
-  void Execute(Launch& launch);
-  // Launches on backend_ and waits for its completion: the kernel's error.
-  absl::Status Run(const Launch& launch);
+  // Waits for the launch's dependencies and starts it (or fails it): it is
+  // in in_flight_ when this returns.
+  void Start(Launch launch);
+  // Waits for what `launch` needs that is not written by a launch in flight
+  // here: its inputs (within input_timeout_), its output memory and its
+  // temporaries. Drains in_flight_ before any wait, since what it waits for
+  // may depend on them. An input's error is passed on unchanged; an output
+  // that could not be allocated, or an input that never came, is the
+  // launch's own failure.
+  absl::Status AwaitDependencies(const Launch& launch, bool* own_failure);
+  // Ends the launches at the front of in_flight_ that completed, in order.
+  void Reap();
+  // Ends every launch in flight, waiting for their completions.
+  void Drain();
+  // Marks its outputs, counts it, traces it and tells its tally.
+  void Finish(InFlight& f);
+  // Waits until Wake(), unless `progress` (called after `waiting` is set)
+  // says there is something to do.
+  template <typename Progress>
+  void WaitUnless(const Progress& progress);
+  std::shared_ptr<Outcome> NewOutcome();
   // Records the launch's trace event; no lock needed.
   void Prepared(const Launch& launch);
   // Fails a launch that arrived after Shutdown().
   void Refuse(Launch& launch);
-  // Wakes the loop if it waits for work (after queue_ or stopping_ changed).
-  void Signal(bool waiting);
 
   const DeviceInfo device_;
   backend::Device* const backend_;
@@ -159,27 +230,25 @@ class DeviceStream final : public LaunchQueue {
   TraceRecorder* const trace_;
   const FaultInjector fault_injector_;
   const absl::Duration input_timeout_;
+  // Launches started and not yet ended (backend_->max_launches_in_flight()).
+  const size_t depth_;
   mutable Mutex mu_;
   std::deque<Launch> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  // Set by Shutdown, read by the launch in flight (RunContext::stop), which
-  // may then end early instead of running on.
+  // Set by Shutdown, read by the launches in flight (RunContext::stop),
+  // which may then end early instead of running on.
   std::atomic<bool> stop_launch_{false};
   DeviceCounters stats_ ABSL_GUARDED_BY(mu_);
-  // The loop waits for work on `signal_` (fiber::WaitWhileEqual), after
-  // saying so in `waiting_`.
-  bool waiting_ ABSL_GUARDED_BY(mu_) = false;
-  std::atomic<uint32_t> signal_{0};
-  // The outcome of the launch in flight (Run). `status` is written by the
-  // launch's completion before it sets `done` (release) and read by the
-  // loop after it saw `done` set (acquire); the loop is the only launcher,
-  // one launch at a time.
-  struct LaunchOutcome {
-    static constexpr uint32_t kPending = 0, kDone = 1, kWaiting = 2;
-    std::atomic<uint32_t> done{kPending};
-    absl::Status status;
-  };
-  const std::shared_ptr<LaunchOutcome> outcome_ = std::make_shared<LaunchOutcome>();
+  // Clock micros since when a launch has been running without a break; -1
+  // while none runs. stats() counts that time as busy, so a launch that
+  // runs for long (a loop) shows as the device's work before it ends.
+  std::atomic<int64_t> running_since_us_{-1};
+  const std::shared_ptr<Waker> waker_ = std::make_shared<Waker>();
+  // The loop's own (no lock): the launches in flight, in queue order; the
+  // buffers they write; outcomes to reuse.
+  std::deque<InFlight> in_flight_;
+  absl::flat_hash_set<const DeviceBuffer*> written_in_flight_;
+  std::vector<std::shared_ptr<Outcome>> spare_outcomes_;
   // One of them runs the loop.
   std::thread thread_;
   std::shared_ptr<FiberPool::Task> task_;

@@ -196,6 +196,18 @@ absl::Status HostExecutor::CompileNodes(const ProgramPlan& plan, Registered& reg
           " bytes of device memory for its outputs and temporaries; a device of ",
           id().ToString(), " has ", capacity));
     }
+    // Each device it runs on here loads it now (constants uploaded,
+    // pipelines made), not inside its first launch.
+    for (int s : reg.local[first]) {
+      const int local = value.shard_local_device[s];
+      backend::Device* device = store_.backend(local);
+      if (device == nullptr) continue;
+      if (absl::Status loaded = device->Load(**exe); !loaded.ok()) {
+        return Annotate(loaded, absl::StrCat("plan '", plan.name, "': loading ", node.name,
+                                             " on ", options_.devices[local].id.ToString(),
+                                             " of ", id().ToString()));
+      }
+    }
     reg.executables[n] = *std::move(exe);
   }
   return absl::OkStatus();
@@ -474,9 +486,10 @@ std::shared_ptr<const HostExecutor::Registered> HostExecutor::PrepareRun(
                                                                       run.run.ToString())));
     }
   }
+  const std::shared_ptr<const std::atomic<bool>> cancel = cancellations_.FlagOf(run.client);
   for (const int n : reg->nodes) {
     if (plan->nodes[n].kind == PlanNodeKind::kCall) {
-      EnqueueCall(run, reg, n, values, launches);
+      EnqueueCall(run, reg, n, values, launches, cancel);
     } else {
       EnqueueReshard(run, *reg, n, values);
     }
@@ -494,7 +507,8 @@ std::shared_ptr<const HostExecutor::Registered> HostExecutor::PrepareRun(
 
 void HostExecutor::EnqueueCall(const RunRequest& run, const std::shared_ptr<const Registered>& code,
                                int node_index, RunValues& values,
-                               std::vector<std::vector<Launch>>& launches) {
+                               std::vector<std::vector<Launch>>& launches,
+                               const std::shared_ptr<const std::atomic<bool>>& cancel) {
   const Registered& reg = *code;
   const std::shared_ptr<const ProgramPlan>& plan = reg.plan;
   const PlanNode& node = plan->nodes[node_index];
@@ -509,6 +523,8 @@ void HostExecutor::EnqueueCall(const RunRequest& run, const std::shared_ptr<cons
     Launch launch;
     launch.info = LaunchInfo{run.run, node_index, node.name, options_.devices[local].id,
                              options_.host.id};
+    launch.owner = run.client;
+    launch.cancel = cancel;
     // `node.name` and `mesh` live in the plan, and the executable with it.
     launch.keep_alive = code;
     launch.executable = reg.executables[node_index].get();
@@ -692,6 +708,16 @@ Future<Unit> HostExecutor::AwaitShard(ArrayId array, int shard) {
 void HostExecutor::ReleaseArrays(absl::Span<const ArrayId> arrays) { store_.Release(arrays); }
 
 void HostExecutor::ReleaseOwner(ClientId owner) {
+  // Its work first: what runs ends at its next check, what is queued fails
+  // (its gangs' peers with it), and then its memory goes.
+  const bool had_runs = cancellations_.Cancel(owner);
+  if (had_runs) {
+    int cancelled = 0;
+    for (auto& s : streams_) cancelled += s->CancelOwner(owner);
+    if (cancelled > 0) {
+      CW_LOG(kInfo) << id() << ": cancelled " << cancelled << " queued launches of " << owner;
+    }
+  }
   store_.ReleaseOwner(owner);
   SetMemoryQuota(owner, 0);
 }

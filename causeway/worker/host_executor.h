@@ -21,6 +21,7 @@
 #include "causeway/topology/topology.h"
 #include "causeway/transport/services.h"
 #include "causeway/worker/collective_hub.h"
+#include "causeway/worker/cancellations.h"
 #include "causeway/worker/device_stream.h"
 #include "causeway/base/trace.h"
 
@@ -209,11 +210,14 @@ class HostExecutor final : public HostService {
   // Prepares the node's launch on each local device of its mesh and appends
   // it to launches[local device]; the caller hands each device its batch.
   void EnqueueCall(const RunRequest& run, const std::shared_ptr<const Registered>& reg,
-                   int node_index, RunValues& values, std::vector<std::vector<Launch>>& launches);
+                   int node_index, RunValues& values, std::vector<std::vector<Launch>>& launches,
+                   const std::shared_ptr<const std::atomic<bool>>& cancel);
 
   const HostExecutorOptions options_;
   ObjectStore store_;
   std::vector<std::unique_ptr<LaunchQueue>> streams_;
+  // Each client's cancellation flag, set by ReleaseOwner.
+  Cancellations cancellations_;
 
   mutable Mutex mu_;
   // A registered plan with, per value, which of its shards this host holds

@@ -23,10 +23,10 @@ inline std::atomic<int64_t>& WrappedKindRuns() {
   return runs;
 }
 
-class WrappedExecutable final : public backend::Executable {
+class WrappedExecutable final : public backend::cpu::HostExecutable {
  public:
-  explicit WrappedExecutable(std::shared_ptr<const backend::Executable> inner)
-      : Executable(inner->function()), inner_(std::move(inner)) {}
+  explicit WrappedExecutable(std::shared_ptr<const backend::cpu::HostExecutable> inner)
+      : HostExecutable(inner->function()), inner_(std::move(inner)) {}
   int64_t temporary_bytes() const override { return inner_->temporary_bytes(); }
   absl::Status Run(absl::Span<const void* const> inputs, absl::Span<void* const> outputs,
                    const backend::RunContext& context) const override {
@@ -35,7 +35,7 @@ class WrappedExecutable final : public backend::Executable {
   }
 
  private:
-  const std::shared_ptr<const backend::Executable> inner_;
+  const std::shared_ptr<const backend::cpu::HostExecutable> inner_;
 };
 
 class WrappedArenaKind final : public backend::DeviceKind {
@@ -43,7 +43,7 @@ class WrappedArenaKind final : public backend::DeviceKind {
   absl::string_view name() const override { return "wrapped-arena"; }
   absl::StatusOr<std::shared_ptr<const backend::Executable>> Compile(
       const ir::Function& function) const override {
-    absl::StatusOr<std::shared_ptr<const backend::Executable>> inner =
+    absl::StatusOr<std::shared_ptr<const backend::cpu::HostExecutable>> inner =
         backend::cpu::Compile(function);
     if (!inner.ok()) return inner.status();
     return std::shared_ptr<const backend::Executable>(

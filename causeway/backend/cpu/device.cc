@@ -215,7 +215,9 @@ class CpuDevice final : public Device {
     absl::InlinedVector<void*, 8> out;
     for (const DeviceAllocation* a : inputs) in.push_back(Bytes(*a));
     for (DeviceAllocation* a : outputs) out.push_back(Bytes(*a));
-    std::move(done)(executable.Run(in, out, context));
+    absl::StatusOr<const HostExecutable*> host = AsHost(executable);
+    if (!host.ok()) return std::move(done)(host.status());
+    std::move(done)((*host)->Run(in, out, context));
   }
 
  private:
@@ -225,11 +227,6 @@ class CpuDevice final : public Device {
 };
 
 }  // namespace
-
-void CopyHostBox(const void* src, void* dst, const BoxCopy& box) {
-  CopyBox(src, box.src_dims, box.src_offset, dst, box.dst_dims, box.dst_offset, box.extent,
-          box.element_bytes);
-}
 
 absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceSpec& spec) {
   return std::unique_ptr<Device>(std::make_unique<CpuDevice>(spec));

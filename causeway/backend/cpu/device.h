@@ -16,11 +16,6 @@ namespace causeway::backend::cpu {
 // besides its description).
 absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceSpec& spec);
 
-// Copies `box` from host memory at `src` to host memory at `dst`: the cpu
-// kind's copies, and the staging of any kind that copies through the host.
-// REQUIRES: box.Validate passed for the two buffers' sizes.
-void CopyHostBox(const void* src, void* dst, const BoxCopy& box);
-
 }  // namespace causeway::backend::cpu
 
 #endif  // CAUSEWAY_BACKEND_CPU_DEVICE_H_

@@ -16,7 +16,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "causeway/backend/cpu/buffer_plan.h"
+#include "causeway/backend/buffer_plan.h"
 #include "causeway/backend/cpu/kernels.h"
 #include "causeway/base/fiber.h"
 #include "causeway/base/mutex.h"
@@ -65,17 +65,17 @@ absl::Status RunCollective(const Step& step, const Instruction& inst,
 // What a control-flow instruction runs: its sub-functions, compiled, and
 // where its packed results lie.
 struct ControlFlow {
-  std::vector<std::shared_ptr<const Executable>> subs;
+  std::vector<std::shared_ptr<const HostExecutable>> subs;
   std::vector<ir::Shape> shapes;
   std::vector<int64_t> offsets;  // one per result, then the total
   bool is_while = false;
 };
 
-class CpuExecutable final : public Executable {
+class CpuExecutable final : public HostExecutable {
  public:
   CpuExecutable(ir::Function function, ExecutionPlan plan,
                 std::vector<ControlFlow> control_flow)
-      : Executable(std::move(function)),
+      : HostExecutable(std::move(function)),
         plan_(std::move(plan)),
         control_flow_(std::move(control_flow)) {
     temporary_bytes_ = plan_.arena_bytes;
@@ -524,9 +524,9 @@ absl::Status CpuExecutable::RunWhile(const Step& step, const Buffers& buffers,
   uint8_t go = 0;  // a pred: any non-zero byte is true
   void* const go_out[] = {&go};
   for (int64_t iteration = 0;; ++iteration) {
-    if (context.stop != nullptr && context.stop->load(std::memory_order_relaxed)) {
-      return absl::CancelledError(absl::StrCat("while: stopped at iteration ", iteration,
-                                               ": the device is shutting down"));
+    if (absl::Status s = context.Stopped(absl::StrCat("while: stopped at iteration ", iteration));
+        !s.ok()) {
+      return s;
     }
     for (size_t k = 0; k < n; ++k) in[k] = cur + cf.offsets[k];
     absl::Status s = cf.subs[0]->Run(in, go_out, context);
@@ -648,7 +648,7 @@ absl::Status CpuExecutable::Run(absl::Span<const void* const> inputs,
 namespace {
 
 // Compiles a verified function and, recursively, its sub-functions.
-std::shared_ptr<const Executable> CompileVerified(const ir::Function& function,
+std::shared_ptr<const HostExecutable> CompileVerified(const ir::Function& function,
                                                   bool fuse_elementwise) {
   ExecutionPlan plan = PlanExecution(function, {.fuse_elementwise = fuse_elementwise});
   std::vector<ControlFlow> control_flow(function.instructions().size());
@@ -666,11 +666,21 @@ std::shared_ptr<const Executable> CompileVerified(const ir::Function& function,
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<const Executable>> Compile(const ir::Function& function,
-                                                          bool fuse_elementwise) {
+absl::StatusOr<std::shared_ptr<const HostExecutable>> Compile(const ir::Function& function,
+                                                              bool fuse_elementwise) {
   CW_RETURN_IF_ERROR(ir::Verify(function));
   kernels::InitBlas();
   return CompileVerified(function, fuse_elementwise);
+}
+
+absl::StatusOr<const HostExecutable*> AsHost(const Executable& executable) {
+  const auto* host = dynamic_cast<const HostExecutable*>(&executable);
+  if (host == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "function ", executable.function().name(),
+        " was compiled for another kind of device, not the cpu kind"));
+  }
+  return host;
 }
 
 namespace {
@@ -679,7 +689,8 @@ class CpuKind final : public DeviceKind {
   absl::string_view name() const override { return kKindName; }
   absl::StatusOr<std::shared_ptr<const Executable>> Compile(
       const ir::Function& function) const override {
-    return cpu::Compile(function);
+    CW_ASSIGN_OR_RETURN(std::shared_ptr<const HostExecutable> exe, cpu::Compile(function));
+    return std::shared_ptr<const Executable>(std::move(exe));
   }
   absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceSpec& spec) const override {
     return cpu::CreateDevice(spec);

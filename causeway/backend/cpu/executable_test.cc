@@ -18,7 +18,7 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "causeway/backend/cpu/buffer_plan.h"
+#include "causeway/backend/buffer_plan.h"
 #include "causeway/base/mutex.h"
 #include "causeway/ir/builder.h"
 #include "causeway/ir/verifier.h"
@@ -46,13 +46,13 @@ Function BuildOrDie(FunctionBuilder& b, std::vector<Value> outputs) {
   return *std::move(f);
 }
 
-std::shared_ptr<const Executable> CompileOrDie(const Function& f) {
-  absl::StatusOr<std::shared_ptr<const Executable>> exe = Compile(f);
+std::shared_ptr<const HostExecutable> CompileOrDie(const Function& f) {
+  absl::StatusOr<std::shared_ptr<const HostExecutable>> exe = Compile(f);
   CW_CHECK_OK(exe.status());
   return *std::move(exe);
 }
 
-absl::StatusOr<std::vector<Literal>> RunExe(const Executable& exe,
+absl::StatusOr<std::vector<Literal>> RunExe(const HostExecutable& exe,
                                             const std::vector<Literal>& inputs,
                                             CollectiveOps* collectives = nullptr) {
   std::vector<const void*> in;
@@ -467,7 +467,7 @@ TEST(CpuExecutableTest, CollectiveErrorsCarryInstructionContext) {
 
 TEST(CpuExecutableTest, CompileRejectsInvalidFunctions) {
   Function bad("bad", {}, {}, {0});
-  absl::StatusOr<std::shared_ptr<const Executable>> exe = Compile(bad);
+  absl::StatusOr<std::shared_ptr<const HostExecutable>> exe = Compile(bad);
   EXPECT_EQ(exe.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
@@ -661,7 +661,7 @@ TEST(CpuExecutableTest, ElementwiseChainsRunAsOneFusedStepWithTheUnfusedResults)
   const Literal x = RandomF32({3, 1500}, 21, -4, 4);
   const Literal bias = RandomF32({1500}, 22);
   const std::vector<Literal> fused = RunOrDie(f, {x, bias});
-  absl::StatusOr<std::shared_ptr<const Executable>> plain = Compile(f, false);
+  absl::StatusOr<std::shared_ptr<const HostExecutable>> plain = Compile(f, false);
   ASSERT_TRUE(plain.ok());
   absl::StatusOr<std::vector<Literal>> unfused = RunExe(**plain, {x, bias});
   ASSERT_TRUE(unfused.ok());

@@ -7,8 +7,8 @@
 // member's operand by address and writes every result in one pass, and
 // the other collectives are buffer copies between the members' buffers.
 // No byte crosses into host memory. Groups that span GPUs or processes take
-// the host-staged hub instead (device.cc decides, the same way on every
-// member).
+// the host-staged hub instead (device_steps.cc decides, the same way on
+// every member).
 #ifndef CAUSEWAY_BACKEND_VULKAN_COLLECTIVES_H_
 #define CAUSEWAY_BACKEND_VULKAN_COLLECTIVES_H_
 

@@ -128,8 +128,6 @@ static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == static_cast<size_t>(Kern
 
 }  // namespace
 
-const char* KernelName(Kernel kernel) { return kEntries[static_cast<int>(kernel)].name; }
-
 absl::Span<const uint32_t> KernelCode(Kernel kernel) {
   return kEntries[static_cast<int>(kernel)].code;
 }

@@ -212,8 +212,8 @@ Result RunTest(const fs::path& dir) {
       stored.push_back(*std::move(value));
       args.push_back(stored.back().data());
     }
-    absl::StatusOr<std::shared_ptr<const backend::Executable>> exe =
-        backend::cpu::Kind().Compile(imported->function);
+    absl::StatusOr<std::shared_ptr<const backend::cpu::HostExecutable>> exe =
+        backend::cpu::Compile(imported->function);
     if (!exe.ok()) return {Outcome::kFailed, r.op, std::string(exe.status().message())};
     const ir::Function& f = imported->function;
     std::vector<ir::Literal> outs;

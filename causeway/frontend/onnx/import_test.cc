@@ -80,7 +80,7 @@ HostTensor F32(const std::string& name, std::vector<int64_t> dims, std::vector<f
 }
 
 std::vector<float> RunOnCpu(const ImportedModel& m, const std::vector<const ir::Literal*>& in) {
-  auto exe = backend::cpu::Kind().Compile(m.function);
+  auto exe = backend::cpu::Compile(m.function);
   CW_CHECK_OK(exe.status());
   ir::Literal out(m.function.output_shape(0));
   std::vector<const void*> args;
@@ -278,7 +278,7 @@ TEST(OnnxImportTest, NarrowTypesAreStoredAsSuchAndComputedWide) {
   EXPECT_EQ(m.outputs[2].shape, ir::Shape(ir::DType::kI64, {2}));
   EXPECT_EQ(m.outputs[3].shape, ir::Shape(ir::DType::kU8, {2}));
 
-  auto exe = backend::cpu::Kind().Compile(m.function);
+  auto exe = backend::cpu::Compile(m.function);
   ASSERT_OK(exe.status());
   ASSERT_OK_AND_ASSIGN(ir::Literal xs, StoredLiteral(xt));
   ASSERT_OK_AND_ASSIGN(ir::Literal is, StoredLiteral(it));

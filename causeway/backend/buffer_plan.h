@@ -1,6 +1,8 @@
-// Internal to the CPU backend: the static plan an Executable follows on every
-// run. Compile decides once which instructions run, in what order, and where
-// each value lives, so that Run only resolves pointers and calls kernels.
+// The static plan a kind's executable follows on every run, shared by the
+// kinds that lower the IR themselves (cpu runs it step by step; vulkan and
+// cuda lower its steps into dispatches). Compile decides once which
+// instructions run, in what order, and where each value lives, so that a run
+// only resolves addresses and calls kernels.
 //
 // Values live in one of four places: a caller's input buffer (parameters
 // alias their inputs), a caller's output buffer (a computed value that is a
@@ -9,15 +11,15 @@
 // reader has run; a result never shares space with its own operands, except
 // a reshape, which runs no step and names its operand's bytes when they are
 // read-only or it is their last reader.
-#ifndef CAUSEWAY_BACKEND_CPU_BUFFER_PLAN_H_
-#define CAUSEWAY_BACKEND_CPU_BUFFER_PLAN_H_
+#ifndef CAUSEWAY_BACKEND_BUFFER_PLAN_H_
+#define CAUSEWAY_BACKEND_BUFFER_PLAN_H_
 
 #include <cstdint>
 #include <vector>
 
 #include "causeway/ir/function.h"
 
-namespace causeway::backend::cpu {
+namespace causeway::backend {
 
 struct BufferLocation {
   enum class Kind { kInput, kOutput, kArena, kConstant };
@@ -95,6 +97,6 @@ struct PlanOptions {
 };
 ExecutionPlan PlanExecution(const ir::Function& function, PlanOptions options = {});
 
-}  // namespace causeway::backend::cpu
+}  // namespace causeway::backend
 
-#endif  // CAUSEWAY_BACKEND_CPU_BUFFER_PLAN_H_
+#endif  // CAUSEWAY_BACKEND_BUFFER_PLAN_H_

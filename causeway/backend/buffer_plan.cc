@@ -1,4 +1,4 @@
-#include "causeway/backend/cpu/buffer_plan.h"
+#include "causeway/backend/buffer_plan.h"
 
 #include <algorithm>
 #include <iterator>
@@ -7,7 +7,7 @@
 
 #include "causeway/base/check.h"
 
-namespace causeway::backend::cpu {
+namespace causeway::backend {
 namespace {
 
 using ir::Instruction;
@@ -428,4 +428,4 @@ ExecutionPlan PlanExecution(const ir::Function& function, PlanOptions options) {
   return plan;
 }
 
-}  // namespace causeway::backend::cpu
+}  // namespace causeway::backend

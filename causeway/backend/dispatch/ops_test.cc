@@ -1,11 +1,13 @@
-// The vulkan kind against the cpu kind, op by op: every op of the IR, in
-// each dtype it takes, on random inputs, run on a vulkan device (lavapipe
-// on a machine without a GPU) through the Device interface, and compared
-// with the cpu kind's result: exactly for integers, predicates, data
-// movement and uniform random numbers, within a few ulps-worth relative
-// tolerance for f32 arithmetic (GPU transcendentals and summation orders
-// differ). Each case also runs with the staged copy path
-// (CAUSEWAY_VULKAN_STAGING) in vulkan_staging_ops_test.
+// A dispatch kind against the cpu kind, op by op: every op of the IR, in
+// each dtype it takes, on random inputs, run on a device of the kind
+// through the Device interface, and compared with the cpu kind's result:
+// exactly for integers, predicates, data movement and uniform random
+// numbers, within a few ulps-worth relative tolerance for f32 arithmetic
+// (GPU transcendentals and summation orders differ). Built once per kind
+// that runs dispatch programs (CAUSEWAY_OPS_KIND): vulkan_ops_test (lavapipe
+// on a machine without a GPU; again with the staged copy path,
+// CAUSEWAY_VULKAN_STAGING, in vulkan_staging_ops_test) and cuda_ops_test,
+// which reports every case skipped where the machine has no CUDA GPU.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -19,9 +21,13 @@
 
 #include "causeway/backend/cpu/executable.h"
 #include "causeway/backend/device.h"
+#include "causeway/backend/dispatch/program.h"
+#if CAUSEWAY_OPS_KIND_CUDA
+#include "causeway/backend/cuda/device.h"
+#else
 #include "causeway/backend/vulkan/device.h"
-#include "causeway/backend/vulkan/executable.h"
 #include "causeway/backend/vulkan/kernels.h"
+#endif
 #include "causeway/base/check.h"
 #include "causeway/ir/builder.h"
 #include "causeway/ir/elements.h"
@@ -29,10 +35,16 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
+#if CAUSEWAY_OPS_KIND_CUDA
+namespace causeway::backend::cuda {
+#else
 namespace causeway::backend::vulkan {
+#endif
 namespace {
 
 using namespace ir;  // NOLINT: test brevity
+using dispatch::Dispatch;
+using dispatch::Kernel;
 using ::causeway::testing::StatusIs;
 
 using Body = std::function<Value(FunctionBuilder&, const std::vector<Value>&)>;
@@ -64,13 +76,23 @@ Literal RandomPred(std::vector<int64_t> dims, std::mt19937& rng) {
   return l;
 }
 
-class VulkanOpsTest : public ::testing::Test {
+class KindOpsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     absl::StatusOr<std::unique_ptr<Device>> d = Kind().CreateDevice(DeviceSpec{DeviceId(0), 0, 0});
+#if CAUSEWAY_OPS_KIND_CUDA
+    // No CUDA GPU (or driver) here: every case is skipped, and says why.
+    if (absl::IsUnavailable(d.status())) {
+      skipped_ = new absl::Status(d.status());
+      return;
+    }
+#endif
     ASSERT_TRUE(d.ok()) << d.status()
                         << " (scripts/install-deps.sh installs mesa-vulkan-drivers)";
     device_ = d->release();
+  }
+  void SetUp() override {
+    if (skipped_ != nullptr) GTEST_SKIP() << *skipped_;
   }
   static void TearDownTestSuite() {
     delete device_;
@@ -153,12 +175,14 @@ class VulkanOpsTest : public ::testing::Test {
   }
 
   static Device* device_;
+  static absl::Status* skipped_;
   std::mt19937 rng_{42};
 };
 
-Device* VulkanOpsTest::device_ = nullptr;
+Device* KindOpsTest::device_ = nullptr;
+absl::Status* KindOpsTest::skipped_ = nullptr;
 
-TEST_F(VulkanOpsTest, ElementwiseBinaryF32) {
+TEST_F(KindOpsTest, ElementwiseBinaryF32) {
   const Literal a = RandomF32({7, 45}, rng_), b = RandomF32({7, 45}, rng_, 0.5f, 3.0f);
   for (OpKind op : {OpKind::kAdd, OpKind::kSub, OpKind::kMul, OpKind::kDiv, OpKind::kMax,
                     OpKind::kMin, OpKind::kPow, OpKind::kGeluGrad}) {
@@ -179,7 +203,7 @@ TEST_F(VulkanOpsTest, ElementwiseBinaryF32) {
   }
 }
 
-TEST_F(VulkanOpsTest, BroadcastOperandsFoldedIntoArithmetic) {
+TEST_F(KindOpsTest, BroadcastOperandsFoldedIntoArithmetic) {
   // The plan folds a broadcast row or scalar into the arithmetic that reads
   // it; the kernel reads it repeated.
   const Literal x = RandomF32({6, 10}, rng_), row = RandomF32({10}, rng_),
@@ -192,7 +216,7 @@ TEST_F(VulkanOpsTest, BroadcastOperandsFoldedIntoArithmetic) {
          }});
 }
 
-TEST_F(VulkanOpsTest, ElementwiseBinaryI32WithXlaDivision) {
+TEST_F(KindOpsTest, ElementwiseBinaryI32WithXlaDivision) {
   Literal a = RandomI32({64}, rng_), b = RandomI32({64}, rng_);
   a.mutable_values<int32_t>()[0] = std::numeric_limits<int32_t>::min();
   b.mutable_values<int32_t>()[0] = -1;
@@ -207,7 +231,7 @@ TEST_F(VulkanOpsTest, ElementwiseBinaryI32WithXlaDivision) {
   Check({"min", {a, b}, [](auto& f, auto& p) { return f.Min(p[0], p[1]); }});
 }
 
-TEST_F(VulkanOpsTest, ElementwiseUnary) {
+TEST_F(KindOpsTest, ElementwiseUnary) {
   const Literal a = RandomF32({333}, rng_), pos = RandomF32({333}, rng_, 0.01f, 9.0f);
   Check({"neg", {a}, [](auto& f, auto& p) { return f.Neg(p[0]); }});
   Check({"exp", {a}, [](auto& f, auto& p) { return f.Exp(p[0]); }, 1e-5f});
@@ -231,7 +255,7 @@ TEST_F(VulkanOpsTest, ElementwiseUnary) {
   Check({"sign_i32", {i}, [](auto& f, auto& p) { return f.Sign(p[0]); }});
 }
 
-TEST_F(VulkanOpsTest, ComparisonsAndSelect) {
+TEST_F(KindOpsTest, ComparisonsAndSelect) {
   const Literal a = RandomF32({5, 9}, rng_), b = RandomF32({5, 9}, rng_);
   const Literal ia = RandomI32({5, 9}, rng_, -3, 3), ib = RandomI32({5, 9}, rng_, -3, 3);
   const Literal pa = RandomPred({5, 9}, rng_), pb = RandomPred({5, 9}, rng_);
@@ -251,7 +275,7 @@ TEST_F(VulkanOpsTest, ComparisonsAndSelect) {
          [](auto& f, auto& p) { return f.Select(p[0], p[1], p[2]); }});
 }
 
-TEST_F(VulkanOpsTest, ConversionsBetweenEveryPairOfDtypes) {
+TEST_F(KindOpsTest, ConversionsBetweenEveryPairOfDtypes) {
   Literal a = RandomF32({40}, rng_, -1e3f, 1e3f);
   a.mutable_values<float>()[0] = std::numeric_limits<float>::quiet_NaN();
   a.mutable_values<float>()[1] = 3e9f;
@@ -265,7 +289,7 @@ TEST_F(VulkanOpsTest, ConversionsBetweenEveryPairOfDtypes) {
   }
 }
 
-TEST_F(VulkanOpsTest, DataMovement) {
+TEST_F(KindOpsTest, DataMovement) {
   const Literal a = RandomF32({3, 4, 5}, rng_), b = RandomF32({3, 2, 5}, rng_);
   const Literal p = RandomPred({3, 4, 5}, rng_);
   Check({"iota_f32", {}, [](auto& f, auto&) { return f.Iota(Shape(DType::kF32, {3, 4, 5}), 1); }});
@@ -289,7 +313,7 @@ TEST_F(VulkanOpsTest, DataMovement) {
          [](auto& f, auto& v) { return f.Reshape(v[0], {9}); }});
 }
 
-TEST_F(VulkanOpsTest, Reductions) {
+TEST_F(KindOpsTest, Reductions) {
   const Literal a = RandomF32({4, 6, 10}, rng_), i = RandomI32({4, 6, 10}, rng_);
   for (std::vector<int64_t> axes : std::vector<std::vector<int64_t>>{{0}, {1}, {2}, {0, 2}, {0, 1, 2}}) {
     Check({"sum", {a}, [axes](auto& f, auto& v) { return f.ReduceSum(v[0], axes); }, 1e-5f});
@@ -300,7 +324,7 @@ TEST_F(VulkanOpsTest, Reductions) {
   }
 }
 
-TEST_F(VulkanOpsTest, LongReductionsScattersAndRows) {
+TEST_F(KindOpsTest, LongReductionsScattersAndRows) {
   // Ones sum exactly in any order, on both kinds.
   const Literal ones = Literal::F32({1024, 1024}, std::vector<float>(1 << 20, 1.0f));
   Check({"sum_all", {ones}, [](auto& f, auto& v) { return f.ReduceSum(v[0], {0, 1}); }, 0.0f});
@@ -336,7 +360,7 @@ TEST_F(VulkanOpsTest, LongReductionsScattersAndRows) {
          [](auto& f, auto& v) { return f.Matmul(v[0], v[1]); }, 1e-3f});
 }
 
-TEST_F(VulkanOpsTest, MatrixProducts) {
+TEST_F(KindOpsTest, MatrixProducts) {
   Check({"matmul", {RandomF32({37, 29}, rng_), RandomF32({29, 53}, rng_)},
          [](auto& f, auto& v) { return f.Matmul(v[0], v[1]); }, 1e-5f});
   Check({"matmul_i32", {RandomI32({5, 7}, rng_), RandomI32({7, 3}, rng_)},
@@ -362,6 +386,7 @@ TEST_F(VulkanOpsTest, MatrixProducts) {
          [](auto& f, auto& v) { return f.DotGeneral(v[0], v[1], {0}, {0}, {1}, {2}); }, 1e-4f});
 }
 
+#if !CAUSEWAY_OPS_KIND_CUDA
 TEST(VulkanKernelChoice, LargeTilesWhereTheyAreFilledAndEnough) {
   // 4096x4096: 64x64 tiles of 64, 32x32 of 128.
   Variant v = ChooseVariant(Kernel::kMatmulF32, 0, 4096, {64, 64, 1}, /*cpu=*/false);
@@ -405,8 +430,9 @@ TEST(VulkanKernelChoice, LargeTilesWhereTheyAreFilledAndEnough) {
   v = ChooseVariant(Kernel::kReduceF32, 25600, 0, {100, 1, 1}, true);
   EXPECT_EQ(v.groups, (std::array<uint32_t, 3>{100, 1, 1}));
 }
+#endif  // !CAUSEWAY_OPS_KIND_CUDA
 
-TEST_F(VulkanOpsTest, ArgSort) {
+TEST_F(KindOpsTest, ArgSort) {
   // Few distinct values, so lines have ties; f32 with a NaN.
   Literal f = RandomI32({4, 37, 3}, rng_, 0, 5);
   Literal x(Shape(DType::kF32, {4, 37, 3}));
@@ -420,14 +446,14 @@ TEST_F(VulkanOpsTest, ArgSort) {
   }
 }
 
-TEST_F(VulkanOpsTest, StridedSlices) {
+TEST_F(KindOpsTest, StridedSlices) {
   Check({"strided_slice", {RandomF32({6, 7, 5}, rng_)},
          [](auto& f, auto& v) { return f.Slice(v[0], {1, 0, 2}, {6, 7, 5}, {2, 3, 1}); }});
   Check({"strided_slice_i32", {RandomI32({9, 4}, rng_)},
          [](auto& f, auto& v) { return f.Slice(v[0], {0, 1}, {9, 4}, {4, 2}); }});
 }
 
-TEST_F(VulkanOpsTest, ConvolutionsAndTheirGradients) {
+TEST_F(KindOpsTest, ConvolutionsAndTheirGradients) {
   struct Geometry {
     std::string name;
     std::vector<int64_t> x, w, y;
@@ -454,7 +480,7 @@ TEST_F(VulkanOpsTest, ConvolutionsAndTheirGradients) {
   }
 }
 
-TEST_F(VulkanOpsTest, Pooling) {
+TEST_F(KindOpsTest, Pooling) {
   const ConvSpec resnet{{2, 2}, {1, 1}, {1, 1}, {1, 1}, 1};
   const ConvSpec dilated{{3}, {2}, {1}, {3}, 1};
   for (ReduceKind kind : {ReduceKind::kMax, ReduceKind::kSum}) {
@@ -468,7 +494,7 @@ TEST_F(VulkanOpsTest, Pooling) {
   }
 }
 
-TEST_F(VulkanOpsTest, GatherAndScatterAdd) {
+TEST_F(KindOpsTest, GatherAndScatterAdd) {
   const Literal table = RandomF32({11, 6}, rng_);
   Literal idx = RandomI32({4, 5}, rng_, -2, 13);  // some out of range
   Check({"gather", {table, idx}, [](auto& f, auto& v) { return f.Gather(v[0], v[1], 0); }});
@@ -482,13 +508,13 @@ TEST_F(VulkanOpsTest, GatherAndScatterAdd) {
          [](auto& f, auto& v) { return f.ScatterAdd(v[0], v[1], v[2], 0); }});
 }
 
-TEST_F(VulkanOpsTest, RandomNumbersAreTheCpuKindsBits) {
+TEST_F(KindOpsTest, RandomNumbersAreTheCpuKindsBits) {
   const Literal seed = Literal::I32({}, {1234});
   Check({"uniform", {seed}, [](auto& f, auto& v) { return f.RngUniform(v[0], {1000}); }, 0.0f});
   Check({"normal", {seed}, [](auto& f, auto& v) { return f.RngNormal(v[0], {1000}); }, 1e-5f});
 }
 
-TEST_F(VulkanOpsTest, FusedTransformerKernels) {
+TEST_F(KindOpsTest, FusedTransformerKernels) {
   const Literal x = RandomF32({9, 70}, rng_), g = RandomF32({9, 70}, rng_);
   const Literal eps = Literal::ScalarF32(1e-5f);
   Check({"softmax", {x}, [](auto& f, auto& v) { return f.Softmax(v[0]); }, 1e-5f});
@@ -502,7 +528,7 @@ TEST_F(VulkanOpsTest, FusedTransformerKernels) {
          }, 1e-4f});
 }
 
-TEST_F(VulkanOpsTest, ResultsThatAreParametersOrConstants) {
+TEST_F(KindOpsTest, ResultsThatAreParametersOrConstants) {
   const Literal a = RandomF32({10}, rng_);
   Check({"identity", {a}, [](auto&, auto& v) { return v[0]; }});
   Check({"constant", {}, [](auto& f, auto&) { return f.Constant(Literal::F32({3}, {1, 2, 3})); }});
@@ -535,7 +561,7 @@ Function PowerLoop() {
   return Built(b, {out[1]});
 }
 
-TEST_F(VulkanOpsTest, WhileLoopsRunAsManyIterationsAsTheirDataSays) {
+TEST_F(KindOpsTest, WhileLoopsRunAsManyIterationsAsTheirDataSays) {
   const Function power = PowerLoop();
   const Literal x = Literal::F32({2}, {2.0f, -3.0f});
   for (int32_t n : {0, 1, 2, 7}) {
@@ -554,7 +580,7 @@ TEST_F(VulkanOpsTest, WhileLoopsRunAsManyIterationsAsTheirDataSays) {
          }});
 }
 
-TEST_F(VulkanOpsTest, ConditionalsRunTheBranchTheirSelectorPicks) {
+TEST_F(KindOpsTest, ConditionalsRunTheBranchTheirSelectorPicks) {
   const Shape v(DType::kF32, {3});
   auto branch = [&](const char* name, float scale) {
     FunctionBuilder fb(name);
@@ -587,7 +613,7 @@ TEST_F(VulkanOpsTest, ConditionalsRunTheBranchTheirSelectorPicks) {
   }
 }
 
-TEST_F(VulkanOpsTest, LoopsNestInsideConditionalsAndLoops) {
+TEST_F(KindOpsTest, LoopsNestInsideConditionalsAndLoops) {
   // Three iterations summing x^(i+1) for even i, through a conditional
   // whose branch runs the power loop.
   const Function power = PowerLoop();
@@ -623,7 +649,7 @@ TEST_F(VulkanOpsTest, LoopsNestInsideConditionalsAndLoops) {
          }});
 }
 
-TEST_F(VulkanOpsTest, ALoopThatNeverEndsStopsWhenTheDeviceShutsDown) {
+TEST_F(KindOpsTest, ALoopThatNeverEndsStopsWhenTheDeviceShutsDown) {
   FunctionBuilder cb("forever");
   Value cx = cb.Parameter(Shape(DType::kF32, {}));
   const Function cond = Built(cb, {cb.Compare(cx, cx, Comparison::kEq)});
@@ -661,7 +687,7 @@ TEST_F(VulkanOpsTest, ALoopThatNeverEndsStopsWhenTheDeviceShutsDown) {
                           ::testing::HasSubstr("the device is shutting down")));
 }
 
-TEST_F(VulkanOpsTest, ALoopsCarryConditionAndSubFunctionsCountAsTemporaries) {
+TEST_F(KindOpsTest, ALoopsCarryConditionAndSubFunctionsCountAsTemporaries) {
   // The store reserves temporary_bytes() for a launch: the packed carry (3
   // results at 64-byte offsets) twice, and the condition's byte.
   auto exe = Kind().Compile(PowerLoop());
@@ -669,7 +695,7 @@ TEST_F(VulkanOpsTest, ALoopsCarryConditionAndSubFunctionsCountAsTemporaries) {
   EXPECT_GT((*exe)->temporary_bytes(), 2 * 3 * 64);
 }
 
-TEST_F(VulkanOpsTest, ControlFlowOverEmptyArrays) {
+TEST_F(KindOpsTest, ControlFlowOverEmptyArrays) {
   const Shape e(DType::kF32, {0});
   FunctionBuilder cb("never");
   Value ce = cb.Parameter(e);
@@ -688,7 +714,7 @@ TEST_F(VulkanOpsTest, ControlFlowOverEmptyArrays) {
          }});
 }
 
-TEST_F(VulkanOpsTest, CompilingNeedsNoDeviceAndNamesWhatItCannotRun) {
+TEST_F(KindOpsTest, CompilingNeedsNoDeviceAndNamesWhatItCannotRun) {
   FunctionBuilder b("too_big");
   Value p = b.Parameter(Shape(DType::kF32, {1 << 16, 1 << 16}));
   auto f = b.Build({b.Neg(p)});
@@ -697,9 +723,9 @@ TEST_F(VulkanOpsTest, CompilingNeedsNoDeviceAndNamesWhatItCannotRun) {
               StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("2^31")));
 }
 
-TEST_F(VulkanOpsTest, TheDeviceDescribesItsGpu) {
+TEST_F(KindOpsTest, TheDeviceDescribesItsGpu) {
   const DeviceDescription& d = device_->description();
-  EXPECT_EQ(d.kind, "vulkan");
+  EXPECT_EQ(d.kind, kKindName);
   EXPECT_FALSE(d.name.empty());
   EXPECT_FALSE(d.driver.empty());
   EXPECT_GT(d.memory_bytes, 0);
@@ -708,7 +734,7 @@ TEST_F(VulkanOpsTest, TheDeviceDescribesItsGpu) {
 // Storage dtypes are held, and converted to and from every dtype, bit for
 // bit as the cpu kind converts them (odd lengths: a last element sharing a
 // word with nothing); any other op on them is named as the cpu kind's.
-TEST_F(VulkanOpsTest, StorageDtypesConvertFromAndToEveryDtype) {
+TEST_F(KindOpsTest, StorageDtypesConvertFromAndToEveryDtype) {
   Literal a = RandomF32({41}, rng_, -400.0f, 400.0f);
   a.mutable_values<float>()[0] = std::numeric_limits<float>::quiet_NaN();
   a.mutable_values<float>()[1] = 3e9f;
@@ -744,10 +770,11 @@ TEST_F(VulkanOpsTest, StorageDtypesConvertFromAndToEveryDtype) {
                        ::testing::HasSubstr("cannot run transpose of f16[2,4]")));
 }
 
+#if !CAUSEWAY_OPS_KIND_CUDA
 // A launch's commands are recorded once and submitted again: later launches
 // of the executable, over other buffers each time, record nothing and read
 // and write the buffers they were given.
-TEST_F(VulkanOpsTest, LaunchesReuseTheirRecordedCommandsOverNewBuffers) {
+TEST_F(KindOpsTest, LaunchesReuseTheirRecordedCommandsOverNewBuffers) {
   FunctionBuilder b("axpy");
   Value x = b.Parameter(Shape(DType::kF32, {300}));
   Value y = b.Parameter(Shape(DType::kF32, {300}));
@@ -793,10 +820,11 @@ TEST_F(VulkanOpsTest, LaunchesReuseTheirRecordedCommandsOverNewBuffers) {
   }
   EXPECT_EQ(SegmentRecordings(), recorded);
 }
+#endif  // !CAUSEWAY_OPS_KIND_CUDA
 
-// The kernels of the first segment of `f` compiled for the vulkan kind.
+// The kernels of the first segment of `f` compiled for the kind.
 std::vector<Kernel> KernelsOf(const Function& f) {
-  auto exe = VulkanExecutable::Compile(f);
+  auto exe = dispatch::Program::Compile(f, {std::string(kKindName)});
   CW_CHECK_OK(exe.status());
   std::vector<Kernel> out;
   for (const Dispatch& d : (*exe)->segments()[0].dispatches) out.push_back(d.kernel);
@@ -807,7 +835,7 @@ std::vector<Kernel> KernelsOf(const Function& f) {
 // planner's fused steps), equal to the cpu kind's results: with repeated
 // rows, values stored because they are results, and the fallbacks to one
 // dispatch per op past the kernel's bounds (inputs, ops).
-TEST_F(VulkanOpsTest, ElementwiseRunsAreOneFusedDispatch) {
+TEST_F(KindOpsTest, ElementwiseRunsAreOneFusedDispatch) {
   const Literal x = RandomF32({6, 250}, rng_), bias = RandomF32({250}, rng_);
   const Body gelu = [](FunctionBuilder& f, const std::vector<Value>& v) {
     const Value xb = f.Add(v[0], f.Broadcast(v[1], {6, 250}, {1}));
@@ -869,4 +897,8 @@ TEST_F(VulkanOpsTest, ElementwiseRunsAreOneFusedDispatch) {
 }
 
 }  // namespace
+#if CAUSEWAY_OPS_KIND_CUDA
+}  // namespace causeway::backend::cuda
+#else
 }  // namespace causeway::backend::vulkan
+#endif

@@ -1,4 +1,4 @@
-#include "causeway/backend/vulkan/executable.h"
+#include "causeway/backend/dispatch/program.h"
 
 #include <algorithm>
 #include <atomic>
@@ -7,15 +7,14 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "causeway/backend/cpu/buffer_plan.h"
-#include "causeway/backend/vulkan/gpu.h"
+#include "causeway/backend/buffer_plan.h"
 #include "causeway/base/status_macros.h"
 #include "causeway/ir/convolution.h"
 #include "causeway/ir/verifier.h"
 
-namespace causeway::backend::vulkan {
+namespace causeway::backend::dispatch {
 
-using cpu::BufferLocation;
+using backend::BufferLocation;
 using ir::DType;
 using ir::Instruction;
 using ir::OpKind;
@@ -110,16 +109,16 @@ Strided Squeeze(const Strided& s) {
 // Lowers a function's plan into segments of dispatches.
 class Lowering {
  public:
-  Lowering(const ir::Function& f, VulkanExecutable& exe, bool fuse)
-      : f_(f), exe_(exe), fuse_(fuse) {}
+  Lowering(const ir::Function& f, Program& exe, const LowerOptions& options)
+      : f_(f), exe_(exe), fuse_(options.fuse_elementwise), kind_(options.kind) {}
 
   absl::Status Run() {
     // The cpu kind's plan, its runs of element-wise ops fused (one
     // kFusedF32 dispatch each, LowerFused) unless !fuse_.
-    const cpu::ExecutionPlan plan = cpu::PlanExecution(f_, {.fuse_elementwise = fuse_});
+    const ExecutionPlan plan = PlanExecution(f_, {.fuse_elementwise = fuse_});
     if (static_cast<uint64_t>(f_.num_parameters()) + f_.num_outputs() + 2 >= kNoSlot) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "the vulkan kind cannot run ", f_.name(), ": ", f_.num_parameters(),
+          "the ", kind_, " kind cannot run ", f_.name(), ": ", f_.num_parameters(),
           " parameters and ", f_.num_outputs(), " results are more than a launch can name"));
     }
     temp_top_ = plan.arena_bytes;
@@ -133,19 +132,19 @@ class Lowering {
       if (storage && inst.op != OpKind::kParameter && inst.op != OpKind::kConstant &&
           inst.op != OpKind::kConvert) {
         return absl::UnimplementedError(absl::StrCat(
-            "the vulkan kind cannot run ", ir::OpName(inst.op), " of ",
+            "the ", kind_, " kind cannot run ", ir::OpName(inst.op), " of ",
             inst.shape.ToString(), ": it converts ", ir::DTypeName(inst.shape.dtype),
             " values from and to f32 or i32 but computes on f32, i32 and pred only"));
       }
       if (inst.shape.num_elements() > kMaxElements) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "the vulkan kind cannot run ", ir::OpName(inst.op), " of ",
+            "the ", kind_, " kind cannot run ", ir::OpName(inst.op), " of ",
             inst.shape.ToString(), ": arrays are limited to 2^31 - 1 elements"));
       }
     }
     exe_.segments_.emplace_back();
-    for (const cpu::Step& step : plan.steps) CW_RETURN_IF_ERROR(Lower(step));
-    for (const cpu::FinalCopy& copy : plan.final_copies) {
+    for (const Step& step : plan.steps) CW_RETURN_IF_ERROR(Lower(step));
+    for (const FinalCopy& copy : plan.final_copies) {
       CopyBytes(Resolve(copy.source), Ref{Ref::Kind::kOutput, copy.output, 0}, copy.bytes);
     }
     // A loop or conditional views the temporaries (RunControlFlow), even
@@ -231,7 +230,7 @@ class Lowering {
     const Strided s = Squeeze(s0);
     if (s.dims.size() > static_cast<size_t>(kMaxRank)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "the vulkan kind moves arrays of at most ", kMaxRank, " dimensions (not 1), not ",
+          "the ", kind_, " kind moves arrays of at most ", kMaxRank, " dimensions (not 1), not ",
           s.dims.size()));
     }
     std::vector<int32_t> p(44, 0);
@@ -261,7 +260,7 @@ class Lowering {
   }
 
   absl::Status Unsupported(const Instruction& inst, absl::string_view why) {
-    return absl::InvalidArgumentError(absl::StrCat("the vulkan kind cannot run ",
+    return absl::InvalidArgumentError(absl::StrCat("the ", kind_, " kind cannot run ",
                                                    ir::OpName(inst.op), " of ",
                                                    inst.shape.ToString(), ": ", why));
   }
@@ -279,9 +278,9 @@ class Lowering {
   // shares memory with an input other than exactly (the planner reuses a
   // buffer read inside the run; each invocation reads an element before
   // writing it, which a repeated row or a shifted range would break).
-  absl::Status LowerFused(const cpu::Step& step) {
+  absl::Status LowerFused(const Step& step) {
     const auto unfused = [&]() -> absl::Status {
-      for (const cpu::Step& u : step.unfused) CW_RETURN_IF_ERROR(Lower(u));
+      for (const Step& u : step.unfused) CW_RETURN_IF_ERROR(Lower(u));
       return absl::OkStatus();
     };
     const int k = static_cast<int>(step.fused.size());
@@ -295,7 +294,7 @@ class Lowering {
     std::vector<std::pair<int, Ref>> stores;
     std::vector<int32_t> op_block;
     for (int t = 0; t < k; ++t) {
-      const cpu::Step& u = step.unfused[static_cast<size_t>(t)];
+      const Step& u = step.unfused[static_cast<size_t>(t)];
       const Instruction& inst = f_.instructions()[static_cast<size_t>(u.instruction)];
       const bool unary = u.operands.size() == 1;
       int32_t src[2] = {0, 0};
@@ -358,7 +357,7 @@ class Lowering {
     return absl::OkStatus();
   }
 
-  absl::Status Lower(const cpu::Step& step) {
+  absl::Status Lower(const Step& step) {
     if (!step.fused.empty()) return LowerFused(step);
     const Instruction& inst = f_.instructions()[static_cast<size_t>(step.instruction)];
     const Ref out = Resolve(step.result);
@@ -663,8 +662,8 @@ class Lowering {
         cf.is_while = inst.op == OpKind::kWhile;
         for (const auto& sub : inst.subfunctions) {
           // Verified with the function that holds it.
-          absl::StatusOr<std::shared_ptr<const VulkanExecutable>> compiled =
-              VulkanExecutable::CompileVerified(*sub, fuse_);
+          absl::StatusOr<std::shared_ptr<const Program>> compiled =
+              Program::CompileVerified(*sub, {kind_, fuse_});
           if (!compiled.ok()) {
             return Annotate(compiled.status(), absl::StrCat("in ", ir::OpName(inst.op),
                                                             " sub-function ", sub->name()));
@@ -1024,56 +1023,88 @@ class Lowering {
   }
 
   const ir::Function& f_;
-  VulkanExecutable& exe_;
+  Program& exe_;
   const bool fuse_;
+  const std::string kind_;
   int64_t temp_top_ = 0;
   Ref conv_scratch_;
   int64_t conv_scratch_bytes_ = 0;
   std::map<int, Ref> constants_;
 };
 
-absl::StatusOr<std::shared_ptr<const VulkanExecutable>> VulkanExecutable::Compile(
-    const ir::Function& function, bool fuse) {
+absl::StatusOr<std::shared_ptr<const Program>> Program::Compile(const ir::Function& function,
+                                                                const LowerOptions& options) {
   CW_RETURN_IF_ERROR(ir::Verify(function));
-  return CompileVerified(function, fuse);
+  return CompileVerified(function, options);
 }
 
-absl::StatusOr<std::shared_ptr<const VulkanExecutable>> VulkanExecutable::CompileVerified(
-    const ir::Function& function, bool fuse) {
-  auto exe = std::shared_ptr<VulkanExecutable>(new VulkanExecutable(function));
-  Lowering lowering(exe->function(), *exe, fuse);
+absl::StatusOr<std::shared_ptr<const Program>> Program::CompileVerified(
+    const ir::Function& function, const LowerOptions& options) {
+  auto exe = std::shared_ptr<Program>(new Program(function, options.kind));
+  Lowering lowering(exe->function(), *exe, options);
   CW_RETURN_IF_ERROR(lowering.Run());
   if (exe->resident_.empty()) exe->resident_.resize(4);
-  return std::shared_ptr<const VulkanExecutable>(std::move(exe));
+  return std::shared_ptr<const Program>(std::move(exe));
 }
 
-VulkanExecutable::VulkanExecutable(ir::Function function)
+Program::Program(ir::Function function, std::string kind)
     : Executable(std::move(function)), id_([] {
         static std::atomic<uint64_t> next{1};
         return next.fetch_add(1, std::memory_order_relaxed);
-      }()) {}
+      }()), kind_(std::move(kind)) {}
 
-VulkanExecutable::~VulkanExecutable() = default;
+Program::~Program() = default;
 
-absl::StatusOr<const VulkanAllocation*> VulkanExecutable::Resident(
-    Gpu& gpu, const std::function<absl::Status(const std::vector<std::byte>&,
-                                               VulkanAllocation&)>& upload) const {
+absl::StatusOr<void*> Program::Resident(
+    const void* where,
+    absl::FunctionRef<absl::StatusOr<std::shared_ptr<void>>(const std::vector<std::byte>&)> upload)
+    const {
   MutexLock lock(&mu_);
-  auto it = uploaded_.find(&gpu);
+  auto it = uploaded_.find(where);
   if (it != uploaded_.end()) return it->second.get();
-  CW_ASSIGN_OR_RETURN(std::unique_ptr<VulkanAllocation> a,
-                      gpu.Allocate(static_cast<int64_t>(resident_.size()), false,
-                                   absl::StrCat("the constants of ", function().name())));
-  CW_RETURN_IF_ERROR(upload(resident_, *a));
-  const VulkanAllocation* p = a.get();
-  uploaded_[&gpu] = std::move(a);
+  CW_ASSIGN_OR_RETURN(std::shared_ptr<void> copy, upload(resident_));
+  void* p = copy.get();
+  uploaded_[where] = std::move(copy);
   return p;
 }
 
-absl::Status VulkanExecutable::Run(absl::Span<const void* const>, absl::Span<void* const>,
-                                   const RunContext&) const {
-  return absl::FailedPreconditionError(
-      "a vulkan executable runs on a vulkan device (Device::Launch), not on host memory");
+absl::Status RunCollectiveOnHost(const Program& program, const HostStep& h, CollectiveOps& c,
+                                 absl::FunctionRef<absl::Status(void*)> read,
+                                 absl::FunctionRef<absl::Status(const void*)> write) {
+  const auto& instructions = program.function().instructions();
+  const Instruction& inst = instructions[static_cast<size_t>(h.instruction)];
+  std::vector<std::byte> in(static_cast<size_t>(h.in_bytes));
+  CW_RETURN_IF_ERROR(read(in.data()));
+  const ir::Shape& in_shape = instructions[static_cast<size_t>(inst.operands[0])].shape;
+  if (inst.op == OpKind::kAllReduce) {
+    CW_RETURN_IF_ERROR(c.AllReduce(h.collective_index, inst.axes, inst.reduce_kind, inst.shape,
+                                   in.data()));
+    return write(in.data());
+  }
+  std::vector<std::byte> out(static_cast<size_t>(h.out_bytes));
+  switch (inst.op) {
+    case OpKind::kAllGather:
+      CW_RETURN_IF_ERROR(c.AllGather(h.collective_index, inst.axes, in_shape, inst.shape,
+                                     inst.dimension, in.data(), out.data()));
+      break;
+    case OpKind::kReduceScatter:
+      CW_RETURN_IF_ERROR(c.ReduceScatter(h.collective_index, inst.axes, inst.reduce_kind,
+                                         in_shape, inst.shape, inst.dimension, in.data(),
+                                         out.data()));
+      break;
+    case OpKind::kAllToAll:
+      CW_RETURN_IF_ERROR(c.AllToAll(h.collective_index, inst.axes, in_shape, inst.shape,
+                                    inst.dimension, inst.concat_dimension, in.data(),
+                                    out.data()));
+      break;
+    case OpKind::kCollectivePermute:
+      CW_RETURN_IF_ERROR(c.CollectivePermute(h.collective_index, inst.axes, inst.shape,
+                                             inst.source_target_pairs, in.data(), out.data()));
+      break;
+    default:
+      return absl::InternalError(absl::StrCat("not a host step: ", ir::OpName(inst.op)));
+  }
+  return write(out.data());
 }
 
-}  // namespace causeway::backend::vulkan
+}  // namespace causeway::backend::dispatch
