@@ -335,7 +335,8 @@ absl::StatusOr<TenancyRun> RunTenancyProcesses(const TenancyFlags& f,
   // otherwise the clients' arrival times.
   out.samples = std::move(arrivals);
   out.source = "client arrivals";
-  const std::string operator_token = grpc_transport::WorkerTokenFromEnvironment("");
+  CW_ASSIGN_OR_RETURN(const std::string operator_token,
+                      grpc_transport::WorkerTokenFromEnvironment(""));
   if (!operator_token.empty()) {
     RemoteClusterOptions ro;
     ro.address = f.cluster;

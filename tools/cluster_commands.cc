@@ -546,7 +546,14 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
   weight->callback([wf, exit_code] {
     RemoteClusterOptions ro;
     ro.address = wf->cluster;
-    ro.token = grpc_transport::WorkerTokenFromEnvironment("");
+    absl::StatusOr<std::string> token = grpc_transport::WorkerTokenFromEnvironment("");
+    if (!token.ok()) {
+      std::fprintf(stderr, "causeway cluster set-weight: %s\n",
+                   std::string(token.status().message()).c_str());
+      *exit_code = kExitUsage;
+      return;
+    }
+    ro.token = *std::move(token);
     ro.timeout = absl::Seconds(wf->timeout_s);
     if (ro.token.empty()) {
       std::fprintf(stderr, "causeway cluster set-weight: set CAUSEWAY_WORKER_TOKEN to the "

@@ -706,7 +706,16 @@ void AddTrainLmCommand(CLI::App* train, int* exit_code) {
   lm->add_option("--dcn-gbps", f->dcn_gbps,
                  "Embedded cluster, --islands > 1: bandwidth between islands (0: unlimited)")
       ->check(CLI::Range(0.0, 1e6));
-  lm->add_option("--mesh", f->mesh, "Both at once, e.g. data=2,model=2 (overrides --devices)");
+  lm->add_option("--mesh", f->mesh, "Both at once, e.g. data=2,model=2 (overrides --devices)")
+      ->check(CLI::Validator(
+          [](const std::string& text) {
+            absl::StatusOr<models::GptLayout> layout = ParseMesh(text);
+            if (layout.ok()) return std::string();
+            // CLI11 names the option itself.
+            std::string why(layout.status().message());
+            return why.rfind("--mesh: ", 0) == 0 ? why.substr(8) : why;
+          },
+          "AXIS=N,..."));
   lm->add_option("--max-in-flight", o.max_in_flight,
                  "Steps dispatched ahead of the oldest loss not yet read")
       ->check(CLI::Range(1, 1024));

@@ -16,6 +16,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "causeway/transport/grpc/grpc_common.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
@@ -128,7 +129,8 @@ absl::StatusOr<std::string> ReadClusterToken(const std::string& address) {
       j["address"].get<std::string>() != Bare(address)) {
     return absl::DataLossError(absl::StrCat("the cluster record ", path, " is malformed"));
   }
-  return j["token"].get<std::string>();
+  return grpc_transport::CheckToken(j["token"].get<std::string>(),
+                                   absl::StrCat("the cluster record ", path));
 }
 
 void RemoveClusterFile(const std::string& address) {

@@ -4,15 +4,17 @@ namespace causeway {
 
 absl::Status CoordinatorServer::Impl::Start() {
   grpc_transport::ConfigureAbseilForGrpc();
-  token_ = grpc_transport::TokenFromEnvironment(options_.token);
+  CW_ASSIGN_OR_RETURN(token_, grpc_transport::TokenFromEnvironment(options_.token));
   if (token_.empty()) {
     return absl::InvalidArgumentError(
         "the coordinator needs a cluster token (--token or CAUSEWAY_TOKEN)");
   }
   CW_RETURN_IF_ERROR(CheckReportFanout(options_.report_fanout));
-  worker_token_ = options_.worker_token;
-  if (const char* env = std::getenv("CAUSEWAY_WORKER_TOKEN"); worker_token_.empty() && env) {
-    worker_token_ = env;
+  if (!options_.worker_token.empty()) {
+    CW_ASSIGN_OR_RETURN(worker_token_,
+                        grpc_transport::CheckToken(options_.worker_token, "--worker-token"));
+  } else if (const char* env = std::getenv("CAUSEWAY_WORKER_TOKEN"); env != nullptr) {
+    CW_ASSIGN_OR_RETURN(worker_token_, grpc_transport::CheckToken(env, "CAUSEWAY_WORKER_TOKEN"));
   }
   if (worker_token_.empty()) {
     worker_token_ = token_;

@@ -478,12 +478,10 @@ absl::Status RemoteCluster::Impl::Connect() {
   CW_ASSIGN_OR_RETURN(address_, ParseGrpcAddress(options_.address));
   CW_ASSIGN_OR_RETURN(auto creds, grpc_transport::MakeChannelCredentials(
                                       grpc_transport::TlsFromEnvironment(options_.tls)));
-  auto channel = grpc_transport::MakeChannel(address_, creds);
-  CW_RETURN_IF_ERROR(AwaitChannel(*channel));
-  stub_ = cluster::Coordinator::NewStub(channel);
-  // No token given: the record `cluster up` keeps for a cluster on this
-  // machine (cluster_file.h), if it is private to this user.
-  std::string token = grpc_transport::TokenFromEnvironment(options_.token);
+  // The token first, checked before any connection is tried. None given:
+  // the record `cluster up` keeps for a cluster on this machine
+  // (cluster_file.h), if it is private to this user.
+  CW_ASSIGN_OR_RETURN(std::string token, grpc_transport::TokenFromEnvironment(options_.token));
   if (token.empty()) {
     absl::StatusOr<std::string> recorded = ReadClusterToken(address_);
     if (recorded.ok()) {
@@ -492,6 +490,9 @@ absl::Status RemoteCluster::Impl::Connect() {
       return recorded.status();
     }
   }
+  auto channel = grpc_transport::MakeChannel(address_, creds);
+  CW_RETURN_IF_ERROR(AwaitChannel(*channel));
+  stub_ = cluster::Coordinator::NewStub(channel);
   grpc_transport::AddCallMetadata(context_, token);
   stream_ = stub_->Connect(&context_);
   cluster::ToClient first;

@@ -180,7 +180,7 @@ absl::Status WorkerServer::Impl::Start() {
     if (!d.ok()) return Annotate(d.status(), absl::StrCat("describing local device ", i));
     descriptions_.push_back(backend::FormatDescription(*d).substr(0, kMaxDeviceDescription));
   }
-  token_ = grpc_transport::WorkerTokenFromEnvironment(options_.token);
+  CW_ASSIGN_OR_RETURN(token_, grpc_transport::WorkerTokenFromEnvironment(options_.token));
   const grpc_transport::TlsFiles tls = grpc_transport::TlsFromEnvironment(options_.tls);
   CW_ASSIGN_OR_RETURN(channel_creds_, grpc_transport::MakeChannelCredentials(tls));
   CW_ASSIGN_OR_RETURN(auto server_creds, grpc_transport::MakeServerCredentials(tls));

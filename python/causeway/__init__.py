@@ -102,7 +102,7 @@ def connect(address: Optional[str] = None, token: Optional[str] = None, *,
     if address is None:
         address = _C.recorded_cluster()
     if token is None:
-        token = os.environ.get("CAUSEWAY_TOKEN", "")
+        token = ""  # the C++ client reads and checks $CAUSEWAY_TOKEN, naming it
     return _set_default(_C.connect(address, token, timeout, tls_ca, weight, priority))
 
 

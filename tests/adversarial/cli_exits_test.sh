@@ -44,6 +44,9 @@ fi
 expect_exit 2 "does not divide into 5 heads" \
   "$bin" train lm --data /dev/zero --layers 1 --heads 5 --embed 64 --iters 1
 expect_exit 2 "--checkpoint" "$bin" train lm --data "$text" "${tiny[@]}" --resume
+expect_exit 2 "is not AXIS=N" "$bin" train lm --data "$text" "${tiny[@]}" --mesh garbage
+expect_exit 2 "is not AXIS=N" "$bin" train lm --data "$text" "${tiny[@]}" --mesh data=0
+expect_exit 2 "unknown axis" "$bin" train lm --data "$text" "${tiny[@]}" --mesh pipe=2
 # --elastic recovers a distributed cluster's run from its checkpoints.
 expect_exit 2 "give --cluster grpc://" "$bin" train lm --data "$text" "${tiny[@]}" --elastic \
   --cluster local --checkpoint "$dir/e" --checkpoint-every 5

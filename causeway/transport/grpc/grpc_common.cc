@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "causeway/base/status_macros.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 
 namespace causeway::grpc_transport {
@@ -39,14 +40,33 @@ TlsFiles TlsFromEnvironment(TlsFiles files) {
   return files;
 }
 
-std::string TokenFromEnvironment(const std::string& token) {
-  return token.empty() ? Env("CAUSEWAY_TOKEN") : token;
+absl::StatusOr<std::string> CheckToken(std::string token, absl::string_view source) {
+  if (!token.empty() && token.back() == '\n') {
+    token.pop_back();
+    if (!token.empty() && token.back() == '\r') token.pop_back();
+  }
+  for (size_t i = 0; i < token.size(); ++i) {
+    const auto c = static_cast<unsigned char>(token[i]);
+    if (c < 0x20 || c > 0x7e) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "the token in %s has byte 0x%02x at position %d: a token is printable ASCII "
+          "(one trailing newline is allowed)",
+          source, c, i));
+    }
+  }
+  return token;
 }
 
-std::string WorkerTokenFromEnvironment(const std::string& token) {
-  if (!token.empty()) return token;
+absl::StatusOr<std::string> TokenFromEnvironment(const std::string& token) {
+  if (!token.empty()) return CheckToken(token, "--token");
+  return CheckToken(Env("CAUSEWAY_TOKEN"), "CAUSEWAY_TOKEN");
+}
+
+absl::StatusOr<std::string> WorkerTokenFromEnvironment(const std::string& token) {
+  if (!token.empty()) return CheckToken(token, "--token");
   const std::string worker = Env("CAUSEWAY_WORKER_TOKEN");
-  return worker.empty() ? Env("CAUSEWAY_TOKEN") : worker;
+  if (!worker.empty()) return CheckToken(worker, "CAUSEWAY_WORKER_TOKEN");
+  return CheckToken(Env("CAUSEWAY_TOKEN"), "CAUSEWAY_TOKEN");
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
@@ -146,7 +166,9 @@ int64_t RaiseOpenFileLimit() {
 }
 
 void AddCallMetadata(grpc::ClientContext& context, const std::string& token) {
-  context.AddMetadata(kTokenKey, token);
+  // A token gRPC cannot carry would abort the process in its metadata
+  // check: such a call goes without one, and the server refuses it.
+  if (CheckToken(token, "").ok()) context.AddMetadata(kTokenKey, token);
   context.AddMetadata(kVersionKey, absl::StrCat(kProtocolVersion));
 }
 

@@ -31,8 +31,16 @@ inline constexpr int kProtocolVersion = 6;
 // ca: a plaintext channel.
 // Fills empty fields from CAUSEWAY_TLS_CERT, CAUSEWAY_TLS_KEY, CAUSEWAY_TLS_CA.
 TlsFiles TlsFromEnvironment(TlsFiles files);
-// `token` if non-empty, else CAUSEWAY_TOKEN (empty if neither).
-std::string TokenFromEnvironment(const std::string& token);
+// A token as gRPC metadata carries it: printable ASCII (0x20 to 0x7e). One
+// trailing newline ("\n", or "\r\n" from a file saved on Windows) is
+// trimmed; any other byte outside that range (a stray "\r", a tab, NUL,
+// non-ASCII) is INVALID_ARGUMENT naming `source` (the flag, variable or
+// file it came from) and the byte's position, never the token itself.
+absl::StatusOr<std::string> CheckToken(std::string token, absl::string_view source);
+
+// `token` (from --token) if non-empty, else CAUSEWAY_TOKEN (empty if
+// neither), checked by CheckToken.
+absl::StatusOr<std::string> TokenFromEnvironment(const std::string& token);
 
 // INVALID_ARGUMENT if only one of cert/key is given or a file is unreadable.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
@@ -108,8 +116,8 @@ std::string PeerHost(const std::string& peer);
 
 // A worker's token: `token` if set, else CAUSEWAY_WORKER_TOKEN, else
 // CAUSEWAY_TOKEN (one token for both roles; see the coordinator's
-// --worker-token).
-std::string WorkerTokenFromEnvironment(const std::string& token);
+// --worker-token), checked by CheckToken.
+absl::StatusOr<std::string> WorkerTokenFromEnvironment(const std::string& token);
 
 // "host:port" (host may be empty or a bracketed IPv6 address) into host and
 // port; INVALID_ARGUMENT without a port in 1..65535.
