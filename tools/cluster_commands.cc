@@ -577,6 +577,56 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
                 static_cast<long long>(wf->memory_quota));
     *exit_code = 0;
   });
+  // cluster cancel: an operator's end to a client's work.
+  struct CancelFlags {
+    std::string cluster;
+    int64_t client = -1;
+    double timeout_s = 30;
+  };
+  auto cf = std::make_shared<CancelFlags>();
+  CLI::App* cancel = group->add_subcommand(
+      "cancel",
+      "Cancel all the work of a connected client: its runs waiting in the schedulers are "
+      "dropped, every worker cancels its queued and running launches (a loop ends at its next "
+      "iteration) and frees its memory, and its later runs are refused (an operator's call: "
+      "the token is the workers' one, $CAUSEWAY_WORKER_TOKEN)");
+  cancel->add_option("--cluster", cf->cluster, "grpc://HOST:PORT")
+      ->check(ClusterAddress(false))
+      ->required();
+  cancel->add_option("--client", cf->client, "The client's number (as in `client N`)")
+      ->required()
+      ->check(CLI::NonNegativeNumber);
+  cancel->add_option("--timeout", cf->timeout_s, "Seconds to wait for the coordinator")
+      ->check(CLI::PositiveNumber)
+      ->check(Finite())
+      ->capture_default_str();
+  cancel->callback([cf, exit_code] {
+    RemoteClusterOptions ro;
+    ro.address = cf->cluster;
+    absl::StatusOr<std::string> token = grpc_transport::WorkerTokenFromEnvironment("");
+    if (!token.ok() || token->empty()) {
+      std::fprintf(stderr, "causeway cluster cancel: %s\n",
+                   token.ok() ? "set CAUSEWAY_WORKER_TOKEN to the cluster's workers' token (an "
+                                "operator's credential)"
+                              : std::string(token.status().message()).c_str());
+      *exit_code = kExitUsage;
+      return;
+    }
+    ro.token = *std::move(token);
+    ro.timeout = absl::Seconds(cf->timeout_s);
+    auto remote = RemoteCluster::Connect(ro);
+    if (!remote.ok()) {
+      *exit_code = Fail("cluster cancel", remote.status());
+      return;
+    }
+    if (absl::Status s = (*remote)->AdminCancelClient(ClientId(cf->client)); !s.ok()) {
+      *exit_code = Fail("cluster cancel", s);
+      return;
+    }
+    std::printf("%s: its work is cancelled and its later runs are refused\n",
+                ClientId(cf->client).ToString().c_str());
+    *exit_code = 0;
+  });
   up->callback([o, json, restart, exit_code] {
     CatchStopSignals(true);
     char self[4096];

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -148,7 +149,7 @@ class CoordinatorServer::Impl final : public cluster::Coordinator::Service {
   static void ReplyTo(ClientSession& session, uint64_t id, const absl::Status& status,
                       const std::function<void(cluster::Reply&)>& fill = nullptr);
   static absl::Status CheckOwned(const ClientSession& session, int64_t id, absl::string_view what);
-  static absl::Status CheckRun(const ClientSession& session, const RunRequest& run);
+  absl::Status CheckRun(const ClientSession& session, const RunRequest& run);
 
   const CoordinatorOptions options_;
   std::string token_;
@@ -203,6 +204,10 @@ class CoordinatorServer::Impl final : public cluster::Coordinator::Service {
   // Changed with trace_switch_mu_ held too.
   std::set<ClientId> traced_clients_ ABSL_GUARDED_BY(mu_);
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  // Clients whose work an operator cancelled (`causeway cluster cancel`):
+  // their later runs are refused. An entry goes with its client's session.
+  Mutex cancelled_mu_;
+  absl::flat_hash_set<ClientId> cancelled_ ABSL_GUARDED_BY(cancelled_mu_);
   // Resources, island schedulers (one per island with a host), shares.
   // Last: its schedulers reach hosts_ (under mu_), trace_ and share_log_.
   ControlPlane control_;

@@ -37,6 +37,10 @@ void CoordinatorServer::Impl::Reclaim(ClientSession& session) {
     for (const auto& h : live) h->ReleaseOwner(c);
     control_.resources().UnregisterClient(c);
   }
+  {
+    MutexLock lock(&cancelled_mu_);
+    for (ClientId c : session.clients) cancelled_.erase(c);
+  }
   session.clients.clear();
 }
 
@@ -97,6 +101,14 @@ absl::Status CoordinatorServer::Impl::CheckRun(const ClientSession& session,
   if (!session.clients.contains(run.client)) {
     return absl::PermissionDeniedError(
         absl::StrCat(run.client.ToString(), " is not a client of this connection"));
+  }
+  {
+    MutexLock lock(&cancelled_mu_);
+    if (cancelled_.contains(run.client)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "an operator cancelled the work of ", run.client.ToString(),
+          " (causeway cluster cancel): its arrays are gone; connect a new client"));
+    }
   }
   CW_RETURN_IF_ERROR(CheckOwned(session, run.run.value(), "run"));
   CW_RETURN_IF_ERROR(CheckOwned(session, run.program.value(), "program"));
@@ -216,6 +228,29 @@ void CoordinatorServer::Impl::HandleClient(ClientSession& session,
                       << message.admin_set_share().weight() << ", priority "
                       << message.admin_set_share().priority() << ", memory quota "
                       << message.admin_set_share().memory_quota_bytes() << " bytes per device";
+      }
+      ReplyTo(session, id, status);
+      return;
+    }
+    case cluster::ClientMessage::kAdminCancelClient: {
+      const ClientId client(message.client());
+      absl::Status status;
+      if (!session.operator_) {
+        status = absl::PermissionDeniedError(
+            "cancelling a client's work needs the operators' credential, the workers' token");
+      } else if (!control_.resources().HasClient(client)) {
+        status = absl::NotFoundError(absl::StrCat(client.ToString(), " is not connected"));
+      }
+      if (status.ok()) {
+        {
+          MutexLock lock(&cancelled_mu_);
+          cancelled_.insert(client);
+        }
+        // As when the client leaves: held runs dropped first, then every
+        // host cancels what it has of the client and releases its memory.
+        control_.DropClient(client);
+        for (const auto& h : LiveHosts()) h->ReleaseOwner(client);
+        CW_LOG(kInfo) << "operator cancelled the work of " << client;
       }
       ReplyTo(session, id, status);
       return;

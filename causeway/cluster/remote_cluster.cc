@@ -676,6 +676,13 @@ absl::Status RemoteCluster::AdminSetClientShare(ClientId client, const ClientSha
   return ReplyStatus(impl_->CallAndWait(std::move(m), "AdminSetShare"));
 }
 
+absl::Status RemoteCluster::AdminCancelClient(ClientId client) {
+  cluster::ClientMessage m;
+  m.set_client(client.value());
+  m.set_admin_cancel_client(true);
+  return ReplyStatus(impl_->CallAndWait(std::move(m), "AdminCancelClient"));
+}
+
 absl::StatusOr<std::vector<RemoteCluster::AccountedRun>> RemoteCluster::AdminShareLog(
     int64_t since_ns, bool* more) {
   cluster::ClientMessage m;

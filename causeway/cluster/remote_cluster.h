@@ -58,6 +58,11 @@ class RemoteCluster final : public ClusterConnection {
   // a connection made with the workers' token (PERMISSION_DENIED
   // otherwise); NOT_FOUND for a client not connected.
   absl::Status AdminSetClientShare(ClientId client, const ClientShare& share);
+  // An operator's call: cancels all the work of `client` (its held runs,
+  // every host's queued and running launches; its memory is released) and
+  // refuses its later runs. Needs the workers' token; NOT_FOUND if the
+  // client is not connected.
+  absl::Status AdminCancelClient(ClientId client);
   // An operator's call: the runs the coordinator's island schedulers
   // accounted after `since_ns` (its CLOCK_MONOTONIC; on one machine, every
   // process's), oldest first, at most 65,536 per call; `*more` says whether

@@ -16,12 +16,15 @@
 #include "causeway/base/status_macros.h"
 #include "causeway/client/client.h"
 #include "causeway/ir/builder.h"
+#include "causeway/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "tests/integration/cluster_kinds.h"
 
 namespace causeway::testing {
 namespace {
 
+using ::causeway::testing::StatusIs;
+using ::testing::HasSubstr;
 using ir::DType;
 using ir::Shape;
 
@@ -136,6 +139,55 @@ TEST(ClientLeavesTest, ALoopDiesWhenItsClientsProcessIsKilled) {
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
   ExpectServed(*cluster);
+}
+
+// `causeway cluster cancel`: an operator ends a connected client's runaway
+// loop. The client's result fails with CANCELLED, its later runs are
+// refused naming the cancel, another client is served, and a client's own
+// credential cannot cancel anyone.
+TEST(ClientLeavesTest, AnOperatorCancelsAClientsWork) {
+  auto cluster = StartProcesses(ProcessShape(1, 1, 1));
+  auto conn = ConnectRemote(*cluster);
+  auto client = Connect(conn.get());
+  ASSERT_OK_AND_ASSIGN(Mesh mesh, client->AllocateMesh({{"x", 1}}));
+  ASSERT_OK_AND_ASSIGN(ir::Function spin, Spin());
+  const Sharding scalar = Sharding::Replicated(0);
+  ASSERT_OK_AND_ASSIGN(CompiledFunction f, client->Compile(spin, mesh, {{scalar}, {scalar}}));
+  ASSERT_OK_AND_ASSIGN(Array x, client->Put(ir::Literal::F32({}, {0}), mesh, scalar));
+  ASSERT_OK_AND_ASSIGN(std::vector<Array> out, client->Call(f, {x}));
+  const Future<Unit> flush = client->Flush();
+  ASSERT_NE(flush.AwaitWithTimeout(absl::Seconds(60)), nullptr);
+
+  // A client's token is not an operator's.
+  auto other = ConnectRemote(*cluster);
+  EXPECT_THAT(other->AdminCancelClient(client->id()),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("operators' credential")));
+  RemoteClusterOptions ro;
+  ro.address = cluster->url();
+  ro.token = cluster->worker_token();
+  ASSERT_OK_AND_ASSIGN(auto op, RemoteCluster::Connect(ro));
+  EXPECT_THAT(op->AdminCancelClient(ClientId(123456)), StatusIs(absl::StatusCode::kNotFound, HasSubstr("not connected")));
+  ASSERT_OK(op->AdminCancelClient(client->id()));
+
+  const Future<ir::Literal> fetch = out[0].Fetch();
+  const absl::StatusOr<ir::Literal>* spun = fetch.AwaitWithTimeout(kServedWithin);
+  ASSERT_NE(spun, nullptr) << "the cancelled loop's result never came";
+  // Cancelled, or already released with the rest of its memory: an
+  // error either way, and no hang.
+  EXPECT_TRUE(absl::IsCancelled(spun->status()) || absl::IsNotFound(spun->status()))
+      << spun->status();
+  ExpectServed(*cluster);
+  // Its later runs are refused, naming the cancel.
+  absl::StatusOr<std::vector<Array>> again = client->Call(f, {x});
+  absl::Status later = again.status();
+  if (later.ok()) {
+    const Future<ir::Literal> next = (*again)[0].Fetch();
+    const absl::StatusOr<ir::Literal>* r = next.AwaitWithTimeout(kServedWithin);
+    ASSERT_NE(r, nullptr);
+    later = r->status();
+  }
+  EXPECT_THAT(later, StatusIs(absl::StatusCode::kFailedPrecondition,
+                              HasSubstr("cancelled the work of")));
 }
 
 }  // namespace
