@@ -53,6 +53,10 @@ absl::Status RunContext::Stopped(absl::string_view where) const {
   if (stop != nullptr && stop->load(std::memory_order_relaxed)) {
     return absl::CancelledError(absl::StrCat(where, ": the device is shutting down"));
   }
+  if (deadline != absl::InfiniteFuture() && absl::Now() > deadline) {
+    return absl::DeadlineExceededError(
+        absl::StrCat(where, ": the run's time on the device passed its client's run time limit"));
+  }
   return absl::OkStatus();
 }
 

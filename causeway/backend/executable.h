@@ -29,6 +29,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "causeway/ir/function.h"
 
@@ -132,11 +133,15 @@ struct RunContext {
   // connection, a lost heartbeat, a killed process) or an operator
   // cancelled the client's work (`causeway cluster cancel`).
   const std::atomic<bool>* cancel = nullptr;
+  // The run's time on the device ends here (its client's run time limit);
+  // InfiniteFuture: no limit.
+  absl::Time deadline = absl::InfiniteFuture();
 
-  // OK, or CANCELLED saying why once `stop` or `cancel` is set. A run that
-  // could go on indefinitely (a while loop whose condition never fails)
-  // checks it between steps and ends rather than holding the device
-  // forever; `where` says where it stopped ("while: iteration 12").
+  // OK, or CANCELLED saying why once `stop` or `cancel` is set, or
+  // DEADLINE_EXCEEDED once `deadline` passed. A run that could go on
+  // indefinitely (a while loop whose condition never fails) checks it
+  // between steps and ends rather than holding the device forever; `where`
+  // says where it stopped ("while: iteration 12").
   absl::Status Stopped(absl::string_view where) const;
 };
 

@@ -71,6 +71,12 @@ struct ClientOptions {
   // of a client that dispatches faster than the devices run. 0: no bound.
   // Not applied with a send_executor (the driver owns every thread).
   int64_t max_unforwarded_runs = int64_t{1} << 14;
+  // How long each launch of this client's runs may run on its device
+  // (zero or infinite: no limit). A launch still running after it (a loop
+  // that does not end) stops at its next check (a loop's next iteration)
+  // with DEADLINE_EXCEEDED, which its run's outputs carry; one not yet
+  // started is not counted. Not a bound on a single kernel.
+  absl::Duration run_time_limit = absl::ZeroDuration();
 };
 
 // A handle to a logical, immutable, sharded array. Copyable; the array is

@@ -383,6 +383,7 @@ absl::StatusOr<std::vector<Array>> ClientCore::Run(
     item.run.program = plan.id;
     item.run.run = RunId(NextId(next_run_));
     item.run.client = id_;
+    item.run.time_limit_us = RunTimeLimitUs();
     for (const Array& a : args) item.run.arguments.push_back(a.id());
     item.run.outputs = output_ids;
     item.plan = program.plan;

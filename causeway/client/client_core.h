@@ -2,6 +2,7 @@
 #ifndef CAUSEWAY_CLIENT_CLIENT_CORE_H_
 #define CAUSEWAY_CLIENT_CLIENT_CORE_H_
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <functional>
@@ -235,6 +236,12 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   // Ids this client names itself. Each client's ids live in their own range
   // (its client id in the high bits), so ids of different clients never
   // collide on a host or in a collective.
+  // options_.run_time_limit as RunRequest::time_limit_us (0: none).
+  int64_t RunTimeLimitUs() const {
+    const absl::Duration d = options_.run_time_limit;
+    if (d <= absl::ZeroDuration() || d == absl::InfiniteDuration()) return 0;
+    return std::max<int64_t>(1, absl::ToInt64Microseconds(d));
+  }
   int64_t NextId(std::atomic<int64_t>& counter) const {
     return ClientIdBase(id_) | counter.fetch_add(1);
   }

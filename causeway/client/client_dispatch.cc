@@ -112,6 +112,7 @@ void ClientCore::SubmitStep(std::shared_ptr<SequentialRun> run) {
   request.program = step.plan->id;
   request.run = RunId(NextId(next_run_));
   request.client = id_;
+  request.time_limit_us = RunTimeLimitUs();
   for (int v : step.inputs) request.arguments.push_back(run->values[v].id());
   // The step's outputs may be read (and the next step may wait on them)
   // once the step reached its hosts.

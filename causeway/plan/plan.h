@@ -88,6 +88,9 @@ struct RunRequest {
   std::vector<ArrayId> outputs;    // one per plan output, named by the client
   // Position of this run in its island's order, set by the scheduler.
   int64_t sequence = -1;
+  // How long each launch of the run may run on its device, in
+  // microseconds (ClientOptions::run_time_limit); 0: no limit.
+  int64_t time_limit_us = 0;
 };
 
 }  // namespace causeway

@@ -288,6 +288,9 @@ void DeviceStream::Start(Launch launch) {
   context.collectives = launch.collectives.get();
   context.stop = &stop_launch_;
   context.cancel = launch.cancel.get();
+  if (launch.time_limit_us > 0) {
+    context.deadline = absl::Now() + absl::Microseconds(launch.time_limit_us);
+  }
   f.launch = std::move(launch);
   in_flight_.push_back(std::move(f));
   InFlight& started = in_flight_.back();

@@ -59,6 +59,9 @@ struct Launch {
   // running sees it (RunContext::cancel). May be null.
   ClientId owner;
   std::shared_ptr<const std::atomic<bool>> cancel;
+  // How long it may run once started (RunRequest::time_limit_us); 0: no
+  // limit.
+  int64_t time_limit_us = 0;
   // Keeps alive what the launch points into (its program plan, which owns
   // the executable), unless its tally does.
   std::shared_ptr<const void> keep_alive;

@@ -158,6 +158,21 @@ TEST_F(DeviceStreamTest, ACancelledClientsLoopEndsAndItsQueuedLaunchesFail) {
   stream.Shutdown();
 }
 
+// A launch past its run's time limit ends at its loop's next check.
+TEST_F(DeviceStreamTest, ALoopPastItsRunsTimeLimitEnds) {
+  ASSERT_OK_AND_ASSIGN(auto spin, CompileSpin());
+  DeviceStream stream(device_, cpu_.get(), Clock::Real(), &trace_, nullptr);
+  BufferRef out = DeviceBuffer::Allocate(&memory_, scalar_, owner_);
+  Launch l = Negate(1, Ready(1.f), out);
+  l.executable = spin.get();
+  l.keep_alive = spin;
+  l.time_limit_us = 50'000;
+  stream.Enqueue(std::move(l));
+  EXPECT_THAT(out->ready().Await().status(),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("run time limit")));
+  stream.Shutdown();
+}
+
 // A launch whose client was cancelled before it reached the device does
 // not start.
 TEST_F(DeviceStreamTest, ALaunchOfACancelledClientDoesNotStart) {

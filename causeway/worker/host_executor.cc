@@ -525,6 +525,7 @@ void HostExecutor::EnqueueCall(const RunRequest& run, const std::shared_ptr<cons
                              options_.host.id};
     launch.owner = run.client;
     launch.cancel = cancel;
+    launch.time_limit_us = run.time_limit_us;
     // `node.name` and `mesh` live in the plan, and the executable with it.
     launch.keep_alive = code;
     launch.executable = reg.executables[node_index].get();

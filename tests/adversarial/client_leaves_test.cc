@@ -190,5 +190,28 @@ TEST(ClientLeavesTest, AnOperatorCancelsAClientsWork) {
                               HasSubstr("cancelled the work of")));
 }
 
+// A client's run time limit (ClientOptions::run_time_limit) ends its own
+// runaway loop on a worker: the result fails with DEADLINE_EXCEEDED, and
+// the device is free for the next run.
+TEST(ClientLeavesTest, ARunPastItsClientsTimeLimitStops) {
+  auto cluster = StartProcesses(ProcessShape(1, 1, 1));
+  auto conn = ConnectRemote(*cluster);
+  ClientOptions options;
+  options.run_time_limit = absl::Milliseconds(300);
+  auto client = Connect(conn.get(), options);
+  ASSERT_OK_AND_ASSIGN(Mesh mesh, client->AllocateMesh({{"x", 1}}));
+  ASSERT_OK_AND_ASSIGN(ir::Function spin, Spin());
+  const Sharding scalar = Sharding::Replicated(0);
+  ASSERT_OK_AND_ASSIGN(CompiledFunction f, client->Compile(spin, mesh, {{scalar}, {scalar}}));
+  ASSERT_OK_AND_ASSIGN(Array x, client->Put(ir::Literal::F32({}, {0}), mesh, scalar));
+  ASSERT_OK_AND_ASSIGN(std::vector<Array> out, client->Call(f, {x}));
+  const Future<ir::Literal> fetch = out[0].Fetch();
+  const absl::StatusOr<ir::Literal>* spun = fetch.AwaitWithTimeout(kServedWithin);
+  ASSERT_NE(spun, nullptr) << "the loop ran past its time limit";
+  EXPECT_THAT(spun->status(), StatusIs(absl::StatusCode::kDeadlineExceeded,
+                                       HasSubstr("run time limit")));
+  ExpectServed(*cluster);
+}
+
 }  // namespace
 }  // namespace causeway::testing

@@ -492,15 +492,20 @@ void EncodeRun(const RunRequest& run, Run* out) {
   AddIds(run.arguments, out->mutable_arguments());
   AddIds(run.outputs, out->mutable_outputs());
   out->set_sequence(run.sequence);
+  out->set_time_limit_us(run.time_limit_us);
 }
 
 absl::StatusOr<RunRequest> DecodeRun(const Run& in) {
   if (in.program() < 0 || in.run() < 0) {
     return Invalid("run ", in.run(), " of program ", in.program(), ": invalid id");
   }
+  if (in.time_limit_us() < 0) {
+    return Invalid("run ", in.run(), ": a time limit of ", in.time_limit_us(), " us");
+  }
   return RunRequest{ProgramId(in.program()),    RunId(in.run()),
                     ClientId(in.client()),      Ids<ArrayId>(in.arguments()),
-                    Ids<ArrayId>(in.outputs()), in.sequence()};
+                    Ids<ArrayId>(in.outputs()), in.sequence(),
+                    in.time_limit_us()};
 }
 
 void EncodePlan(const ProgramPlan& plan, Plan* out) {
