@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "causeway/base/settings.h"
 
 extern "C" {
 #include <cblas.h>
@@ -42,8 +43,8 @@ int CpuLevel() {
 
 void SelectBlasKernels(char** argv) {
   if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;
-  const char* automatic = std::getenv("CAUSEWAY_BLAS_AUTO");
-  if (automatic != nullptr && automatic[0] == '0') return;
+  absl::StatusOr<std::string> automatic = SettingValue("CAUSEWAY_BLAS_AUTO", "1");
+  if (automatic.ok() && *automatic == "0") return;
   const char* core = openblas_get_corename();
   if (core == nullptr) return;
   const int cpu = CpuLevel();

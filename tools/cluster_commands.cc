@@ -26,6 +26,7 @@
 #include "causeway/cluster/worker_server.h"
 #include "causeway/transport/grpc/grpc_common.h"
 #include "nlohmann/json.hpp"
+#include "causeway/base/settings.h"
 #include "tools/commands.h"
 
 namespace causeway::tools {
@@ -255,7 +256,9 @@ void AddWorkerCommand(CLI::App& app, int* exit_code) {
     CatchStopSignals(false);
     grpc_transport::RaiseOpenFileLimit();
     if (o->coordinator.empty()) {
-      if (const char* env = std::getenv("CAUSEWAY_COORDINATOR")) o->coordinator = env;
+      if (absl::StatusOr<std::string> env = SettingValue("CAUSEWAY_COORDINATOR"); env.ok()) {
+        o->coordinator = *env;
+      }
     }
     auto server = WorkerServer::Start(*o);
     if (!server.ok()) {
@@ -637,7 +640,9 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
     }
     o->binary.assign(self, static_cast<size_t>(n));
     if (o->token.empty()) {
-      if (const char* env = std::getenv("CAUSEWAY_TOKEN")) o->token = env;
+      if (absl::StatusOr<std::string> env = SettingValue("CAUSEWAY_TOKEN"); env.ok()) {
+        o->token = *env;
+      }
     }
     auto cluster = ProcessCluster::Start(*o);
     if (!cluster.ok()) {

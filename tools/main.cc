@@ -8,10 +8,13 @@
 #include <cstring>
 #include <iostream>
 #include <new>
+#include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "causeway/base/check.h"
+#include "causeway/base/settings.h"
 #include "causeway/transport/grpc/grpc_common.h"
 #include "tools/blas_kernels.h"
 #include "tools/commands.h"
@@ -38,6 +41,18 @@ int CheckStdout(int exit_code) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Every CAUSEWAY_* variable, checked once: a value a setting does not
+  // take is a usage error naming the variable and its values.
+  std::vector<std::string> unknown;
+  if (absl::Status s = causeway::CheckSettings(&unknown); !s.ok()) {
+    std::fprintf(stderr, "causeway: %s\n", std::string(s.message()).c_str());
+    return causeway::tools::kExitUsage;
+  }
+  for (const std::string& name : unknown) {
+    std::fprintf(stderr,
+                 "causeway: warning: %s is not a Causeway setting (docs/SETTINGS.md lists them)\n",
+                 name.c_str());
+  }
   causeway::tools::SelectBlasKernels(argv);
   CLI::App app{"Causeway: a single-controller runtime for ML accelerators"};
   // Every subcommand's --help shows its defaults.

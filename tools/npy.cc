@@ -13,6 +13,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "causeway/base/files.h"
+#include "causeway/base/status_macros.h"
 #include "causeway/ir/elements.h"
 
 namespace causeway::tools {
@@ -44,9 +46,10 @@ const char* DescrOf(ir::DType dtype) {
 }  // namespace
 
 absl::StatusOr<ir::Literal> ReadNpy(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  // Bounded by what an array may hold (2^31 elements of 8 bytes) and a
+  // header.
+  CW_ASSIGN_OR_RETURN(std::string bytes,
+                      ReadInputFile(path, (int64_t{16} << 30) + (int64_t{1} << 20), ".npy array"));
   const auto bad = [&](const std::string& why) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": not a .npy file we read: ", why));
   };

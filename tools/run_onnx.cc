@@ -105,6 +105,17 @@ int RunModel(const RunOptions& o) {
     t.literal = ir::Literal(ir::Shape(t.literal.shape().dtype, dims));
     t.ints.clear();
   }
+  // The output folder is made before the work, so that a path that cannot
+  // be one fails first.
+  if (!o.out.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(o.out, ec);
+    if (ec || !std::filesystem::is_directory(o.out, ec)) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "--out ", o.out, " cannot be a folder: ",
+          ec ? ec.message() : "something else is there")));
+    }
+  }
   onnx_import::ImportOptions io;
   io.inputs = shards;
   io.constant_inputs = o.constants;

@@ -13,6 +13,7 @@
 
 #include "causeway/base/check.h"
 #include "causeway/base/clock.h"
+#include "causeway/base/settings.h"
 #include "causeway/base/status_macros.h"
 
 namespace causeway {
@@ -55,11 +56,13 @@ namespace {
 
 LogLevel LevelFromEnvironment() {
   LogLevel level = LogLevel::kInfo;
-  if (const char* env = std::getenv("CAUSEWAY_LOG_LEVEL"); env != nullptr && *env != '\0') {
-    if (!ParseLogLevel(env, &level)) {
-      std::fprintf(stderr, "CAUSEWAY_LOG_LEVEL=%s is not info, warning or error; using info\n",
-                   env);
-    }
+  // A value outside info, warning and error is refused where a process
+  // starts (CheckSettings); a library user gets it said once, and info.
+  absl::StatusOr<std::string> env = SettingValue("CAUSEWAY_LOG_LEVEL");
+  if (!env.ok()) {
+    std::fprintf(stderr, "%s; using info\n", std::string(env.status().message()).c_str());
+  } else if (!env->empty()) {
+    ParseLogLevel(*env, &level);
   }
   return level;
 }

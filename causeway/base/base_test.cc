@@ -17,10 +17,12 @@
 #include "absl/hash/hash.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/time/time.h"
 #include "causeway/base/clock.h"
 #include "causeway/base/ids.h"
 #include "causeway/base/mutex.h"
+#include "causeway/base/settings.h"
 #include "causeway/base/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -453,6 +455,52 @@ TEST(NotificationTest, PublishesWritesMadeBeforeNotify) {
   n.WaitForNotification();
   EXPECT_EQ(data, (std::vector<int>{1, 2, 3}));
   writer.join();
+}
+
+// Every CAUSEWAY_* setting is read through the table: choices outside
+// their set and indices that do not parse are refused naming the variable
+// and its values; unset is the fallback.
+TEST(SettingsTest, ValuesOutsideTheirSetAreRefusedByName) {
+  setenv("CAUSEWAY_VULKAN_KERNELS", "gpu", 1);
+  EXPECT_EQ(SettingValue("CAUSEWAY_VULKAN_KERNELS", "auto").value_or("?"), "gpu");
+  setenv("CAUSEWAY_VULKAN_KERNELS", "nonsense", 1);
+  absl::StatusOr<std::string> bad = SettingValue("CAUSEWAY_VULKAN_KERNELS", "auto");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()),
+              ::testing::HasSubstr("CAUSEWAY_VULKAN_KERNELS=nonsense is not one of auto, gpu"));
+  EXPECT_EQ(CheckSettings().code(), absl::StatusCode::kInvalidArgument);
+  unsetenv("CAUSEWAY_VULKAN_KERNELS");
+  EXPECT_EQ(SettingValue("CAUSEWAY_VULKAN_KERNELS", "auto").value_or("?"), "auto");
+
+  setenv("CAUSEWAY_CUDA_GPU", "-1", 1);
+  EXPECT_EQ(SettingIndex("CAUSEWAY_CUDA_GPU").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  setenv("CAUSEWAY_CUDA_GPU", "2", 1);
+  EXPECT_EQ(SettingIndex("CAUSEWAY_CUDA_GPU").value_or(-9), 2);
+  unsetenv("CAUSEWAY_CUDA_GPU");
+  EXPECT_EQ(SettingIndex("CAUSEWAY_CUDA_GPU").value_or(-9), -1);
+
+  // A name the table lacks is reported, not refused.
+  setenv("CAUSEWAY_NOT_A_SETTING", "1", 1);
+  std::vector<std::string> unknown;
+  EXPECT_TRUE(CheckSettings(&unknown).ok());
+  EXPECT_THAT(unknown, ::testing::Contains("CAUSEWAY_NOT_A_SETTING"));
+  unsetenv("CAUSEWAY_NOT_A_SETTING");
+}
+
+// The table is in name order, with no name twice, and every choice
+// setting has choices.
+TEST(SettingsTest, TheTableIsSortedAndComplete) {
+  const std::vector<Setting>& all = AllSettings();
+  for (size_t i = 1; i < all.size(); ++i) {
+    EXPECT_LT(std::string(all[i - 1].name), std::string(all[i].name));
+  }
+  for (const Setting& s : all) {
+    EXPECT_TRUE(absl::StartsWith(s.name, "CAUSEWAY_")) << s.name;
+    if (s.kind == Setting::Kind::kChoice) {
+      EXPECT_FALSE(s.choices.empty()) << s.name;
+    }
+  }
 }
 
 }  // namespace

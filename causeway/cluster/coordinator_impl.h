@@ -31,6 +31,7 @@
 #include "causeway/base/clock.h"
 #include "causeway/base/trace.h"
 #include "causeway/base/limits.h"
+#include "causeway/base/settings.h"
 #include "causeway/base/status_macros.h"
 #include "causeway/cluster/metrics_http.h"
 #include "causeway/cluster/remote_host.h"

@@ -13,8 +13,10 @@ absl::Status CoordinatorServer::Impl::Start() {
   if (!options_.worker_token.empty()) {
     CW_ASSIGN_OR_RETURN(worker_token_,
                         grpc_transport::CheckToken(options_.worker_token, "--worker-token"));
-  } else if (const char* env = std::getenv("CAUSEWAY_WORKER_TOKEN"); env != nullptr) {
-    CW_ASSIGN_OR_RETURN(worker_token_, grpc_transport::CheckToken(env, "CAUSEWAY_WORKER_TOKEN"));
+  } else {
+    const absl::StatusOr<std::string> env = SettingValue("CAUSEWAY_WORKER_TOKEN");
+    if (!env.ok()) return env.status();
+    CW_ASSIGN_OR_RETURN(worker_token_, grpc_transport::CheckToken(*env, "CAUSEWAY_WORKER_TOKEN"));
   }
   if (worker_token_.empty()) {
     worker_token_ = token_;

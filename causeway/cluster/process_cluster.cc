@@ -20,6 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "causeway/base/settings.h"
 #include "causeway/base/status_macros.h"
 #include "causeway/cluster/remote_cluster.h"
 
@@ -325,7 +326,8 @@ void ProcessCluster::Stop(bool keep_logs) {
     c->pid = -1;
   }
   if (!log_dir_.empty()) {
-    if (keep_logs || std::getenv("CAUSEWAY_KEEP_CLUSTER_LOGS") != nullptr) {
+    absl::StatusOr<std::string> keep = SettingValue("CAUSEWAY_KEEP_CLUSTER_LOGS", "0");
+    if (keep_logs || !keep.ok() || *keep == "1") {
       std::fprintf(stderr, "cluster logs kept in %s\n", log_dir_.c_str());
     } else {
       std::error_code ec;

@@ -44,6 +44,19 @@ fi
 expect_exit 2 "does not divide into 5 heads" \
   "$bin" train lm --data /dev/zero --layers 1 --heads 5 --embed 64 --iters 1
 expect_exit 2 "--checkpoint" "$bin" train lm --data "$text" "${tiny[@]}" --resume
+# Settings are checked once, at start: a value a CAUSEWAY_* variable does
+# not take is a usage error naming the variable and its values.
+expect_exit 2 "CAUSEWAY_VULKAN_KERNELS=nonsense is not one of auto, gpu" \
+  env CAUSEWAY_VULKAN_KERNELS=nonsense "$bin" demo --steps 1
+expect_exit 2 "CAUSEWAY_VULKAN_COLLECTIVES=bogus is not one of auto, gpu, host" \
+  env CAUSEWAY_VULKAN_COLLECTIVES=bogus "$bin" gpus
+expect_exit 2 "CAUSEWAY_VULKAN_STAGING=maybe is not one of 0, 1" \
+  env CAUSEWAY_VULKAN_STAGING=maybe "$bin" demo --steps 1
+expect_exit 2 "CAUSEWAY_CUDA_GPU=x is not an index" env CAUSEWAY_CUDA_GPU=x "$bin" gpus
+rc=0
+env CAUSEWAY_VULKAN_KERNLES=gpu "$bin" --version >/dev/null 2>"$dir/err" || rc=$?
+[ "$rc" -eq 0 ] && grep -q "CAUSEWAY_VULKAN_KERNLES is not a Causeway setting" "$dir/err" ||
+  { echo "a misspelt setting: exit $rc, no warning:"; cat "$dir/err"; exit 1; }
 expect_exit 2 "is not AXIS=N" "$bin" train lm --data "$text" "${tiny[@]}" --mesh garbage
 expect_exit 2 "is not AXIS=N" "$bin" train lm --data "$text" "${tiny[@]}" --mesh data=0
 expect_exit 2 "unknown axis" "$bin" train lm --data "$text" "${tiny[@]}" --mesh pipe=2

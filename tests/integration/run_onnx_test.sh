@@ -55,6 +55,17 @@ printf 'garbage' > "$work/bad.onnx"
 expect_error 1 "not an ONNX model" "$bin" run "$work/bad.onnx"
 expect_error 1 "cannot be split over 4 devices" "$bin" run "$model_dir/model.onnx" "${inputs[@]}" --devices 4
 expect_error 1 "cannot read" "$bin" run "$work/missing.onnx"
+# A folder or a device given as a file: refused by name, never read
+# without bound or aborted on (/dev/zero once read 1.5 GB).
+expect_error 1 "is a directory" "$bin" run "$work"
+expect_error 1 "not a regular file" timeout 20 "$bin" run /dev/zero
+expect_error 1 "is a directory" "$bin" run "$model_dir/model.onnx" --input 0="$work"
+expect_error 1 "not a regular file" timeout 20 "$bin" run "$model_dir/model.onnx" --input 0=/dev/zero
+# --out names a folder that is made when missing.
+"$bin" run "$model_dir/model.onnx" "${inputs[@]}" --out "$work/new/deeper" >/dev/null
+check "$work/new/deeper"
+expect_error 1 "cannot be a folder" "$bin" run "$model_dir/model.onnx" "${inputs[@]}" \
+  --out "$work/bad.onnx"
 # --memory sets each device's memory: too little for the model is named.
 expect_error 1 "exceeds the whole memory of device 0 (64 bytes)" "$bin" run "$model_dir/model.onnx" \
   "${inputs[@]}" --memory 64

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "causeway/backend/cuda/device.h"
 #include "causeway/backend/cuda/device_internal.h"
+#include "causeway/base/settings.h"
 #include "causeway/base/status_macros.h"
 
 namespace causeway::backend::cuda {
@@ -400,15 +401,7 @@ std::atomic<int> g_selected_gpu{-1};
 absl::StatusOr<int> ChosenGpu() {
   int index = g_selected_gpu.load();
   if (index >= 0) return index;
-  if (const char* env = std::getenv("CAUSEWAY_CUDA_GPU"); env != nullptr && *env != '\0') {
-    int chosen = -1;
-    if (!absl::SimpleAtoi(env, &chosen) || chosen < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("CAUSEWAY_CUDA_GPU=", env, " is not a GPU index (causeway gpus)"));
-    }
-    return chosen;
-  }
-  return -1;
+  return SettingIndex("CAUSEWAY_CUDA_GPU");
 }
 
 absl::StatusOr<Gpu*> GpuFor(const DeviceSpec& spec) {

@@ -20,6 +20,7 @@
 #include "causeway/backend/vulkan/kernels.h"
 #include "causeway/backend/vulkan/profile.h"
 #include "causeway/backend/vulkan/queue.h"
+#include "causeway/base/settings.h"
 #include "causeway/base/status_macros.h"
 
 namespace causeway::backend::vulkan {
@@ -296,14 +297,7 @@ class VulkanKind final : public DeviceKind {
     if (index < 0) {
       // CAUSEWAY_VULKAN_GPU=N: the default of SelectGpu for processes
       // without the flag (tests, Python).
-      if (const char* env = std::getenv("CAUSEWAY_VULKAN_GPU"); env != nullptr && *env != '\0') {
-        int chosen = -1;
-        if (!absl::SimpleAtoi(env, &chosen) || chosen < 0) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("CAUSEWAY_VULKAN_GPU=", env, " is not a GPU index (causeway gpus)"));
-        }
-        index = chosen;
-      }
+      CW_ASSIGN_OR_RETURN(index, SettingIndex("CAUSEWAY_VULKAN_GPU"));
     }
     return index;
   }

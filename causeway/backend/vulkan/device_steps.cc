@@ -18,6 +18,7 @@
 #include "causeway/backend/vulkan/device_internal.h"
 #include "causeway/base/check.h"
 #include "causeway/base/fiber.h"
+#include "causeway/base/settings.h"
 #include "causeway/base/status_macros.h"
 
 namespace causeway::backend::vulkan {
@@ -157,10 +158,10 @@ absl::StatusOr<bool> VulkanDevice::CollectiveOnGpu(const VulkanExecutable& exe,
   // CAUSEWAY_VULKAN_COLLECTIVES: gpu, host, or auto (unset): the GPU
   // unless it is a CPU (lavapipe), where the hub, reading the mapped bytes
   // in place, is 6-17x faster (docs/BENCHMARKS.md).
-  static const std::string_view mode = [] {
-    const char* v = std::getenv("CAUSEWAY_VULKAN_COLLECTIVES");
-    return std::string_view(v == nullptr ? "auto" : v);
-  }();
+  static const absl::StatusOr<std::string> setting =
+      SettingValue("CAUSEWAY_VULKAN_COLLECTIVES", "auto");
+  if (!setting.ok()) return setting.status();
+  const std::string_view mode = *setting;
   if (mode == "host" || (mode != "gpu" && gpu_->is_cpu())) return false;
   const auto& instructions = exe.function().instructions();
   const ir::Instruction& inst = instructions[static_cast<size_t>(h.instruction)];

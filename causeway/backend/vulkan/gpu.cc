@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "causeway/base/check.h"
+#include "causeway/base/settings.h"
 #include "causeway/base/status_macros.h"
 
 namespace causeway::backend::vulkan {
@@ -122,12 +123,14 @@ absl::StatusOr<Gpu*> Gpu::Get(int index) {
   return g;
 }
 
-Gpu::Gpu(int index, VkPhysicalDevice physical) : index_(index), physical_(physical) {
-  const char* staging = std::getenv("CAUSEWAY_VULKAN_STAGING");
-  force_staging_ = staging != nullptr && std::strcmp(staging, "1") == 0;
-}
+Gpu::Gpu(int index, VkPhysicalDevice physical) : index_(index), physical_(physical) {}
 
 absl::Status Gpu::Init() {
+  const absl::StatusOr<std::string> staging = SettingValue("CAUSEWAY_VULKAN_STAGING", "0");
+  if (!staging.ok()) return staging.status();
+  force_staging_ = *staging == "1";
+  const absl::StatusOr<std::string> kernels = SettingValue("CAUSEWAY_VULKAN_KERNELS", "auto");
+  if (!kernels.ok()) return kernels.status();
   VkPhysicalDeviceDriverProperties driver;
   VkPhysicalDeviceProperties2 props;
   QueryProperties(physical_, &props, &driver);
@@ -161,9 +164,8 @@ absl::Status Gpu::Init() {
     }
   }
   if (!found) return missing("a compute queue");
-  const char* kernels = std::getenv("CAUSEWAY_VULKAN_KERNELS");
   is_cpu_ = props.properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
-  cpu_kernels_ = is_cpu_ && !(kernels != nullptr && std::strcmp(kernels, "gpu") == 0);
+  cpu_kernels_ = is_cpu_ && *kernels != "gpu";
   if (family[queue_family_].timestampValidBits > 0) {
     timestamp_ns_per_tick_ = props.properties.limits.timestampPeriod;
   }

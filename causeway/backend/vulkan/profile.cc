@@ -8,13 +8,16 @@
 
 #include "causeway/backend/vulkan/gpu.h"
 #include "causeway/base/mutex.h"
+#include "causeway/base/settings.h"
 
 namespace causeway::backend::vulkan {
 
 bool DispatchTimer::Enabled() {
+  // An unknown value is refused where the process starts (CheckSettings);
+  // here it leaves profiling off.
   static const bool on = [] {
-    const char* v = std::getenv("CAUSEWAY_VULKAN_PROFILE");
-    return v != nullptr && std::strcmp(v, "1") == 0;
+    absl::StatusOr<std::string> v = SettingValue("CAUSEWAY_VULKAN_PROFILE", "0");
+    return v.ok() && *v == "1";
   }();
   return on;
 }

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "causeway/base/files.h"
 #include "causeway/base/status_macros.h"
 #include "causeway/frontend/onnx/converter.h"
 #include "causeway/ir/elements.h"
@@ -802,9 +803,10 @@ absl::StatusOr<std::vector<HostTensor>> Weights(absl::string_view model_bytes) {
 }
 
 absl::StatusOr<ImportedModel> ImportFile(const std::string& path, const ImportOptions& options) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  // Models over 2 GiB keep their weights in external data files, which
+  // protobuf's limit on one message requires anyway.
+  CW_ASSIGN_OR_RETURN(std::string bytes,
+                      ReadInputFile(path, int64_t{2} << 30, "ONNX model"));
   absl::StatusOr<ImportedModel> m = Import(bytes, options);
   if (!m.ok()) return Annotate(m.status(), path);
   return m;

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "absl/strings/numbers.h"
+#include "causeway/base/settings.h"
 #include "causeway/base/status_macros.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -18,10 +19,8 @@ namespace {
 constexpr char kTokenKey[] = "x-causeway-token";
 constexpr char kVersionKey[] = "x-causeway-protocol";
 
-std::string Env(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? std::string() : std::string(v);
-}
+// A text setting (causeway/base/settings.h), empty when unset.
+std::string Env(const char* name) { return SettingValue(name).value_or(""); }
 
 absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view what) {
   std::ifstream in(path, std::ios::binary);
