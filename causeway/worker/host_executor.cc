@@ -711,13 +711,10 @@ void HostExecutor::ReleaseArrays(absl::Span<const ArrayId> arrays) { store_.Rele
 void HostExecutor::ReleaseOwner(ClientId owner) {
   // Its work first: what runs ends at its next check, what is queued fails
   // (its gangs' peers with it), and then its memory goes.
-  const bool had_runs = cancellations_.Cancel(owner);
-  if (had_runs) {
-    int cancelled = 0;
-    for (auto& s : streams_) cancelled += s->CancelOwner(owner);
-    if (cancelled > 0) {
-      CW_LOG(kInfo) << id() << ": cancelled " << cancelled << " queued launches of " << owner;
-    }
+  // (What is cancelled fails its runs' outputs, which say so; a client
+  // leaving with work queued is ordinary, so nothing is logged.)
+  if (cancellations_.Cancel(owner)) {
+    for (auto& s : streams_) s->CancelOwner(owner);
   }
   store_.ReleaseOwner(owner);
   SetMemoryQuota(owner, 0);
