@@ -51,7 +51,17 @@ class OnnxModel:
         self.path = path
         self._in = in_shardings
         self._out = out_shardings
-        self._constants = [(k, np.asarray(v, dtype=np.int32)) for k, v in constants.items()]
+        self._constants = []
+        for k, v in constants.items():
+            # Integers are computed as int32 (docs/ONNX.md): a value outside
+            # it is refused by name, never wrapped.
+            wide = np.asarray(v, dtype=np.int64)
+            if wide.size and (wide.min() < np.iinfo(np.int32).min or
+                              wide.max() > np.iinfo(np.int32).max):
+                raise InvalidArgumentError(
+                    f"constant {k!r} holds {wide.max() if wide.max() > 0 else wide.min()}, "
+                    "outside int32 (integers are computed as int32)", "INVALID_ARGUMENT")
+            self._constants.append((k, wide.astype(np.int32)))
         declared = _C.onnx_inputs(path)
         unknown = set(constants) - {name for name, *_ in declared}
         if unknown:

@@ -128,6 +128,12 @@ def test_scan_outputs_that_would_need_a_runtime_row_count_are_refused(tmp_path):
         model(np.zeros(3, np.float32), np.array(0, np.float32))
 
 
+def test_a_trip_count_past_int32_is_refused_not_wrapped(tmp_path):
+    cw.local_cluster(1, 1, 1)
+    with pytest.raises(cw.InvalidArgumentError, match="'M' holds 4611686018427387904, outside int32"):
+        cw.onnx.load(_loop_model(tmp_path, scan=True, early_exit=False), constants={"M": 2**62})
+
+
 def test_scan_runs_forwards_and_backwards_along_any_axis(tmp_path, kind):
     """A running sum over axis 1 of x, forwards into one output stacked
     along axis 0, and backwards (reversed input and output) into another."""

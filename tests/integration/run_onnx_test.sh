@@ -61,6 +61,25 @@ expect_error 1 "is a directory" "$bin" run "$work"
 expect_error 1 "not a regular file" timeout 20 "$bin" run /dev/zero
 expect_error 1 "is a directory" "$bin" run "$model_dir/model.onnx" --input 0="$work"
 expect_error 1 "not a regular file" timeout 20 "$bin" run "$model_dir/model.onnx" --input 0=/dev/zero
+# A Loop whose trip count is past int32 is refused, not clamped to 2^31-1.
+"$py" - "$work" <<'PY'
+import sys, numpy as np, onnx
+from onnx import helper, numpy_helper, TensorProto as T
+w = sys.argv[1]
+vi = helper.make_tensor_value_info
+body = helper.make_graph(
+    [helper.make_node("Identity", ["c"], ["c2"]), helper.make_node("Identity", ["y"], ["y2"])],
+    "body", [vi("i", T.INT64, []), vi("c", T.BOOL, []), vi("y", T.FLOAT, [3])],
+    [vi("c2", T.BOOL, []), vi("y2", T.FLOAT, [3])])
+g = helper.make_graph(
+    [helper.make_node("Constant", [], ["M"], value=numpy_helper.from_array(np.array(2**62, np.int64))),
+     helper.make_node("Loop", ["M", "", "y0"], ["out"], body=body)],
+    "g", [vi("y0", T.FLOAT, [3])], [vi("out", T.FLOAT, [3])])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), f"{w}/bigloop.onnx")
+np.save(f"{w}/y0.npy", np.zeros(3, np.float32))
+PY
+expect_error 1 "trip count 4611686018427387904 is past" timeout 20 "$bin" run "$work/bigloop.onnx" \
+  --input y0="$work/y0.npy"
 # --out names a folder that is made when missing.
 "$bin" run "$model_dir/model.onnx" "${inputs[@]}" --out "$work/new/deeper" >/dev/null
 check "$work/new/deeper"

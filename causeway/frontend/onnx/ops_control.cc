@@ -303,7 +303,14 @@ absl::Status Loop(Converter& c, const Node& n) {
   if (has_trips) {
     CW_ASSIGN_OR_RETURN(const Entry* m, c.Get(n, 0));
     if (m->known.has_value() && !m->known->ints.empty()) {
-      known_trips = std::clamp<int64_t>(m->known->ints[0], 0, std::numeric_limits<int32_t>::max());
+      // Iterations are counted in i32 (docs/ONNX.md): more is refused, not
+      // clamped. A negative count runs none.
+      const int64_t given = m->known->ints[0];
+      if (given > std::numeric_limits<int32_t>::max()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the trip count ", given, " is past 2^31-1, the most iterations a loop counts"));
+      }
+      known_trips = std::max<int64_t>(given, 0);
     } else {
       CW_ASSIGN_OR_RETURN(ir::Value v, c.In(n, 0));
       if (c.ShapeOf(v).dtype != ir::DType::kI32 || c.ShapeOf(v).num_elements() != 1) {
