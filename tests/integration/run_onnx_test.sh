@@ -78,6 +78,23 @@ g = helper.make_graph(
 onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), f"{w}/bigloop.onnx")
 np.save(f"{w}/y0.npy", np.zeros(3, np.float32))
 PY
+# A stride of 0 (a SIGFPE inside ONNX's shape inference) is refused first,
+# naming the node.
+"$py" - "$work" <<'PY'
+import sys, onnx
+from onnx import helper, TensorProto as T
+vi = helper.make_tensor_value_info
+for op in ("Conv", "MaxPool"):
+    ins = ["x", "w"] if op == "Conv" else ["x"]
+    node = helper.make_node(op, ins, ["y"], kernel_shape=[2, 2], strides=[0, 0])
+    inputs = [vi("x", T.FLOAT, [1, 1, 4, 4])] + ([vi("w", T.FLOAT, [1, 1, 2, 2])] if op == "Conv" else [])
+    g = helper.make_graph([node], "g", inputs, [vi("y", T.FLOAT, [1, 1, 3, 3])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
+              f"{sys.argv[1]}/stride0_{op}.onnx")
+PY
+for op in Conv MaxPool; do
+  expect_error 1 "attribute strides holds 0" timeout 20 "$bin" run "$work/stride0_$op.onnx"
+done
 expect_error 1 "trip count 4611686018427387904 is past" timeout 20 "$bin" run "$work/bigloop.onnx" \
   --input y0="$work/y0.npy"
 # --out names a folder that is made when missing.

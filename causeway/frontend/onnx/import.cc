@@ -608,6 +608,34 @@ std::vector<std::string> SupportedOps() {
   return names;
 }
 
+// The window attributes of every node of `graph` and its subgraphs
+// (strides, dilations, kernel_shape: at least 1; pads: at least 0), which
+// ONNX's shape inference uses as divisors and sizes before any check of its
+// own. INVALID_ARGUMENT naming the node.
+static absl::Status CheckWindowAttributes(const ::onnx::GraphProto& graph) {
+  for (int k = 0; k < graph.node_size(); ++k) {
+    const ::onnx::NodeProto& node = graph.node(k);
+    for (const ::onnx::AttributeProto& a : node.attribute()) {
+      const bool positive =
+          a.name() == "strides" || a.name() == "dilations" || a.name() == "kernel_shape";
+      const bool non_negative = a.name() == "pads";
+      if (positive || non_negative) {
+        for (int64_t v : a.ints()) {
+          if (v < (positive ? 1 : 0)) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "node #", k, " (", node.op_type(), node.name().empty() ? "" : " ",
+                node.name(), "): attribute ", a.name(), " holds ", v, "; it must be at least ",
+                positive ? 1 : 0));
+          }
+        }
+      }
+      if (a.has_g()) CW_RETURN_IF_ERROR(CheckWindowAttributes(a.g()));
+      for (const ::onnx::GraphProto& g : a.graphs()) CW_RETURN_IF_ERROR(CheckWindowAttributes(g));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ImportedModel> Import(absl::string_view model_bytes, const ImportOptions& options) {
   ::onnx::ModelProto model;
   if (!model.ParseFromArray(model_bytes.data(), static_cast<int>(model_bytes.size()))) {
@@ -665,6 +693,9 @@ absl::StatusOr<ImportedModel> Import(absl::string_view model_bytes, const Import
       if (out.type().has_tensor_type()) out.mutable_type()->mutable_tensor_type()->clear_shape();
     }
   }
+  // ONNX's shape inference divides by some attributes without checking
+  // them (a stride of 0 is a SIGFPE inside it): those are checked first.
+  CW_RETURN_IF_ERROR(CheckWindowAttributes(model.graph()));
   try {
     ::onnx::shape_inference::InferShapes(model);
   } catch (const std::exception& e) {
