@@ -9,6 +9,7 @@
 #include <map>
 #include <sstream>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "causeway/base/files.h"
@@ -608,17 +609,25 @@ std::vector<std::string> SupportedOps() {
   return names;
 }
 
-// The window attributes of every node of `graph` and its subgraphs
-// (strides, dilations, kernel_shape: at least 1; pads: at least 0), which
+// The window attributes of every convolution and pooling node of `graph`
+// and its subgraphs (strides, dilations, kernel_shape: at least 1; pads: at
+// least 0), which
 // ONNX's shape inference uses as divisors and sizes before any check of its
 // own. INVALID_ARGUMENT naming the node.
 static absl::Status CheckWindowAttributes(const ::onnx::GraphProto& graph) {
   for (int k = 0; k < graph.node_size(); ++k) {
     const ::onnx::NodeProto& node = graph.node(k);
+    // The ops with windows; elsewhere these names mean other things (an
+    // old Pad's negative pads crop).
+    static const absl::flat_hash_set<std::string>* const windowed =
+        new absl::flat_hash_set<std::string>{
+            "Conv",    "ConvTranspose", "ConvInteger", "QLinearConv", "MaxPool",
+            "AveragePool", "LpPool",    "MaxUnpool",   "DeformConv",  "Col2Im"};
+    const bool window = node.domain().empty() && windowed->contains(node.op_type());
     for (const ::onnx::AttributeProto& a : node.attribute()) {
-      const bool positive =
-          a.name() == "strides" || a.name() == "dilations" || a.name() == "kernel_shape";
-      const bool non_negative = a.name() == "pads";
+      const bool positive = window && (a.name() == "strides" || a.name() == "dilations" ||
+                                       a.name() == "kernel_shape");
+      const bool non_negative = window && a.name() == "pads";
       if (positive || non_negative) {
         for (int64_t v : a.ints()) {
           if (v < (positive ? 1 : 0)) {
