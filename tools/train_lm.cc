@@ -2,9 +2,13 @@
 // causeway/models on a text file, on the embedded cluster or a distributed
 // one. Flag parsing, progress output and wiring only; the model, the data
 // and the training loop live in causeway/models.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -73,6 +77,27 @@ std::string Hms(double s) {
   if (t >= 3600) return absl::StrCat(t / 3600, "h", (t / 60) % 60, "m");
   if (t >= 60) return absl::StrCat(t / 60, "m", t % 60, "s");
   return absl::StrCat(t, "s");
+}
+
+// Makes `dir` (and its parents) and writes and removes a file in it.
+absl::Status CheckWritableFolder(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--checkpoint ", dir, " cannot be made: ", ec.message()));
+  }
+  const std::string probe =
+      (std::filesystem::path(dir) / absl::StrCat(".causeway-write-test-", getpid())).string();
+  const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--checkpoint ", dir, " cannot be written: ", std::strerror(errno),
+        " (checked before training, not at the first save)"));
+  }
+  close(fd);
+  unlink(probe.c_str());
+  return absl::OkStatus();
 }
 
 int Fail(const std::string& command, const absl::Status& status) {
@@ -279,6 +304,13 @@ int RunTrainLm(TrainLmFlags f) {
     return Usage(cmd, absl::StrCat("--checkpoint ", o.checkpoint_dir,
                                    " is not a folder: train lm writes its checkpoints into one "
                                    "(sample also takes the file)"));
+  }
+  // A folder this process writes (the embedded cluster's, and a file
+  // checkpoint's, which the client writes) must be writable before the
+  // first step, not at the first save after it.
+  if (!o.checkpoint_dir.empty() &&
+      (f.cluster == "local" || o.checkpoint_format == models::LmCheckpointFormat::kFile)) {
+    if (absl::Status w = CheckWritableFolder(o.checkpoint_dir); !w.ok()) return Fail(cmd, w);
   }
   if (f.elastic) {
     if (f.cluster == "local") {

@@ -57,6 +57,14 @@ rc=0
 env CAUSEWAY_VULKAN_KERNLES=gpu "$bin" --version >/dev/null 2>"$dir/err" || rc=$?
 [ "$rc" -eq 0 ] && grep -q "CAUSEWAY_VULKAN_KERNLES is not a Causeway setting" "$dir/err" ||
   { echo "a misspelt setting: exit $rc, no warning:"; cat "$dir/err"; exit 1; }
+# A checkpoint folder that cannot be written fails before the first step
+# (it failed at the first save, after training), even for root (/proc).
+rc=0
+"$bin" train lm --data "$text" "${tiny[@]}" --iters 3 --eval-every 0 --checkpoint /proc/cw-ckpt \
+  --checkpoint-every 2 >"$dir/out" 2>"$dir/err" || rc=$?
+if [ "$rc" -ne 1 ] || ! grep -q "cannot be" "$dir/err" || grep -q "^iter" "$dir/out"; then
+  echo "unwritable --checkpoint: exit $rc:"; cat "$dir/out" "$dir/err"; exit 1
+fi
 expect_exit 2 "is not AXIS=N" "$bin" train lm --data "$text" "${tiny[@]}" --mesh garbage
 expect_exit 2 "is not AXIS=N" "$bin" train lm --data "$text" "${tiny[@]}" --mesh data=0
 expect_exit 2 "unknown axis" "$bin" train lm --data "$text" "${tiny[@]}" --mesh pipe=2
