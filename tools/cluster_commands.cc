@@ -305,6 +305,34 @@ void AddWorkerCommand(CLI::App& app, int* exit_code) {
   });
 }
 
+// A connection to `cluster` with the operators' credential (the workers'
+// token, $CAUSEWAY_WORKER_TOKEN), for `command`'s call; null, with the
+// exit code set and the reason printed, when there is none (exit 2) or it
+// cannot be made (exit 1).
+static std::unique_ptr<RemoteCluster> ConnectAsOperator(const char* command,
+                                                        const std::string& cluster,
+                                                        double timeout_s, int* exit_code) {
+  absl::StatusOr<std::string> token = grpc_transport::WorkerTokenFromEnvironment("");
+  if (!token.ok() || token->empty()) {
+    std::fprintf(stderr, "causeway %s: %s\n", command,
+                 token.ok() ? "set CAUSEWAY_WORKER_TOKEN to the cluster's workers' token (an "
+                              "operator's credential)"
+                            : std::string(token.status().message()).c_str());
+    *exit_code = kExitUsage;
+    return nullptr;
+  }
+  RemoteClusterOptions ro;
+  ro.address = cluster;
+  ro.token = *std::move(token);
+  ro.timeout = absl::Seconds(timeout_s);
+  absl::StatusOr<std::unique_ptr<RemoteCluster>> remote = RemoteCluster::Connect(ro);
+  if (!remote.ok()) {
+    *exit_code = Fail(command, remote.status());
+    return nullptr;
+  }
+  return *std::move(remote);
+}
+
 void AddClusterCommand(CLI::App& app, int* exit_code) {
   CLI::App* group = app.add_subcommand("cluster", "Run a distributed cluster on this machine");
   group->require_subcommand(1);
@@ -547,30 +575,11 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
       ->check(Finite())
       ->capture_default_str();
   weight->callback([wf, exit_code] {
-    RemoteClusterOptions ro;
-    ro.address = wf->cluster;
-    absl::StatusOr<std::string> token = grpc_transport::WorkerTokenFromEnvironment("");
-    if (!token.ok()) {
-      std::fprintf(stderr, "causeway cluster set-weight: %s\n",
-                   std::string(token.status().message()).c_str());
-      *exit_code = kExitUsage;
-      return;
-    }
-    ro.token = *std::move(token);
-    ro.timeout = absl::Seconds(wf->timeout_s);
-    if (ro.token.empty()) {
-      std::fprintf(stderr, "causeway cluster set-weight: set CAUSEWAY_WORKER_TOKEN to the "
-                           "cluster's workers' token (an operator's credential)\n");
-      *exit_code = kExitUsage;
-      return;
-    }
-    auto remote = RemoteCluster::Connect(ro);
-    if (!remote.ok()) {
-      *exit_code = Fail("cluster set-weight", remote.status());
-      return;
-    }
+    std::unique_ptr<RemoteCluster> remote =
+        ConnectAsOperator("cluster set-weight", wf->cluster, wf->timeout_s, exit_code);
+    if (remote == nullptr) return;
     const ClientShare share{wf->weight, wf->priority, wf->memory_quota};
-    const absl::Status s = (*remote)->AdminSetClientShare(ClientId(wf->client), share);
+    const absl::Status s = remote->AdminSetClientShare(ClientId(wf->client), share);
     if (!s.ok()) {
       *exit_code = Fail("cluster set-weight", s);
       return;
@@ -604,25 +613,10 @@ void AddClusterCommand(CLI::App& app, int* exit_code) {
       ->check(Finite())
       ->capture_default_str();
   cancel->callback([cf, exit_code] {
-    RemoteClusterOptions ro;
-    ro.address = cf->cluster;
-    absl::StatusOr<std::string> token = grpc_transport::WorkerTokenFromEnvironment("");
-    if (!token.ok() || token->empty()) {
-      std::fprintf(stderr, "causeway cluster cancel: %s\n",
-                   token.ok() ? "set CAUSEWAY_WORKER_TOKEN to the cluster's workers' token (an "
-                                "operator's credential)"
-                              : std::string(token.status().message()).c_str());
-      *exit_code = kExitUsage;
-      return;
-    }
-    ro.token = *std::move(token);
-    ro.timeout = absl::Seconds(cf->timeout_s);
-    auto remote = RemoteCluster::Connect(ro);
-    if (!remote.ok()) {
-      *exit_code = Fail("cluster cancel", remote.status());
-      return;
-    }
-    if (absl::Status s = (*remote)->AdminCancelClient(ClientId(cf->client)); !s.ok()) {
+    std::unique_ptr<RemoteCluster> remote =
+        ConnectAsOperator("cluster cancel", cf->cluster, cf->timeout_s, exit_code);
+    if (remote == nullptr) return;
+    if (absl::Status s = remote->AdminCancelClient(ClientId(cf->client)); !s.ok()) {
       *exit_code = Fail("cluster cancel", s);
       return;
     }

@@ -26,8 +26,11 @@ absl::StatusOr<std::string> ReadInputFile(const std::string& path, int64_t max_b
         path, " is not a regular file (a device, pipe or socket); give the ", what, " file"));
   }
   const auto too_large = [&] {
-    return absl::InvalidArgumentError(absl::StrCat(path, " is larger than ", max_bytes,
-                                                   " bytes, the most a ", what, " may be"));
+    const std::string bound = max_bytes % (int64_t{1} << 20) == 0
+                                  ? absl::StrCat(max_bytes >> 20, " MiB")
+                                  : absl::StrCat(max_bytes, " bytes");
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is larger than ", bound, ", the most a ", what, " may be"));
   };
   const std::uintmax_t size = std::filesystem::file_size(path, ec);
   if (!ec && size > static_cast<std::uintmax_t>(max_bytes)) return too_large();

@@ -9,6 +9,7 @@
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
+#include "causeway/base/files.h"
 #include "causeway/base/status_macros.h"
 
 namespace causeway::models {
@@ -149,38 +150,11 @@ std::string Tokenizer::Decode(const std::vector<int32_t>& ids) const {
 
 absl::StatusOr<TextDataset> TextDataset::Load(const std::string& path, TokenizerKind kind,
                                               int64_t context) {
-  std::error_code ec;
-  const std::filesystem::file_status st = std::filesystem::status(path, ec);
-  if (ec || !std::filesystem::exists(st)) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot read data file ", path, ": ",
-                                                   ec ? ec.message() : "no such file"));
-  }
-  if (std::filesystem::is_directory(st)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, " is a directory; give a text file (one corpus)"));
-  }
-  if (!std::filesystem::is_regular_file(st)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, " is not a regular file (a device, pipe or socket); give a text file"));
-  }
-  const auto too_large = [&] {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, " is larger than ", kMaxFileBytes >> 20,
-                     " MiB, the most a corpus may be (its tokens take 4 bytes each)"));
-  };
-  const std::uintmax_t size = std::filesystem::file_size(path, ec);
-  if (!ec && size > static_cast<std::uintmax_t>(kMaxFileBytes)) return too_large();
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read data file ", path));
-  // Read with the bound too: the file may be growing.
-  std::string text;
-  char chunk[1 << 16];
-  while (in.read(chunk, sizeof(chunk)) || in.gcount() > 0) {
-    if (static_cast<int64_t>(text.size()) + in.gcount() > kMaxFileBytes) return too_large();
-    text.append(chunk, static_cast<size_t>(in.gcount()));
-  }
-  if (in.bad()) return absl::InvalidArgumentError(absl::StrCat("error reading ", path));
-  return FromText(text, kind, context, path);
+  absl::StatusOr<std::string> text = ReadInputFile(path, kMaxFileBytes, "data file");
+  // Every way a file cannot be read is this function's INVALID_ARGUMENT.
+  if (absl::IsNotFound(text.status())) return absl::InvalidArgumentError(text.status().message());
+  if (!text.ok()) return text.status();
+  return FromText(*text, kind, context, path);
 }
 
 absl::StatusOr<TextDataset> TextDataset::FromText(absl::string_view text, TokenizerKind kind,
